@@ -1,0 +1,15 @@
+// Rotary position embedding on x[B, T, H, D] (D even), "rotate half" pairing as in
+// Hugging Face Llama: element i < D/2 pairs with i + D/2, frequency
+// theta^(-2i/D), position pos_offset + t (the offset lets a sequence shard rotate
+// by its global positions).
+// Contract: forward writes out (out == inp allowed); backward adds (+=) into dinp.
+#pragma once
+
+namespace ndt::cpu {
+
+void rope_forward(float* out, const float* inp, int B, int T, int H, int D, int pos_offset,
+                  float theta);
+void rope_backward(float* dinp, const float* dout, int B, int T, int H, int D, int pos_offset,
+                   float theta);
+
+}  // namespace ndt::cpu
