@@ -5,7 +5,7 @@
 namespace ndt {
 
 uint64_t hash_name(std::string_view name) {
-  uint64_t h = 1469598103934665603ull;
+  uint64_t h = 14695981039346656037ull;  // FNV-1a 64-bit offset basis (0xcbf29ce484222325)
   for (unsigned char c : name) {
     h ^= c;
     h *= 1099511628211ull;

@@ -1,9 +1,10 @@
-// `ndtrain prepare`: turns a text file, or every regular file in a folder (sorted by
-// name, recursively), into byte-level train and val shards (token = byte, vocab 256).
+// `ndtrain prepare`: turns a text file, or every regular file in a folder (recursively,
+// sorted by path), into byte-level train and val shards (token = byte, vocab 256).
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace ndt {
 
@@ -15,9 +16,19 @@ struct PrepareResult {
   int files = 0;
 };
 
-// The last val_fraction of the concatenated bytes (0 < val_fraction < 1) becomes val.
-// Files are joined with a '\n'. Errors name the path or value at fault.
+// `input` is a file, or a folder whose regular files (found recursively, symlinks not
+// followed or counted, sorted by full path) are all taken: the caller picks the folder, or
+// filters and uses the list overload below. Errors name the path or value at fault.
 PrepareResult prepare_byte_shards(const std::string& input, const std::string& out_dir,
+                                  double val_fraction);
+
+// The same for an explicit list of files (symlinks to files are fine), taken in the order
+// given. The files' bytes are joined with one '\n' between consecutive files; the last
+// round(val_fraction * total) bytes (at least 1, leaving at least 1 for train) become
+// val.bin, the rest train.bin, both in out_dir (created if missing). Throws ndt::Error for
+// an empty list, a missing or non-regular file, empty input (fewer than 2 bytes in all),
+// or val_fraction outside (0, 1).
+PrepareResult prepare_byte_shards(const std::vector<std::string>& files, const std::string& out_dir,
                                   double val_fraction);
 
 }  // namespace ndt

@@ -1,0 +1,73 @@
+#include "apps/ndtrain/commands.h"
+#include "core/error.h"
+#include "data/prepare.h"
+#include "train/config.h"
+#include "train/trainer.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+namespace ndt {
+
+namespace fs = std::filesystem;
+
+int run_train(const std::string& config_path, const std::vector<std::string>& overrides) {
+  const RunConfig config = load_run_config(config_path, overrides);
+  Trainer trainer(config, &std::cout);
+  trainer.run();
+  return 0;
+}
+
+namespace {
+
+// A text file: a regular file (not a link to one) whose first 64 KiB hold no NUL byte.
+bool is_text_file(const fs::path& path) {
+  if (fs::is_symlink(path) || !fs::is_regular_file(path)) return false;
+  std::ifstream in(path, std::ios::binary);
+  char buffer[65536];
+  in.read(buffer, sizeof buffer);
+  return std::find(buffer, buffer + in.gcount(), '\0') == buffer + in.gcount();
+}
+
+}  // namespace
+
+int run_prepare(const std::vector<std::string>& inputs, const std::string& out_dir, double val_fraction) {
+  std::vector<std::string> files;
+  for (const std::string& input : inputs) {
+    NDT_CHECK(fs::exists(input), "prepare input \"{}\" does not exist", input);
+    if (fs::is_directory(input)) {
+      std::vector<std::string> found;
+      for (const auto& entry : fs::recursive_directory_iterator(input)) {
+        if (is_text_file(entry.path())) found.push_back(entry.path().string());
+      }
+      std::sort(found.begin(), found.end());
+      NDT_CHECK(!found.empty(), "prepare input folder \"{}\" holds no text files", input);
+      files.insert(files.end(), found.begin(), found.end());
+    } else {
+      files.push_back(input);
+    }
+  }
+  const PrepareResult r = prepare_byte_shards(files, out_dir, val_fraction);
+  fmt::print("prepared {} files: {} training tokens -> {}, {} validation tokens -> {}\n", r.files,
+             r.train_tokens, r.train_path, r.val_tokens, r.val_path);
+  return 0;
+}
+
+int run_config_doc() {
+  fmt::print("# ndtrain configuration keys\n\n");
+  fmt::print("A config is a TOML file with the sections below; any key can also be set on the\n");
+  fmt::print("command line with `--set section.key=value`. Unknown keys are errors.\n\n");
+  fmt::print("| key | default | meaning |\n|---|---|---|\n");
+  for (const ConfigFieldDoc& f : config_field_docs()) {
+    std::string value = f.default_value;
+    std::replace(value.begin(), value.end(), '\n', ' ');
+    fmt::print("| `{}` | `{}` | {} |\n", f.key, value, f.doc);
+  }
+  return 0;
+}
+
+}  // namespace ndt

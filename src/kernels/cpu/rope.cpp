@@ -1,0 +1,90 @@
+// Rotary position embedding, "rotate half" (HF Llama) pairing. Angles are computed in
+// double from pos * theta^(-2i/D) and rounded once to float cos/sin, so large
+// positions keep full float accuracy. One table of T x D/2 (cos, sin) per call.
+#include "kernels/cpu/rope.h"
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+namespace ndt::cpu {
+namespace {
+
+// Below this many elements the loops run on the calling thread (no fork/join cost).
+constexpr int64_t kParallelMin = int64_t{1} << 14;
+
+// cs[(t * half + i) * 2 + {0,1}] = {cos, sin} of (pos_offset + t) * theta^(-2i/D).
+std::vector<float> rope_table(int T, int D, int pos_offset, float theta) {
+  const int half = D / 2;
+  std::vector<float> cs(static_cast<size_t>(T) * half * 2);
+  std::vector<double> inv_freq(half);
+  for (int i = 0; i < half; ++i) inv_freq[i] = std::pow(static_cast<double>(theta), -2.0 * i / D);
+#pragma omp parallel for schedule(static) if (static_cast<int64_t>(T) * D >= kParallelMin)
+  for (int t = 0; t < T; ++t) {
+    const double pos = static_cast<double>(pos_offset) + t;
+    for (int i = 0; i < half; ++i) {
+      double angle = pos * inv_freq[i];
+      size_t k = (static_cast<size_t>(t) * half + i) * 2;
+      cs[k] = static_cast<float>(std::cos(angle));
+      cs[k + 1] = static_cast<float>(std::sin(angle));
+    }
+  }
+  return cs;
+}
+
+}  // namespace
+
+void rope_forward(float* out, const float* inp, int B, int T, int H, int D, int pos_offset,
+                  float theta) {
+  const int half = D / 2;
+  const std::vector<float> cs = rope_table(T, D, pos_offset, theta);
+#pragma omp parallel for collapse(2) schedule(static) \
+    if (static_cast<int64_t>(B) * T * H * D >= kParallelMin)
+  for (int b = 0; b < B; ++b) {
+    for (int t = 0; t < T; ++t) {
+      const float* tab = cs.data() + static_cast<size_t>(t) * half * 2;
+      for (int h = 0; h < H; ++h) {
+        const int64_t base = ((static_cast<int64_t>(b) * T + t) * H + h) * D;
+        const float* x = inp + base;
+        float* o = out + base;
+        // Each pair is read before either element is written, so out == inp is safe.
+#pragma omp simd
+        for (int i = 0; i < half; ++i) {
+          float c = tab[2 * i], s = tab[2 * i + 1];
+          float x1 = x[i], x2 = x[i + half];
+          o[i] = x1 * c - x2 * s;
+          o[i + half] = x2 * c + x1 * s;
+        }
+      }
+    }
+  }
+}
+
+void rope_backward(float* dinp, const float* dout, int B, int T, int H, int D, int pos_offset,
+                   float theta) {
+  // The forward map is a rotation R per pair; its transpose (the inverse rotation) maps
+  // dout to dinp.
+  const int half = D / 2;
+  const std::vector<float> cs = rope_table(T, D, pos_offset, theta);
+#pragma omp parallel for collapse(2) schedule(static) \
+    if (static_cast<int64_t>(B) * T * H * D >= kParallelMin)
+  for (int b = 0; b < B; ++b) {
+    for (int t = 0; t < T; ++t) {
+      const float* tab = cs.data() + static_cast<size_t>(t) * half * 2;
+      for (int h = 0; h < H; ++h) {
+        const int64_t base = ((static_cast<int64_t>(b) * T + t) * H + h) * D;
+        const float* g = dout + base;
+        float* dx = dinp + base;
+#pragma omp simd
+        for (int i = 0; i < half; ++i) {
+          float c = tab[2 * i], s = tab[2 * i + 1];
+          float g1 = g[i], g2 = g[i + half];
+          dx[i] += g1 * c + g2 * s;
+          dx[i + half] += g2 * c - g1 * s;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace ndt::cpu

@@ -1,0 +1,79 @@
+#include "model/config.h"
+
+#include "core/error.h"
+
+#include <fmt/ranges.h>
+
+namespace ndt {
+
+std::string_view arch_name(Arch arch) { return arch == Arch::gpt2 ? "gpt2" : "llama"; }
+
+Arch arch_from_name(std::string_view name) {
+  if (name == "gpt2") return Arch::gpt2;
+  if (name == "llama") return Arch::llama;
+  fail("model.arch = \"{}\" is not a known architecture (gpt2, llama)", name);
+}
+
+void ModelConfig::validate() const {
+  auto positive = [](const char* key, int value) {
+    NDT_CHECK(value > 0, "model.{} = {} must be positive", key, value);
+  };
+  positive("vocab_size", vocab_size);
+  positive("max_seq_len", max_seq_len);
+  positive("n_layer", n_layer);
+  positive("n_head", n_head);
+  positive("d_model", d_model);
+  positive("d_ff", d_ff);
+  NDT_CHECK(vocab_size <= 65536, "model.vocab_size = {} exceeds 65536 (tokens are stored as uint16)",
+            vocab_size);
+  NDT_CHECK(d_model % n_head == 0, "model.n_head = {} does not divide model.d_model = {}", n_head,
+            d_model);
+  if (arch == Arch::llama) {
+    positive("n_kv_head", n_kv_head);
+    NDT_CHECK(n_head % n_kv_head == 0, "model.n_kv_head = {} does not divide model.n_head = {}",
+              n_kv_head, n_head);
+    NDT_CHECK(head_dim() % 2 == 0, "RoPE needs an even head dimension: model.d_model / model.n_head = {}",
+              head_dim());
+    NDT_CHECK(rope_theta > 0, "model.rope_theta = {} must be positive", rope_theta);
+  }
+  NDT_CHECK(norm_eps > 0, "model.norm_eps = {} must be positive", norm_eps);
+  NDT_CHECK(init_std > 0, "model.init_std = {} must be positive", init_std);
+}
+
+ModelConfig ModelConfig::preset(std::string_view name) {
+  ModelConfig c;
+  if (name == "gpt2-124m" || name == "gpt2-350m" || name == "gpt2-tiny") {
+    c.arch = Arch::gpt2;
+    c.vocab_size = 50257;
+    c.max_seq_len = 1024;
+    if (name == "gpt2-124m") c.n_layer = 12, c.n_head = 12, c.d_model = 768;
+    if (name == "gpt2-350m") c.n_layer = 24, c.n_head = 16, c.d_model = 1024;
+    if (name == "gpt2-tiny") c.vocab_size = 256, c.max_seq_len = 256, c.n_layer = 4, c.n_head = 4,
+                             c.d_model = 128;
+    c.n_kv_head = c.n_head;
+    c.d_ff = 4 * c.d_model;
+    c.tied_embeddings = true;
+    return c;
+  }
+  if (name == "llama-small" || name == "llama-tiny") {
+    c.arch = Arch::llama;
+    c.tied_embeddings = false;
+    c.norm_eps = 1e-5f;
+    if (name == "llama-small") {
+      // About 110M parameters with a 32000-token vocabulary.
+      c.vocab_size = 32000, c.max_seq_len = 1024, c.n_layer = 12, c.n_head = 12, c.n_kv_head = 4,
+      c.d_model = 768, c.d_ff = 2048;
+    } else {
+      c.vocab_size = 256, c.max_seq_len = 256, c.n_layer = 4, c.n_head = 4, c.n_kv_head = 2,
+      c.d_model = 128, c.d_ff = 352;
+    }
+    return c;
+  }
+  fail("model.preset = \"{}\" is not a known preset ({})", name, fmt::join(preset_names(), ", "));
+}
+
+std::vector<std::string> ModelConfig::preset_names() {
+  return {"gpt2-124m", "gpt2-350m", "gpt2-tiny", "llama-small", "llama-tiny"};
+}
+
+}  // namespace ndt

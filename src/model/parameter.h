@@ -1,0 +1,75 @@
+// Parameters: each knows its logical (unsharded) shape and its placement on each
+// mesh axis, as in DTensor. Values and gradients of all parameters live in two flat
+// arenas (one allocation each) so the optimizer, gradient clipping and bucketed
+// communication can walk them as one buffer.
+#pragma once
+
+#include "core/tensor.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ndt {
+
+// How a parameter lies on one mesh axis: the same on every rank, or split along a
+// tensor dim.
+struct Placement {
+  enum class Kind { replicate, shard };
+  std::string mesh_axis;  // "dp_shard", "tp", ...
+  Kind kind = Kind::replicate;
+  int dim = 0;  // tensor dim split, when kind == shard
+};
+
+enum class InitKind { normal, zeros, ones };
+
+struct ParameterSpec {
+  std::string name;
+  Shape logical_shape;
+  InitKind init = InitKind::normal;
+  float init_std = 0.0f;
+  bool weight_decay = true;
+};
+
+struct Parameter {
+  ParameterSpec spec;
+  std::vector<Placement> placements;  // empty: replicated on every axis
+  Shape local_shape;                  // shape of this rank's block
+  Shape local_offset;                 // where that block starts in the logical tensor
+  int64_t arena_offset = 0;           // element offset in the arenas
+  Tensor value;                       // view into the value arena
+  Tensor grad;                        // view into the gradient arena
+
+  const std::string& name() const { return spec.name; }
+  int64_t numel() const { return shape_numel(local_shape); }
+  float* data() const { return value.data<float>(); }
+  float* grad_data() const { return grad.data<float>(); }
+};
+
+class ParameterStore {
+ public:
+  // Lays out unsharded (replicated) parameters in declaration order and initialises
+  // them from the counter-based RNG: element i of a normal parameter is
+  // normal_at(seed, hash_name(name), i) * std, whatever rank or shard holds it.
+  ParameterStore(const std::vector<ParameterSpec>& specs, uint64_t seed);
+
+  std::vector<Parameter>& params() { return params_; }
+  const std::vector<Parameter>& params() const { return params_; }
+  const Parameter& get(const std::string& name) const;
+  Tensor& values() { return values_; }
+  Tensor& grads() { return grads_; }
+  int64_t numel() const { return values_.numel(); }
+  void zero_grads() { grads_.zero_(); }
+
+ private:
+  std::vector<Parameter> params_;
+  Tensor values_;
+  Tensor grads_;
+};
+
+// Fills a parameter block from its logical position (used at construction; exposed so
+// a sharded layout initialises each shard to the same values as the whole tensor).
+void init_parameter_block(float* out, const ParameterSpec& spec, const Shape& local_shape,
+                          const Shape& local_offset, uint64_t seed);
+
+}  // namespace ndt

@@ -1,0 +1,87 @@
+// The decoder-only transformer: token (and, for gpt2, position) embedding, n_layer
+// blocks, a final norm and the output layer fused with the cross-entropy loss.
+// The output layer is streamed over chunks of rows: each chunk's logits are
+// computed, turned into loss and gradient in place, and back-propagated at once, so
+// at most chunk x vocab logits are held.
+#pragma once
+
+#include "core/tensor.h"
+#include "model/block.h"
+#include "model/config.h"
+#include "model/parameter.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace ndt {
+
+// Bytes the model itself predicts it needs, per ledger tag.
+struct MemoryPrediction {
+  int64_t params = 0;
+  int64_t grads = 0;
+  int64_t activations = 0;  // saved activations + backward scratch + logits chunk
+};
+
+class Transformer {
+ public:
+  Transformer(const ModelConfig& config, uint64_t seed, int loss_chunk_rows = 256);
+
+  const ModelConfig& config() const { return config_; }
+  ParameterStore& store() { return store_; }
+  const ParameterStore& store() const { return store_; }
+
+  // Forward, loss and backward on a microbatch of B rows of T tokens. Parameter
+  // gradients are added (+=) as the gradient of grad_scale * (sum of token losses);
+  // returns the mean token loss.
+  double forward_backward(const int32_t* inputs, const int32_t* targets, int B, int T,
+                          float grad_scale);
+
+  // Mean token loss without gradients.
+  double evaluate(const int32_t* inputs, const int32_t* targets, int B, int T);
+
+  // Logits [vocab] of the next token after tokens[0..T) (one sequence).
+  void next_token_logits(const int32_t* tokens, int T, float* logits);
+
+  // Training FLOPs per token: 6 x (parameters used in matmuls) + 12 x n_layer x d_model x T
+  // (attention scores and weighted sum, forward and backward, counted in full).
+  double flops_per_token(int T) const;
+  // Parameters in matmuls: all except lookup-only tables (positions; untied input embedding).
+  int64_t matmul_params() const;
+
+  // Memory for batches of B x T, from the shapes alone.
+  static MemoryPrediction predict_memory(const ModelConfig& config, int B, int T,
+                                         int loss_chunk_rows);
+
+ private:
+  void ensure_workspace(int B, int T);
+  void forward(const int32_t* inputs, int B, int T);
+  // Streams the output layer over row chunks; returns the summed token loss.
+  double head_loss(const int32_t* targets, int N, float grad_scale, bool backward);
+  const Parameter& head_weight() const;
+
+  ModelConfig config_;
+  ParameterStore store_;
+  std::vector<Block> blocks_;
+  int loss_chunk_rows_;
+  const Parameter* wte_;
+  const Parameter* wpe_ = nullptr;
+  const Parameter* lnf_w_;
+  const Parameter* lnf_b_ = nullptr;
+  const Parameter* lm_head_ = nullptr;
+
+  // Workspace sized for the largest (B, T) seen; views below point into it.
+  int64_t capacity_rows_ = 0, capacity_att_ = 0;
+  Tensor acts_arena_, scratch_arena_;
+  std::vector<BlockActivations> acts_;
+  BlockScratch scratch_;
+  std::vector<float*> residual_;  // L + 1 pointers into the residual stream [N, C]
+  float *lnf_ = nullptr, *lnf_mean_ = nullptr, *lnf_rstd_ = nullptr, *dres_ = nullptr,
+        *dlnf_ = nullptr, *logits_ = nullptr, *losses_ = nullptr;
+  std::vector<int32_t> positions_;
+};
+
+// Parameter specs of the whole model in order (embeddings, blocks, final norm, head).
+std::vector<ParameterSpec> model_parameter_specs(const ModelConfig& config);
+int64_t count_parameters(const ModelConfig& config);
+
+}  // namespace ndt

@@ -1,0 +1,32 @@
+#include "optim/clip.h"
+
+#include <algorithm>
+#include <vector>
+
+namespace ndt {
+
+double sum_of_squares(const float* g, int64_t n) {
+  // Fixed chunks summed in order: the result does not depend on thread timing, so
+  // two identical runs clip identically.
+  constexpr int64_t kChunk = 1 << 16;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  std::vector<double> partial(static_cast<size_t>(chunks), 0.0);
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < chunks; ++c) {
+    double s = 0;
+    for (int64_t i = c * kChunk, end = std::min(n, (c + 1) * kChunk); i < end; ++i) {
+      s += static_cast<double>(g[i]) * g[i];
+    }
+    partial[c] = s;
+  }
+  double sum = 0;
+  for (double s : partial) sum += s;
+  return sum;
+}
+
+float clip_factor(double norm, float max_norm) {
+  if (max_norm <= 0 || norm <= max_norm) return 1.0f;
+  return static_cast<float>(max_norm / (norm + 1e-6));
+}
+
+}  // namespace ndt

@@ -1,0 +1,250 @@
+#include "train/config.h"
+
+#include "core/error.h"
+
+#include <fmt/format.h>
+#include <toml++/toml.h>
+
+#include <charconv>
+#include <filesystem>
+#include <functional>
+#include <map>
+
+namespace ndt {
+
+namespace {
+
+struct Field {
+  std::string key;
+  std::string doc;
+  std::function<void(RunConfig&, const std::string&)> set;
+  std::function<std::string(const RunConfig&)> get;
+};
+
+template <typename T>
+T parse_number(const std::string& key, const std::string& text) {
+  T value{};
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (ec != std::errc() || ptr != end) {
+    fail("{} = \"{}\" is not a valid {}", key, text,
+         std::is_integral_v<T> ? "integer" : "number");
+  }
+  return value;
+}
+
+bool parse_bool(const std::string& key, const std::string& text) {
+  if (text == "true") return true;
+  if (text == "false") return false;
+  fail("{} = \"{}\" is not a boolean (true or false)", key, text);
+}
+
+// A field bound to a member reached by `ref`; T picks the parser.
+template <typename T, typename Ref>
+Field field(std::string key, Ref ref, std::string doc) {
+  Field f;
+  f.key = key;
+  f.doc = std::move(doc);
+  f.set = [key, ref](RunConfig& c, const std::string& text) {
+    T& target = ref(c);
+    if constexpr (std::is_same_v<T, bool>) {
+      target = parse_bool(key, text);
+    } else if constexpr (std::is_same_v<T, std::string>) {
+      target = text;
+    } else {
+      target = parse_number<T>(key, text);
+    }
+  };
+  f.get = [ref](const RunConfig& c) {
+    const T& value = ref(const_cast<RunConfig&>(c));
+    if constexpr (std::is_same_v<T, bool>) return std::string(value ? "true" : "false");
+    else if constexpr (std::is_same_v<T, std::string>) return fmt::format("\"{}\"", value);
+    else return fmt::format("{}", value);
+  };
+  return f;
+}
+
+#define NDT_REF(member) [](RunConfig& c) -> auto& { return c.member; }
+
+const std::vector<Field>& fields() {
+  static const std::vector<Field> table = [] {
+    std::vector<Field> f;
+    Field preset;
+    preset.key = "model.preset";
+    preset.doc =
+        "Named model shape applied before the other model.* keys (which then override it): "
+        "gpt2-124m, gpt2-350m, gpt2-tiny, llama-small, llama-tiny. Empty: start from the defaults.";
+    preset.set = [](RunConfig& c, const std::string& v) {
+      if (!v.empty()) c.model = ModelConfig::preset(v);
+    };
+    preset.get = [](const RunConfig&) { return std::string("\"\""); };
+    f.push_back(preset);
+    Field arch;
+    arch.key = "model.arch";
+    arch.doc = "Architecture family: gpt2 (LayerNorm, learned positions, GELU, biases) or llama "
+               "(RMSNorm, RoPE, SwiGLU, no biases).";
+    arch.set = [](RunConfig& c, const std::string& v) { c.model.arch = arch_from_name(v); };
+    arch.get = [](const RunConfig& c) { return fmt::format("\"{}\"", arch_name(c.model.arch)); };
+    f.push_back(arch);
+    f.push_back(field<int>("model.vocab_size", NDT_REF(model.vocab_size), "Vocabulary size (256 for byte-level data)."));
+    f.push_back(field<int>("model.max_seq_len", NDT_REF(model.max_seq_len), "Longest sequence the model accepts (size of the position table for gpt2)."));
+    f.push_back(field<int>("model.n_layer", NDT_REF(model.n_layer), "Number of transformer blocks."));
+    f.push_back(field<int>("model.n_head", NDT_REF(model.n_head), "Attention heads; must divide model.d_model."));
+    f.push_back(field<int>("model.n_kv_head", NDT_REF(model.n_kv_head), "Key/value heads (llama, grouped-query attention); must divide model.n_head. gpt2 uses n_head."));
+    f.push_back(field<int>("model.d_model", NDT_REF(model.d_model), "Width of the residual stream."));
+    f.push_back(field<int>("model.d_ff", NDT_REF(model.d_ff), "Hidden width of the MLP (4 x d_model for gpt2)."));
+    f.push_back(field<bool>("model.qk_norm", NDT_REF(model.qk_norm), "RMSNorm on each head's queries and keys before attention."));
+    f.push_back(field<bool>("model.tied_embeddings", NDT_REF(model.tied_embeddings), "Output layer shares the token embedding matrix."));
+    f.push_back(field<float>("model.norm_eps", NDT_REF(model.norm_eps), "Epsilon of LayerNorm/RMSNorm."));
+    f.push_back(field<float>("model.rope_theta", NDT_REF(model.rope_theta), "RoPE base (llama)."));
+    f.push_back(field<float>("model.init_std", NDT_REF(model.init_std), "Std of the normal initialisation; residual projections use init_std / sqrt(2 n_layer)."));
+
+    f.push_back(field<int64_t>("train.steps", NDT_REF(steps), "Optimizer steps to run."));
+    f.push_back(field<int>("train.batch_size", NDT_REF(batch_size), "Sequences per optimizer step (global batch)."));
+    f.push_back(field<int>("train.micro_batch_size", NDT_REF(micro_batch_size), "Sequences per forward/backward; batch_size / micro_batch_size micro-steps are accumulated."));
+    f.push_back(field<int>("train.seq_len", NDT_REF(seq_len), "Tokens per sequence (at most model.max_seq_len)."));
+    f.push_back(field<uint64_t>("train.seed", NDT_REF(seed), "Seed of initialisation, batch order and sampling; the batch of a step depends only on (seed, step)."));
+    f.push_back(field<int64_t>("train.eval_every", NDT_REF(eval_every), "Validation loss every this many steps (and at the end); 0: only at the end."));
+    f.push_back(field<int>("train.eval_batches", NDT_REF(eval_batches), "Micro-batches of validation data per evaluation."));
+    f.push_back(field<int>("train.loss_chunk_rows", NDT_REF(loss_chunk_rows), "Rows of logits computed at once by the fused output layer and loss (memory: rows x vocab floats)."));
+    f.push_back(field<int64_t>("train.log_every", NDT_REF(log_every), "Print a progress line every this many steps (the metrics file gets every step)."));
+
+    f.push_back(field<float>("optim.lr", NDT_REF(schedule.max_lr), "Peak learning rate, reached after warmup."));
+    f.push_back(field<float>("optim.min_lr_ratio", NDT_REF(schedule.min_lr_ratio), "Cosine decay floor as a fraction of optim.lr, reached at the last step."));
+    f.push_back(field<int64_t>("optim.warmup_steps", NDT_REF(schedule.warmup_steps), "Steps of linear warmup from 0."));
+    f.push_back(field<float>("optim.beta1", NDT_REF(adamw.beta1), "AdamW first-moment decay."));
+    f.push_back(field<float>("optim.beta2", NDT_REF(adamw.beta2), "AdamW second-moment decay."));
+    f.push_back(field<float>("optim.eps", NDT_REF(adamw.eps), "AdamW epsilon."));
+    f.push_back(field<float>("optim.weight_decay", NDT_REF(adamw.weight_decay), "Decoupled weight decay on matrices (not on norms, biases, embeddings)."));
+    f.push_back(field<float>("optim.grad_clip", NDT_REF(grad_clip), "Clip the global gradient norm to this value; 0 disables."));
+
+    f.push_back(field<std::string>("data.train", NDT_REF(train_data), "Training token shard (llm.c format, see `ndtrain prepare`)."));
+    f.push_back(field<std::string>("data.val", NDT_REF(val_data), "Validation token shard."));
+
+    f.push_back(field<int>("sample.tokens", NDT_REF(sample_tokens), "Tokens of text generated at the end of training; 0: none."));
+    f.push_back(field<std::string>("sample.prompt", NDT_REF(sample_prompt), "Text the sample continues (bytes, for byte-level models)."));
+    f.push_back(field<float>("sample.temperature", NDT_REF(temperature), "Sampling temperature; 0 picks the most likely token."));
+    f.push_back(field<int>("sample.top_k", NDT_REF(top_k), "Sample among the k most likely tokens; 0: all."));
+
+    f.push_back(field<int>("runtime.threads", NDT_REF(threads), "Compute threads of this rank (OpenMP and OpenBLAS)."));
+    f.push_back(field<double>("runtime.peak_gflops", NDT_REF(peak_gflops), "Hardware peak for MFU in GFLOP/s; 0: measure it with the built-in FMA calibration."));
+    f.push_back(field<std::string>("runtime.out_dir", NDT_REF(out_dir), "Folder for metrics.jsonl (one JSON record per step, validation and summary); empty: no metrics file."));
+    return f;
+  }();
+  return table;
+}
+
+const Field* find_field(const std::string& key) {
+  for (const Field& f : fields()) {
+    if (f.key == key) return &f;
+  }
+  return nullptr;
+}
+
+std::string toml_value_text(const std::string& key, const toml::node& node) {
+  if (auto s = node.as_string()) return s->get();
+  if (auto i = node.as_integer()) return std::to_string(i->get());
+  if (auto d = node.as_floating_point()) return fmt::format("{}", d->get());
+  if (auto b = node.as_boolean()) return b->get() ? "true" : "false";
+  fail("{} has an unsupported value type (use a string, number or boolean)", key);
+}
+
+// Flattens [section] key = value into "section.key" -> text, in file order.
+void flatten(const toml::table& table, const std::string& prefix,
+             std::vector<std::pair<std::string, std::string>>& out) {
+  for (const auto& [k, node] : table) {
+    std::string key = prefix.empty() ? std::string(k.str()) : prefix + "." + std::string(k.str());
+    if (const toml::table* sub = node.as_table()) {
+      flatten(*sub, key, out);
+    } else {
+      out.emplace_back(key, toml_value_text(key, node));
+    }
+  }
+}
+
+}  // namespace
+
+RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides) {
+  std::vector<std::pair<std::string, std::string>> entries;
+  if (!path.empty()) {
+    NDT_CHECK(std::filesystem::is_regular_file(path), "config file \"{}\" does not exist", path);
+    toml::table table;
+    try {
+      table = toml::parse_file(path);
+    } catch (const toml::parse_error& e) {
+      fail("config file \"{}\": {} (line {})", path, e.description(), e.source().begin.line);
+    }
+    flatten(table, "", entries);
+  }
+  for (const std::string& o : overrides) {
+    const size_t eq = o.find('=');
+    NDT_CHECK(eq != std::string::npos && eq > 0, "--set \"{}\" is not of the form section.key=value", o);
+    entries.emplace_back(o.substr(0, eq), o.substr(eq + 1));
+  }
+  for (const auto& [key, value] : entries) {
+    NDT_CHECK(find_field(key) != nullptr, "unknown config key \"{}\" (value \"{}\"); see `ndtrain config`",
+              key, value);
+  }
+  RunConfig config;
+  // The preset first (file, then the last --set), so explicit model.* keys override it.
+  std::string preset;
+  for (const auto& [key, value] : entries) {
+    if (key == "model.preset") preset = value;
+  }
+  find_field("model.preset")->set(config, preset);
+  for (const auto& [key, value] : entries) {
+    if (key != "model.preset") find_field(key)->set(config, value);
+  }
+  config.validate();
+  return config;
+}
+
+void RunConfig::validate() const {
+  model.validate();
+  NDT_CHECK(steps > 0, "train.steps = {} must be positive", steps);
+  NDT_CHECK(batch_size > 0, "train.batch_size = {} must be positive", batch_size);
+  NDT_CHECK(micro_batch_size > 0, "train.micro_batch_size = {} must be positive", micro_batch_size);
+  NDT_CHECK(batch_size % micro_batch_size == 0,
+            "train.micro_batch_size = {} does not divide train.batch_size = {}", micro_batch_size,
+            batch_size);
+  NDT_CHECK(seq_len > 0, "train.seq_len = {} must be positive", seq_len);
+  NDT_CHECK(seq_len <= model.max_seq_len, "train.seq_len = {} exceeds model.max_seq_len = {}", seq_len,
+            model.max_seq_len);
+  NDT_CHECK(eval_every >= 0, "train.eval_every = {} must not be negative", eval_every);
+  NDT_CHECK(eval_batches > 0, "train.eval_batches = {} must be positive", eval_batches);
+  NDT_CHECK(loss_chunk_rows > 0, "train.loss_chunk_rows = {} must be positive", loss_chunk_rows);
+  NDT_CHECK(log_every > 0, "train.log_every = {} must be positive", log_every);
+  schedule.validate();
+  NDT_CHECK(adamw.beta1 >= 0 && adamw.beta1 < 1, "optim.beta1 = {} must be in [0, 1)", adamw.beta1);
+  NDT_CHECK(adamw.beta2 >= 0 && adamw.beta2 < 1, "optim.beta2 = {} must be in [0, 1)", adamw.beta2);
+  NDT_CHECK(adamw.eps > 0, "optim.eps = {} must be positive", adamw.eps);
+  NDT_CHECK(adamw.weight_decay >= 0, "optim.weight_decay = {} must not be negative", adamw.weight_decay);
+  NDT_CHECK(grad_clip >= 0, "optim.grad_clip = {} must not be negative", grad_clip);
+  NDT_CHECK(!train_data.empty(), "data.train is not set: give a token shard (see `ndtrain prepare`)");
+  NDT_CHECK(std::filesystem::is_regular_file(train_data), "data.train = \"{}\": file does not exist",
+            train_data);
+  NDT_CHECK(val_data.empty() || std::filesystem::is_regular_file(val_data),
+            "data.val = \"{}\": file does not exist", val_data);
+  NDT_CHECK(sample_tokens >= 0, "sample.tokens = {} must not be negative", sample_tokens);
+  NDT_CHECK(temperature >= 0, "sample.temperature = {} must not be negative", temperature);
+  NDT_CHECK(top_k >= 0, "sample.top_k = {} must not be negative", top_k);
+  NDT_CHECK(threads >= 1, "runtime.threads = {} must be at least 1", threads);
+  NDT_CHECK(peak_gflops >= 0, "runtime.peak_gflops = {} must not be negative", peak_gflops);
+}
+
+std::vector<ConfigFieldDoc> config_field_docs() {
+  RunConfig defaults;
+  std::vector<ConfigFieldDoc> docs;
+  for (const Field& f : fields()) docs.push_back({f.key, f.get(defaults), f.doc});
+  return docs;
+}
+
+std::string describe_run_config(const RunConfig& config) {
+  std::string out;
+  for (const Field& f : fields()) {
+    if (f.key != "model.preset") out += fmt::format("  {} = {}\n", f.key, f.get(config));
+  }
+  return out;
+}
+
+}  // namespace ndt

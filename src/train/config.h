@@ -1,0 +1,68 @@
+// Run configuration: a TOML file of sections [model], [train], [optim], [data],
+// [sample], [runtime], overridden by `--set section.key=value`. Every field is
+// declared once in a table (key, meaning, default) that drives parsing, printing and
+// docs/config.md; unknown keys and bad values are errors naming the key and value.
+#pragma once
+
+#include "model/config.h"
+#include "optim/adamw.h"
+#include "optim/schedule.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ndt {
+
+struct RunConfig {
+  ModelConfig model;
+
+  // [train]
+  int64_t steps = 100;
+  int batch_size = 8;        // sequences per optimizer step (the global batch)
+  int micro_batch_size = 8;  // sequences per forward/backward; the rest is accumulated
+  int seq_len = 128;
+  uint64_t seed = 1337;
+  int64_t eval_every = 50;
+  int eval_batches = 8;
+  int loss_chunk_rows = 256;
+  int64_t log_every = 1;
+
+  // [optim]
+  LrSchedule schedule;
+  AdamWConfig adamw;
+  float grad_clip = 1.0f;
+
+  // [data]
+  std::string train_data;
+  std::string val_data;
+
+  // [sample]
+  int sample_tokens = 200;
+  std::string sample_prompt = "\n";
+  float temperature = 0.8f;
+  int top_k = 40;
+
+  // [runtime]
+  int threads = 2;
+  double peak_gflops = 0;  // 0: measure with the built-in FMA calibration
+  std::string out_dir = "runs/latest";
+
+  int grad_accum_steps() const { return batch_size / micro_batch_size; }
+  void validate() const;  // throws naming the key and value
+};
+
+// Reads a TOML file (empty path: defaults), then applies overrides "section.key=value".
+RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides);
+
+// One entry per configuration key, for `ndtrain config` and docs/config.md.
+struct ConfigFieldDoc {
+  std::string key;
+  std::string default_value;
+  std::string doc;
+};
+std::vector<ConfigFieldDoc> config_field_docs();
+// "key = value" lines of a config, for the run log.
+std::string describe_run_config(const RunConfig& config);
+
+}  // namespace ndt

@@ -1,0 +1,99 @@
+#include "train/flops.h"
+
+#include "kernels/cpu/gemm.h"
+
+#include <fmt/format.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <vector>
+
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+#include <immintrin.h>
+#endif
+
+namespace ndt {
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// FLOPs done by one thread; 10 independent accumulators hide the FMA latency.
+// Uses the widest vector FMA the build targets (AVX-512, else AVX2).
+double fma_loop(long iterations, float* sink) {
+#if defined(__AVX512F__)
+  __m512 acc[10];
+  for (int i = 0; i < 10; ++i) acc[i] = _mm512_set1_ps(0.001f * i);
+  const __m512 a = _mm512_set1_ps(0.999999f), b = _mm512_set1_ps(1e-7f);
+  for (long it = 0; it < iterations; ++it) {
+    for (int i = 0; i < 10; ++i) acc[i] = _mm512_fmadd_ps(acc[i], a, b);
+  }
+  __m512 sum = acc[0];
+  for (int i = 1; i < 10; ++i) sum = _mm512_add_ps(sum, acc[i]);
+  *sink = _mm512_reduce_add_ps(sum);
+  return static_cast<double>(iterations) * 10 * 16 * 2;
+#elif defined(__AVX2__) && defined(__FMA__)
+  __m256 acc[10];
+  for (int i = 0; i < 10; ++i) acc[i] = _mm256_set1_ps(0.001f * i);
+  const __m256 a = _mm256_set1_ps(0.999999f), b = _mm256_set1_ps(1e-7f);
+  for (long it = 0; it < iterations; ++it) {
+    for (int i = 0; i < 10; ++i) acc[i] = _mm256_fmadd_ps(acc[i], a, b);
+  }
+  __m256 sum = acc[0];
+  for (int i = 1; i < 10; ++i) sum = _mm256_add_ps(sum, acc[i]);
+  float lanes[8];
+  _mm256_storeu_ps(lanes, sum);
+  *sink = lanes[0];
+  return static_cast<double>(iterations) * 10 * 8 * 2;
+#else
+  float acc[32];
+  for (int i = 0; i < 32; ++i) acc[i] = 0.001f * i;
+  for (long it = 0; it < iterations; ++it) {
+#pragma omp simd
+    for (int i = 0; i < 32; ++i) acc[i] = acc[i] * 0.999999f + 1e-7f;
+  }
+  *sink = acc[0];
+  return static_cast<double>(iterations) * 32 * 2;
+#endif
+}
+
+}  // namespace
+
+double measure_fma_peak(int threads) {
+  const long iterations = 20'000'000;
+  std::vector<float> sink(static_cast<size_t>(threads) * 16);
+  double best = 0;
+  for (int trial = 0; trial < 3; ++trial) {
+    auto t0 = std::chrono::steady_clock::now();
+    double total = 0;
+#pragma omp parallel num_threads(threads) reduction(+ : total)
+    total += fma_loop(iterations, &sink[omp_get_thread_num() * 16]);
+    best = std::max(best, total / seconds_since(t0));
+  }
+  return best;
+}
+
+PeakFlops resolve_peak_flops(double configured_gflops, int threads) {
+  if (configured_gflops > 0) return {configured_gflops * 1e9, "config runtime.peak_gflops"};
+  const double peak = measure_fma_peak(threads);
+  return {peak, fmt::format("measured: FMA calibration on {} thread{}", threads, threads == 1 ? "" : "s")};
+}
+
+double measure_sgemm_flops(int M, int N, int K, int repeats) {
+  std::vector<float> a(static_cast<size_t>(M) * K, 0.01f), b(static_cast<size_t>(K) * N, 0.02f),
+      c(static_cast<size_t>(M) * N, 0.0f);
+  cpu::gemm(false, true, M, N, K, 1.0f, a.data(), K, b.data(), K, 0.0f, c.data(), N);  // warm up
+  std::vector<double> rates;
+  for (int r = 0; r < repeats; ++r) {
+    auto t0 = std::chrono::steady_clock::now();
+    cpu::gemm(false, true, M, N, K, 1.0f, a.data(), K, b.data(), K, 0.0f, c.data(), N);
+    rates.push_back(2.0 * M * N * K / seconds_since(t0));
+  }
+  std::sort(rates.begin(), rates.end());
+  return rates[rates.size() / 2];
+}
+
+}  // namespace ndt

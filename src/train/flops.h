@@ -1,0 +1,25 @@
+// Hardware peak for MFU. On CPU the peak is measured by a short fused-multiply-add
+// loop on every thread (the vector FMA units' throughput), unless the config gives
+// one; the run log says which.
+#pragma once
+
+#include <string>
+
+namespace ndt {
+
+struct PeakFlops {
+  double flops_per_s = 0;
+  std::string source;  // "measured: ..." or "config runtime.peak_gflops"
+};
+
+// Runs the FMA calibration on `threads` threads (about 0.1 s).
+double measure_fma_peak(int threads);
+
+// configured_gflops > 0 is taken as given; otherwise measured.
+PeakFlops resolve_peak_flops(double configured_gflops, int threads);
+
+// Throughput of one single-precision GEMM of M x K times K x N through OpenBLAS, in
+// FLOP/s (median of several calls), on the current thread setting.
+double measure_sgemm_flops(int M, int N, int K, int repeats = 5);
+
+}  // namespace ndt

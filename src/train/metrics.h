@@ -1,0 +1,24 @@
+// Metrics file: one JSON object per line (JSONL), flushed as written so a crashed or
+// running job can be read.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <string>
+
+namespace ndt {
+
+class MetricsLog {
+ public:
+  // Creates the folder if needed; an empty path disables the log.
+  explicit MetricsLog(const std::string& path);
+  void write(const nlohmann::json& record);
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  std::ofstream out_;
+};
+
+}  // namespace ndt

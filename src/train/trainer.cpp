@@ -1,0 +1,210 @@
+#include "train/trainer.h"
+
+#include "core/memory.h"
+#include "kernels/cpu/threads.h"
+#include "optim/clip.h"
+#include "train/generate.h"
+
+#include <fmt/format.h>
+#include <fmt/ostream.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+
+namespace ndt {
+
+namespace {
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+double mib(size_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
+
+RunConfig with_schedule_length(RunConfig config) {
+  config.schedule.decay_steps = config.steps;
+  return config;
+}
+
+}  // namespace
+
+double unigram_entropy(const uint16_t* tokens, int64_t n) {
+  std::vector<int64_t> counts(65536, 0);
+  for (int64_t i = 0; i < n; ++i) ++counts[tokens[i]];
+  double h = 0;
+  for (int64_t c : counts) {
+    if (c > 0) {
+      const double p = static_cast<double>(c) / static_cast<double>(n);
+      h -= p * std::log(p);
+    }
+  }
+  return h;
+}
+
+Trainer::Trainer(const RunConfig& config, std::ostream* log)
+    : config_(with_schedule_length(config)),
+      log_(log),
+      train_data_({config.train_data}),
+      train_loader_(train_data_, config.batch_size, config.seq_len, config.seed),
+      metrics_(config.out_dir.empty() ? "" : config.out_dir + "/metrics.jsonl") {
+  config_.validate();
+  cpu::set_num_threads(config_.threads);
+  model_ = std::make_unique<Transformer>(config_.model, config_.seed, config_.loss_chunk_rows);
+  optimizer_ = std::make_unique<AdamW>(model_->store(), config_.adamw);
+  if (!config_.val_data.empty()) {
+    val_data_ = std::make_unique<TokenDataset>(std::vector<std::string>{config_.val_data});
+  }
+  val_loader_ = std::make_unique<BatchLoader>(val_data_ ? *val_data_ : train_data_,
+                                              config_.micro_batch_size, config_.seq_len, config_.seed);
+  for (int64_t i = 0; i < train_data_.size(); ++i) {
+    NDT_CHECK(train_data_.tokens()[i] < config_.model.vocab_size,
+              "data.train = \"{}\": token {} at position {} is outside model.vocab_size = {}",
+              config_.train_data, train_data_.tokens()[i], i, config_.model.vocab_size);
+  }
+  peak_ = resolve_peak_flops(config_.peak_gflops, config_.threads);
+  const size_t rows = static_cast<size_t>(config_.micro_batch_size) * config_.seq_len;
+  inputs_.resize(rows);
+  targets_.resize(rows);
+  if (log_) print_header();
+}
+
+void Trainer::print_header() {
+  const ModelConfig& m = config_.model;
+  const MemoryPrediction mem = Transformer::predict_memory(m, config_.micro_batch_size, config_.seq_len,
+                                                           config_.loss_chunk_rows);
+  fmt::print(*log_, "ndtrain: {} model, {} layers, d_model {}, {} heads, vocab {}: {:.2f}M parameters\n",
+             arch_name(m.arch), m.n_layer, m.d_model, m.n_head, m.vocab_size,
+             static_cast<double>(model_->store().numel()) / 1e6);
+  fmt::print(*log_, "data: {} training tokens from {}{}\n", train_data_.size(), config_.train_data,
+             val_data_ ? fmt::format(", {} validation tokens from {}", val_data_->size(), config_.val_data)
+                       : std::string(", validation on training data"));
+  fmt::print(*log_, "batch: {} x {} tokens per step ({} micro-step{} of {}), {} steps, {} thread{}\n",
+             config_.batch_size, config_.seq_len, config_.grad_accum_steps(),
+             config_.grad_accum_steps() == 1 ? "" : "s", config_.micro_batch_size, config_.steps,
+             config_.threads, config_.threads == 1 ? "" : "s");
+  fmt::print(*log_, "memory predicted: params {:.1f} MiB, grads {:.1f} MiB, optimizer {:.1f} MiB, activations {:.1f} MiB\n",
+             mib(mem.params), mib(mem.grads), mib(2 * mem.params), mib(mem.activations));
+  fmt::print(*log_, "MFU peak: {:.1f} GFLOP/s ({})\n", peak_.flops_per_s / 1e9, peak_.source);
+  fmt::print(*log_, "metrics: {}\n", metrics_.path().empty() ? "(off)" : metrics_.path());
+  log_->flush();
+}
+
+StepStats Trainer::step() {
+  const auto t0 = std::chrono::steady_clock::now();
+  const int micro = config_.micro_batch_size, T = config_.seq_len, accum = config_.grad_accum_steps();
+  const float grad_scale = 1.0f / static_cast<float>(static_cast<int64_t>(micro) * T * accum);
+  ParameterStore& store = model_->store();
+  store.zero_grads();
+  double loss = 0;
+  for (int m = 0; m < accum; ++m) {
+    train_loader_.train_batch(step_, m * micro, micro, inputs_.data(), targets_.data());
+    loss += model_->forward_backward(inputs_.data(), targets_.data(), micro, T, grad_scale);
+  }
+  loss /= accum;
+  const double norm = std::sqrt(sum_of_squares(store.grads().data<float>(), store.numel()));
+  const float lr = config_.schedule.at(step_);
+  optimizer_->step(lr, clip_factor(norm, config_.grad_clip));
+
+  StepStats s;
+  s.step = step_++;
+  s.loss = loss;
+  s.lr = lr;
+  s.grad_norm = norm;
+  s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  s.tokens_per_s = static_cast<double>(config_.batch_size) * T / s.seconds;
+  s.mfu = model_->flops_per_token(T) * s.tokens_per_s / peak_.flops_per_s;
+  s.peak_bytes = MemoryLedger::instance().peak_total();
+  metrics_.write({{"step", s.step + 1}, {"loss", s.loss}, {"lr", s.lr}, {"grad_norm", s.grad_norm},
+                  {"step_s", s.seconds}, {"tokens_per_s", s.tokens_per_s}, {"mfu", s.mfu},
+                  {"peak_mem_bytes", s.peak_bytes}});
+  return s;
+}
+
+double Trainer::evaluate() {
+  const int micro = config_.micro_batch_size, T = config_.seq_len;
+  double total = 0;
+  for (int b = 0; b < config_.eval_batches; ++b) {
+    val_loader_->eval_batch(b, 0, micro, inputs_.data(), targets_.data());
+    total += model_->evaluate(inputs_.data(), targets_.data(), micro, T);
+  }
+  return total / config_.eval_batches;
+}
+
+void Trainer::print_step(const StepStats& s) {
+  fmt::print(*log_,
+             "step {:>5}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:>8.0f} tok/s | MFU {:5.1f}% | "
+             "peak mem {:.1f} MiB | {:.0f} ms\n",
+             s.step + 1, config_.steps, s.loss, s.lr, s.grad_norm, s.tokens_per_s, 100.0 * s.mfu,
+             mib(s.peak_bytes), 1e3 * s.seconds);
+  log_->flush();
+}
+
+RunSummary Trainer::run() {
+  RunSummary summary;
+  summary.unigram_entropy = unigram_entropy(train_data_.tokens(), train_data_.size());
+  std::vector<double> rates, mfus;
+  while (step_ < config_.steps) {
+    const StepStats s = step();
+    summary.losses.push_back(s.loss);
+    // The first step pays for first-touch page faults; leave it out of the medians.
+    if (s.step > 0 || config_.steps == 1) rates.push_back(s.tokens_per_s), mfus.push_back(s.mfu);
+    const bool last = step_ == config_.steps;
+    if (log_ && (s.step % config_.log_every == 0 || last)) print_step(s);
+    if ((config_.eval_every > 0 && step_ % config_.eval_every == 0) || last) {
+      const double val = evaluate();
+      summary.val_losses.emplace_back(step_, val);
+      metrics_.write({{"step", step_}, {"val_loss", val}});
+      if (log_) fmt::print(*log_, "step {:>5}/{} | validation loss {:.4f}\n", step_, config_.steps, val);
+    }
+  }
+  summary.median_tokens_per_s = median(rates);
+  summary.median_mfu = median(mfus);
+  if (config_.sample_tokens > 0) {
+    SampleOptions options{config_.sample_tokens, config_.temperature, config_.top_k, config_.seed};
+    summary.sample =
+        tokens_to_bytes(generate(*model_, bytes_to_tokens(config_.sample_prompt), options));
+  }
+  MemoryLedger& ledger = MemoryLedger::instance();
+  nlohmann::json mem;
+  for (size_t t = 0; t < kNumMemTags; ++t) {
+    mem[std::string(mem_tag_name(static_cast<MemTag>(t)))] = ledger.peak(static_cast<MemTag>(t));
+  }
+  metrics_.write({{"summary",
+                   {{"first_loss", summary.losses.front()},
+                    {"last_loss", summary.losses.back()},
+                    {"val_loss", summary.val_losses.back().second},
+                    {"unigram_entropy", summary.unigram_entropy},
+                    {"median_tokens_per_s", summary.median_tokens_per_s},
+                    {"median_mfu", summary.median_mfu},
+                    {"peak_mem_bytes", ledger.peak_total()},
+                    {"peak_mem_by_tag", mem},
+                    {"peak_rss_bytes", process_peak_rss_bytes()}}}});
+  if (log_) {
+    fmt::print(*log_, "\n== summary ==\n");
+    fmt::print(*log_, "loss: first {:.4f}, last {:.4f}; validation {:.4f} (unigram entropy of the data {:.4f})\n",
+               summary.losses.front(), summary.losses.back(), summary.val_losses.back().second,
+               summary.unigram_entropy);
+    fmt::print(*log_, "throughput: median {:.0f} tokens/s, MFU {:.1f}%\n", summary.median_tokens_per_s,
+               100.0 * summary.median_mfu);
+    std::string by_tag;
+    for (size_t t = 0; t < kNumMemTags; ++t) {
+      const MemTag tag = static_cast<MemTag>(t);
+      if (ledger.peak(tag) > 0) by_tag += fmt::format(" {} {:.1f},", mem_tag_name(tag), mib(ledger.peak(tag)));
+    }
+    if (!by_tag.empty()) by_tag.pop_back();
+    fmt::print(*log_, "peak memory: ledger {:.1f} MiB ({} MiB), process RSS {:.1f} MiB\n",
+               mib(ledger.peak_total()), by_tag.substr(1), mib(process_peak_rss_bytes()));
+    if (!summary.sample.empty()) {
+      fmt::print(*log_, "\n== sample (prompt \"{}\") ==\n{}{}\n", config_.sample_prompt, config_.sample_prompt,
+                 summary.sample);
+    }
+    log_->flush();
+  }
+  return summary;
+}
+
+}  // namespace ndt

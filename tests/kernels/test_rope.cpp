@@ -1,0 +1,151 @@
+// RoPE ("rotate half", HF Llama): reference values, identity at position 0, position
+// offsets, in-place use, norm preservation, backward as the inverse rotation.
+#include "kernels/cpu/rope.h"
+
+#include "../common/gradcheck.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+namespace ndt::cpu {
+namespace {
+
+using ndt::testing::expect_gradient_matches;
+using ndt::testing::random_vector;
+using ndt::testing::weighted_sum;
+
+constexpr float kTheta = 10000.0f;
+
+TEST(Rope, ForwardMatchesReference) {
+  const int B = 2, T = 5, H = 3, D = 8, off = 3;
+  const int64_t n = static_cast<int64_t>(B) * T * H * D;
+  auto x = random_vector(n, 1);
+  std::vector<float> out(n, 9.0f);
+  rope_forward(out.data(), x.data(), B, T, H, D, off, kTheta);
+  const int half = D / 2;
+  for (int b = 0; b < B; ++b) {
+    for (int t = 0; t < T; ++t) {
+      for (int h = 0; h < H; ++h) {
+        const int64_t base = ((static_cast<int64_t>(b) * T + t) * H + h) * D;
+        for (int i = 0; i < half; ++i) {
+          double angle = (off + t) * std::pow(10000.0, -2.0 * i / D);
+          double x1 = x[base + i], x2 = x[base + i + half];
+          double o1 = x1 * std::cos(angle) - x2 * std::sin(angle);
+          double o2 = x2 * std::cos(angle) + x1 * std::sin(angle);
+          EXPECT_NEAR(out[base + i], o1, 1e-5) << b << "," << t << "," << h << "," << i;
+          EXPECT_NEAR(out[base + i + half], o2, 1e-5) << b << "," << t << "," << h << "," << i;
+        }
+      }
+    }
+  }
+}
+
+TEST(Rope, RotateHalfConventionOnUnitVector) {
+  // D = 4, theta = 10000: pair (0, 2) turns at 1 rad per position, pair (1, 3) at 0.01.
+  float x[4] = {1.0f, 1.0f, 0.0f, 0.0f}, out[4];
+  rope_forward(out, x, 1, 1, 1, 4, /*pos_offset=*/1, kTheta);
+  EXPECT_NEAR(out[0], std::cos(1.0), 1e-6);
+  EXPECT_NEAR(out[2], std::sin(1.0), 1e-6);
+  EXPECT_NEAR(out[1], std::cos(0.01), 1e-6);
+  EXPECT_NEAR(out[3], std::sin(0.01), 1e-6);
+}
+
+TEST(Rope, PositionZeroIsIdentity) {
+  const int B = 2, H = 3, D = 16;
+  const int64_t n = static_cast<int64_t>(B) * H * D;
+  auto x = random_vector(n, 2);
+  std::vector<float> out(n);
+  rope_forward(out.data(), x.data(), B, 1, H, D, 0, kTheta);
+  for (int64_t i = 0; i < n; ++i) EXPECT_EQ(out[i], x[i]) << "index " << i;
+}
+
+TEST(Rope, OffsetShiftsPositions) {
+  // Rope on all T rows from offset 0 equals, on rows [T/2, T), rope on those rows alone
+  // with offset T/2 (what a sequence shard does).
+  const int B = 2, T = 8, H = 2, D = 12, half_t = T / 2;
+  const int64_t row = static_cast<int64_t>(H) * D;
+  auto x = random_vector(B * T * row, 3);
+  std::vector<float> full(B * T * row);
+  rope_forward(full.data(), x.data(), B, T, H, D, 0, kTheta);
+  std::vector<float> second(B * half_t * row), out(B * half_t * row);
+  for (int b = 0; b < B; ++b) {
+    for (int64_t k = 0; k < half_t * row; ++k) {
+      second[b * half_t * row + k] = x[(b * T + half_t) * row + k];
+    }
+  }
+  rope_forward(out.data(), second.data(), B, half_t, H, D, half_t, kTheta);
+  for (int b = 0; b < B; ++b) {
+    for (int64_t k = 0; k < half_t * row; ++k) {
+      EXPECT_EQ(out[b * half_t * row + k], full[(b * T + half_t) * row + k]) << b << "," << k;
+    }
+  }
+  // And the offset is not ignored: offset 0 on the shard gives different values.
+  std::vector<float> wrong(out.size());
+  rope_forward(wrong.data(), second.data(), B, half_t, H, D, 0, kTheta);
+  EXPECT_NE(wrong, out);
+}
+
+TEST(Rope, InPlaceMatchesOutOfPlace) {
+  const int B = 2, T = 6, H = 3, D = 10;
+  const int64_t n = static_cast<int64_t>(B) * T * H * D;
+  auto x = random_vector(n, 4);
+  std::vector<float> out(n);
+  rope_forward(out.data(), x.data(), B, T, H, D, 5, kTheta);
+  std::vector<float> inplace = x;
+  rope_forward(inplace.data(), inplace.data(), B, T, H, D, 5, kTheta);
+  for (int64_t i = 0; i < n; ++i) EXPECT_EQ(inplace[i], out[i]) << "index " << i;
+}
+
+TEST(Rope, PreservesNormOfEachRotateHalfPair) {
+  const int B = 1, T = 9, H = 2, D = 32;
+  const int64_t n = static_cast<int64_t>(B) * T * H * D;
+  auto x = random_vector(n, 5);
+  std::vector<float> out(n);
+  rope_forward(out.data(), x.data(), B, T, H, D, 100, kTheta);
+  const int half = D / 2;
+  for (int64_t base = 0; base < n; base += D) {
+    for (int i = 0; i < half; ++i) {
+      double before = std::hypot(x[base + i], x[base + i + half]);
+      double after = std::hypot(out[base + i], out[base + i + half]);
+      EXPECT_NEAR(after, before, 1e-5 * (1 + before)) << "vector at " << base << " pair " << i;
+    }
+  }
+}
+
+TEST(Rope, BackwardMatchesFiniteDifferencesAndInvertsForward) {
+  const int B = 2, T = 3, H = 2, D = 8, off = 7;
+  const int64_t n = static_cast<int64_t>(B) * T * H * D;
+  auto x = random_vector(n, 6);
+  auto wl = random_vector(n, 7);
+  std::vector<float> out(n);
+  auto loss = [&] {
+    rope_forward(out.data(), x.data(), B, T, H, D, off, kTheta);
+    return weighted_sum(out.data(), wl.data(), n);
+  };
+  std::vector<float> dx(n, 0.0f);
+  rope_backward(dx.data(), wl.data(), B, T, H, D, off, kTheta);
+  // Linear map: differences exact up to float rounding. eps 1e-2, rtol 1e-2, atol 1e-3.
+  expect_gradient_matches(loss, x.data(), n, dx.data(), "dinp", 1e-2f, 1e-2, 1e-3, n);
+
+  // Backward of a rotation is its inverse: backward(forward(x)) == x.
+  loss();
+  std::vector<float> back(n, 0.0f);
+  rope_backward(back.data(), out.data(), B, T, H, D, off, kTheta);
+  for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(back[i], x[i], 1e-5) << "index " << i;
+}
+
+TEST(Rope, BackwardAccumulates) {
+  const int B = 1, T = 4, H = 2, D = 6;
+  const int64_t n = static_cast<int64_t>(B) * T * H * D;
+  auto dout = random_vector(n, 8);
+  std::vector<float> d1(n, 0.0f), d2(n, 0.0f);
+  rope_backward(d1.data(), dout.data(), B, T, H, D, 2, kTheta);
+  rope_backward(d2.data(), dout.data(), B, T, H, D, 2, kTheta);
+  rope_backward(d2.data(), dout.data(), B, T, H, D, 2, kTheta);
+  for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(d2[i], 2 * d1[i], 1e-6) << "index " << i;
+}
+
+}  // namespace
+}  // namespace ndt::cpu

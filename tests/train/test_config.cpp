@@ -1,0 +1,97 @@
+// Config parsing: every bad value is refused with the key and value in the message.
+#include "test_support.h"
+#include "train/config.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+namespace ndt {
+namespace {
+
+class ConfigTest : public ::testing::Test {
+ protected:
+  ConfigTest() : dir_() {
+    write_shard(dir_.file("train.bin"), testing::synthetic_text(1000, 1));
+    write_file("base.toml", "[model]\npreset = \"gpt2-tiny\"\n[data]\ntrain = \"" + dir_.file("train.bin") + "\"\n");
+  }
+  void write_file(const std::string& name, const std::string& text) {
+    std::ofstream(dir_.file(name)) << text;
+  }
+  // The message of the error load_run_config throws, or "" if it does not throw.
+  std::string error_of(const std::vector<std::string>& overrides, const std::string& file = "base.toml") {
+    try {
+      load_run_config(dir_.file(file), overrides);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  }
+  testing::TempDir dir_;
+};
+
+#define EXPECT_ERROR_MENTIONS(message, text) \
+  EXPECT_NE((message).find(text), std::string::npos) << "message: \"" << (message) << "\""
+
+TEST_F(ConfigTest, ValidFileWithOverrides) {
+  RunConfig c = load_run_config(dir_.file("base.toml"), {"train.steps=7", "model.n_layer=3", "optim.lr=0.01"});
+  EXPECT_EQ(c.steps, 7);
+  EXPECT_EQ(c.model.n_layer, 3);
+  EXPECT_EQ(c.model.d_model, 128);  // from the preset
+  EXPECT_FLOAT_EQ(c.schedule.max_lr, 0.01f);
+}
+
+TEST_F(ConfigTest, ExplicitModelKeysOverrideThePreset) {
+  write_file("order.toml", "[model]\nn_layer = 1\npreset = \"gpt2-tiny\"\n[data]\ntrain = \"" +
+                               dir_.file("train.bin") + "\"\n");
+  EXPECT_EQ(load_run_config(dir_.file("order.toml"), {}).model.n_layer, 1);
+}
+
+TEST_F(ConfigTest, NegativeSizes) {
+  EXPECT_ERROR_MENTIONS(error_of({"model.n_layer=-2"}), "model.n_layer = -2");
+  EXPECT_ERROR_MENTIONS(error_of({"train.batch_size=-8"}), "train.batch_size = -8");
+  EXPECT_ERROR_MENTIONS(error_of({"train.seq_len=0"}), "train.seq_len = 0");
+  EXPECT_ERROR_MENTIONS(error_of({"model.d_model=-64"}), "model.d_model = -64");
+}
+
+TEST_F(ConfigTest, HeadsMustDivideWidth) {
+  EXPECT_ERROR_MENTIONS(error_of({"model.n_head=5"}), "model.n_head = 5 does not divide model.d_model = 128");
+}
+
+TEST_F(ConfigTest, OtherInconsistencies) {
+  EXPECT_ERROR_MENTIONS(error_of({"train.micro_batch_size=3"}), "train.micro_batch_size = 3");
+  EXPECT_ERROR_MENTIONS(error_of({"train.seq_len=512"}), "train.seq_len = 512 exceeds model.max_seq_len = 256");
+  EXPECT_ERROR_MENTIONS(error_of({"optim.beta2=1.5"}), "optim.beta2 = 1.5");
+  EXPECT_ERROR_MENTIONS(error_of({"runtime.threads=0"}), "runtime.threads = 0");
+  EXPECT_ERROR_MENTIONS(error_of({"model.arch=bert"}), "model.arch = \"bert\"");
+  EXPECT_ERROR_MENTIONS(error_of({"model.preset=gpt5"}), "model.preset = \"gpt5\"");
+}
+
+TEST_F(ConfigTest, UnknownKeys) {
+  EXPECT_ERROR_MENTIONS(error_of({"train.stepz=3"}), "unknown config key \"train.stepz\"");
+  write_file("unknown.toml", "[optim]\nlearning_rate = 0.1\n");
+  EXPECT_ERROR_MENTIONS(error_of({}, "unknown.toml"), "unknown config key \"optim.learning_rate\"");
+}
+
+TEST_F(ConfigTest, BadValuesAndSyntax) {
+  EXPECT_ERROR_MENTIONS(error_of({"train.steps=ten"}), "train.steps = \"ten\" is not a valid integer");
+  EXPECT_ERROR_MENTIONS(error_of({"model.qk_norm=yes"}), "model.qk_norm = \"yes\" is not a boolean");
+  EXPECT_ERROR_MENTIONS(error_of({"train.steps"}), "--set \"train.steps\"");
+  write_file("broken.toml", "[train\nsteps = 3\n");
+  EXPECT_ERROR_MENTIONS(error_of({}, "broken.toml"), "broken.toml");
+}
+
+TEST_F(ConfigTest, MissingFiles) {
+  EXPECT_ERROR_MENTIONS(error_of({"data.train=/nonexistent/train.bin"}), "data.train = \"/nonexistent/train.bin\"");
+  EXPECT_ERROR_MENTIONS(error_of({"data.val=/nonexistent/val.bin"}), "data.val = \"/nonexistent/val.bin\"");
+  EXPECT_ERROR_MENTIONS(error_of({}, "missing.toml"), "missing.toml");
+}
+
+TEST(ConfigDocs, EveryKeyIsDocumented) {
+  const auto docs = config_field_docs();
+  EXPECT_GT(docs.size(), 30u);
+  for (const ConfigFieldDoc& d : docs) EXPECT_GT(d.doc.size(), 10u) << d.key;
+}
+
+}  // namespace
+}  // namespace ndt
