@@ -63,9 +63,7 @@ int run_config_doc() {
   fmt::print("command line with `--set section.key=value`. Unknown keys are errors.\n\n");
   fmt::print("| key | default | meaning |\n|---|---|---|\n");
   for (const ConfigFieldDoc& f : config_field_docs()) {
-    std::string value = f.default_value;
-    std::replace(value.begin(), value.end(), '\n', ' ');
-    fmt::print("| `{}` | `{}` | {} |\n", f.key, value, f.doc);
+    fmt::print("| `{}` | `{}` | {} |\n", f.key, f.default_value, f.doc);
   }
   return 0;
 }

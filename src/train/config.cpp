@@ -33,6 +33,17 @@ T parse_number(const std::string& key, const std::string& text) {
   return value;
 }
 
+// "text" with newlines and quotes escaped, as TOML would write it.
+std::string quoted(const std::string& text) {
+  std::string out = "\"";
+  for (char ch : text) {
+    if (ch == '\n') out += "\\n";
+    else if (ch == '"' || ch == '\\') out += std::string("\\") + ch;
+    else out += ch;
+  }
+  return out + "\"";
+}
+
 bool parse_bool(const std::string& key, const std::string& text) {
   if (text == "true") return true;
   if (text == "false") return false;
@@ -58,7 +69,7 @@ Field field(std::string key, Ref ref, std::string doc) {
   f.get = [ref](const RunConfig& c) {
     const T& value = ref(const_cast<RunConfig&>(c));
     if constexpr (std::is_same_v<T, bool>) return std::string(value ? "true" : "false");
-    else if constexpr (std::is_same_v<T, std::string>) return fmt::format("\"{}\"", value);
+    else if constexpr (std::is_same_v<T, std::string>) return quoted(value);
     else return fmt::format("{}", value);
   };
   return f;

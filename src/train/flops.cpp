@@ -33,7 +33,9 @@ double fma_loop(long iterations, float* sink) {
   }
   __m512 sum = acc[0];
   for (int i = 1; i < 10; ++i) sum = _mm512_add_ps(sum, acc[i]);
-  *sink = _mm512_reduce_add_ps(sum);
+  float lanes[16];
+  _mm512_storeu_ps(lanes, sum);
+  *sink = lanes[0];
   return static_cast<double>(iterations) * 10 * 16 * 2;
 #elif defined(__AVX2__) && defined(__FMA__)
   __m256 acc[10];

@@ -9,6 +9,7 @@
 // The sigmoid form is also more accurate in the negative tail than 1 + tanh(u), which
 // cancels.
 #include "kernels/cpu/activation.h"
+#include "kernels/cpu/vec_math.h"
 
 #include <bit>
 #include <cstdint>
@@ -21,33 +22,8 @@ constexpr float kGeluCubic = 0.044715f;
 // Below this many elements the loops run on the calling thread (no fork/join cost).
 constexpr int64_t kParallelMin = int64_t{1} << 14;
 
-// expf to ~2 ulp (Cephes polynomial), branch-free so that it vectorises. The argument
-// is clamped to [-87, 88]: results stay finite and normal (exp(88) = 1.65e38), which is
-// what the sigmoids below need (1 / (1 + 1.65e38) is 0 to float precision).
 #pragma omp declare simd notinbranch
-inline float exp_approx(float x) {
-  x = x < -87.0f ? -87.0f : x;
-  x = x > 88.0f ? 88.0f : x;
-  // n = round(x / ln2) by the 1.5 * 2^23 trick (round to nearest under the default mode).
-  const float shifter = 12582912.0f;
-  float n = (x * 1.44269504088896341f + shifter) - shifter;
-  // r = x - n ln2 in two parts (Cody-Waite), |r| <= ln2 / 2.
-  float r = x - n * 0.693359375f;
-  r = r + n * 2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  float e = p * r * r + r + 1.0f;
-  // Multiply by 2^n, n in [-126, 127].
-  int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
-  return e * std::bit_cast<float>(bits);
-}
-
-#pragma omp declare simd notinbranch
-inline float sigmoid(float x) { return 1.0f / (1.0f + exp_approx(-x)); }
+inline float sigmoid(float x) { return 1.0f / (1.0f + exp_vec(-x)); }
 
 }  // namespace
 

@@ -1,6 +1,9 @@
 // AdamW with bias correction and decoupled weight decay. Elementwise (no reductions),
 // so one OpenMP simd loop and the result does not depend on how elements are split
 // between threads.
+// Note: GCC vectorises this loop only with -fno-math-errno (std::sqrt otherwise keeps
+// a scalar errno branch; neither omp simd nor an optimize attribute lifts it). With the
+// flag it runs ~1.9x faster: 16.8M elements in 20 ms instead of 39 ms on one core.
 #include "kernels/cpu/adamw.h"
 
 #include <cmath>

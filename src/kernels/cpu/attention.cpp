@@ -10,13 +10,13 @@
 // nested team. Measured with OMP_NUM_THREADS=2 on a 2-core AVX-512 VM, 1024^3 sgemm:
 // outside any region 13.9 ms on 1 thread and 6.9 ms on 2; called by one thread of an
 // active 2-thread region while the other waits, 13.8-15.9 ms, i.e. one thread.
-// With fewer tasks than threads (e.g. B * NKV == 1 in backward) the region is made
-// inactive by its if clause, so each sgemm gets OpenBLAS's threads instead; tiny calls
-// (below kMinParallelWork) run serially.
+// Calls below kMinParallelWork run serially. With fewer tasks than threads (B * NKV
+// small in backward) the extra threads idle.
 //
 // Only the lower triangle is computed: rows are processed in blocks of kRowBlock, and
 // the block [r0, r1) needs keys [0, r1) only (about 5/8 of the full work at T = 256).
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/vec_math.h"
 
 #include "core/error.h"
 
@@ -35,46 +35,24 @@ namespace {
 
 constexpr int kRowBlock = 64;
 // Below this many multiply-adds per call (B * NH * T * T * HS) a parallel region
-// costs more than it saves (and on an oversubscribed machine a fork/join can cost
-// milliseconds), so small calls run on the calling thread.
-constexpr int64_t kMinParallelWork = int64_t{1} << 20;
+// costs more than it saves (on an oversubscribed machine a fork/join can cost
+// milliseconds), so small calls run on the calling thread. It is also OpenBLAS's
+// own threading threshold (M * N * K <= 65536 * 4 runs single-threaded), and no sgemm
+// of a call is bigger than the call, so the serial path never threads its sgemms.
+constexpr int64_t kMinParallelWork = int64_t{1} << 18;
 
-// Parallelise over `tasks` only with enough work and at least one task per thread.
-// Otherwise the region is inactive: a big call with few tasks then gets OpenBLAS's
-// own threads in each sgemm, a small one stays serial.
+// Parallel over tasks whenever the call is big enough, even with fewer tasks than
+// threads: letting OpenBLAS thread these small sgemms instead (an inactive region) was
+// measured 5x slower on 2 threads (backward, B=1, T=256, NH=12, NKV=1, HS=64: 13.0 ms
+// against 2.4 ms with the second thread idle), and far worse when oversubscribed.
+bool use_parallel(int B, int T, int NH, int HS) {
+  const int64_t work = int64_t{B} * NH * T * T * HS;
+  return work >= kMinParallelWork && omp_get_max_threads() > 1;
+}
+
 void check_heads(int NH, int NKV) {
   NDT_CHECK(NKV >= 1 && NH % NKV == 0,
             "attention: query heads ({}) must be a multiple of key/value heads ({})", NH, NKV);
-}
-
-bool use_parallel(int tasks, int B, int T, int NH, int HS) {
-  const int64_t work = int64_t{B} * NH * T * T * HS;
-  return work >= kMinParallelWork && tasks >= omp_get_max_threads() && omp_get_max_threads() > 1;
-}
-
-// exp(x) in plain float arithmetic so the loops that call it vectorise (glibc's
-// vector expf is only declared under -ffast-math). Cephes range reduction and
-// polynomial, about 1 ulp relative error on [-87.3, 88.3]; x < -87.3 gives exactly 0
-// (the true value is below the normal range), NaN propagates.
-inline float exp_vec(float x) {
-  constexpr float kLo = -87.3f, kHi = 88.3f;
-  float xc = x < kLo ? kLo : (x > kHi ? kHi : x);
-  constexpr float kMagic = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
-  float t = xc * 1.44269504088896341f + kMagic;
-  float n = t - kMagic;
-  uint32_t ni = std::bit_cast<uint32_t>(t) - std::bit_cast<uint32_t>(kMagic);  // n, two's complement
-  float r = xc - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  float scale = std::bit_cast<float>((ni + 127u) << 23);  // 2^n, n in [-126, 127]
-  float y = p * scale;
-  return x < kLo ? 0.0f : y;
 }
 
 // Row-major C = alpha * op(A) op(B) + beta * C.
@@ -93,7 +71,7 @@ void attention_forward(float* out, float* lse, float* att, const float* q, const
   const int ldq = NH * HS, ldk = NKV * HS;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   const int tasks = B * NH;
-  const bool parallel = use_parallel(tasks, B, T, NH, HS);
+  const bool parallel = use_parallel(B, T, NH, HS);
 
 #pragma omp parallel for schedule(static) if (parallel)
   for (int task = 0; task < tasks; ++task) {
@@ -146,7 +124,7 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
   const int ldq = NH * HS, ldk = NKV * HS;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   const int tasks = B * NKV;
-  const bool parallel = use_parallel(tasks, B, T, NH, HS);
+  const bool parallel = use_parallel(B, T, NH, HS);
   const int nbuf = parallel ? omp_get_max_threads() : 1;
   const int brows = std::min(T, kRowBlock);
   // dP / dS of one row block: [brows, T] per thread.

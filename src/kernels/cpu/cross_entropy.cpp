@@ -2,6 +2,7 @@
 // gradient written in place over the logits. One OpenMP iteration per row; each row
 // is done by one thread in a fixed order, so results do not depend on the thread count.
 #include "kernels/cpu/cross_entropy.h"
+#include "kernels/cpu/vec_math.h"
 
 #include "core/error.h"
 
@@ -13,31 +14,6 @@
 
 namespace ndt::cpu {
 namespace {
-
-// exp(x) in plain float arithmetic so the row loops vectorise (glibc's vector expf is
-// only declared under -ffast-math). Cephes range reduction and polynomial, about 1 ulp
-// relative error on [-87.3, 88.3]; x < -87.3 gives exactly 0, NaN propagates.
-// (Same helper as in attention.cpp.)
-inline float exp_vec(float x) {
-  constexpr float kLo = -87.3f, kHi = 88.3f;
-  float xc = x < kLo ? kLo : (x > kHi ? kHi : x);
-  constexpr float kMagic = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
-  float t = xc * 1.44269504088896341f + kMagic;
-  float n = t - kMagic;
-  uint32_t ni = std::bit_cast<uint32_t>(t) - std::bit_cast<uint32_t>(kMagic);
-  float r = xc - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  float scale = std::bit_cast<float>((ni + 127u) << 23);
-  float y = p * scale;
-  return x < kLo ? 0.0f : y;
-}
 
 }  // namespace
 

@@ -4,6 +4,7 @@
 #include "../common/gradcheck.h"
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <cstring>
@@ -26,7 +27,8 @@ void reference_step(RefState& s, const std::vector<float>& grad, const AdamWStep
     s.v[i] = b2 * s.v[i] + (1 - b2) * g * g;
     const double mhat = s.m[i] / (1 - std::pow(b1, double(st.t)));
     const double vhat = s.v[i] / (1 - std::pow(b2, double(st.t)));
-    s.p[i] -= double(st.lr) * (mhat / (std::sqrt(vhat) + st.eps) + double(st.weight_decay) * s.p[i]);
+    s.p[i] -= double(st.lr) *
+              (mhat / (std::sqrt(vhat) + st.eps) + double(st.weight_decay) * s.p[i]);
   }
 }
 
@@ -107,6 +109,28 @@ TEST(AdamW, GradScaleAppliedToGradient) {
   ndt::cpu::adamw_update(pc.data(), g.data(), mc.data(), vc.data(), n,
                          AdamWStep{1e-2f, 0.9f, 0.999f, 1e-8f, 0.01f, 1.0f, 3});
   EXPECT_NE(std::memcmp(mc.data(), ma.data(), n * sizeof(float)), 0);
+}
+
+// Elementwise, so the result is bitwise the same on 1 and 2 threads (n is large enough
+// for the parallel path and odd, so chunk edges differ between the two runs).
+TEST(AdamW, DeterministicAcrossThreadCounts) {
+  const int64_t n = 100003;
+  const std::vector<float> p0 = random_vector(n, 700), g = random_vector(n, 701);
+  const int saved = omp_get_max_threads();
+  auto run = [&](int threads) {
+    omp_set_num_threads(threads);
+    std::vector<float> p = p0, m(n, 0.0f), v(n, 0.0f);
+    for (int64_t t = 1; t <= 3; ++t) {
+      ndt::cpu::adamw_update(p.data(), g.data(), m.data(), v.data(), n,
+                             AdamWStep{1e-2f, 0.9f, 0.999f, 1e-8f, 0.1f, 0.5f, t});
+    }
+    p.insert(p.end(), m.begin(), m.end());
+    p.insert(p.end(), v.begin(), v.end());
+    return p;
+  };
+  const std::vector<float> one = run(1), two = run(2);
+  omp_set_num_threads(saved);
+  EXPECT_EQ(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)), 0);
 }
 
 }  // namespace
