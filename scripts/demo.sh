@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The main job: installs what is missing, builds, prepares the fortunes corpus and
-# trains a small byte-level GPT on it, ending with a text sample and the loss curve's
-# first and last values. Extra arguments are passed to `ndtrain train` (e.g.
-# --set train.steps=100).
+# trains a small byte-level GPT on it with data parallelism over NDT_RANKS ranks
+# (default 2, one per core), ending with a text sample and the loss curve's first and
+# last values. Extra arguments are passed to `ndtrain train` (e.g.
+# --set train.steps=100). NDT_RANKS=1 runs one process without mpirun.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -10,4 +11,12 @@ bash scripts/build.sh ndtrain
 if [ ! -f data/fortunes/train.bin ]; then
   ./build/ndtrain prepare /usr/share/games/fortunes --out data/fortunes
 fi
-./build/ndtrain train configs/demo.toml "$@"
+ranks="${NDT_RANKS:-2}"
+if [ "$ranks" = 1 ]; then
+  exec ./build/ndtrain train configs/demo.toml "$@"
+fi
+# As root mpirun needs --allow-run-as-root; with more ranks than cores, --oversubscribe.
+# --bind-to none lets each rank's threads use any core; ndtrain picks its thread count
+# from the cores and the ranks on the node (runtime.threads = 0).
+exec mpirun -np "$ranks" --oversubscribe --bind-to none --allow-run-as-root \
+  ./build/ndtrain train configs/demo.toml "$@"

@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(
-  g++ cmake ninja-build pkg-config
+  gcc g++ cmake ninja-build pkg-config
   libopenblas-openmp-dev        # GEMM (the OpenMP build, linked explicitly)
   libopenmpi-dev openmpi-bin    # communication between ranks
   libgtest-dev libbenchmark-dev # tests and micro-benchmarks

@@ -1,13 +1,19 @@
 // `ndtrain bench train`: training-step throughput of a model preset on synthetic
 // tokens, next to the sgemm throughput of one of its matmuls at the same thread
 // count, and the memory the ledger predicted against what the process used.
+// Under mpirun with several ranks it runs data parallelism (the global batch split
+// over the ranks) and also measures how much of the gradient all-reduce backward
+// hides: steps with and without communication, and the all-reduces alone.
 #include "apps/ndtrain/commands.h"
+#include "comm/device_mesh.h"
+#include "comm/mpi_communicator.h"
 #include "core/memory.h"
 #include "core/rng.h"
 #include "kernels/cpu/threads.h"
 #include "model/transformer.h"
 #include "optim/adamw.h"
 #include "optim/clip.h"
+#include "parallel/data_parallel.h"
 #include "train/flops.h"
 
 #include <fmt/format.h>
@@ -15,43 +21,74 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <memory>
 #include <vector>
 
 namespace ndt {
 
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
 int run_bench_train(const TrainBenchOptions& o) {
   NDT_CHECK(o.batch > 0 && o.seq_len > 0, "--batch {} and --seq {} must be positive", o.batch, o.seq_len);
   NDT_CHECK(o.steps > 0, "--steps {} must be positive", o.steps);
+  std::unique_ptr<Communicator> world = launched_by_mpi() ? mpi_world() : nullptr;
+  const int ranks = world ? world->size() : 1, rank = world ? world->rank() : 0;
+  NDT_CHECK(o.batch % ranks == 0, "--batch {} is not a multiple of the {} ranks", o.batch, ranks);
+  std::unique_ptr<DeviceMesh> mesh;
+  if (world) mesh = std::make_unique<DeviceMesh>(*world, MeshShape{1, ranks, 1, 1, 1});
+  auto print = [rank](const std::string& text) {
+    if (rank == 0) fmt::print("{}", text), std::fflush(stdout);
+  };
+
   cpu::set_num_threads(o.threads);
   const ModelConfig config = ModelConfig::preset(o.preset);
-  const int B = o.batch, T = o.seq_len, N = B * T;
+  const int B = o.batch / ranks, T = o.seq_len, N = B * T;
   const size_t rss_before = process_current_rss_bytes();
 
   Transformer model(config, 1);
   AdamW optimizer(model.store(), AdamWConfig{});
+  std::unique_ptr<DataParallel> ddp;
+  if (ranks > 1) ddp = std::make_unique<DataParallel>(model.store(), mesh->axis("dp"), 25u << 20);
   std::vector<int32_t> tokens(static_cast<size_t>(N) + 1);
   for (size_t i = 0; i < tokens.size(); ++i) {
-    tokens[i] = static_cast<int32_t>(philox(7, hash_name("bench"), i)[0] % config.vocab_size);
+    tokens[i] = static_cast<int32_t>(philox(7, hash_name("bench"), i + static_cast<size_t>(rank) * N)[0] %
+                                     config.vocab_size);
   }
-  fmt::print("bench train: {} ({:.2f}M parameters), B={} T={}, {} thread{}\n", o.preset,
-             model.store().numel() / 1e6, B, T, o.threads, o.threads == 1 ? "" : "s");
-  std::fflush(stdout);
+  print(fmt::format("bench train: {} ({:.2f}M parameters), B={} T={}, {} rank{} x {} thread{}\n", o.preset,
+                    model.store().numel() / 1e6, o.batch, T, ranks, ranks == 1 ? "" : "s", o.threads,
+                    o.threads == 1 ? "" : "s"));
+
+  auto train_step = [&](bool communicate) {
+    const auto t0 = std::chrono::steady_clock::now();
+    model.store().zero_grads();
+    if (ddp) ddp->begin_backward(communicate);
+    model.forward_backward(tokens.data(), tokens.data() + 1, B, T, 1.0f / (o.batch * T), ddp.get());
+    if (ddp) ddp->finish_backward();
+    const double norm = std::sqrt(sum_of_squares(model.store().grads().data<float>(), model.store().numel()));
+    optimizer.step(1e-4f, clip_factor(norm, 1.0f));
+    if (world) world->barrier();  // time the slowest rank
+    return seconds_since(t0);
+  };
 
   std::vector<double> seconds;
   for (int s = 0; s <= o.steps; ++s) {
-    const auto t0 = std::chrono::steady_clock::now();
-    model.store().zero_grads();
-    model.forward_backward(tokens.data(), tokens.data() + 1, B, T, 1.0f / N);
-    const double norm = std::sqrt(sum_of_squares(model.store().grads().data<float>(), model.store().numel()));
-    optimizer.step(1e-4f, clip_factor(norm, 1.0f));
-    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    fmt::print("  step {}: {:.3f} s{}\n", s, dt, s == 0 ? " (warm-up, not counted)" : "");
-    std::fflush(stdout);
+    const double dt = train_step(true);
+    print(fmt::format("  step {}: {:.3f} s{}\n", s, dt, s == 0 ? " (warm-up, not counted)" : ""));
     if (s > 0) seconds.push_back(dt);
   }
-  std::sort(seconds.begin(), seconds.end());
-  const double step_s = seconds[seconds.size() / 2];
-  const double tokens_per_s = N / step_s;
+  const double step_s = median(seconds);
+  const double tokens_per_s = o.batch * T / step_s;
   const double model_flops = model.flops_per_token(T) * tokens_per_s;
 
   // The MLP's first matmul: [N, C] x [C, 4C], the model's most common GEMM shape.
@@ -63,14 +100,36 @@ int run_bench_train(const TrainBenchOptions& o) {
   const double rss_used = static_cast<double>(process_peak_rss_bytes()) - rss_before;
   const double gib = 1024.0 * 1024.0 * 1024.0;
 
-  fmt::print("  median step {:.3f} s: {:.0f} tokens/s, model {:.1f} GFLOP/s\n", step_s, tokens_per_s,
-             model_flops / 1e9);
-  fmt::print("  sgemm {}x{}x{} (one call, median of 5): {:.1f} GFLOP/s -> step at {:.1f}% of sgemm\n", N,
-             config.d_ff, config.d_model, sgemm / 1e9, 100.0 * model_flops / sgemm);
-  fmt::print("  FMA peak {:.1f} GFLOP/s -> MFU {:.1f}%\n", peak / 1e9, 100.0 * model_flops / peak);
-  fmt::print("  memory: predicted {:.3f} GiB, ledger peak {:.3f} GiB, process RSS growth {:.3f} GiB "
-             "(RSS / prediction {:.3f})\n",
-             predicted_total / gib, ledger.peak_total() / gib, rss_used / gib, rss_used / predicted_total);
+  print(fmt::format("  median step {:.3f} s: {:.0f} tokens/s, model {:.1f} GFLOP/s per rank\n", step_s,
+                    tokens_per_s, model_flops / ranks / 1e9));
+  print(fmt::format("  sgemm {}x{}x{} (one call, median of 5): {:.1f} GFLOP/s -> step at {:.1f}% of sgemm\n", N,
+                    config.d_ff, config.d_model, sgemm / 1e9, 100.0 * model_flops / ranks / sgemm));
+  print(fmt::format("  FMA peak {:.1f} GFLOP/s per rank -> MFU {:.1f}%\n", peak / 1e9,
+                    100.0 * model_flops / ranks / peak));
+  print(fmt::format("  memory (rank 0): predicted {:.3f} GiB, ledger peak {:.3f} GiB, process RSS growth {:.3f} GiB "
+                    "(RSS / prediction {:.3f})\n",
+                    predicted_total / gib, ledger.peak_total() / gib, rss_used / gib, rss_used / predicted_total));
+
+  if (ddp) {
+    // The same steps without communication, then the bucketed all-reduces alone.
+    std::vector<double> local, comm_only;
+    for (int s = 0; s < o.steps; ++s) local.push_back(train_step(false));
+    float* grads = model.store().grads().data<float>();
+    for (int s = 0; s < o.steps; ++s) {
+      world->barrier();
+      const auto t0 = std::chrono::steady_clock::now();
+      for (const DataParallel::Bucket& b : ddp->buckets()) {
+        mesh->axis("dp").all_reduce(grads + b.begin, static_cast<size_t>(b.end - b.begin), DType::f32, ReduceOp::sum);
+      }
+      world->barrier();
+      comm_only.push_back(seconds_since(t0));
+    }
+    const double exposed = step_s - median(local), comm = median(comm_only);
+    print(fmt::format("  data parallel: step without communication {:.3f} s, all-reduces alone {:.3f} s "
+                      "({} buckets, {:.1f} MiB) -> {:.0f}% of the all-reduce time hidden behind backward\n",
+                      median(local), comm, ddp->buckets().size(), model.store().numel() * 4.0 / (1 << 20),
+                      100.0 * std::clamp(1.0 - exposed / comm, 0.0, 1.0)));
+  }
   return 0;
 }
 

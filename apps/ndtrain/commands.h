@@ -2,10 +2,15 @@
 // ndt::Error for bad input (caught and printed once in main).
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <vector>
 
 namespace ndt {
+
+// Whether this process was started by mpirun/srun (then MPI is used), and its rank.
+bool launched_by_mpi();
+int launched_rank();
 
 int run_train(const std::string& config_path, const std::vector<std::string>& overrides);
 int run_prepare(const std::vector<std::string>& inputs, const std::string& out_dir, double val_fraction);
@@ -19,5 +24,25 @@ struct TrainBenchOptions {
   int steps = 3;
 };
 int run_bench_train(const TrainBenchOptions& options);
+
+// `ndtrain bench comm` and `ndtrain bench overlap` (apps/ndtrain/bench_comm.cpp), run
+// under mpirun: collective bandwidth against raw MPI, and all-reduce/compute overlap.
+struct CommBenchOptions {
+  size_t min_bytes = 4096;
+  size_t max_bytes = size_t{256} << 20;
+  int step_factor = 4;  // sizes min, min x f, ... up to max
+  int iters = 10;
+  int warmup = 2;
+  bool async = false;  // time the i* form + wait instead of the blocking form
+};
+int run_bench_comm(const CommBenchOptions& options);
+
+struct OverlapBenchOptions {
+  size_t bytes = size_t{64} << 20;
+  int reps = 5;
+  double poll_ms = 1.0;     // test() interval of mode (b); also tried at a tenth of it
+  double compute_ms = 0;    // compute loop length; 0: as long as the iall_reduce alone
+};
+int run_bench_overlap(const OverlapBenchOptions& options);
 
 }  // namespace ndt

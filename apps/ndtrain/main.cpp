@@ -2,15 +2,38 @@
 //   ndtrain train CONFIG [--set section.key=value ...]
 //   ndtrain prepare INPUT... --out DIR [--val-fraction F]
 //   ndtrain bench train [--preset NAME] [--batch B] [--seq T] [--threads N] [--steps S]
+//   mpirun -np N ndtrain bench comm [--max-bytes B] [--iters I] [--async]
+//   mpirun -np N ndtrain bench overlap [--bytes B] [--poll-ms MS]
 //   ndtrain config
 #include "apps/ndtrain/commands.h"
+#include "comm/mpi_runtime.h"
 #include "core/error.h"
 
 #include <CLI/CLI.hpp>
+#include <mpi.h>
 #include <fmt/format.h>
 
 #include <cstdio>
 #include <exception>
+#include <optional>
+
+// Prints the error (with the rank when several ranks run) and ends the job. Under MPI
+// the whole job is aborted: the other ranks may be inside a collective and would
+// otherwise wait for this one.
+static int fail_job(int code, const char* kind, const char* message) {
+  std::fflush(stdout);
+  if (ndt::launched_by_mpi()) {
+    fmt::print(stderr, "ndtrain: rank {}: {}: {}\n", ndt::launched_rank(), kind, message);
+  } else {
+    fmt::print(stderr, "ndtrain: {}: {}\n", kind, message);
+  }
+  std::fflush(stderr);
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, code);
+  return code;
+}
 
 int main(int argc, char** argv) {
   CLI::App app{"ndtrain: distributed training for transformer language models"};
@@ -43,20 +66,38 @@ int main(int argc, char** argv) {
   bench_train->add_option("--threads", bench_options.threads, "Compute threads");
   bench_train->add_option("--steps", bench_options.steps, "Timed steps (after one warm-up step)");
 
+  // bench comm / bench overlap (apps/ndtrain/bench_comm.cpp)
+  ndt::CommBenchOptions comm_bench;
+  auto* bench_comm = bench->add_subcommand("comm", "Collective bandwidth of the Communicator vs raw MPI (mpirun)");
+  bench_comm->add_option("--min-bytes", comm_bench.min_bytes, "Smallest buffer in bytes");
+  bench_comm->add_option("--max-bytes", comm_bench.max_bytes, "Largest buffer in bytes");
+  bench_comm->add_option("--step-factor", comm_bench.step_factor, "Size multiplier between rows");
+  bench_comm->add_option("--iters", comm_bench.iters, "Timed iterations per size");
+  bench_comm->add_option("--warmup", comm_bench.warmup, "Untimed iterations per size");
+  bench_comm->add_flag("--async", comm_bench.async, "Time the non-blocking form + wait");
+  ndt::OverlapBenchOptions overlap_bench;
+  auto* bench_overlap = bench->add_subcommand("overlap", "All-reduce hidden behind compute, per progress method (mpirun)");
+  bench_overlap->add_option("--bytes", overlap_bench.bytes, "All-reduce size in bytes");
+  bench_overlap->add_option("--reps", overlap_bench.reps, "Runs per mode (median reported)");
+  bench_overlap->add_option("--poll-ms", overlap_bench.poll_ms, "test() interval for polling");
+  bench_overlap->add_option("--compute-ms", overlap_bench.compute_ms, "Compute length (0: the all-reduce's)");
+
   CLI11_PARSE(app, argc, argv);
+  // Under mpirun/srun MPI lives for the whole process, outside the try: an error is
+  // reported and aborts the job before any MPI_Finalize could wait on other ranks.
+  std::optional<ndt::MpiRuntime> mpi;
+  if (ndt::launched_by_mpi()) mpi.emplace();
   try {
     if (*train) return ndt::run_train(config_path, overrides);
     if (*prepare) return ndt::run_prepare(inputs, out_dir, val_fraction);
     if (*config) return ndt::run_config_doc();
     if (*bench_train) return ndt::run_bench_train(bench_options);
+    if (*bench_comm) return ndt::run_bench_comm(comm_bench);
+    if (*bench_overlap) return ndt::run_bench_overlap(overlap_bench);
   } catch (const ndt::Error& e) {
-    std::fflush(stdout);
-    fmt::print(stderr, "ndtrain: error: {}\n", e.what());
-    return 1;
+    return fail_job(1, "error", e.what());
   } catch (const std::exception& e) {
-    std::fflush(stdout);
-    fmt::print(stderr, "ndtrain: internal error: {}\n", e.what());
-    return 2;
+    return fail_job(2, "internal error", e.what());
   }
   return 0;
 }

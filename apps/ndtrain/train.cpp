@@ -1,4 +1,7 @@
 #include "apps/ndtrain/commands.h"
+#include "comm/device_mesh.h"
+#include "comm/mpi_communicator.h"
+#include "comm/watchdog.h"
 #include "core/error.h"
 #include "data/prepare.h"
 #include "train/config.h"
@@ -7,6 +10,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -15,10 +19,34 @@ namespace ndt {
 
 namespace fs = std::filesystem;
 
+bool launched_by_mpi() {
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE"}) {
+    if (std::getenv(var) != nullptr) return true;
+  }
+  return false;
+}
+
+int launched_rank() {
+  for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"}) {
+    if (const char* value = std::getenv(var)) return std::atoi(value);
+  }
+  return 0;
+}
+
 int run_train(const std::string& config_path, const std::vector<std::string>& overrides) {
   const RunConfig config = load_run_config(config_path, overrides);
-  Trainer trainer(config, &std::cout);
+  if (!launched_by_mpi()) {
+    config.resolve_mesh(1);
+    Trainer trainer(config, nullptr, &std::cout);
+    trainer.run();
+    return 0;
+  }
+  set_comm_timeout_seconds(config.comm_timeout_s);
+  std::unique_ptr<Communicator> world = mpi_world();
+  DeviceMesh mesh(*world, config.resolve_mesh(world->size()));
+  Trainer trainer(config, &mesh, &std::cout);
   trainer.run();
+  world->barrier();
   return 0;
 }
 

@@ -1,5 +1,7 @@
 #include "model/block.h"
 
+#include "model/transformer.h"
+
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/elementwise.h"
@@ -230,14 +232,18 @@ void Block::forward(const float* x_in, float* x_out, BlockActivations& a, int B,
 }
 
 void Block::backward(float* dres, const float* x_in, const BlockActivations& a, BlockScratch& s,
-                     int B, int T) const {
+                     int B, int T, BackwardObserver* observer) const {
   const Dims d(c_, B, T);
   const int N = static_cast<int>(d.N);
+  auto poll = [observer] {
+    if (observer) observer->poll();
+  };
 
   // MLP: dres is dL/dx_out, which is also dL/d(mlp output).
   cpu::zero(s.dff_a, d.N * d.F);
   cpu::linear_backward(s.dff_a, proj_->grad_data(), grad_or_null(proj_b_), dres, a.ff_act,
                        proj_->data(), N, d.F, d.C);
+  poll();
   cpu::zero(s.dff_b, d.N * d.F);
   cpu::zero(s.dln, d.N * d.C);
   if (c_.arch == Arch::gpt2) {
@@ -246,9 +252,11 @@ void Block::backward(float* dres, const float* x_in, const BlockActivations& a, 
     cpu::zero(s.dff_c, d.N * d.F);
     cpu::swiglu_backward(s.dff_b, s.dff_c, s.dff_a, a.ff_pre, a.ff_up, d.N * d.F);
     cpu::linear_backward(s.dln, up_->grad_data(), nullptr, s.dff_c, a.ln2, up_->data(), N, d.C, d.F);
+    poll();
   }
   cpu::linear_backward(s.dln, fc_->grad_data(), grad_or_null(fc_b_), s.dff_b, a.ln2, fc_->data(), N,
                        d.C, d.F);
+  poll();
   // dres becomes dL/dx_mid: the residual path plus the norm2 path.
   norm_backward(c_, dres, *ln2_w_, ln2_b_, s.dln, a.x_mid, a.ln2_mean, a.ln2_rstd, N);
 
@@ -256,11 +264,13 @@ void Block::backward(float* dres, const float* x_in, const BlockActivations& a, 
   cpu::zero(s.datt_out, d.N * d.QD);
   cpu::linear_backward(s.datt_out, wo_->grad_data(), grad_or_null(bo_), dres, a.att_out,
                        wo_->data(), N, d.QD, d.C);
+  poll();
   cpu::zero(s.dq, d.N * d.QD);
   cpu::zero(s.dk, d.N * d.KD);
   cpu::zero(s.dv, d.N * d.KD);
   cpu::attention_backward(s.dq, s.dk, s.dv, s.datt_out, a.q, a.k, a.v, a.att, B, T, d.NH, d.NKV,
                           d.HS);
+  poll();
   float *dq = s.dq, *dq2 = s.dq2, *dk = s.dk, *dk2 = s.dk2;
   if (c_.arch == Arch::llama) {
     cpu::zero(dq2, d.N * d.QD);
@@ -283,10 +293,13 @@ void Block::backward(float* dres, const float* x_in, const BlockActivations& a, 
   cpu::zero(s.dln, d.N * d.C);
   cpu::linear_backward(s.dln, wq_->grad_data(), grad_or_null(bq_), dq, a.ln1, wq_->data(), N, d.C,
                        d.QD);
+  poll();
   cpu::linear_backward(s.dln, wk_->grad_data(), grad_or_null(bk_), dk, a.ln1, wk_->data(), N, d.C,
                        d.KD);
+  poll();
   cpu::linear_backward(s.dln, wv_->grad_data(), grad_or_null(bv_), s.dv, a.ln1, wv_->data(), N,
                        d.C, d.KD);
+  poll();
   // dres becomes dL/dx_in.
   norm_backward(c_, dres, *ln1_w_, ln1_b_, s.dln, x_in, a.ln1_mean, a.ln1_rstd, N);
 }

@@ -58,6 +58,8 @@ class ParameterStore {
   const Parameter& get(const std::string& name) const;
   Tensor& values() { return values_; }
   Tensor& grads() { return grads_; }
+  const Tensor& values() const { return values_; }
+  const Tensor& grads() const { return grads_; }
   int64_t numel() const { return values_.numel(); }
   void zero_grads() { grads_.zero_(); }
 

@@ -163,18 +163,23 @@ double Transformer::head_loss(const int32_t* targets, int N, float grad_scale, b
 }
 
 double Transformer::forward_backward(const int32_t* inputs, const int32_t* targets, int B, int T,
-                                     float grad_scale) {
+                                     float grad_scale, BackwardObserver* observer) {
   forward(inputs, B, T);
   const int N = B * T, C = config_.d_model;
   const double loss_sum = head_loss(targets, N, grad_scale, true);
 
   cpu::zero(dres_, int64_t{N} * C);
   norm_backward(config_, dres_, *lnf_w_, lnf_b_, dlnf_, residual_.back(), lnf_mean_, lnf_rstd_, N);
+  // The arena holds [embeddings, blocks 0..L-1, final norm, output layer]; backward
+  // finishes them from the end. A tied output layer is the embedding, final last.
+  if (observer) observer->grads_ready_from(lnf_w_->arena_offset);
   for (int l = config_.n_layer - 1; l >= 0; --l) {
-    blocks_[l].backward(dres_, residual_[l], acts_[l], scratch_, B, T);
+    blocks_[l].backward(dres_, residual_[l], acts_[l], scratch_, B, T, observer);
+    if (observer) observer->grads_ready_from(blocks_[l].first_arena_offset());
   }
   cpu::embedding_backward(wte_->grad_data(), dres_, inputs, N, C);
   if (wpe_) cpu::embedding_backward(wpe_->grad_data(), dres_, positions_.data(), N, C);
+  if (observer) observer->grads_ready_from(0);
   return loss_sum / N;
 }
 

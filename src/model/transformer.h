@@ -22,6 +22,18 @@ struct MemoryPrediction {
   int64_t activations = 0;  // saved activations + backward scratch + logits chunk
 };
 
+// Told during backward which gradients are final, so their communication can start
+// while the rest of backward runs.
+class BackwardObserver {
+ public:
+  virtual ~BackwardObserver() = default;
+  // The gradients at gradient-arena offsets >= arena_offset are final for this backward
+  // (backward runs in reverse order of the arena, so "final" grows from the end).
+  virtual void grads_ready_from(int64_t arena_offset) = 0;
+  // Called between the kernels of backward: a chance to progress communication.
+  virtual void poll() {}
+};
+
 class Transformer {
  public:
   Transformer(const ModelConfig& config, uint64_t seed, int loss_chunk_rows = 256);
@@ -32,9 +44,9 @@ class Transformer {
 
   // Forward, loss and backward on a microbatch of B rows of T tokens. Parameter
   // gradients are added (+=) as the gradient of grad_scale * (sum of token losses);
-  // returns the mean token loss.
+  // returns the mean token loss. An observer, if given, hears which gradients are final.
   double forward_backward(const int32_t* inputs, const int32_t* targets, int B, int T,
-                          float grad_scale);
+                          float grad_scale, BackwardObserver* observer = nullptr);
 
   // Mean token loss without gradients.
   double evaluate(const int32_t* inputs, const int32_t* targets, int B, int T);

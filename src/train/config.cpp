@@ -112,7 +112,7 @@ const std::vector<Field>& fields() {
 
     f.push_back(field<int64_t>("train.steps", NDT_REF(steps), "Optimizer steps to run."));
     f.push_back(field<int>("train.batch_size", NDT_REF(batch_size), "Sequences per optimizer step (global batch)."));
-    f.push_back(field<int>("train.micro_batch_size", NDT_REF(micro_batch_size), "Sequences per forward/backward; batch_size / micro_batch_size micro-steps are accumulated."));
+    f.push_back(field<int>("train.micro_batch_size", NDT_REF(micro_batch_size), "Sequences per forward/backward on one rank; each rank accumulates batch_size / (micro_batch_size x data-parallel size) micro-steps. 0: batch_size / data-parallel size (no accumulation)."));
     f.push_back(field<int>("train.seq_len", NDT_REF(seq_len), "Tokens per sequence (at most model.max_seq_len)."));
     f.push_back(field<uint64_t>("train.seed", NDT_REF(seed), "Seed of initialisation, batch order and sampling; the batch of a step depends only on (seed, step)."));
     f.push_back(field<int64_t>("train.eval_every", NDT_REF(eval_every), "Validation loss every this many steps (and at the end); 0: only at the end."));
@@ -137,8 +137,15 @@ const std::vector<Field>& fields() {
     f.push_back(field<float>("sample.temperature", NDT_REF(temperature), "Sampling temperature; 0 picks the most likely token."));
     f.push_back(field<int>("sample.top_k", NDT_REF(top_k), "Sample among the k most likely tokens; 0: all."));
 
-    f.push_back(field<int>("runtime.threads", NDT_REF(threads), "Compute threads of this rank (OpenMP and OpenBLAS)."));
+    f.push_back(field<int>("parallel.pp", NDT_REF(mesh.pp), "Pipeline-parallel stages (mesh axis pp). Only 1 is implemented so far."));
+    f.push_back(field<int>("parallel.dp_replicate", NDT_REF(mesh.dp_replicate), "Data-parallel replicas (mesh axis dp_replicate); 0: all ranks the other axes leave."));
+    f.push_back(field<int>("parallel.dp_shard", NDT_REF(mesh.dp_shard), "Sharded data-parallel ranks (mesh axis dp_shard, FSDP). Only 1 is implemented so far."));
+    f.push_back(field<int>("parallel.cp", NDT_REF(mesh.cp), "Context-parallel ranks (mesh axis cp). Only 1 is implemented so far."));
+    f.push_back(field<int>("parallel.tp", NDT_REF(mesh.tp), "Tensor-parallel ranks (mesh axis tp, innermost). Only 1 is implemented so far."));
+    f.push_back(field<double>("parallel.bucket_mb", NDT_REF(bucket_mb), "Data-parallel gradient bucket size in MiB: each bucket's all-reduce starts when backward has finished its gradients."));
+    f.push_back(field<int>("runtime.threads", NDT_REF(threads), "Compute threads of this rank (OpenMP and OpenBLAS); 0: the node's cores divided among its ranks (at least 1)."));
     f.push_back(field<double>("runtime.peak_gflops", NDT_REF(peak_gflops), "Hardware peak for MFU in GFLOP/s; 0: measure it with the built-in FMA calibration."));
+    f.push_back(field<double>("runtime.comm_timeout_s", NDT_REF(comm_timeout_s), "A collective not complete after this many seconds aborts the job, naming the operation, mesh axis, size and step."));
     f.push_back(field<std::string>("runtime.out_dir", NDT_REF(out_dir), "Folder for metrics.jsonl (one JSON record per step, validation and summary); empty: no metrics file."));
     return f;
   }();
@@ -214,8 +221,9 @@ void RunConfig::validate() const {
   model.validate();
   NDT_CHECK(steps > 0, "train.steps = {} must be positive", steps);
   NDT_CHECK(batch_size > 0, "train.batch_size = {} must be positive", batch_size);
-  NDT_CHECK(micro_batch_size > 0, "train.micro_batch_size = {} must be positive", micro_batch_size);
-  NDT_CHECK(batch_size % micro_batch_size == 0,
+  NDT_CHECK(micro_batch_size >= 0, "train.micro_batch_size = {} must not be negative (0: automatic)",
+            micro_batch_size);
+  NDT_CHECK(micro_batch_size == 0 || batch_size % micro_batch_size == 0,
             "train.micro_batch_size = {} does not divide train.batch_size = {}", micro_batch_size,
             batch_size);
   NDT_CHECK(seq_len > 0, "train.seq_len = {} must be positive", seq_len);
@@ -239,8 +247,36 @@ void RunConfig::validate() const {
   NDT_CHECK(sample_tokens >= 0, "sample.tokens = {} must not be negative", sample_tokens);
   NDT_CHECK(temperature >= 0, "sample.temperature = {} must not be negative", temperature);
   NDT_CHECK(top_k >= 0, "sample.top_k = {} must not be negative", top_k);
-  NDT_CHECK(threads >= 1, "runtime.threads = {} must be at least 1", threads);
+  NDT_CHECK(threads >= 0, "runtime.threads = {} must not be negative (0: automatic)", threads);
+  NDT_CHECK(comm_timeout_s > 0, "runtime.comm_timeout_s = {} must be positive", comm_timeout_s);
+  NDT_CHECK(bucket_mb > 0, "parallel.bucket_mb = {} must be positive", bucket_mb);
+  NDT_CHECK(mesh.dp_replicate >= 0, "parallel.dp_replicate = {} must not be negative (0: automatic)",
+            mesh.dp_replicate);
+  for (auto [key, value] : {std::pair{"pp", mesh.pp}, {"dp_shard", mesh.dp_shard}, {"cp", mesh.cp}, {"tp", mesh.tp}}) {
+    NDT_CHECK(value >= 1, "parallel.{} = {} must be at least 1", key, value);
+    NDT_CHECK(value == 1, "parallel.{} = {}: only data parallelism (parallel.dp_replicate) is implemented so far",
+              key, value);
+  }
   NDT_CHECK(peak_gflops >= 0, "runtime.peak_gflops = {} must not be negative", peak_gflops);
+}
+
+MeshShape RunConfig::resolve_mesh(int world_size) const {
+  MeshShape m = mesh;
+  if (m.dp_replicate == 0) {
+    const int64_t others = int64_t{m.pp} * m.dp_shard * m.cp * m.tp;
+    NDT_CHECK(world_size % others == 0,
+              "the world size {} is not a multiple of parallel.pp x dp_shard x cp x tp = {}", world_size,
+              others);
+    m.dp_replicate = static_cast<int>(world_size / others);
+  }
+  m.validate(world_size);
+  const int dp = m.size("dp");
+  NDT_CHECK(batch_size % dp == 0, "train.batch_size = {} does not split over the data-parallel size {}",
+            batch_size, dp);
+  NDT_CHECK(micro_batch_size == 0 || batch_size % (micro_batch_size * dp) == 0,
+            "train.batch_size = {} is not a multiple of train.micro_batch_size = {} x data-parallel size {}",
+            batch_size, micro_batch_size, dp);
+  return m;
 }
 
 std::vector<ConfigFieldDoc> config_field_docs() {

@@ -4,6 +4,7 @@
 // docs/config.md; unknown keys and bad values are errors naming the key and value.
 #pragma once
 
+#include "comm/device_mesh.h"
 #include "model/config.h"
 #include "optim/adamw.h"
 #include "optim/schedule.h"
@@ -20,7 +21,7 @@ struct RunConfig {
   // [train]
   int64_t steps = 100;
   int batch_size = 8;        // sequences per optimizer step (the global batch)
-  int micro_batch_size = 8;  // sequences per forward/backward; the rest is accumulated
+  int micro_batch_size = 0;  // sequences per forward/backward per rank; 0: no accumulation
   int seq_len = 128;
   uint64_t seed = 1337;
   int64_t eval_every = 50;
@@ -43,13 +44,20 @@ struct RunConfig {
   float temperature = 0.8f;
   int top_k = 40;
 
+  // [parallel]
+  MeshShape mesh{1, 0, 1, 1, 1};  // dp_replicate 0: every rank the other axes leave
+  double bucket_mb = 25;
+
   // [runtime]
-  int threads = 2;
+  int threads = 0;  // 0: the cores of this node divided among its ranks
   double peak_gflops = 0;  // 0: measure with the built-in FMA calibration
   std::string out_dir = "runs/latest";
+  double comm_timeout_s = 300;
 
-  int grad_accum_steps() const { return batch_size / micro_batch_size; }
   void validate() const;  // throws naming the key and value
+  // The mesh for a job of world_size ranks (dp_replicate 0 resolved); throws if it does
+  // not fit, naming the sizes.
+  MeshShape resolve_mesh(int world_size) const;
 };
 
 // Reads a TOML file (empty path: defaults), then applies overrides "section.key=value".

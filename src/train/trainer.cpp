@@ -12,6 +12,8 @@
 #include <array>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <thread>
 
 namespace ndt {
 
@@ -45,21 +47,53 @@ double unigram_entropy(const uint16_t* tokens, int64_t n) {
   return h;
 }
 
-Trainer::Trainer(const RunConfig& config, std::ostream* log)
+namespace {
+
+// Threads when runtime.threads = 0: the node's cores divided among the ranks on it.
+int automatic_threads(int world_size) {
+  int local_ranks = world_size;
+  if (const char* env = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE")) local_ranks = std::max(1, std::atoi(env));
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return std::max(1, cores / local_ranks);
+}
+
+}  // namespace
+
+Trainer::Trainer(const RunConfig& config, DeviceMesh* mesh, std::ostream* log)
     : config_(with_schedule_length(config)),
-      log_(log),
+      mesh_(mesh),
+      log_(mesh == nullptr || mesh->world().rank() == 0 ? log : nullptr),
       train_data_({config.train_data}),
       train_loader_(train_data_, config.batch_size, config.seq_len, config.seed),
-      metrics_(config.out_dir.empty() ? "" : config.out_dir + "/metrics.jsonl") {
+      metrics_(config.out_dir.empty() || !(mesh == nullptr || mesh->world().rank() == 0)
+                   ? ""
+                   : config.out_dir + "/metrics.jsonl") {
   config_.validate();
+  if (mesh_) {
+    const MeshShape expected = config_.resolve_mesh(mesh_->world().size());
+    NDT_CHECK(mesh_->shape().str() == expected.str(), "the mesh {} does not match the config's {}",
+              mesh_->shape().str(), expected.str());
+    dp_size_ = mesh_->size("dp");
+    dp_rank_ = mesh_->coord("dp");
+  } else {
+    config_.resolve_mesh(1);
+  }
+  rows_per_rank_ = config_.batch_size / dp_size_;
+  if (config_.micro_batch_size == 0) config_.micro_batch_size = rows_per_rank_;
+  if (config_.threads == 0) config_.threads = automatic_threads(mesh_ ? mesh_->world().size() : 1);
   cpu::set_num_threads(config_.threads);
   model_ = std::make_unique<Transformer>(config_.model, config_.seed, config_.loss_chunk_rows);
   optimizer_ = std::make_unique<AdamW>(model_->store(), config_.adamw);
+  if (dp_size_ > 1) {
+    ddp_ = std::make_unique<DataParallel>(model_->store(), mesh_->axis("dp"),
+                                          static_cast<size_t>(config_.bucket_mb * 1024 * 1024));
+  }
   if (!config_.val_data.empty()) {
     val_data_ = std::make_unique<TokenDataset>(std::vector<std::string>{config_.val_data});
   }
   val_loader_ = std::make_unique<BatchLoader>(val_data_ ? *val_data_ : train_data_,
-                                              config_.micro_batch_size, config_.seq_len, config_.seed);
+                                              config_.micro_batch_size * dp_size_, config_.seq_len,
+                                              config_.seed);
   for (int64_t i = 0; i < train_data_.size(); ++i) {
     NDT_CHECK(train_data_.tokens()[i] < config_.model.vocab_size,
               "data.train = \"{}\": token {} at position {} is outside model.vocab_size = {}",
@@ -72,6 +106,30 @@ Trainer::Trainer(const RunConfig& config, std::ostream* log)
   if (log_) print_header();
 }
 
+double Trainer::mean_over_dp(double local) {
+  if (dp_size_ == 1) return local;
+  float value = static_cast<float>(local);
+  mesh_->axis("dp").all_reduce(&value, 1, DType::f32, ReduceOp::avg);
+  return value;
+}
+
+nlohmann::json Trainer::comm_record() const {
+  nlohmann::json record = nlohmann::json::object();
+  if (!mesh_) return record;
+  for (std::string_view axis : {std::string_view("dp")}) {
+    const CommStats& stats = mesh_->axis(axis).stats();
+    nlohmann::json ops = nlohmann::json::object();
+    for (size_t op = 0; op < kNumCommOps; ++op) {
+      const CommCounter& c = stats.ops[op];
+      if (c.calls == 0) continue;
+      ops[std::string(comm_op_name(static_cast<CommOp>(op)))] = {
+          {"calls", c.calls}, {"wire_bytes", c.wire_bytes}, {"wait_s", c.wait_seconds}};
+    }
+    record[std::string(axis)] = ops;
+  }
+  return record;
+}
+
 void Trainer::print_header() {
   const ModelConfig& m = config_.model;
   const MemoryPrediction mem = Transformer::predict_memory(m, config_.micro_batch_size, config_.seq_len,
@@ -82,10 +140,15 @@ void Trainer::print_header() {
   fmt::print(*log_, "data: {} training tokens from {}{}\n", train_data_.size(), config_.train_data,
              val_data_ ? fmt::format(", {} validation tokens from {}", val_data_->size(), config_.val_data)
                        : std::string(", validation on training data"));
-  fmt::print(*log_, "batch: {} x {} tokens per step ({} micro-step{} of {}), {} steps, {} thread{}\n",
-             config_.batch_size, config_.seq_len, config_.grad_accum_steps(),
-             config_.grad_accum_steps() == 1 ? "" : "s", config_.micro_batch_size, config_.steps,
-             config_.threads, config_.threads == 1 ? "" : "s");
+  const int accum = rows_per_rank_ / config_.micro_batch_size;
+  fmt::print(*log_, "batch: {} x {} tokens per step; {} data-parallel rank{} x {} micro-step{} of {}; {} steps\n",
+             config_.batch_size, config_.seq_len, dp_size_, dp_size_ == 1 ? "" : "s", accum,
+             accum == 1 ? "" : "s", config_.micro_batch_size, config_.steps);
+  fmt::print(*log_, "mesh: {}; {} thread{} per rank{}\n", mesh_ ? mesh_->shape().str() : std::string("one rank"),
+             config_.threads, config_.threads == 1 ? "" : "s",
+             ddp_ ? fmt::format("; {} gradient bucket{} of >= {} MiB", ddp_->buckets().size(),
+                                ddp_->buckets().size() == 1 ? "" : "s", config_.bucket_mb)
+                   : "");
   fmt::print(*log_, "memory predicted: params {:.1f} MiB, grads {:.1f} MiB, optimizer {:.1f} MiB, activations {:.1f} MiB\n",
              mib(mem.params), mib(mem.grads), mib(2 * mem.params), mib(mem.activations));
   fmt::print(*log_, "MFU peak: {:.1f} GFLOP/s ({})\n", peak_.flops_per_s / 1e9, peak_.source);
@@ -95,16 +158,23 @@ void Trainer::print_header() {
 
 StepStats Trainer::step() {
   const auto t0 = std::chrono::steady_clock::now();
-  const int micro = config_.micro_batch_size, T = config_.seq_len, accum = config_.grad_accum_steps();
-  const float grad_scale = 1.0f / static_cast<float>(static_cast<int64_t>(micro) * T * accum);
+  set_comm_step(step_);
+  const int micro = config_.micro_batch_size, T = config_.seq_len;
+  const int accum = rows_per_rank_ / micro;
+  // Every rank scales by the global token count: the sum over ranks is the global mean.
+  const float grad_scale = 1.0f / static_cast<float>(static_cast<int64_t>(config_.batch_size) * T);
+  const double exposed_before = ddp_ ? ddp_->exposed_wait_seconds() : 0;
   ParameterStore& store = model_->store();
   store.zero_grads();
   double loss = 0;
   for (int m = 0; m < accum; ++m) {
-    train_loader_.train_batch(step_, m * micro, micro, inputs_.data(), targets_.data());
-    loss += model_->forward_backward(inputs_.data(), targets_.data(), micro, T, grad_scale);
+    train_loader_.train_batch(step_, dp_rank_ * rows_per_rank_ + m * micro, micro, inputs_.data(),
+                              targets_.data());
+    if (ddp_) ddp_->begin_backward(/*sync=*/m == accum - 1);
+    loss += model_->forward_backward(inputs_.data(), targets_.data(), micro, T, grad_scale, ddp_.get());
+    if (ddp_) ddp_->finish_backward();
   }
-  loss /= accum;
+  loss = mean_over_dp(loss / accum);
   const double norm = std::sqrt(sum_of_squares(store.grads().data<float>(), store.numel()));
   const float lr = config_.schedule.at(step_);
   optimizer_->step(lr, clip_factor(norm, config_.grad_clip));
@@ -116,11 +186,14 @@ StepStats Trainer::step() {
   s.grad_norm = norm;
   s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   s.tokens_per_s = static_cast<double>(config_.batch_size) * T / s.seconds;
-  s.mfu = model_->flops_per_token(T) * s.tokens_per_s / peak_.flops_per_s;
+  s.mfu = model_->flops_per_token(T) * s.tokens_per_s / (peak_.flops_per_s * dp_size_);
   s.peak_bytes = MemoryLedger::instance().peak_total();
-  metrics_.write({{"step", s.step + 1}, {"loss", s.loss}, {"lr", s.lr}, {"grad_norm", s.grad_norm},
-                  {"step_s", s.seconds}, {"tokens_per_s", s.tokens_per_s}, {"mfu", s.mfu},
-                  {"peak_mem_bytes", s.peak_bytes}});
+  s.comm_wait_seconds = ddp_ ? ddp_->exposed_wait_seconds() - exposed_before : 0;
+  nlohmann::json record = {{"step", s.step + 1}, {"loss", s.loss}, {"lr", s.lr}, {"grad_norm", s.grad_norm},
+                           {"step_s", s.seconds}, {"tokens_per_s", s.tokens_per_s}, {"mfu", s.mfu},
+                           {"peak_mem_bytes", s.peak_bytes}};
+  if (ddp_) record["comm"] = comm_record(), record["dp_exposed_wait_s"] = s.comm_wait_seconds;
+  metrics_.write(record);
   return s;
 }
 
@@ -128,18 +201,19 @@ double Trainer::evaluate() {
   const int micro = config_.micro_batch_size, T = config_.seq_len;
   double total = 0;
   for (int b = 0; b < config_.eval_batches; ++b) {
-    val_loader_->eval_batch(b, 0, micro, inputs_.data(), targets_.data());
+    val_loader_->eval_batch(b, dp_rank_ * micro, micro, inputs_.data(), targets_.data());
     total += model_->evaluate(inputs_.data(), targets_.data(), micro, T);
   }
-  return total / config_.eval_batches;
+  return mean_over_dp(total / config_.eval_batches);
 }
 
 void Trainer::print_step(const StepStats& s) {
   fmt::print(*log_,
              "step {:>5}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:>8.0f} tok/s | MFU {:5.1f}% | "
-             "peak mem {:.1f} MiB | {:.0f} ms\n",
+             "peak mem {:.1f} MiB | {:.0f} ms{}\n",
              s.step + 1, config_.steps, s.loss, s.lr, s.grad_norm, s.tokens_per_s, 100.0 * s.mfu,
-             mib(s.peak_bytes), 1e3 * s.seconds);
+             mib(s.peak_bytes), 1e3 * s.seconds,
+             ddp_ ? fmt::format(" (comm wait {:.0f} ms)", 1e3 * s.comm_wait_seconds) : "");
   log_->flush();
 }
 
@@ -163,7 +237,7 @@ RunSummary Trainer::run() {
   }
   summary.median_tokens_per_s = median(rates);
   summary.median_mfu = median(mfus);
-  if (config_.sample_tokens > 0) {
+  if (config_.sample_tokens > 0 && (mesh_ == nullptr || mesh_->world().rank() == 0)) {
     SampleOptions options{config_.sample_tokens, config_.temperature, config_.top_k, config_.seed};
     summary.sample =
         tokens_to_bytes(generate(*model_, bytes_to_tokens(config_.sample_prompt), options));
@@ -182,7 +256,8 @@ RunSummary Trainer::run() {
                     {"median_mfu", summary.median_mfu},
                     {"peak_mem_bytes", ledger.peak_total()},
                     {"peak_mem_by_tag", mem},
-                    {"peak_rss_bytes", process_peak_rss_bytes()}}}});
+                    {"peak_rss_bytes", process_peak_rss_bytes()},
+                    {"comm", comm_record()}}}});
   if (log_) {
     fmt::print(*log_, "\n== summary ==\n");
     fmt::print(*log_, "loss: first {:.4f}, last {:.4f}; validation {:.4f} (unigram entropy of the data {:.4f})\n",
@@ -190,6 +265,12 @@ RunSummary Trainer::run() {
                summary.unigram_entropy);
     fmt::print(*log_, "throughput: median {:.0f} tokens/s, MFU {:.1f}%\n", summary.median_tokens_per_s,
                100.0 * summary.median_mfu);
+    if (ddp_) {
+      const CommCounter& c = mesh_->axis("dp").stats()[CommOp::all_reduce];
+      fmt::print(*log_, "data-parallel communication (rank 0): {} all-reduces, {:.1f} MiB sent, {:.2f} s waiting "
+                 "({:.2f} s of it after backward)\n",
+                 c.calls, mib(static_cast<size_t>(c.wire_bytes)), c.wait_seconds, ddp_->exposed_wait_seconds());
+    }
     std::string by_tag;
     for (size_t t = 0; t < kNumMemTags; ++t) {
       const MemTag tag = static_cast<MemTag>(t);

@@ -1,12 +1,14 @@
-// The training loop on one rank: deterministic batches, gradient accumulation over
-// micro-batches, global-norm clipping, AdamW with warmup + cosine, periodic
-// validation, one progress line and one metrics.jsonl record per step, a summary and
-// a text sample at the end.
+// The training loop: deterministic batches, gradient accumulation over micro-batches,
+// data parallelism over the mesh's "dp" axis, global-norm clipping, AdamW with warmup
+// + cosine, periodic validation, one progress line and one metrics.jsonl record per
+// step (rank 0), a summary and a text sample at the end.
 #pragma once
 
+#include "comm/device_mesh.h"
 #include "data/loader.h"
 #include "model/transformer.h"
 #include "optim/adamw.h"
+#include "parallel/data_parallel.h"
 #include "train/config.h"
 #include "train/flops.h"
 #include "train/metrics.h"
@@ -28,6 +30,7 @@ struct StepStats {
   double tokens_per_s = 0;
   double mfu = 0;
   size_t peak_bytes = 0;
+  double comm_wait_seconds = 0;  // data-parallel all-reduce time backward did not hide
 };
 
 struct RunSummary {
@@ -41,8 +44,9 @@ struct RunSummary {
 
 class Trainer {
  public:
-  // log == nullptr: silent (tests). Metrics go to <out_dir>/metrics.jsonl.
-  Trainer(const RunConfig& config, std::ostream* log);
+  // mesh == nullptr: one rank, no communication. log == nullptr: silent (tests); with a
+  // mesh only rank 0 logs and writes <out_dir>/metrics.jsonl.
+  Trainer(const RunConfig& config, DeviceMesh* mesh, std::ostream* log);
 
   StepStats step();
   double evaluate();  // mean validation loss over train.eval_batches micro-batches
@@ -54,8 +58,13 @@ class Trainer {
  private:
   void print_header();
   void print_step(const StepStats& s);
+  double mean_over_dp(double local);
+  nlohmann::json comm_record() const;
 
   RunConfig config_;
+  DeviceMesh* mesh_;
+  int dp_size_ = 1, dp_rank_ = 0;
+  int rows_per_rank_ = 0;  // of the global batch
   std::ostream* log_;
   std::unique_ptr<Transformer> model_;
   std::unique_ptr<AdamW> optimizer_;
@@ -65,6 +74,7 @@ class Trainer {
   std::unique_ptr<BatchLoader> val_loader_;
   PeakFlops peak_;
   MetricsLog metrics_;
+  std::unique_ptr<DataParallel> ddp_;
   int64_t step_ = 0;
   std::vector<int32_t> inputs_, targets_;
 };

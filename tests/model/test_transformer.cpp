@@ -84,6 +84,48 @@ TEST(Model, GradientsAccumulateAcrossMicroBatches) {
   }
 }
 
+// The contract data parallelism relies on: when backward says gradients from an arena
+// offset on are final, they no longer change before backward ends.
+class RecordingObserver : public BackwardObserver {
+ public:
+  explicit RecordingObserver(const ParameterStore& store) : store_(store) {}
+  void grads_ready_from(int64_t offset) override {
+    const float* g = store_.grads().data<float>();
+    offsets.push_back(offset);
+    snapshots.emplace_back(g + offset, g + store_.numel());
+  }
+  void poll() override { ++polls; }
+  const ParameterStore& store_;
+  std::vector<int64_t> offsets;
+  std::vector<std::vector<float>> snapshots;
+  int polls = 0;
+};
+
+TEST(Model, BackwardReportsFinalGradientsFromTheEndOfTheArena) {
+  for (bool tied : {true, false}) {
+    ModelConfig c = tiny(Arch::gpt2, false);
+    c.tied_embeddings = tied;
+    const int B = 2, T = 6;
+    Transformer model(c, 3);
+    const auto in = tokens(B * T, c.vocab_size, 9);
+    RecordingObserver observer(model.store());
+    model.store().zero_grads();
+    model.forward_backward(in.data(), in.data(), B, T, 1.0f, &observer);
+    ASSERT_EQ(observer.offsets.size(), static_cast<size_t>(c.n_layer + 2));
+    EXPECT_EQ(observer.offsets.back(), 0);
+    EXPECT_GT(observer.polls, 0);
+    const float* final_grads = model.store().grads().data<float>();
+    for (size_t i = 0; i < observer.offsets.size(); ++i) {
+      if (i > 0) EXPECT_LT(observer.offsets[i], observer.offsets[i - 1]);
+      const int64_t offset = observer.offsets[i];
+      for (int64_t j = offset; j < model.store().numel(); ++j) {
+        ASSERT_EQ(observer.snapshots[i][j - offset], final_grads[j])
+            << "gradient element " << j << " changed after it was reported final at offset " << offset;
+      }
+    }
+  }
+}
+
 TEST(Model, ParameterCountsOfPresets) {
   // GPT-2 small as published (tied embeddings, 1024 positions): 124,439,808.
   EXPECT_EQ(count_parameters(ModelConfig::preset("gpt2-124m")), 124439808);

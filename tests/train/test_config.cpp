@@ -62,7 +62,11 @@ TEST_F(ConfigTest, OtherInconsistencies) {
   EXPECT_ERROR_MENTIONS(error_of({"train.micro_batch_size=3"}), "train.micro_batch_size = 3");
   EXPECT_ERROR_MENTIONS(error_of({"train.seq_len=512"}), "train.seq_len = 512 exceeds model.max_seq_len = 256");
   EXPECT_ERROR_MENTIONS(error_of({"optim.beta2=1.5"}), "optim.beta2 = 1.5");
-  EXPECT_ERROR_MENTIONS(error_of({"runtime.threads=0"}), "runtime.threads = 0");
+  EXPECT_ERROR_MENTIONS(error_of({"runtime.threads=-1"}), "runtime.threads = -1");
+  EXPECT_ERROR_MENTIONS(error_of({"parallel.tp=2"}), "parallel.tp = 2: only data parallelism");
+  EXPECT_ERROR_MENTIONS(error_of({"parallel.dp_replicate=-1"}), "parallel.dp_replicate = -1");
+  EXPECT_ERROR_MENTIONS(error_of({"runtime.comm_timeout_s=0"}), "runtime.comm_timeout_s = 0");
+  EXPECT_ERROR_MENTIONS(error_of({"parallel.bucket_mb=0"}), "parallel.bucket_mb = 0");
   EXPECT_ERROR_MENTIONS(error_of({"model.arch=bert"}), "model.arch = \"bert\"");
   EXPECT_ERROR_MENTIONS(error_of({"model.preset=gpt5"}), "model.preset = \"gpt5\"");
 }

@@ -43,7 +43,7 @@ TEST(Trainer, IdenticalRunsGiveBitIdenticalLosses) {
   write_shard(dir.file("train.bin"), testing::synthetic_text(20000, 3));
   std::vector<double> first, second;
   for (auto* losses : {&first, &second}) {
-    Trainer trainer(small_run(dir.file("train.bin"), 8), nullptr);
+    Trainer trainer(small_run(dir.file("train.bin"), 8), nullptr, nullptr);
     for (int s = 0; s < 8; ++s) losses->push_back(trainer.step().loss);
   }
   for (size_t i = 0; i < first.size(); ++i) EXPECT_EQ(first[i], second[i]) << "step " << i;
@@ -56,7 +56,7 @@ TEST(Trainer, AccumulationEqualsTheWholeBatch) {
   RunConfig whole = small_run(dir.file("train.bin"), 5);
   RunConfig accumulated = whole;
   accumulated.micro_batch_size = 2;  // 4 micro-steps of 2 sequences
-  Trainer a(whole, nullptr), b(accumulated, nullptr);
+  Trainer a(whole, nullptr, nullptr), b(accumulated, nullptr, nullptr);
   for (int s = 0; s < 5; ++s) {
     const double la = a.step().loss, lb = b.step().loss;
     EXPECT_NEAR(la, lb, 1e-5 * std::fabs(la)) << "step " << s;
@@ -113,7 +113,7 @@ TEST(Trainer, LearnsFortunesBelowUnigramEntropy) {
   c.eval_batches = 8;
   c.schedule.max_lr = 3e-3f;
   c.schedule.warmup_steps = 20;
-  Trainer trainer(c, nullptr);
+  Trainer trainer(c, nullptr, nullptr);
   const RunSummary summary = trainer.run();
   const double val = summary.val_losses.back().second;
   std::printf("fortunes: unigram entropy %.3f, first loss %.3f, validation loss %.3f\n",

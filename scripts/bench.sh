@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The benchmarks behind docs/performance.md. Builds, then prints, for each model and
+# thread count, training tokens/s and MFU next to the sgemm throughput at the same
+# thread count, and memory (predicted, ledger, process RSS). Slow: the gpt2-124m runs
+# take a few minutes on 2 cores. Usage: scripts/bench.sh [train] [comm] [dp]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/build.sh ndtrain >/dev/null
+what="${*:-train}"
+mpirun_flags=(--oversubscribe --bind-to none --allow-run-as-root -x OMP_NUM_THREADS=1)
+for part in $what; do
+  case "$part" in
+    train)
+      for threads in 1 2; do
+        ./build/ndtrain bench train --preset gpt2-124m --batch 8 --seq 256 --threads "$threads" --steps 3
+        ./build/ndtrain bench train --preset gpt2-tiny --batch 8 --seq 256 --threads "$threads" --steps 10
+      done
+      ;;
+    comm)
+      mpirun -np 2 "${mpirun_flags[@]}" ./build/ndtrain bench comm
+      mpirun -np 2 "${mpirun_flags[@]}" ./build/ndtrain bench overlap
+      ;;
+    dp)
+      ./build/ndtrain bench train --preset gpt2-124m --batch 8 --seq 256 --threads 2 --steps 3
+      mpirun -np 2 "${mpirun_flags[@]}" ./build/ndtrain bench train --preset gpt2-124m --batch 8 --seq 256 --threads 1 --steps 3
+      ;;
+    *) echo "unknown benchmark '$part' (train, comm, dp)" >&2; exit 2 ;;
+  esac
+done

@@ -1,0 +1,608 @@
+// MpiCommunicator (see mpi_communicator.h). Each operation validates its arguments,
+// counts itself, then calls MPI: the blocking form under a CommWaitGuard, the
+// non-blocking form returning an MpiWork that waits under one. Work that must follow
+// completion (avg's division, checking a received length) runs once, in whichever of
+// the blocking call, Work::test or Work::wait sees the operation complete.
+#include "comm/mpi_communicator.h"
+
+#include "comm/watchdog.h"
+#include "core/error.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <numeric>
+
+namespace ndt {
+
+MPI_Datatype mpi_datatype(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return MPI_FLOAT;
+    case DType::i32: return MPI_INT32_T;
+    case DType::u16:
+    case DType::bf16:
+    case DType::f16: return MPI_UINT16_T;
+    case DType::e4m3:
+    case DType::e5m2: return MPI_UINT8_T;
+  }
+  fail("invalid dtype value {}", static_cast<int>(dtype));
+}
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// bf16 / f16 reductions: widen a chunk of both operands to f32, combine, round back.
+
+template <DType D, bool kMax>
+void half_reduce(void* in, void* inout, int* len, MPI_Datatype*) {
+  constexpr int kChunk = 1024;
+  float a[kChunk], b[kChunk];
+  auto* src = static_cast<const uint16_t*>(in);
+  auto* dst = static_cast<uint16_t*>(inout);
+  for (int first = 0; first < *len; first += kChunk) {
+    const int n = std::min(kChunk, *len - first);
+    convert(src + first, D, a, DType::f32, static_cast<size_t>(n));
+    convert(dst + first, D, b, DType::f32, static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) b[i] = kMax ? std::max(a[i], b[i]) : a[i] + b[i];
+    convert(b, DType::f32, dst + first, D, static_cast<size_t>(n));
+  }
+}
+
+struct HalfOps {
+  MPI_Op bf16_sum, bf16_max, f16_sum, f16_max;
+};
+
+// Created on first use (after MPI_Init), never freed: MPI_Finalize releases them.
+const HalfOps& half_ops() {
+  static const HalfOps ops = [] {
+    HalfOps o{};
+    MPI_Op_create(&half_reduce<DType::bf16, false>, 1, &o.bf16_sum);
+    MPI_Op_create(&half_reduce<DType::bf16, true>, 1, &o.bf16_max);
+    MPI_Op_create(&half_reduce<DType::f16, false>, 1, &o.f16_sum);
+    MPI_Op_create(&half_reduce<DType::f16, true>, 1, &o.f16_max);
+    return o;
+  }();
+  return ops;
+}
+
+std::string_view reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum: return "sum";
+    case ReduceOp::avg: return "avg";
+    case ReduceOp::max: return "max";
+  }
+  return "?";
+}
+
+// ---------------------------------------------------------------------------------------------
+// Argument checks. `where` is "all_reduce on mesh axis \"dp\"", prefixed to every message.
+
+std::string where(CommOp op, const std::string& axis) {
+  return fmt::format("{} on mesh axis \"{}\"", comm_op_name(op), axis);
+}
+
+// The MPI op for a reduction, or an error for a dtype/op pair we do not reduce.
+MPI_Op reduction(CommOp what, const std::string& axis, DType dtype, ReduceOp op) {
+  switch (dtype) {
+    case DType::f32:
+      return op == ReduceOp::max ? MPI_MAX : MPI_SUM;
+    case DType::i32:
+      NDT_CHECK(op != ReduceOp::avg, "{}: ReduceOp::avg is not supported for i32 (an integer average "
+                "would truncate); use sum and divide", where(what, axis));
+      return op == ReduceOp::max ? MPI_MAX : MPI_SUM;
+    case DType::bf16:
+      return op == ReduceOp::max ? half_ops().bf16_max : half_ops().bf16_sum;
+    case DType::f16:
+      return op == ReduceOp::max ? half_ops().f16_max : half_ops().f16_sum;
+    case DType::u16:
+    case DType::e4m3:
+    case DType::e5m2: break;
+  }
+  fail("{}: reduction ({}) on dtype {} is not supported: {} is for data movement only; reduce in f32, "
+       "bf16 or f16", where(what, axis), reduce_op_name(op), dtype_name(dtype), dtype_name(dtype));
+}
+
+// Element counts go to MPI as int (MPI 3; Open MPI 4.1 has no large-count functions).
+int mpi_count(CommOp what, const std::string& axis, size_t count) {
+  NDT_CHECK(count <= static_cast<size_t>(INT_MAX),
+            "{}: {} elements exceed INT_MAX ({}), the most one MPI call takes (Open MPI 4.1 has no "
+            "large-count functions); split the buffer", where(what, axis), count, INT_MAX);
+  return static_cast<int>(count);
+}
+
+// n * count elements, checked against INT_MAX (the whole buffer must be addressable by int
+// displacements) without overflowing size_t.
+void check_total(CommOp what, const std::string& axis, size_t count, int n) {
+  NDT_CHECK(count <= static_cast<size_t>(INT_MAX) / static_cast<size_t>(n),
+            "{}: {} x {} ranks = {} elements exceed INT_MAX ({}), the most one MPI call takes (Open MPI "
+            "4.1 has no large-count functions); split the buffer", where(what, axis), count, n,
+            static_cast<double>(count) * n, INT_MAX);
+}
+
+bool overlap(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
+  if (a_bytes == 0 || b_bytes == 0) return false;
+  auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+  return x < y + b_bytes && y < x + a_bytes;
+}
+
+void check_no_overlap(CommOp what, const std::string& axis, const void* send, size_t send_bytes,
+                      const void* recv, size_t recv_bytes) {
+  NDT_CHECK(!overlap(send, send_bytes, recv, recv_bytes),
+            "{}: the send buffer ({} bytes) and the receive buffer ({} bytes) overlap", where(what, axis),
+            send_bytes, recv_bytes);
+}
+
+void check_peer(CommOp what, const std::string& axis, const char* role, int peer, int size) {
+  NDT_CHECK(peer >= 0 && peer < size, "{}: {} rank {} is outside the group of {} ranks", where(what, axis),
+            role, peer, size);
+}
+
+int tag_upper_bound() {
+  static const int ub = [] {
+    void* value = nullptr;
+    int flag = 0;
+    MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &value, &flag);
+    return flag ? *static_cast<int*>(value) : 32767;
+  }();
+  return ub;
+}
+
+void check_tag(CommOp what, const std::string& axis, int tag) {
+  NDT_CHECK(tag >= 0 && tag <= tag_upper_bound(), "{}: tag {} is outside [0, {}] (MPI_TAG_UB)",
+            where(what, axis), tag, tag_upper_bound());
+}
+
+void check_mpi(int rc, CommOp what, const std::string& axis) {
+  if (rc == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, text, &len);
+  fail("{}: MPI error {}: {}", where(what, axis), rc, std::string_view(text, static_cast<size_t>(len)));
+}
+
+// ReduceOp::avg: the sum divided by the group size, in f32 for the 16-bit types.
+void divide(void* buf, size_t count, DType dtype, int n) {
+  if (dtype == DType::f32) {
+    auto* p = static_cast<float*>(buf);
+    for (size_t i = 0; i < count; ++i) p[i] /= static_cast<float>(n);
+    return;
+  }
+  constexpr size_t kChunk = 1024;
+  float tmp[kChunk];
+  auto* p = static_cast<uint16_t*>(buf);
+  for (size_t first = 0; first < count; first += kChunk) {
+    const size_t len = std::min(kChunk, count - first);
+    convert(p + first, dtype, tmp, DType::f32, len);
+    for (size_t i = 0; i < len; ++i) tmp[i] /= static_cast<float>(n);
+    convert(tmp, DType::f32, p + first, dtype, len);
+  }
+}
+
+void check_received(const MPI_Status& status, MPI_Datatype type, size_t expected, DType dtype, int src,
+                    int tag, const std::string& axis) {
+  int got = 0;
+  MPI_Get_count(&status, type, &got);
+  NDT_CHECK(static_cast<size_t>(got) == expected,
+            "{}: expected {} elements of {} from rank {} (tag {}) but the message held {}",
+            where(CommOp::recv, axis), expected, dtype_name(dtype), src, tag, got);
+}
+
+// A blocking call's wait: watched by the watchdog and added to the counter's wait time.
+class TimedWait {
+ public:
+  TimedWait(CommCounter& counter, CommOp op, std::string_view axis, int64_t bytes, DType dtype)
+      : counter_(counter), guard_(op, axis, bytes, dtype), start_(std::chrono::steady_clock::now()) {}
+  ~TimedWait() {
+    counter_.wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+
+ private:
+  CommCounter& counter_;
+  CommWaitGuard guard_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+// A non-blocking MPI operation. Holds what MPI needs until completion (v-counts), and
+// what runs after it (finish).
+class MpiWork final : public Work {
+ public:
+  MpiWork(CommCounter& counter, CommOp op, const std::string& axis, int64_t bytes, DType dtype)
+      : counter_(counter), op_(op), axis_(axis), bytes_(bytes), dtype_(dtype) {}
+
+  ~MpiWork() override {
+    if (done_) return;
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (finalized) return;
+    try {
+      wait();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "ndtrain: %s completed in a Work's destructor failed: %s\n",
+                   where(op_, axis_).c_str(), e.what());
+      std::abort();
+    }
+  }
+
+  bool test() override {
+    if (done_) return true;
+    int flag = 0;
+    const int rc = MPI_Test(&request, &flag, &status_);
+    if (rc != MPI_SUCCESS) failed(rc);
+    if (flag) complete();
+    return done_;
+  }
+
+  void wait() override {
+    if (done_) return;
+    {
+      TimedWait timed(counter_, op_, axis_, bytes_, dtype_);
+      const int rc = MPI_Wait(&request, &status_);
+      if (rc != MPI_SUCCESS) failed(rc);
+    }
+    complete();
+  }
+
+  void set_size(int64_t bytes) { bytes_ = bytes; }  // for the timeout message
+
+  MPI_Request request = MPI_REQUEST_NULL;
+  std::function<void(const MPI_Status&)> finish;  // runs once, after completion
+  std::vector<int> counts[4];                     // all_to_all_v: send counts/displs, recv counts/displs
+
+ private:
+  // An error completes the request (MPI frees it): the Work is done, with the error.
+  [[noreturn]] void failed(int rc) {
+    done_ = true;
+    check_mpi(rc, op_, axis_);
+    fail("{}: MPI error {}", where(op_, axis_), rc);
+  }
+
+  void complete() {
+    done_ = true;
+    if (finish) finish(status_);
+  }
+
+  CommCounter& counter_;
+  CommOp op_;
+  std::string axis_;
+  int64_t bytes_;
+  DType dtype_;
+  MPI_Status status_{};
+  bool done_ = false;
+};
+
+void count_call(CommCounter& c, int64_t payload, int64_t wire) {
+  c.calls += 1;
+  c.payload_bytes += payload;
+  c.wire_bytes += wire;
+}
+
+// all_to_all_v's counts and displacements as MPI ints, checked against INT_MAX.
+void v_layout(CommOp what, const std::string& axis, const char* name, const std::vector<size_t>& counts,
+              int n, std::vector<int>& out_counts, std::vector<int>& out_displs, size_t& total) {
+  NDT_CHECK(counts.size() == static_cast<size_t>(n), "{}: {} has {} entries for a group of {} ranks",
+            where(what, axis), name, counts.size(), n);
+  out_counts.resize(n);
+  out_displs.resize(n);
+  total = 0;
+  for (int j = 0; j < n; ++j) {
+    out_displs[j] = mpi_count(what, axis, total);
+    out_counts[j] = mpi_count(what, axis, counts[j]);
+    total += counts[j];
+  }
+  mpi_count(what, axis, total);
+}
+
+}  // namespace
+
+// =============================================================================================
+
+MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string axis, bool owned)
+    : comm_(comm), axis_(std::move(axis)), owned_(owned) {
+  MPI_Comm_rank(comm_, &rank_);
+  MPI_Comm_size(comm_, &size_);
+  MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+}
+
+MpiCommunicator::~MpiCommunicator() {
+  if (!owned_) return;
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Comm_free(&comm_);
+}
+
+std::unique_ptr<MpiCommunicator> mpi_world(const std::string& axis) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  NDT_CHECK(initialized, "mpi_world(\"{}\"): MPI is not initialised (construct an MpiRuntime first)", axis);
+  MPI_Comm dup = MPI_COMM_NULL;
+  MPI_Comm_dup(MPI_COMM_WORLD, &dup);
+  return std::make_unique<MpiCommunicator>(dup, axis, true);
+}
+
+std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key, const std::string& axis) {
+  NDT_CHECK(color >= 0, "split of mesh axis \"{}\" into \"{}\": color {} must be non-negative", axis_, axis,
+            color);
+  MPI_Comm out = MPI_COMM_NULL;
+  const int rc = MPI_Comm_split(comm_, color, key, &out);
+  NDT_CHECK(rc == MPI_SUCCESS, "split of mesh axis \"{}\" into \"{}\" failed with MPI error {}", axis_, axis, rc);
+  return std::make_unique<MpiCommunicator>(out, axis, true);
+}
+
+// ---------------------------------------------------------------------------------------------
+// all_reduce
+
+WorkHandle MpiCommunicator::iall_reduce(void* buf, size_t count, DType dtype, ReduceOp op) {
+  constexpr CommOp kOp = CommOp::all_reduce;
+  const MPI_Op mop = reduction(kOp, axis_, dtype, op);
+  const int n = mpi_count(kOp, axis_, count);
+  const auto bytes = static_cast<int64_t>(count * dtype_size(dtype));
+  count_call(stats_[kOp], bytes, comm_wire_bytes(kOp, bytes, size_));
+  auto work = std::make_unique<MpiWork>(stats_[kOp], kOp, axis_, bytes, dtype);
+  check_mpi(MPI_Iallreduce(MPI_IN_PLACE, buf, n, mpi_datatype(dtype), mop, comm_, &work->request), kOp, axis_);
+  if (op == ReduceOp::avg) {
+    work->finish = [buf, count, dtype, size = size_](const MPI_Status&) { divide(buf, count, dtype, size); };
+  }
+  return work;
+}
+
+void MpiCommunicator::all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) {
+  constexpr CommOp kOp = CommOp::all_reduce;
+  const MPI_Op mop = reduction(kOp, axis_, dtype, op);
+  const int n = mpi_count(kOp, axis_, count);
+  const auto bytes = static_cast<int64_t>(count * dtype_size(dtype));
+  count_call(stats_[kOp], bytes, comm_wire_bytes(kOp, bytes, size_));
+  {
+    TimedWait timed(stats_[kOp], kOp, axis_, bytes, dtype);
+    check_mpi(MPI_Allreduce(MPI_IN_PLACE, buf, n, mpi_datatype(dtype), mop, comm_), kOp, axis_);
+  }
+  if (op == ReduceOp::avg) divide(buf, count, dtype, size_);
+}
+
+// ---------------------------------------------------------------------------------------------
+// reduce_scatter (send[size * recv_count] -> recv[recv_count]); buffers must not overlap.
+
+WorkHandle MpiCommunicator::ireduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype,
+                                            ReduceOp op) {
+  constexpr CommOp kOp = CommOp::reduce_scatter;
+  const MPI_Op mop = reduction(kOp, axis_, dtype, op);
+  check_total(kOp, axis_, recv_count, size_);
+  const size_t block = recv_count * dtype_size(dtype);
+  check_no_overlap(kOp, axis_, send, block * size_, recv, block);
+  const auto bytes = static_cast<int64_t>(block * size_);
+  count_call(stats_[kOp], bytes, comm_wire_bytes(kOp, bytes, size_));
+  auto work = std::make_unique<MpiWork>(stats_[kOp], kOp, axis_, bytes, dtype);
+  check_mpi(MPI_Ireduce_scatter_block(send, recv, static_cast<int>(recv_count), mpi_datatype(dtype), mop, comm_,
+                                      &work->request),
+            kOp, axis_);
+  if (op == ReduceOp::avg) {
+    work->finish = [recv, recv_count, dtype, size = size_](const MPI_Status&) {
+      divide(recv, recv_count, dtype, size);
+    };
+  }
+  return work;
+}
+
+void MpiCommunicator::reduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype, ReduceOp op) {
+  constexpr CommOp kOp = CommOp::reduce_scatter;
+  const MPI_Op mop = reduction(kOp, axis_, dtype, op);
+  check_total(kOp, axis_, recv_count, size_);
+  const size_t block = recv_count * dtype_size(dtype);
+  check_no_overlap(kOp, axis_, send, block * size_, recv, block);
+  const auto bytes = static_cast<int64_t>(block * size_);
+  count_call(stats_[kOp], bytes, comm_wire_bytes(kOp, bytes, size_));
+  {
+    TimedWait timed(stats_[kOp], kOp, axis_, bytes, dtype);
+    check_mpi(MPI_Reduce_scatter_block(send, recv, static_cast<int>(recv_count), mpi_datatype(dtype), mop, comm_),
+              kOp, axis_);
+  }
+  if (op == ReduceOp::avg) divide(recv, recv_count, dtype, size_);
+}
+
+// ---------------------------------------------------------------------------------------------
+// all_gather (send[send_count] -> recv[size * send_count]). In place when send is this
+// rank's block of recv (as NCCL allows): passed to MPI as MPI_IN_PLACE.
+
+namespace {
+const void* gather_send(CommOp op, const std::string& axis, const void* send, void* recv, size_t block,
+                        int rank, int size) {
+  if (block > 0 && send == static_cast<const char*>(recv) + block * rank) return MPI_IN_PLACE;
+  check_no_overlap(op, axis, send, block, recv, block * size);
+  return send;
+}
+}  // namespace
+
+WorkHandle MpiCommunicator::iall_gather(const void* send, void* recv, size_t send_count, DType dtype) {
+  constexpr CommOp kOp = CommOp::all_gather;
+  check_total(kOp, axis_, send_count, size_);
+  const size_t block = send_count * dtype_size(dtype);
+  const void* src = gather_send(kOp, axis_, send, recv, block, rank_, size_);
+  const auto bytes = static_cast<int64_t>(block * size_);
+  count_call(stats_[kOp], bytes, comm_wire_bytes(kOp, bytes, size_));
+  auto work = std::make_unique<MpiWork>(stats_[kOp], kOp, axis_, bytes, dtype);
+  const MPI_Datatype type = mpi_datatype(dtype);
+  const int n = static_cast<int>(send_count);
+  check_mpi(MPI_Iallgather(src, n, type, recv, n, type, comm_, &work->request), kOp, axis_);
+  return work;
+}
+
+void MpiCommunicator::all_gather(const void* send, void* recv, size_t send_count, DType dtype) {
+  constexpr CommOp kOp = CommOp::all_gather;
+  check_total(kOp, axis_, send_count, size_);
+  const size_t block = send_count * dtype_size(dtype);
+  const void* src = gather_send(kOp, axis_, send, recv, block, rank_, size_);
+  const auto bytes = static_cast<int64_t>(block * size_);
+  count_call(stats_[kOp], bytes, comm_wire_bytes(kOp, bytes, size_));
+  const MPI_Datatype type = mpi_datatype(dtype);
+  const int n = static_cast<int>(send_count);
+  TimedWait timed(stats_[kOp], kOp, axis_, bytes, dtype);
+  check_mpi(MPI_Allgather(src, n, type, recv, n, type, comm_), kOp, axis_);
+}
+
+// ---------------------------------------------------------------------------------------------
+// all_to_all and all_to_all_v; buffers must not overlap.
+
+WorkHandle MpiCommunicator::iall_to_all(const void* send, void* recv, size_t count_per_rank, DType dtype) {
+  constexpr CommOp kOp = CommOp::all_to_all;
+  check_total(kOp, axis_, count_per_rank, size_);
+  const size_t total = count_per_rank * dtype_size(dtype) * size_;
+  check_no_overlap(kOp, axis_, send, total, recv, total);
+  const auto bytes = static_cast<int64_t>(total);
+  count_call(stats_[kOp], bytes, comm_wire_bytes(kOp, bytes, size_));
+  auto work = std::make_unique<MpiWork>(stats_[kOp], kOp, axis_, bytes, dtype);
+  const MPI_Datatype type = mpi_datatype(dtype);
+  const int n = static_cast<int>(count_per_rank);
+  check_mpi(MPI_Ialltoall(send, n, type, recv, n, type, comm_, &work->request), kOp, axis_);
+  return work;
+}
+
+void MpiCommunicator::all_to_all(const void* send, void* recv, size_t count_per_rank, DType dtype) {
+  constexpr CommOp kOp = CommOp::all_to_all;
+  check_total(kOp, axis_, count_per_rank, size_);
+  const size_t total = count_per_rank * dtype_size(dtype) * size_;
+  check_no_overlap(kOp, axis_, send, total, recv, total);
+  const auto bytes = static_cast<int64_t>(total);
+  count_call(stats_[kOp], bytes, comm_wire_bytes(kOp, bytes, size_));
+  const MPI_Datatype type = mpi_datatype(dtype);
+  const int n = static_cast<int>(count_per_rank);
+  TimedWait timed(stats_[kOp], kOp, axis_, bytes, dtype);
+  check_mpi(MPI_Alltoall(send, n, type, recv, n, type, comm_), kOp, axis_);
+}
+
+WorkHandle MpiCommunicator::iall_to_all_v(const void* send, const std::vector<size_t>& send_counts, void* recv,
+                                          const std::vector<size_t>& recv_counts, DType dtype) {
+  constexpr CommOp kOp = CommOp::all_to_all_v;
+  auto work = std::make_unique<MpiWork>(stats_[kOp], kOp, axis_, 0, dtype);
+  size_t send_total = 0, recv_total = 0;
+  v_layout(kOp, axis_, "send_counts", send_counts, size_, work->counts[0], work->counts[1], send_total);
+  v_layout(kOp, axis_, "recv_counts", recv_counts, size_, work->counts[2], work->counts[3], recv_total);
+  const size_t es = dtype_size(dtype);
+  check_no_overlap(kOp, axis_, send, send_total * es, recv, recv_total * es);
+  const auto bytes = static_cast<int64_t>(send_total * es);
+  count_call(stats_[kOp], bytes, static_cast<int64_t>((send_total - send_counts[rank_]) * es));
+  work->set_size(bytes);
+  const MPI_Datatype type = mpi_datatype(dtype);
+  check_mpi(MPI_Ialltoallv(send, work->counts[0].data(), work->counts[1].data(), type, recv,
+                           work->counts[2].data(), work->counts[3].data(), type, comm_, &work->request),
+            kOp, axis_);
+  return work;
+}
+
+void MpiCommunicator::all_to_all_v(const void* send, const std::vector<size_t>& send_counts, void* recv,
+                                   const std::vector<size_t>& recv_counts, DType dtype) {
+  constexpr CommOp kOp = CommOp::all_to_all_v;
+  std::vector<int> sc, sd, rc, rd;
+  size_t send_total = 0, recv_total = 0;
+  v_layout(kOp, axis_, "send_counts", send_counts, size_, sc, sd, send_total);
+  v_layout(kOp, axis_, "recv_counts", recv_counts, size_, rc, rd, recv_total);
+  const size_t es = dtype_size(dtype);
+  check_no_overlap(kOp, axis_, send, send_total * es, recv, recv_total * es);
+  const auto bytes = static_cast<int64_t>(send_total * es);
+  count_call(stats_[kOp], bytes, static_cast<int64_t>((send_total - send_counts[rank_]) * es));
+  const MPI_Datatype type = mpi_datatype(dtype);
+  TimedWait timed(stats_[kOp], kOp, axis_, bytes, dtype);
+  check_mpi(MPI_Alltoallv(send, sc.data(), sd.data(), type, recv, rc.data(), rd.data(), type, comm_), kOp, axis_);
+}
+
+// ---------------------------------------------------------------------------------------------
+// send / recv
+
+WorkHandle MpiCommunicator::isend(const void* buf, size_t count, DType dtype, int dst, int tag) {
+  constexpr CommOp kOp = CommOp::send;
+  check_peer(kOp, axis_, "destination", dst, size_);
+  check_tag(kOp, axis_, tag);
+  const int n = mpi_count(kOp, axis_, count);
+  const auto bytes = static_cast<int64_t>(count * dtype_size(dtype));
+  count_call(stats_[kOp], bytes, comm_wire_bytes(kOp, bytes, size_));
+  auto work = std::make_unique<MpiWork>(stats_[kOp], kOp, axis_, bytes, dtype);
+  check_mpi(MPI_Isend(buf, n, mpi_datatype(dtype), dst, tag, comm_, &work->request), kOp, axis_);
+  return work;
+}
+
+void MpiCommunicator::send(const void* buf, size_t count, DType dtype, int dst, int tag) {
+  constexpr CommOp kOp = CommOp::send;
+  check_peer(kOp, axis_, "destination", dst, size_);
+  check_tag(kOp, axis_, tag);
+  const int n = mpi_count(kOp, axis_, count);
+  const auto bytes = static_cast<int64_t>(count * dtype_size(dtype));
+  count_call(stats_[kOp], bytes, comm_wire_bytes(kOp, bytes, size_));
+  TimedWait timed(stats_[kOp], kOp, axis_, bytes, dtype);
+  check_mpi(MPI_Send(buf, n, mpi_datatype(dtype), dst, tag, comm_), kOp, axis_);
+}
+
+WorkHandle MpiCommunicator::irecv(void* buf, size_t count, DType dtype, int src, int tag) {
+  constexpr CommOp kOp = CommOp::recv;
+  check_peer(kOp, axis_, "source", src, size_);
+  check_tag(kOp, axis_, tag);
+  const int n = mpi_count(kOp, axis_, count);
+  const auto bytes = static_cast<int64_t>(count * dtype_size(dtype));
+  count_call(stats_[kOp], bytes, 0);
+  auto work = std::make_unique<MpiWork>(stats_[kOp], kOp, axis_, bytes, dtype);
+  const MPI_Datatype type = mpi_datatype(dtype);
+  check_mpi(MPI_Irecv(buf, n, type, src, tag, comm_, &work->request), kOp, axis_);
+  work->finish = [type, count, dtype, src, tag, axis = axis_](const MPI_Status& status) {
+    check_received(status, type, count, dtype, src, tag, axis);
+  };
+  return work;
+}
+
+void MpiCommunicator::recv(void* buf, size_t count, DType dtype, int src, int tag) {
+  constexpr CommOp kOp = CommOp::recv;
+  check_peer(kOp, axis_, "source", src, size_);
+  check_tag(kOp, axis_, tag);
+  const int n = mpi_count(kOp, axis_, count);
+  const auto bytes = static_cast<int64_t>(count * dtype_size(dtype));
+  count_call(stats_[kOp], bytes, 0);
+  const MPI_Datatype type = mpi_datatype(dtype);
+  MPI_Status status{};
+  {
+    TimedWait timed(stats_[kOp], kOp, axis_, bytes, dtype);
+    check_mpi(MPI_Recv(buf, n, type, src, tag, comm_, &status), kOp, axis_);
+  }
+  check_received(status, type, count, dtype, src, tag, axis_);
+}
+
+// ---------------------------------------------------------------------------------------------
+// broadcast, barrier
+
+WorkHandle MpiCommunicator::ibroadcast(void* buf, size_t count, DType dtype, int root) {
+  constexpr CommOp kOp = CommOp::broadcast;
+  check_peer(kOp, axis_, "root", root, size_);
+  const int n = mpi_count(kOp, axis_, count);
+  const auto bytes = static_cast<int64_t>(count * dtype_size(dtype));
+  count_call(stats_[kOp], bytes, rank_ == root ? bytes : 0);
+  auto work = std::make_unique<MpiWork>(stats_[kOp], kOp, axis_, bytes, dtype);
+  check_mpi(MPI_Ibcast(buf, n, mpi_datatype(dtype), root, comm_, &work->request), kOp, axis_);
+  return work;
+}
+
+void MpiCommunicator::broadcast(void* buf, size_t count, DType dtype, int root) {
+  constexpr CommOp kOp = CommOp::broadcast;
+  check_peer(kOp, axis_, "root", root, size_);
+  const int n = mpi_count(kOp, axis_, count);
+  const auto bytes = static_cast<int64_t>(count * dtype_size(dtype));
+  count_call(stats_[kOp], bytes, rank_ == root ? bytes : 0);
+  TimedWait timed(stats_[kOp], kOp, axis_, bytes, dtype);
+  check_mpi(MPI_Bcast(buf, n, mpi_datatype(dtype), root, comm_), kOp, axis_);
+}
+
+WorkHandle MpiCommunicator::ibarrier() {
+  constexpr CommOp kOp = CommOp::barrier;
+  count_call(stats_[kOp], 0, 0);
+  auto work = std::make_unique<MpiWork>(stats_[kOp], kOp, axis_, 0, DType::f32);
+  check_mpi(MPI_Ibarrier(comm_, &work->request), kOp, axis_);
+  return work;
+}
+
+void MpiCommunicator::barrier() {
+  constexpr CommOp kOp = CommOp::barrier;
+  count_call(stats_[kOp], 0, 0);
+  TimedWait timed(stats_[kOp], kOp, axis_, 0, DType::f32);
+  check_mpi(MPI_Barrier(comm_), kOp, axis_);
+}
+
+}  // namespace ndt

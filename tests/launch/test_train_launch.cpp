@@ -1,0 +1,91 @@
+// The CLI under mpirun, end to end: a data-parallel run on 2 ranks trains and writes
+// its metrics; a mesh that does not match the world ends at once with an error
+// naming the sizes and a non-zero exit.
+#include "../common/temp_dir.h"
+#include "../train/test_support.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <sys/wait.h>
+
+namespace ndt {
+namespace {
+
+struct Result {
+  int exit_code = -1;
+  std::string output;
+  double seconds = 0;
+};
+
+Result run(const std::string& command) {
+  const auto t0 = std::chrono::steady_clock::now();
+  Result r;
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) r.output.append(buffer, n);
+  const int status = pclose(pipe);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+class TrainLaunch : public ::testing::Test {
+ protected:
+  TrainLaunch() {
+    write_shard(dir_.file("train.bin"), testing::synthetic_text(40000, 5));
+    std::ofstream(dir_.file("run.toml"))
+        << "[model]\npreset = \"gpt2-tiny\"\nn_layer = 1\nd_model = 32\nd_ff = 128\nmax_seq_len = 32\n"
+        << "[train]\nsteps = 6\nbatch_size = 8\nmicro_batch_size = 2\nseq_len = 32\neval_every = 3\neval_batches = 2\n"
+        << "[sample]\ntokens = 20\n[runtime]\npeak_gflops = 100\ncomm_timeout_s = 60\n"
+        << "[data]\ntrain = \"" << dir_.file("train.bin") << "\"\n";
+  }
+  std::string mpirun(int ranks, const std::string& args) const {
+    return std::string(NDT_MPIRUN) + " -np " + std::to_string(ranks) +
+           " --oversubscribe --bind-to none --allow-run-as-root -x OMP_NUM_THREADS=1 " + NDT_BINARY_DIR +
+           "/ndtrain train " + dir_.file("run.toml") + " " + args;
+  }
+  testing::TempDir dir_;
+};
+
+TEST_F(TrainLaunch, DataParallelRunOnTwoRanks) {
+  const Result r = run(mpirun(2, "--set runtime.out_dir=" + dir_.file("out")));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("dp_replicate=2"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("2 data-parallel ranks x 2 micro-steps of 2"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("validation loss"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("== sample"), std::string::npos) << r.output;
+  // Progress lines come from rank 0 only: one line per step.
+  size_t lines = 0;
+  for (size_t at = r.output.find("step "); at != std::string::npos; at = r.output.find("step ", at + 1)) {
+    if (r.output.compare(at, 11, "step     1/") == 0) ++lines;
+  }
+  EXPECT_EQ(lines, 1u) << r.output;
+  std::ifstream metrics(dir_.file("out/metrics.jsonl"));
+  std::string first;
+  ASSERT_TRUE(std::getline(metrics, first)) << "no metrics file";
+  EXPECT_NE(first.find("\"all_reduce\""), std::string::npos) << first;
+}
+
+TEST_F(TrainLaunch, MeshThatDoesNotMatchTheWorldIsRefused) {
+  const Result r = run(mpirun(2, "--set parallel.dp_replicate=3"));
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("has 3 ranks but the job has 2"), std::string::npos) << r.output;
+  EXPECT_LT(r.seconds, 30.0);
+}
+
+TEST_F(TrainLaunch, BatchThatDoesNotSplitOverRanksIsRefused) {
+  const Result r = run(mpirun(2, "--set train.batch_size=6"));
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("train.batch_size = 6 is not a multiple of train.micro_batch_size = 2 x data-parallel size 2"),
+            std::string::npos)
+      << r.output;
+}
+
+}  // namespace
+}  // namespace ndt
