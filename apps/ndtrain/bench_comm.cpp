@@ -73,10 +73,11 @@ int run_bench_comm(const CommBenchOptions& o) {
                                                {CommOp::all_to_all, (fn - 1) / fn}};
   if (me == 0) {
     fmt::print("bench comm: {} ranks, f32; ndtrain = Communicator {} calls, raw = MPI_Allreduce, "
-               "MPI_Reduce_scatter_block, MPI_Allgather, MPI_Alltoall on the same buffers and communicator.\n"
-               "size = bytes of the full buffer (reduce_scatter: input, all_gather: output); time = median of {} "
-               "iterations (each the slowest rank's) after {} warm-up;\nalgbw = size / time; busbw = algbw x 2(n-1)/n for "
-               "all_reduce, (n-1)/n for the others (nccl-tests); ratio = ndtrain busbw / raw busbw.\n",
+               "MPI_Reduce_scatter_block, MPI_Allgather, MPI_Alltoall\non the same buffers and communicator. "
+               "size = bytes of the full buffer (reduce_scatter: input, all_gather: output);\n"
+               "time = median of {} iterations (each the slowest rank's) after {} warm-up; algbw = size / time;\n"
+               "busbw = algbw x 2(n-1)/n for all_reduce, (n-1)/n for the others (as nccl-tests); "
+               "ratio = ndtrain busbw / raw busbw.\n",
                n, o.async ? "non-blocking (i* + wait)" : "blocking", o.iters, o.warmup);
   }
   // Buffers sized for the largest case, zero-filled (sums stay zero: no denormals or infs).
@@ -85,8 +86,8 @@ int run_bench_comm(const CommBenchOptions& o) {
 
   for (const Collective& c : collectives) {
     if (me == 0) {
-      fmt::print("\n{:<15}{:>12}{:>12} | {:>12}{:>9}{:>9} | {:>12}{:>9}{:>9} | {:>6}\n", comm_op_name(c.op), "size (B)",
-                 "count", "ndt us", "algbw", "busbw", "raw us", "algbw", "busbw", "ratio");
+      fmt::print("\n{:<15}{:>12}{:>12} | {:>12}{:>9}{:>9} | {:>12}{:>9}{:>9} | {:>6}\n", comm_op_name(c.op),
+                 "size (B)", "count", "ndt us", "algbw", "busbw", "raw us", "algbw", "busbw", "ratio");
     }
     double log_ratio_sum = 0;  // over sizes >= 1 MiB, for the summary line
     int ratios = 0;
@@ -96,30 +97,34 @@ int run_bench_comm(const CommBenchOptions& o) {
       if (c.op != CommOp::all_reduce) count -= count % n;
       if (count == 0) continue;
       const size_t block = count / n;
-      const MPI_Datatype f32 = MPI_FLOAT;
-      std::function<void()> ours, raw;
+      const int nc = static_cast<int>(count), nb = static_cast<int>(block);
+      float *x = a.data(), *y = b.data();
+      constexpr DType f32 = DType::f32;
+      constexpr ReduceOp sum = ReduceOp::sum;
+      std::function<void()> blocking, async, raw;
       switch (c.op) {
         case CommOp::all_reduce:
-          ours = o.async ? std::function<void()>([&] { world->iall_reduce(a.data(), count, DType::f32, ReduceOp::sum)->wait(); })
-                         : [&] { world->all_reduce(a.data(), count, DType::f32, ReduceOp::sum); };
-          raw = [&] { MPI_Allreduce(MPI_IN_PLACE, a.data(), static_cast<int>(count), f32, MPI_SUM, comm); };
+          blocking = [&] { world->all_reduce(x, count, f32, sum); };
+          async = [&] { world->iall_reduce(x, count, f32, sum)->wait(); };
+          raw = [&] { MPI_Allreduce(MPI_IN_PLACE, x, nc, MPI_FLOAT, MPI_SUM, comm); };
           break;
         case CommOp::reduce_scatter:
-          ours = o.async ? std::function<void()>([&] { world->ireduce_scatter(a.data(), b.data(), block, DType::f32, ReduceOp::sum)->wait(); })
-                         : [&] { world->reduce_scatter(a.data(), b.data(), block, DType::f32, ReduceOp::sum); };
-          raw = [&] { MPI_Reduce_scatter_block(a.data(), b.data(), static_cast<int>(block), f32, MPI_SUM, comm); };
+          blocking = [&] { world->reduce_scatter(x, y, block, f32, sum); };
+          async = [&] { world->ireduce_scatter(x, y, block, f32, sum)->wait(); };
+          raw = [&] { MPI_Reduce_scatter_block(x, y, nb, MPI_FLOAT, MPI_SUM, comm); };
           break;
         case CommOp::all_gather:
-          ours = o.async ? std::function<void()>([&] { world->iall_gather(a.data(), b.data(), block, DType::f32)->wait(); })
-                         : [&] { world->all_gather(a.data(), b.data(), block, DType::f32); };
-          raw = [&] { MPI_Allgather(a.data(), static_cast<int>(block), f32, b.data(), static_cast<int>(block), f32, comm); };
+          blocking = [&] { world->all_gather(x, y, block, f32); };
+          async = [&] { world->iall_gather(x, y, block, f32)->wait(); };
+          raw = [&] { MPI_Allgather(x, nb, MPI_FLOAT, y, nb, MPI_FLOAT, comm); };
           break;
         default:
-          ours = o.async ? std::function<void()>([&] { world->iall_to_all(a.data(), b.data(), block, DType::f32)->wait(); })
-                         : [&] { world->all_to_all(a.data(), b.data(), block, DType::f32); };
-          raw = [&] { MPI_Alltoall(a.data(), static_cast<int>(block), f32, b.data(), static_cast<int>(block), f32, comm); };
+          blocking = [&] { world->all_to_all(x, y, block, f32); };
+          async = [&] { world->iall_to_all(x, y, block, f32)->wait(); };
+          raw = [&] { MPI_Alltoall(x, nb, MPI_FLOAT, y, nb, MPI_FLOAT, comm); };
           break;
       }
+      const std::function<void()>& ours = o.async ? async : blocking;
       for (int i = 0; i < o.warmup; ++i) {
         ours();
         raw();
@@ -172,7 +177,9 @@ struct Compute {
   std::vector<float> c = std::vector<float>(kDim * kDim, 0.0f);
   int chunks = 1;
 
-  void chunk() { cpu::gemm(false, false, kDim, kDim, kDim, 1.0f, a.data(), kDim, b.data(), kDim, 0.0f, c.data(), kDim); }
+  void chunk() {
+    cpu::gemm(false, false, kDim, kDim, kDim, 1.0f, a.data(), kDim, b.data(), kDim, 0.0f, c.data(), kDim);
+  }
   int run(double poll_s, const std::function<void()>& poll) {
     int polls = 0;
     double last = now();

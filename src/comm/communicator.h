@@ -74,7 +74,8 @@ struct CommStats {
 // Progress: the MPI backend advances non-blocking operations only while the rank is
 // inside an MPI call. Calling test() on any outstanding Work advances all of them, so
 // a compute loop that overlaps communication should call test() often (about every
-// millisecond; `ndtrain bench overlap` measures how much that hides).
+// millisecond). `ndtrain bench overlap` measures what that hides: on one node with one
+// core per rank, little, since moving and summing the data is work for that same core.
 class Work {
  public:
   virtual ~Work() = default;
@@ -113,8 +114,7 @@ class Communicator {
 
   // Blocking forms. By default the non-blocking call followed by wait(); a backend
   // may override them with its own blocking calls when those are faster (the MPI
-  // backend does: Open MPI's blocking collectives are about twice as fast as its
-  // non-blocking ones for large buffers). Same semantics, counters and timeout.
+  // backend does, see comm/mpi_communicator.h). Same semantics, counters and timeout.
   virtual void all_reduce(void* buf, size_t count, DType dtype, ReduceOp op);
   virtual void reduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype, ReduceOp op);
   virtual void all_gather(const void* send, void* recv, size_t send_count, DType dtype);

@@ -16,7 +16,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
-#include <numeric>
 
 namespace ndt {
 
@@ -215,7 +214,7 @@ class MpiWork final : public Work {
       : counter_(counter), op_(op), axis_(axis), bytes_(bytes), dtype_(dtype) {}
 
   ~MpiWork() override {
-    if (done_) return;
+    if (done_ || request == MPI_REQUEST_NULL) return;  // complete, or never started (the MPI_I* call failed)
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (finalized) return;

@@ -1,10 +1,12 @@
 // MpiCommunicator: the Communicator over an MPI communicator (Open MPI on CPU).
 //
 // Blocking forms call MPI's blocking collectives (Open MPI's "tuned" component), not
-// the non-blocking call plus a wait: measured here with 2 ranks, MPI_Allreduce of
-// 64 MiB takes about half the time of MPI_Iallreduce + MPI_Wait (libnbc), and the
-// issue's bar is 95% of raw MPI bandwidth. The i* forms use MPI_I* and return a Work.
-// Both are covered by the watchdog (comm/watchdog.h).
+// the non-blocking call plus a wait, so they match raw MPI (the bar is 95% of its bus
+// bandwidth from 1 MiB). Measured with 2 ranks: with Open MPI's defaults, MPI_Iallreduce
+// + MPI_Wait (libnbc, binomial tree when in place or under 4 ranks) takes 2.5x the time
+// of MPI_Allreduce for 16-64 MiB; with libnbc's ring, which MpiRuntime selects, it is
+// within a few percent of it (about 10% slower at 1 MiB). The i* forms use MPI_I* and
+// return a Work. Both are covered by the watchdog (comm/watchdog.h).
 //
 // Element types: f32 -> MPI_FLOAT, i32 -> MPI_INT32_T, u16/bf16/f16 -> MPI_UINT16_T,
 // e4m3/e5m2 -> MPI_UINT8_T. Reductions: f32 and i32 with MPI's own ops; bf16 and f16

@@ -10,6 +10,10 @@
 // MPI (`ndtrain bench overlap` measures both). The watchdog thread never calls MPI.
 // MPI_THREAD_MULTIPLE (concurrent calls) costs a lock in every MPI call and is only
 // taken when asked for.
+//
+// Tuning: when it initialises MPI, it selects libnbc's ring algorithm for MPI_Iallreduce
+// (OMPI_MCA_coll_libnbc_iallreduce_algorithm=1, unless already set): Open MPI's default
+// for in-place calls and groups under 4 ranks is a binomial tree, 2.5x slower here.
 #pragma once
 
 #include "comm/mpi_headers.h"  // so that a later <mpi.h> in the includer is the C API only

@@ -6,11 +6,11 @@
 // to stderr and ends the process with _exit(kCommTimeoutExitCode). mpirun sees a rank
 // exit non-zero without MPI_Finalize and ends every other rank of the job.
 //
-// Why a thread and not a polling loop with a deadline: the fast path for blocking
-// collectives is Open MPI's blocking call (about twice the bandwidth of its
-// non-blocking one here), which cannot be polled. The thread never calls MPI (so any
-// MPI thread level works) and never touches the guards' callers: the per-wait cost is
-// one uncontended mutex lock to register and one to unregister.
+// Why a thread and not a polling loop with a deadline: blocking collectives call MPI's
+// blocking functions (the fastest path, see mpi_communicator.h), which cannot be
+// polled. The thread never calls MPI (so any MPI thread level works) and never touches
+// the guards' callers: the per-wait cost is one uncontended mutex lock to register and
+// one to unregister (about 50 ns in all).
 #pragma once
 
 #include "comm/communicator.h"

@@ -6,6 +6,7 @@
 // i32), exact in every type, so sums are exact in any order and results are compared
 // bit for bit.
 #include "comm/mpi_communicator.h"
+#include "comm/mpi_runtime.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "mpi_env.h"
@@ -436,6 +437,19 @@ TEST(Counters, CountCallsPayloadAndWireBytesExactly) {
   EXPECT_EQ(comm_wire_bytes(CommOp::all_reduce, 1000, 4), 1500);
   EXPECT_EQ(comm_wire_bytes(CommOp::reduce_scatter, 1000, 4), 750);
   EXPECT_THROW(comm_wire_bytes(CommOp::broadcast, 1000, 4), Error);
+}
+
+// ---------------------------------------------------------------------------------------------
+
+TEST(MpiRuntime, ASecondRuntimeLeavesMpiToTheFirst) {
+  MpiRuntime nested;  // main() already started MPI
+  EXPECT_FALSE(nested.owns_mpi());
+  EXPECT_EQ(nested.world_rank(), world().rank());
+  EXPECT_EQ(nested.world_size(), world().size());
+  EXPECT_GE(static_cast<int>(nested.thread_level()), static_cast<int>(MpiThreadLevel::serialized));
+  auto dup = mpi_world("again");  // collective: every rank
+  EXPECT_EQ(dup->axis(), "again");
+  EXPECT_EQ(dup->size(), world().size());
 }
 
 // ---------------------------------------------------------------------------------------------
