@@ -11,7 +11,6 @@
 #include "core/rng.h"
 #include "kernels/cpu/threads.h"
 #include "model/transformer.h"
-#include "optim/adamw.h"
 #include "optim/clip.h"
 #include "parallel/data_parallel.h"
 #include "train/flops.h"
@@ -57,9 +56,7 @@ int run_bench_train(const TrainBenchOptions& o) {
   const size_t rss_before = process_current_rss_bytes();
 
   Transformer model(config, 1);
-  AdamW optimizer(model.store(), AdamWConfig{});
-  std::unique_ptr<DataParallel> ddp;
-  if (ranks > 1) ddp = std::make_unique<DataParallel>(model.store(), mesh->axis("dp"), 25u << 20);
+  DataParallel ddp(model.store(), mesh ? &mesh->axis("dp") : nullptr, 25u << 20, AdamWConfig{});
   std::vector<int32_t> tokens(static_cast<size_t>(N) + 1);
   for (size_t i = 0; i < tokens.size(); ++i) {
     tokens[i] = static_cast<int32_t>(philox(7, hash_name("bench"), i + static_cast<size_t>(rank) * N)[0] %
@@ -72,11 +69,10 @@ int run_bench_train(const TrainBenchOptions& o) {
   auto train_step = [&](bool communicate) {
     const auto t0 = std::chrono::steady_clock::now();
     model.store().zero_grads();
-    if (ddp) ddp->begin_backward(communicate);
-    model.forward_backward(tokens.data(), tokens.data() + 1, B, T, 1.0f / (o.batch * T), ddp.get());
-    if (ddp) ddp->finish_backward();
-    const double norm = std::sqrt(sum_of_squares(model.store().grads().data<float>(), model.store().numel()));
-    optimizer.step(1e-4f, clip_factor(norm, 1.0f));
+    ddp.begin_backward(communicate);
+    model.forward_backward(tokens.data(), tokens.data() + 1, B, T, 1.0f / (o.batch * T), &ddp);
+    ddp.finish_backward();
+    ddp.step(1e-4f, clip_factor(ddp.grad_norm(), 1.0f));
     if (world) world->barrier();  // time the slowest rank
     return seconds_since(t0);
   };
@@ -110,7 +106,7 @@ int run_bench_train(const TrainBenchOptions& o) {
                     "(RSS / prediction {:.3f})\n",
                     predicted_total / gib, ledger.peak_total() / gib, rss_used / gib, rss_used / predicted_total));
 
-  if (ddp) {
+  if (ranks > 1) {
     // The same steps without communication, then the bucketed all-reduces alone.
     std::vector<double> local, comm_only;
     for (int s = 0; s < o.steps; ++s) local.push_back(train_step(false));
@@ -118,7 +114,7 @@ int run_bench_train(const TrainBenchOptions& o) {
     for (int s = 0; s < o.steps; ++s) {
       world->barrier();
       const auto t0 = std::chrono::steady_clock::now();
-      for (const DataParallel::Bucket& b : ddp->buckets()) {
+      for (const GradientBucket& b : ddp.buckets()) {
         mesh->axis("dp").all_reduce(grads + b.begin, static_cast<size_t>(b.end - b.begin), DType::f32, ReduceOp::sum);
       }
       world->barrier();
@@ -127,7 +123,7 @@ int run_bench_train(const TrainBenchOptions& o) {
     const double exposed = step_s - median(local), comm = median(comm_only);
     print(fmt::format("  data parallel: step without communication {:.3f} s, all-reduces alone {:.3f} s "
                       "({} buckets, {:.1f} MiB) -> {:.0f}% of the all-reduce time hidden behind backward\n",
-                      median(local), comm, ddp->buckets().size(), model.store().numel() * 4.0 / (1 << 20),
+                      median(local), comm, ddp.buckets().size(), model.store().numel() * 4.0 / (1 << 20),
                       100.0 * std::clamp(1.0 - exposed / comm, 0.0, 1.0)));
   }
   return 0;

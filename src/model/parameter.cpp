@@ -42,13 +42,33 @@ ParameterStore::ParameterStore(const std::vector<ParameterSpec>& specs, uint64_t
     total += p.numel();
     params_.push_back(std::move(p));
   }
+  numel_ = total;
   values_ = Tensor::empty({total}, DType::f32, MemTag::params);
-  grads_ = Tensor::zeros({total}, DType::f32, MemTag::grads);
   for (Parameter& p : params_) {
     p.value = values_.slice(p.arena_offset, p.arena_offset + p.numel()).view(p.local_shape);
-    p.grad = grads_.slice(p.arena_offset, p.arena_offset + p.numel()).view(p.local_shape);
     init_parameter_block(p.data(), p.spec, p.local_shape, p.local_offset, seed);
   }
+  zero_grads();
+}
+
+void ParameterStore::point_grads() {
+  for (Parameter& p : params_) {
+    p.grad = grads_.defined() ? grads_.slice(p.arena_offset, p.arena_offset + p.numel()).view(p.local_shape)
+                              : Tensor();
+  }
+}
+
+void ParameterStore::zero_grads() {
+  if (!grads_.defined()) {
+    grads_ = Tensor::empty({numel_}, DType::f32, MemTag::grads);
+    point_grads();
+  }
+  grads_.zero_();
+}
+
+void ParameterStore::release_grads() {
+  grads_ = Tensor();
+  point_grads();
 }
 
 const Parameter& ParameterStore::get(const std::string& name) const {

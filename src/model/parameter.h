@@ -60,11 +60,19 @@ class ParameterStore {
   Tensor& grads() { return grads_; }
   const Tensor& values() const { return values_; }
   const Tensor& grads() const { return grads_; }
-  int64_t numel() const { return values_.numel(); }
-  void zero_grads() { grads_.zero_(); }
+  int64_t numel() const { return numel_; }
+  // Zeroes the gradient arena, allocating it first if it was released.
+  void zero_grads();
+  // Frees the gradient arena (ZeRO-2 keeps only gradient shards between steps); the
+  // parameters' grad views are empty until the next zero_grads().
+  void release_grads();
+  bool has_grads() const { return grads_.defined(); }
 
  private:
+  void point_grads();
+
   std::vector<Parameter> params_;
+  int64_t numel_ = 0;
   Tensor values_;
   Tensor grads_;
 };

@@ -1,26 +1,18 @@
 #include "parallel/data_parallel.h"
 
-#include "core/error.h"
+#include "optim/clip.h"
 
 #include <chrono>
+#include <cmath>
 
 namespace ndt {
 
-DataParallel::DataParallel(ParameterStore& store, Communicator& dp, size_t bucket_bytes)
-    : store_(store), dp_(dp) {
-  NDT_CHECK(bucket_bytes > 0, "parallel.bucket_mb must be positive");
-  const auto& params = store.params();
-  int64_t end = store.numel();
-  for (auto it = params.rbegin(); it != params.rend(); ++it) {
-    const int64_t begin = it->arena_offset;
-    const bool last_param = std::next(it) == params.rend();
-    if (static_cast<size_t>(end - begin) * sizeof(float) >= bucket_bytes || last_param) {
-      buckets_.push_back({begin, end});
-      end = begin;
-    }
-  }
-  in_flight_.resize(buckets_.size());
-}
+DataParallel::DataParallel(ParameterStore& store, Communicator* dp, size_t bucket_bytes, const AdamWConfig& adamw)
+    : store_(store),
+      dp_(dp),
+      optimizer_(store, adamw),
+      buckets_(make_gradient_buckets(store, bucket_bytes)),
+      in_flight_(buckets_.size()) {}
 
 void DataParallel::begin_backward(bool sync) {
   sync_ = sync;
@@ -28,17 +20,14 @@ void DataParallel::begin_backward(bool sync) {
 }
 
 void DataParallel::launch(size_t b) {
-  const Bucket& bucket = buckets_[b];
+  const GradientBucket& bucket = buckets_[b];
   float* grads = store_.grads().data<float>() + bucket.begin;
-  in_flight_[b] = dp_.iall_reduce(grads, static_cast<size_t>(bucket.end - bucket.begin), DType::f32,
-                                  ReduceOp::sum);
+  in_flight_[b] = dp_->iall_reduce(grads, static_cast<size_t>(bucket.end - bucket.begin), DType::f32, ReduceOp::sum);
 }
 
 void DataParallel::grads_ready_from(int64_t arena_offset) {
-  if (!sync_ || dp_.size() == 1) return;
-  while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].begin >= arena_offset) {
-    launch(next_bucket_++);
-  }
+  if (!communicates()) return;
+  while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].begin >= arena_offset) launch(next_bucket_++);
 }
 
 void DataParallel::poll() {
@@ -48,7 +37,7 @@ void DataParallel::poll() {
 }
 
 void DataParallel::finish_backward() {
-  if (!sync_ || dp_.size() == 1) return;
+  if (!communicates()) return;
   grads_ready_from(0);
   const auto t0 = std::chrono::steady_clock::now();
   for (WorkHandle& work : in_flight_) {
@@ -57,5 +46,12 @@ void DataParallel::finish_backward() {
   }
   exposed_wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
+
+double DataParallel::grad_norm() {
+  // Gradients are replicated after the all-reduce: every rank computes the same norm.
+  return std::sqrt(sum_of_squares(store_.grads().data<float>(), store_.numel()));
+}
+
+void DataParallel::step(float lr, float grad_scale) { optimizer_.step(lr, grad_scale); }
 
 }  // namespace ndt

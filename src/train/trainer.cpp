@@ -1,5 +1,8 @@
 #include "train/trainer.h"
 
+#include "parallel/data_parallel.h"
+#include "parallel/zero.h"
+
 #include "core/memory.h"
 #include "kernels/cpu/threads.h"
 #include "optim/clip.h"
@@ -83,10 +86,14 @@ Trainer::Trainer(const RunConfig& config, DeviceMesh* mesh, std::ostream* log)
   if (config_.threads == 0) config_.threads = automatic_threads(mesh_ ? mesh_->world().size() : 1);
   cpu::set_num_threads(config_.threads);
   model_ = std::make_unique<Transformer>(config_.model, config_.seed, config_.loss_chunk_rows);
-  optimizer_ = std::make_unique<AdamW>(model_->store(), config_.adamw);
-  if (dp_size_ > 1) {
-    ddp_ = std::make_unique<DataParallel>(model_->store(), mesh_->axis("dp"),
-                                          static_cast<size_t>(config_.bucket_mb * 1024 * 1024));
+  const size_t bucket_bytes = static_cast<size_t>(config_.bucket_mb * 1024 * 1024);
+  if (config_.zero_stage > 0) {
+    NDT_CHECK(mesh_ != nullptr, "parallel.zero_stage = {} needs a job launched with mpirun", config_.zero_stage);
+    sync_ = std::make_unique<ZeroDataParallel>(model_->store(), *mesh_, config_.zero_stage, bucket_bytes,
+                                               config_.adamw);
+  } else {
+    sync_ = std::make_unique<DataParallel>(model_->store(), mesh_ ? &mesh_->axis("dp") : nullptr, bucket_bytes,
+                                           config_.adamw);
   }
   if (!config_.val_data.empty()) {
     val_data_ = std::make_unique<TokenDataset>(std::vector<std::string>{config_.val_data});
@@ -116,7 +123,7 @@ double Trainer::mean_over_dp(double local) {
 nlohmann::json Trainer::comm_record() const {
   nlohmann::json record = nlohmann::json::object();
   if (!mesh_) return record;
-  for (std::string_view axis : {std::string_view("dp")}) {
+  for (std::string_view axis : {"dp", "dp_shard", "dp_replicate"}) {
     const CommStats& stats = mesh_->axis(axis).stats();
     nlohmann::json ops = nlohmann::json::object();
     for (size_t op = 0; op < kNumCommOps; ++op) {
@@ -125,7 +132,7 @@ nlohmann::json Trainer::comm_record() const {
       ops[std::string(comm_op_name(static_cast<CommOp>(op)))] = {
           {"calls", c.calls}, {"wire_bytes", c.wire_bytes}, {"wait_s", c.wait_seconds}};
     }
-    record[std::string(axis)] = ops;
+    if (!ops.empty()) record[std::string(axis)] = ops;
   }
   return record;
 }
@@ -146,9 +153,10 @@ void Trainer::print_header() {
              accum == 1 ? "" : "s", config_.micro_batch_size, config_.steps);
   fmt::print(*log_, "mesh: {}; {} thread{} per rank{}\n", mesh_ ? mesh_->shape().str() : std::string("one rank"),
              config_.threads, config_.threads == 1 ? "" : "s",
-             ddp_ ? fmt::format("; {} gradient bucket{} of >= {} MiB", ddp_->buckets().size(),
-                                ddp_->buckets().size() == 1 ? "" : "s", config_.bucket_mb)
-                   : "");
+             dp_size_ > 1 ? fmt::format("; {}{} gradient bucket{} of >= {} MiB",
+                                        config_.zero_stage > 0 ? fmt::format("ZeRO stage {}, ", config_.zero_stage) : "",
+                                        sync_->bucket_count(), sync_->bucket_count() == 1 ? "" : "s", config_.bucket_mb)
+                          : "");
   fmt::print(*log_, "memory predicted: params {:.1f} MiB, grads {:.1f} MiB, optimizer {:.1f} MiB, activations {:.1f} MiB\n",
              mib(mem.params), mib(mem.grads), mib(2 * mem.params), mib(mem.activations));
   fmt::print(*log_, "MFU peak: {:.1f} GFLOP/s ({})\n", peak_.flops_per_s / 1e9, peak_.source);
@@ -163,21 +171,21 @@ StepStats Trainer::step() {
   const int accum = rows_per_rank_ / micro;
   // Every rank scales by the global token count: the sum over ranks is the global mean.
   const float grad_scale = 1.0f / static_cast<float>(static_cast<int64_t>(config_.batch_size) * T);
-  const double exposed_before = ddp_ ? ddp_->exposed_wait_seconds() : 0;
+  const double exposed_before = sync_->exposed_wait_seconds();
   ParameterStore& store = model_->store();
   store.zero_grads();
   double loss = 0;
   for (int m = 0; m < accum; ++m) {
     train_loader_.train_batch(step_, dp_rank_ * rows_per_rank_ + m * micro, micro, inputs_.data(),
                               targets_.data());
-    if (ddp_) ddp_->begin_backward(/*sync=*/m == accum - 1);
-    loss += model_->forward_backward(inputs_.data(), targets_.data(), micro, T, grad_scale, ddp_.get());
-    if (ddp_) ddp_->finish_backward();
+    sync_->begin_backward(/*sync=*/m == accum - 1);
+    loss += model_->forward_backward(inputs_.data(), targets_.data(), micro, T, grad_scale, sync_.get());
+    sync_->finish_backward();
   }
   loss = mean_over_dp(loss / accum);
-  const double norm = std::sqrt(sum_of_squares(store.grads().data<float>(), store.numel()));
+  const double norm = sync_->grad_norm();
   const float lr = config_.schedule.at(step_);
-  optimizer_->step(lr, clip_factor(norm, config_.grad_clip));
+  sync_->step(lr, clip_factor(norm, config_.grad_clip));
 
   StepStats s;
   s.step = step_++;
@@ -188,11 +196,11 @@ StepStats Trainer::step() {
   s.tokens_per_s = static_cast<double>(config_.batch_size) * T / s.seconds;
   s.mfu = model_->flops_per_token(T) * s.tokens_per_s / (peak_.flops_per_s * dp_size_);
   s.peak_bytes = MemoryLedger::instance().peak_total();
-  s.comm_wait_seconds = ddp_ ? ddp_->exposed_wait_seconds() - exposed_before : 0;
+  s.comm_wait_seconds = sync_->exposed_wait_seconds() - exposed_before;
   nlohmann::json record = {{"step", s.step + 1}, {"loss", s.loss}, {"lr", s.lr}, {"grad_norm", s.grad_norm},
                            {"step_s", s.seconds}, {"tokens_per_s", s.tokens_per_s}, {"mfu", s.mfu},
                            {"peak_mem_bytes", s.peak_bytes}};
-  if (ddp_) record["comm"] = comm_record(), record["dp_exposed_wait_s"] = s.comm_wait_seconds;
+  if (dp_size_ > 1) record["comm"] = comm_record(), record["dp_exposed_wait_s"] = s.comm_wait_seconds;
   metrics_.write(record);
   return s;
 }
@@ -213,7 +221,7 @@ void Trainer::print_step(const StepStats& s) {
              "peak mem {:.1f} MiB | {:.0f} ms{}\n",
              s.step + 1, config_.steps, s.loss, s.lr, s.grad_norm, s.tokens_per_s, 100.0 * s.mfu,
              mib(s.peak_bytes), 1e3 * s.seconds,
-             ddp_ ? fmt::format(" (comm wait {:.0f} ms)", 1e3 * s.comm_wait_seconds) : "");
+             dp_size_ > 1 ? fmt::format(" (comm wait {:.0f} ms)", 1e3 * s.comm_wait_seconds) : "");
   log_->flush();
 }
 
@@ -265,11 +273,14 @@ RunSummary Trainer::run() {
                summary.unigram_entropy);
     fmt::print(*log_, "throughput: median {:.0f} tokens/s, MFU {:.1f}%\n", summary.median_tokens_per_s,
                100.0 * summary.median_mfu);
-    if (ddp_) {
-      const CommCounter& c = mesh_->axis("dp").stats()[CommOp::all_reduce];
-      fmt::print(*log_, "data-parallel communication (rank 0): {} all-reduces, {:.1f} MiB sent, {:.2f} s waiting "
-                 "({:.2f} s of it after backward)\n",
-                 c.calls, mib(static_cast<size_t>(c.wire_bytes)), c.wait_seconds, ddp_->exposed_wait_seconds());
+    if (dp_size_ > 1) {
+      for (std::string_view axis : {"dp", "dp_shard", "dp_replicate"}) {
+        const CommStats& stats = mesh_->axis(axis).stats();
+        if (stats.total_wire_bytes() == 0) continue;
+        fmt::print(*log_, "communication on {} (rank 0): {:.1f} MiB sent, {:.2f} s waiting\n", axis,
+                   mib(static_cast<size_t>(stats.total_wire_bytes())), stats.total_wait_seconds());
+      }
+      fmt::print(*log_, "gradient communication backward did not hide: {:.2f} s\n", sync_->exposed_wait_seconds());
     }
     std::string by_tag;
     for (size_t t = 0; t < kNumMemTags; ++t) {

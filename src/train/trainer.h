@@ -1,5 +1,6 @@
 // The training loop: deterministic batches, gradient accumulation over micro-batches,
-// data parallelism over the mesh's "dp" axis, global-norm clipping, AdamW with warmup
+// data parallelism over the mesh's "dp" axis (replicated, or ZeRO-sharded over
+// dp_shard), global-norm clipping, AdamW with warmup
 // + cosine, periodic validation, one progress line and one metrics.jsonl record per
 // step (rank 0), a summary and a text sample at the end.
 #pragma once
@@ -7,8 +8,7 @@
 #include "comm/device_mesh.h"
 #include "data/loader.h"
 #include "model/transformer.h"
-#include "optim/adamw.h"
-#include "parallel/data_parallel.h"
+#include "parallel/gradient_sync.h"
 #include "train/config.h"
 #include "train/flops.h"
 #include "train/metrics.h"
@@ -67,14 +67,13 @@ class Trainer {
   int rows_per_rank_ = 0;  // of the global batch
   std::ostream* log_;
   std::unique_ptr<Transformer> model_;
-  std::unique_ptr<AdamW> optimizer_;
   TokenDataset train_data_;
   std::unique_ptr<TokenDataset> val_data_;
   BatchLoader train_loader_;
   std::unique_ptr<BatchLoader> val_loader_;
   PeakFlops peak_;
   MetricsLog metrics_;
-  std::unique_ptr<DataParallel> ddp_;
+  std::unique_ptr<GradientSync> sync_;  // DDP (or one rank), or ZeRO
   int64_t step_ = 0;
   std::vector<int32_t> inputs_, targets_;
 };

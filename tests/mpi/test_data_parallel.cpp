@@ -6,6 +6,8 @@
 #include "../train/test_support.h"
 #include "comm/device_mesh.h"
 #include "mpi_env.h"
+#include "parallel/data_parallel.h"
+#include "parity.h"
 #include "train/trainer.h"
 
 #include <gtest/gtest.h>
@@ -15,63 +17,10 @@
 namespace ndt {
 namespace {
 
-RunConfig tiny_run(const std::string& train, int batch, int micro) {
-  RunConfig c;
-  c.model = ModelConfig::preset("gpt2-tiny");
-  c.model.n_layer = 2;
-  c.model.d_model = 32;
-  c.model.d_ff = 128;
-  c.model.n_head = 4;
-  c.model.max_seq_len = 16;
-  c.seq_len = 16;
-  c.batch_size = batch;
-  c.micro_batch_size = micro;
-  c.steps = 20;
-  c.eval_every = 0;
-  c.eval_batches = 1;
-  c.sample_tokens = 0;
-  c.threads = 1;
-  c.peak_gflops = 100;
-  c.out_dir = "";
-  c.schedule.max_lr = 3e-3f;
-  c.schedule.warmup_steps = 2;
-  c.bucket_mb = 0.02;  // several buckets even for a tiny model
-  c.train_data = train;
-  return c;
-}
-
-struct TrainedRun {
-  std::vector<double> losses;
-  std::vector<float> params;
-};
-
-TrainedRun train(const RunConfig& config, DeviceMesh* mesh) {
-  Trainer trainer(config, mesh, nullptr);
-  TrainedRun run;
-  for (int64_t s = 0; s < config.steps; ++s) run.losses.push_back(trainer.step().loss);
-  const Tensor& values = trainer.model().store().values();
-  run.params.assign(values.data<float>(), values.data<float>() + values.numel());
-  return run;
-}
-
-void expect_same_run(const TrainedRun& reference, const TrainedRun& parallel, const char* what) {
-  ASSERT_EQ(reference.losses.size(), parallel.losses.size());
-  for (size_t i = 0; i < reference.losses.size(); ++i) {
-    EXPECT_NEAR(parallel.losses[i], reference.losses[i], 1e-5 * std::fabs(reference.losses[i]))
-        << what << ": loss of step " << i;
-  }
-  // Parameters: relative difference of the whole vector, ||p - p_ref|| / ||p_ref||. (Per
-  // element it is ill-conditioned: Adam divides by sqrt(v), so an element whose gradient
-  // is at rounding level moves by up to lr whatever the order of additions.)
-  ASSERT_EQ(reference.params.size(), parallel.params.size());
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < reference.params.size(); ++i) {
-    const double d = static_cast<double>(parallel.params[i]) - reference.params[i];
-    diff += d * d;
-    norm += static_cast<double>(reference.params[i]) * reference.params[i];
-  }
-  EXPECT_LT(std::sqrt(diff / norm), 1e-5) << what << ": final parameters";
-}
+using testing::expect_same_run;
+using testing::tiny_run;
+using testing::train;
+using testing::TrainedRun;
 
 class DataParallelTest : public ::testing::Test {
  protected:
@@ -120,10 +69,8 @@ TEST_F(DataParallelTest, CommunicatesRingVolumeOnlyOnTheLastMicroStep) {
   const CommCounter after = mesh.axis("dp").stats()[CommOp::all_reduce];
 
   const int64_t param_bytes = trainer.model().store().numel() * 4;
-  const int64_t buckets = static_cast<int64_t>(DataParallel(trainer.model().store(), mesh.axis("dp"),
-                                                            static_cast<size_t>(config.bucket_mb * 1024 * 1024))
-                                                   .buckets()
-                                                   .size());
+  const int64_t buckets = static_cast<int64_t>(
+      make_gradient_buckets(trainer.model().store(), static_cast<size_t>(config.bucket_mb * 1024 * 1024)).size());
   ASSERT_GT(buckets, 2);
   // Per step: one all-reduce per bucket (on the last micro-step only; no_sync before),
   // plus one 4-byte all-reduce averaging the loss for the log.
@@ -139,7 +86,7 @@ TEST(DataParallelBuckets, CoverTheArenaOnceInReverseOrder) {
   Communicator& world = testing::world();
   Transformer model(ModelConfig::preset("gpt2-tiny"), 1);
   const size_t bucket_bytes = 64 * 1024;
-  DataParallel ddp(model.store(), world, bucket_bytes);
+  DataParallel ddp(model.store(), &world, bucket_bytes, AdamWConfig{});
   const auto& buckets = ddp.buckets();
   ASSERT_GT(buckets.size(), 3u);
   EXPECT_EQ(buckets.front().end, model.store().numel());

@@ -1,0 +1,31 @@
+// GradientSync: how the data-parallel ranks combine gradients and apply the optimizer
+// for one training step. The trainer drives every layout through this one interface:
+//   begin_backward(sync) -> model backward (hooks: grads_ready_from, poll) ->
+//   finish_backward() -> grad_norm() -> step(lr, clip factor)
+// Implementations: DataParallel (replicated; one rank is the case dp = 1) and
+// ZeroDataParallel (ZeRO stages 1-2, HSDP).
+#pragma once
+
+#include "model/transformer.h"
+
+#include <cstddef>
+
+namespace ndt {
+
+class GradientSync : public BackwardObserver {
+ public:
+  // Before each micro-step's backward; sync = false (no_sync) only accumulates locally.
+  virtual void begin_backward(bool sync) = 0;
+  // After each micro-step's backward: on a sync step, completes the communication.
+  virtual void finish_backward() = 0;
+  // The global L2 norm of the (combined) gradients, each element counted once.
+  virtual double grad_norm() = 0;
+  // The optimizer update with learning rate lr, gradients multiplied by grad_scale.
+  virtual void step(float lr, float grad_scale) = 0;
+  virtual size_t bucket_count() const = 0;
+  // Seconds spent in finish_backward() waiting for communication, summed over calls:
+  // the communication backward did not hide.
+  virtual double exposed_wait_seconds() const = 0;
+};
+
+}  // namespace ndt

@@ -1,0 +1,44 @@
+#include "parallel/memory_model.h"
+
+#include "core/error.h"
+
+namespace ndt {
+
+namespace {
+
+// Elements of one rank's padded shards of all parameters.
+int64_t padded_shard_numel(const std::vector<ParameterSpec>& specs, int n) {
+  int64_t total = 0;
+  for (const ParameterSpec& s : specs) {
+    const int64_t rows = s.logical_shape.empty() ? 1 : s.logical_shape[0];
+    const int64_t row_numel = rows == 0 ? 0 : shape_numel(s.logical_shape) / rows;
+    total += (rows + n - 1) / n * row_numel;
+  }
+  return total;
+}
+
+}  // namespace
+
+ModelStateBytes predict_model_states(const std::vector<ParameterSpec>& specs, int dp_shard, int zero_stage) {
+  NDT_CHECK(dp_shard >= 1, "dp_shard = {} must be at least 1", dp_shard);
+  NDT_CHECK(zero_stage >= 0 && zero_stage <= 2, "zero_stage = {} has no memory model (0, 1, 2)", zero_stage);
+  int64_t full = 0;
+  for (const ParameterSpec& s : specs) full += shape_numel(s.logical_shape);
+  const int64_t shard = padded_shard_numel(specs, dp_shard);
+  ModelStateBytes m;
+  m.params = 4 * full;
+  m.grads = 4 * (zero_stage >= 2 ? shard : full);
+  m.optimizer = 8 * (zero_stage >= 1 ? shard : full);
+  return m;
+}
+
+ModelStateBytes model_states_from_count(int64_t num_params, int dp_shard, int zero_stage) {
+  NDT_CHECK(dp_shard >= 1, "dp_shard = {} must be at least 1", dp_shard);
+  ModelStateBytes m;
+  m.params = 4 * num_params;
+  m.grads = zero_stage >= 2 ? 4 * num_params / dp_shard : 4 * num_params;
+  m.optimizer = zero_stage >= 1 ? 8 * num_params / dp_shard : 8 * num_params;
+  return m;
+}
+
+}  // namespace ndt

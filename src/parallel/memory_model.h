@@ -1,0 +1,30 @@
+// Memory of model states per rank (fp32 parameters, gradients, AdamW moments) for a
+// data-parallel layout, from the parameter shapes alone: what the ledger should show
+// after a step, and what a planner can ask before any hardware exists.
+//   DDP:     params 4 Psi, grads 4 Psi,     moments 8 Psi            = 16 Psi
+//   stage 1: params 4 Psi, grads 4 Psi,     moments 8 Psi / n        = 8 Psi + 8 Psi / n
+//   stage 2: params 4 Psi, grads 4 Psi / n, moments 8 Psi / n        = 4 Psi + 12 Psi / n
+// with n = dp_shard and every "/ n" counted exactly: each parameter's shard padded to
+// ceil(rows / n) rows, as parallel/shard_layout.h lays it out.
+#pragma once
+
+#include "model/parameter.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace ndt {
+
+struct ModelStateBytes {
+  int64_t params = 0;
+  int64_t grads = 0;
+  int64_t optimizer = 0;
+  int64_t total() const { return params + grads + optimizer; }
+};
+
+ModelStateBytes predict_model_states(const std::vector<ParameterSpec>& specs, int dp_shard, int zero_stage);
+
+// The same from the parameter count alone (no padding): the textbook formulas above.
+ModelStateBytes model_states_from_count(int64_t num_params, int dp_shard, int zero_stage);
+
+}  // namespace ndt

@@ -1,0 +1,57 @@
+#include "parallel/shard_layout.h"
+
+#include "core/error.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace ndt {
+
+ShardLayout::ShardLayout(const ParameterStore& store, int rank, int ranks) : rank_(rank), ranks_(ranks) {
+  NDT_CHECK(ranks >= 1 && rank >= 0 && rank < ranks, "shard rank {} of {} ranks", rank, ranks);
+  for (const Parameter& p : store.params()) {
+    ParameterShard s;
+    s.rows = p.local_shape.empty() ? 1 : p.local_shape[0];
+    s.row_numel = s.rows == 0 ? 0 : p.numel() / s.rows;
+    s.rows_per_rank = (s.rows + ranks - 1) / ranks;
+    s.begin_row = std::min(s.rows, rank * s.rows_per_rank);
+    s.end_row = std::min(s.rows, (rank + 1) * s.rows_per_rank);
+    s.shard_offset = arena_numel_;
+    arena_numel_ += s.padded_numel();
+    shards_.push_back(s);
+    full_offsets_.push_back(p.arena_offset);
+  }
+}
+
+int64_t ShardLayout::segment_numel(size_t p0, size_t p1) const {
+  int64_t n = 0;
+  for (size_t p = p0; p < p1; ++p) n += shards_[p].padded_numel();
+  return n;
+}
+
+void ShardLayout::pack(const float* full, float* out, int r, size_t p0, size_t p1) const {
+  for (size_t p = p0; p < p1; ++p) {
+    const ParameterShard& s = shards_[p];
+    const int64_t begin = std::min(s.rows, r * s.rows_per_rank);
+    const int64_t end = std::min(s.rows, (r + 1) * s.rows_per_rank);
+    const int64_t real = (end - begin) * s.row_numel;
+    std::memcpy(out, full + full_offsets_[p] + begin * s.row_numel, static_cast<size_t>(real) * sizeof(float));
+    std::memset(out + real, 0, static_cast<size_t>(s.padded_numel() - real) * sizeof(float));
+    out += s.padded_numel();
+  }
+}
+
+void ShardLayout::unpack_all(const float* in, float* full, size_t p0, size_t p1) const {
+  for (int r = 0; r < ranks_; ++r) {
+    for (size_t p = p0; p < p1; ++p) {
+      const ParameterShard& s = shards_[p];
+      const int64_t begin = std::min(s.rows, r * s.rows_per_rank);
+      const int64_t end = std::min(s.rows, (r + 1) * s.rows_per_rank);
+      std::memcpy(full + full_offsets_[p] + begin * s.row_numel, in,
+                  static_cast<size_t>((end - begin) * s.row_numel) * sizeof(float));
+      in += s.padded_numel();
+    }
+  }
+}
+
+}  // namespace ndt

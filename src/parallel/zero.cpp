@@ -1,0 +1,117 @@
+#include "parallel/zero.h"
+
+#include "core/error.h"
+#include "kernels/cpu/adamw.h"
+#include "optim/clip.h"
+
+#include <chrono>
+#include <cmath>
+
+namespace ndt {
+
+ZeroDataParallel::ZeroDataParallel(ParameterStore& store, DeviceMesh& mesh, int stage, size_t bucket_bytes,
+                                   const AdamWConfig& adamw)
+    : store_(store),
+      shard_comm_(mesh.axis("dp_shard")),
+      replicate_comm_(mesh.axis("dp_replicate")),
+      stage_(stage),
+      adamw_(adamw),
+      layout_(store, shard_comm_.rank(), shard_comm_.size()),
+      buckets_(make_gradient_buckets(store, bucket_bytes)),
+      m_(Tensor::zeros({layout_.arena_numel()}, DType::f32, MemTag::optimizer)),
+      v_(Tensor::zeros({layout_.arena_numel()}, DType::f32, MemTag::optimizer)),
+      in_flight_(buckets_.size()) {
+  NDT_CHECK(stage == 1 || stage == 2, "parallel.zero_stage = {}: this class implements stages 1 and 2", stage);
+}
+
+float* ZeroDataParallel::shard_segment(const GradientBucket& b) {
+  return grad_shards_.data<float>() + layout_.shard(b.first_param).shard_offset;
+}
+
+void ZeroDataParallel::begin_backward(bool sync) {
+  sync_ = sync;
+  next_bucket_ = 0;
+  if (sync && !grad_shards_.defined()) {
+    grad_shards_ = Tensor::empty({layout_.arena_numel()}, DType::f32, MemTag::grads);
+  }
+}
+
+void ZeroDataParallel::launch(size_t b) {
+  const GradientBucket& bucket = buckets_[b];
+  const int n = layout_.ranks();
+  const int64_t segment = layout_.segment_numel(bucket.first_param, bucket.end_param);
+  InFlight& f = in_flight_[b];
+  f.staging = Tensor::empty({n * segment}, DType::f32, MemTag::comm);
+  float* staging = f.staging.data<float>();
+  for (int r = 0; r < n; ++r) {
+    layout_.pack(store_.grads().data<float>(), staging + r * segment, r, bucket.first_param, bucket.end_param);
+  }
+  f.work = shard_comm_.ireduce_scatter(staging, shard_segment(bucket), static_cast<size_t>(segment), DType::f32,
+                                       ReduceOp::sum);
+}
+
+void ZeroDataParallel::grads_ready_from(int64_t arena_offset) {
+  if (!sync_) return;
+  while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].begin >= arena_offset) launch(next_bucket_++);
+}
+
+void ZeroDataParallel::poll() {
+  for (size_t b = 0; b < next_bucket_; ++b) {
+    InFlight& f = in_flight_[b];
+    if (f.work && f.work->test()) f.work.reset(), f.staging = Tensor();
+  }
+}
+
+void ZeroDataParallel::finish_backward() {
+  if (!sync_) return;
+  grads_ready_from(0);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    InFlight& f = in_flight_[b];
+    if (f.work) f.work->wait();
+    f.work.reset();
+    f.staging = Tensor();
+    if (replicate_comm_.size() > 1) {  // HSDP: the shards are replicated across dp_replicate
+      const GradientBucket& bucket = buckets_[b];
+      replicate_comm_.all_reduce(shard_segment(bucket),
+                                 static_cast<size_t>(layout_.segment_numel(bucket.first_param, bucket.end_param)),
+                                 DType::f32, ReduceOp::sum);
+    }
+  }
+  exposed_wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (stage_ == 2) store_.release_grads();
+}
+
+double ZeroDataParallel::grad_norm() {
+  // Padding rows are zero, and each real element lives in exactly one shard of the
+  // dp_shard group (replicas hold copies: they are not summed).
+  float sum = static_cast<float>(sum_of_squares(grad_shards_.data<float>(), layout_.arena_numel()));
+  shard_comm_.all_reduce(&sum, 1, DType::f32, ReduceOp::sum);
+  return std::sqrt(static_cast<double>(sum));
+}
+
+void ZeroDataParallel::step(float lr, float grad_scale) {
+  ++t_;
+  const auto& params = store_.params();
+  for (size_t p = 0; p < params.size(); ++p) {
+    const ParameterShard& s = layout_.shard(p);
+    if (s.owned_numel() == 0) continue;  // more ranks than rows: this rank owns none
+    cpu::AdamWStep step{lr, adamw_.beta1, adamw_.beta2, adamw_.eps,
+                        params[p].spec.weight_decay ? adamw_.weight_decay : 0.0f, grad_scale, t_};
+    cpu::adamw_update(params[p].data() + s.begin_row * s.row_numel, grad_shards_.data<float>() + s.shard_offset,
+                      m_.data<float>() + s.shard_offset, v_.data<float>() + s.shard_offset, s.owned_numel(), step);
+  }
+  const int n = layout_.ranks();
+  float* values = store_.values().data<float>();
+  for (const GradientBucket& b : buckets_) {
+    const int64_t segment = layout_.segment_numel(b.first_param, b.end_param);
+    Tensor mine = Tensor::empty({segment}, DType::f32, MemTag::comm);
+    Tensor all = Tensor::empty({n * segment}, DType::f32, MemTag::comm);
+    layout_.pack(values, mine.data<float>(), layout_.rank(), b.first_param, b.end_param);
+    shard_comm_.all_gather(mine.data<float>(), all.data<float>(), static_cast<size_t>(segment), DType::f32);
+    layout_.unpack_all(all.data<float>(), values, b.first_param, b.end_param);
+  }
+  if (stage_ == 1) grad_shards_ = Tensor();  // stage 1 keeps the full gradients instead
+}
+
+}  // namespace ndt

@@ -1,0 +1,74 @@
+// Shared by the multi-rank parity tests: a tiny training run, its losses and final
+// parameters, and the comparison against the one-rank reference.
+#pragma once
+
+#include "comm/device_mesh.h"
+#include "train/trainer.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+namespace ndt::testing {
+
+inline RunConfig tiny_run(const std::string& train, int batch, int micro) {
+  RunConfig c;
+  c.model = ModelConfig::preset("gpt2-tiny");
+  c.model.n_layer = 2;
+  c.model.d_model = 32;
+  c.model.d_ff = 128;
+  c.model.n_head = 4;
+  c.model.max_seq_len = 16;
+  c.seq_len = 16;
+  c.batch_size = batch;
+  c.micro_batch_size = micro;
+  c.steps = 20;
+  c.eval_every = 0;
+  c.eval_batches = 1;
+  c.sample_tokens = 0;
+  c.threads = 1;
+  c.peak_gflops = 100;
+  c.out_dir = "";
+  c.schedule.max_lr = 3e-3f;
+  c.schedule.warmup_steps = 2;
+  c.bucket_mb = 0.02;  // several buckets even for a tiny model
+  c.train_data = train;
+  return c;
+}
+
+struct TrainedRun {
+  std::vector<double> losses;
+  std::vector<float> params;
+};
+
+inline TrainedRun train(const RunConfig& config, DeviceMesh* mesh) {
+  Trainer trainer(config, mesh, nullptr);
+  TrainedRun run;
+  for (int64_t s = 0; s < config.steps; ++s) run.losses.push_back(trainer.step().loss);
+  const Tensor& values = trainer.model().store().values();
+  run.params.assign(values.data<float>(), values.data<float>() + values.numel());
+  return run;
+}
+
+inline void expect_same_run(const TrainedRun& reference, const TrainedRun& parallel, const char* what) {
+  ASSERT_EQ(reference.losses.size(), parallel.losses.size());
+  for (size_t i = 0; i < reference.losses.size(); ++i) {
+    EXPECT_NEAR(parallel.losses[i], reference.losses[i], 1e-5 * std::fabs(reference.losses[i]))
+        << what << ": loss of step " << i;
+  }
+  // Parameters: relative difference of the whole vector, ||p - p_ref|| / ||p_ref||. (Per
+  // element it is ill-conditioned: Adam divides by sqrt(v), so an element whose gradient
+  // is at rounding level moves by up to lr whatever the order of additions.)
+  ASSERT_EQ(reference.params.size(), parallel.params.size());
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < reference.params.size(); ++i) {
+    const double d = static_cast<double>(parallel.params[i]) - reference.params[i];
+    diff += d * d;
+    norm += static_cast<double>(reference.params[i]) * reference.params[i];
+  }
+  EXPECT_LT(std::sqrt(diff / norm), 1e-5) << what << ": final parameters";
+}
+
+}  // namespace ndt::testing

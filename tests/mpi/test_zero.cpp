@@ -1,0 +1,176 @@
+// ZeRO stages 1 and 2 and HSDP against one rank (losses and final parameters), the
+// model-state memory on every rank against the memory model, the bytes moved per
+// step against DDP's, and shards of ranks that own no rows.
+#include "../common/temp_dir.h"
+#include "../train/test_support.h"
+#include "core/memory.h"
+#include "mpi_env.h"
+#include "parallel/memory_model.h"
+#include "parallel/shard_layout.h"
+#include "parity.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+namespace ndt {
+namespace {
+
+using testing::expect_same_run;
+using testing::tiny_run;
+using testing::train;
+
+class ZeroTest : public ::testing::TestWithParam<int> {
+ protected:
+  ZeroTest() { write_shard(dir_.file("train.bin"), testing::synthetic_text(30000, 9)); }
+  RunConfig run(int stage, int dp_replicate, int dp_shard) const {
+    RunConfig c = tiny_run(dir_.file("train.bin"), 8, 0);
+    c.zero_stage = stage;
+    c.mesh.dp_replicate = dp_replicate;
+    c.mesh.dp_shard = dp_shard;
+    return c;
+  }
+  testing::TempDir dir_;
+};
+
+TEST_P(ZeroTest, MatchesOneRank) {
+  Communicator& world = testing::world();
+  const int stage = GetParam();
+  RunConfig config = run(stage, 1, world.size());
+  const testing::TrainedRun reference = train(run(0, 1, 1), nullptr);
+  DeviceMesh mesh(world, config.resolve_mesh(world.size()));
+  expect_same_run(reference, train(config, &mesh), "zero");
+}
+
+TEST_P(ZeroTest, HybridShardingMatchesOneRank) {
+  Communicator& world = testing::world();
+  if (world.size() != 4) GTEST_SKIP() << "HSDP 2 x 2 needs 4 ranks";
+  RunConfig config = run(GetParam(), 2, 2);
+  const testing::TrainedRun reference = train(run(0, 1, 1), nullptr);
+  DeviceMesh mesh(world, config.resolve_mesh(world.size()));
+  expect_same_run(reference, train(config, &mesh), "hsdp 2x2");
+}
+
+TEST_P(ZeroTest, RanksThatOwnNoRowsStillTrain) {
+  // Head dimension 2: the QK-norm weights have 2 rows, fewer than 4 ranks.
+  Communicator& world = testing::world();
+  RunConfig config = run(GetParam(), 1, world.size());
+  config.model.arch = Arch::llama;
+  config.model.tied_embeddings = false;
+  config.model.n_head = 4;
+  config.model.n_kv_head = 2;
+  config.model.d_model = 8;
+  config.model.d_ff = 24;
+  config.model.qk_norm = true;
+  RunConfig single = config;
+  single.zero_stage = 0;
+  single.mesh.dp_shard = 1;
+  const testing::TrainedRun reference = train(single, nullptr);
+  DeviceMesh mesh(world, config.resolve_mesh(world.size()));
+  expect_same_run(reference, train(config, &mesh), "zero with empty shards");
+}
+
+INSTANTIATE_TEST_SUITE_P(Stages, ZeroTest, ::testing::Values(1, 2),
+                         [](const auto& info) { return "stage" + std::to_string(info.param); });
+
+// Model-state memory per rank after the first step, on every rank, against the
+// memory model (exact padding) within 2%; and the model against the textbook Psi
+// formulas.
+TEST(ZeroMemory, LedgerMatchesTheMemoryModelOnEveryRank) {
+  Communicator& world = testing::world();
+  testing::TempDir dir;
+  write_shard(dir.file("train.bin"), testing::synthetic_text(30000, 2));
+  for (int stage : {0, 1, 2}) {
+    RunConfig c = tiny_run(dir.file("train.bin"), 8, 0);
+    c.model.d_model = 36;
+    c.model.n_head = 4;
+    c.model.d_ff = 100;
+    c.model.max_seq_len = 18;  // 18 positions over 4 ranks: padded shards
+    c.seq_len = 16;
+    c.zero_stage = stage;
+    c.mesh.dp_shard = stage == 0 ? 1 : world.size();
+    c.steps = 1;
+    DeviceMesh mesh(world, c.resolve_mesh(world.size()));
+    MemoryLedger& ledger = MemoryLedger::instance();
+    const size_t params0 = ledger.current(MemTag::params), grads0 = ledger.current(MemTag::grads),
+                 optimizer0 = ledger.current(MemTag::optimizer);
+    Trainer trainer(c, &mesh, nullptr);
+    trainer.step();
+    const ModelStateBytes predicted =
+        predict_model_states(model_parameter_specs(c.model), c.mesh.dp_shard, stage);
+    auto expect_within_2_percent = [&](size_t measured, int64_t expected, const char* tag) {
+      EXPECT_NEAR(static_cast<double>(measured), static_cast<double>(expected), 0.02 * expected)
+          << "stage " << stage << ", " << tag << ", rank " << world.rank();
+    };
+    expect_within_2_percent(ledger.current(MemTag::params) - params0, predicted.params, "params");
+    expect_within_2_percent(ledger.current(MemTag::grads) - grads0, predicted.grads, "grads");
+    expect_within_2_percent(ledger.current(MemTag::optimizer) - optimizer0, predicted.optimizer, "optimizer");
+    // Nothing transient is left in communication buffers after the step.
+    EXPECT_EQ(ledger.current(MemTag::comm), 0u);
+  }
+  // Padding aside, the model is the textbook formula: gpt2-124m on 8 ranks.
+  const auto specs = model_parameter_specs(ModelConfig::preset("gpt2-124m"));
+  const int64_t psi = count_parameters(ModelConfig::preset("gpt2-124m"));
+  for (int stage : {0, 1, 2}) {
+    const ModelStateBytes exact = predict_model_states(specs, 8, stage);
+    const ModelStateBytes formula = model_states_from_count(psi, 8, stage);
+    EXPECT_NEAR(static_cast<double>(exact.total()), static_cast<double>(formula.total()), 0.001 * formula.total());
+  }
+  EXPECT_EQ(model_states_from_count(1000, 4, 0).total(), 16 * 1000);
+  EXPECT_EQ(model_states_from_count(1000, 4, 1).total(), 8 * 1000 + 8 * 1000 / 4);
+  EXPECT_EQ(model_states_from_count(1000, 4, 2).total(), 4 * 1000 + 12 * 1000 / 4);
+}
+
+// Stages 1 and 2 move DDP's volume: reduce-scatter + all-gather = the ring all-reduce.
+TEST(ZeroCommunication, BytesPerStepEqualDdp) {
+  Communicator& world = testing::world();
+  const int n = world.size();
+  testing::TempDir dir;
+  write_shard(dir.file("train.bin"), testing::synthetic_text(30000, 3));
+  RunConfig c = tiny_run(dir.file("train.bin"), 8, 0);
+  c.steps = 1;
+  auto wire_bytes = [&](int stage) {
+    RunConfig config = c;
+    config.zero_stage = stage;
+    config.mesh.dp_shard = stage == 0 ? 1 : n;
+    DeviceMesh mesh(world, config.resolve_mesh(n));
+    Trainer trainer(config, &mesh, nullptr);
+    trainer.step();
+    // Gradients and parameters only: the dp axis also carries the 4-byte loss average.
+    return stage == 0 ? mesh.axis("dp").stats()[CommOp::all_reduce].wire_bytes - 2 * (n - 1) * 4 / n
+                      : mesh.axis("dp_shard").stats().total_wire_bytes();
+  };
+  const double ddp = static_cast<double>(wire_bytes(0));
+  const int64_t psi_bytes = count_parameters(c.model) * 4;
+  EXPECT_NEAR(ddp, 2.0 * (n - 1) / n * psi_bytes, 64.0);
+  for (int stage : {1, 2}) {
+    // Shard padding adds a little; the grad-norm all-reduce adds 4 bytes.
+    EXPECT_NEAR(static_cast<double>(wire_bytes(stage)), ddp, 0.02 * ddp) << "stage " << stage;
+  }
+}
+
+TEST(ShardLayout, MoreRanksThanRows) {
+  ParameterStore store({{"a", {3, 2}, InitKind::normal, 1.0f, true},
+                        {"b", {1}, InitKind::ones, 0, false},
+                        {"c", {5, 3}, InitKind::normal, 1.0f, true}},
+                       1);
+  const int n = 4;
+  std::vector<float> gathered(static_cast<size_t>(store.numel()), -1.0f);
+  std::vector<float> blocks;
+  for (int r = 0; r < n; ++r) {
+    ShardLayout layout(store, r, n);
+    EXPECT_EQ(layout.arena_numel(), 1 * 2 + 1 * 1 + 2 * 3);  // padded rows: 1, 1, 2
+    const ParameterShard& a = layout.shard(0);
+    EXPECT_EQ(a.end_row - a.begin_row, r < 3 ? 1 : 0) << "rank " << r;
+    EXPECT_EQ(layout.shard(1).owned_numel(), r == 0 ? 1 : 0);
+    EXPECT_EQ(layout.shard(2).end_row - layout.shard(2).begin_row, r < 2 ? 2 : (r == 2 ? 1 : 0));
+    std::vector<float> block(static_cast<size_t>(layout.arena_numel()));
+    layout.pack(store.values().data<float>(), block.data(), r, 0, 3);
+    blocks.insert(blocks.end(), block.begin(), block.end());
+  }
+  ShardLayout(store, 0, n).unpack_all(blocks.data(), gathered.data(), 0, 3);
+  for (int64_t i = 0; i < store.numel(); ++i) EXPECT_EQ(gathered[i], store.values().data<float>()[i]) << i;
+}
+
+}  // namespace
+}  // namespace ndt
