@@ -57,6 +57,7 @@ int run_bench_train(const TrainBenchOptions& o) {
 
   Transformer model(config, 1);
   DataParallel ddp(model.store(), mesh ? &mesh->axis("dp") : nullptr, 25u << 20, AdamWConfig{});
+  model.set_hooks(&ddp);
   std::vector<int32_t> tokens(static_cast<size_t>(N) + 1);
   for (size_t i = 0; i < tokens.size(); ++i) {
     tokens[i] = static_cast<int32_t>(philox(7, hash_name("bench"), i + static_cast<size_t>(rank) * N)[0] %
@@ -70,7 +71,7 @@ int run_bench_train(const TrainBenchOptions& o) {
     const auto t0 = std::chrono::steady_clock::now();
     model.store().zero_grads();
     ddp.begin_backward(communicate);
-    model.forward_backward(tokens.data(), tokens.data() + 1, B, T, 1.0f / (o.batch * T), &ddp);
+    model.forward_backward(tokens.data(), tokens.data() + 1, B, T, 1.0f / (o.batch * T));
     ddp.finish_backward();
     ddp.step(1e-4f, clip_factor(ddp.grad_norm(), 1.0f));
     if (world) world->barrier();  // time the slowest rank

@@ -232,11 +232,11 @@ void Block::forward(const float* x_in, float* x_out, BlockActivations& a, int B,
 }
 
 void Block::backward(float* dres, const float* x_in, const BlockActivations& a, BlockScratch& s,
-                     int B, int T, BackwardObserver* observer) const {
+                     int B, int T, ModelHooks* hooks) const {
   const Dims d(c_, B, T);
   const int N = static_cast<int>(d.N);
-  auto poll = [observer] {
-    if (observer) observer->poll();
+  auto poll = [hooks] {
+    if (hooks) hooks->poll();
   };
 
   // MLP: dres is dL/dx_out, which is also dL/d(mlp output).

@@ -12,7 +12,7 @@
 
 namespace ndt {
 
-class BackwardObserver;
+class ModelHooks;
 
 // Activations one block saves, for B*T rows (views into one arena).
 struct BlockActivations {
@@ -77,9 +77,9 @@ class Block {
   void forward(const float* x_in, float* x_out, BlockActivations& acts, int B, int T) const;
 
   // In: dres = dL/dx_out. Out: dres = dL/dx_in. Parameter gradients are added (+=).
-  // observer->poll() (if given) is called between kernels.
+  // hooks->poll() (if given) is called between kernels.
   void backward(float* dres, const float* x_in, const BlockActivations& acts, BlockScratch& s,
-                int B, int T, BackwardObserver* observer = nullptr) const;
+                int B, int T, ModelHooks* hooks = nullptr) const;
 
   // Offset of this block's first parameter in the arenas (its parameters are contiguous).
   int64_t first_arena_offset() const { return ln1_w_->arena_offset; }

@@ -66,6 +66,11 @@ void ParameterStore::zero_grads() {
   grads_.zero_();
 }
 
+void ParameterStore::release_values() {
+  values_ = Tensor();
+  for (Parameter& p : params_) p.value = Tensor();
+}
+
 void ParameterStore::release_grads() {
   grads_ = Tensor();
   point_grads();

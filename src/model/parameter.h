@@ -67,6 +67,9 @@ class ParameterStore {
   // parameters' grad views are empty until the next zero_grads().
   void release_grads();
   bool has_grads() const { return grads_.defined(); }
+  // Frees the value arena (FSDP keeps parameter shards elsewhere and points each
+  // parameter's value view at gathered buffers while it computes).
+  void release_values();
 
  private:
   void point_grads();

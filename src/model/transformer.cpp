@@ -129,6 +129,7 @@ void Transformer::ensure_workspace(int B, int T) {
 
 void Transformer::forward(const int32_t* inputs, int B, int T) {
   ensure_workspace(B, T);
+  if (hooks_) hooks_->before_forward(ModelHooks::kRootUnit);
   const int N = B * T, C = config_.d_model;
   for (int i = 0; i < N; ++i) {
     NDT_CHECK(inputs[i] >= 0 && inputs[i] < config_.vocab_size,
@@ -138,7 +139,9 @@ void Transformer::forward(const int32_t* inputs, int B, int T) {
   cpu::embedding_forward(residual_[0], inputs, wte_->data(), N, C, false);
   if (wpe_) cpu::embedding_forward(residual_[0], positions_.data(), wpe_->data(), N, C, true);
   for (int l = 0; l < config_.n_layer; ++l) {
+    if (hooks_) hooks_->before_forward(l);
     blocks_[l].forward(residual_[l], residual_[l + 1], acts_[l], B, T);
+    if (hooks_) hooks_->after_forward(l);
   }
   norm_forward(config_, lnf_, lnf_mean_, lnf_rstd_, residual_.back(), *lnf_w_, lnf_b_, N);
 }
@@ -163,29 +166,33 @@ double Transformer::head_loss(const int32_t* targets, int N, float grad_scale, b
 }
 
 double Transformer::forward_backward(const int32_t* inputs, const int32_t* targets, int B, int T,
-                                     float grad_scale, BackwardObserver* observer) {
+                                     float grad_scale) {
   forward(inputs, B, T);
   const int N = B * T, C = config_.d_model;
+  if (hooks_) hooks_->before_backward(ModelHooks::kRootUnit);
   const double loss_sum = head_loss(targets, N, grad_scale, true);
 
   cpu::zero(dres_, int64_t{N} * C);
   norm_backward(config_, dres_, *lnf_w_, lnf_b_, dlnf_, residual_.back(), lnf_mean_, lnf_rstd_, N);
   // The arena holds [embeddings, blocks 0..L-1, final norm, output layer]; backward
   // finishes them from the end. A tied output layer is the embedding, final last.
-  if (observer) observer->grads_ready_from(lnf_w_->arena_offset);
+  if (hooks_) hooks_->grads_ready_from(lnf_w_->arena_offset);
   for (int l = config_.n_layer - 1; l >= 0; --l) {
-    blocks_[l].backward(dres_, residual_[l], acts_[l], scratch_, B, T, observer);
-    if (observer) observer->grads_ready_from(blocks_[l].first_arena_offset());
+    if (hooks_) hooks_->before_backward(l);
+    blocks_[l].backward(dres_, residual_[l], acts_[l], scratch_, B, T, hooks_);
+    if (hooks_) hooks_->after_backward(l), hooks_->grads_ready_from(blocks_[l].first_arena_offset());
   }
   cpu::embedding_backward(wte_->grad_data(), dres_, inputs, N, C);
   if (wpe_) cpu::embedding_backward(wpe_->grad_data(), dres_, positions_.data(), N, C);
-  if (observer) observer->grads_ready_from(0);
+  if (hooks_) hooks_->grads_ready_from(0), hooks_->after_backward(ModelHooks::kRootUnit);
   return loss_sum / N;
 }
 
 double Transformer::evaluate(const int32_t* inputs, const int32_t* targets, int B, int T) {
   forward(inputs, B, T);
-  return head_loss(targets, B * T, 0.0f, false) / (B * T);
+  const double loss = head_loss(targets, B * T, 0.0f, false) / (B * T);
+  if (hooks_) hooks_->after_forward(ModelHooks::kRootUnit);
+  return loss;
 }
 
 void Transformer::next_token_logits(const int32_t* tokens, int T, float* logits) {
@@ -193,6 +200,7 @@ void Transformer::next_token_logits(const int32_t* tokens, int T, float* logits)
   const int C = config_.d_model;
   cpu::linear_forward(logits, lnf_ + int64_t{T - 1} * C, head_weight().data(), nullptr, 1, C,
                       config_.vocab_size);
+  if (hooks_) hooks_->after_forward(ModelHooks::kRootUnit);
 }
 
 }  // namespace ndt

@@ -22,14 +22,25 @@ struct MemoryPrediction {
   int64_t activations = 0;  // saved activations + backward scratch + logits chunk
 };
 
-// Told during backward which gradients are final, so their communication can start
-// while the rest of backward runs.
-class BackwardObserver {
+// Hooks the model calls while it runs, so a parallel layout can act at the right
+// moment: gather a unit's parameters before it computes, release them after, start
+// communicating gradients as soon as they are final. A unit is the root (kRootUnit:
+// embeddings, final norm, output layer; in use from the start of forward to the end of
+// backward or of a forward-only pass) or one block (0 .. n_layer - 1).
+class ModelHooks {
  public:
-  virtual ~BackwardObserver() = default;
+  static constexpr int kRootUnit = -1;
+  virtual ~ModelHooks() = default;
+  virtual void before_forward(int unit) {}
+  // For a block: its forward is done. For the root: a forward-only pass is done.
+  virtual void after_forward(int unit) {}
+  // The root's comes first (before the output layer's backward), then the blocks'.
+  virtual void before_backward(int unit) {}
+  // A block's backward is done: its gradients are final. The root's comes last.
+  virtual void after_backward(int unit) {}
   // The gradients at gradient-arena offsets >= arena_offset are final for this backward
   // (backward runs in reverse order of the arena, so "final" grows from the end).
-  virtual void grads_ready_from(int64_t arena_offset) = 0;
+  virtual void grads_ready_from(int64_t arena_offset) {}
   // Called between the kernels of backward: a chance to progress communication.
   virtual void poll() {}
 };
@@ -44,9 +55,12 @@ class Transformer {
 
   // Forward, loss and backward on a microbatch of B rows of T tokens. Parameter
   // gradients are added (+=) as the gradient of grad_scale * (sum of token losses);
-  // returns the mean token loss. An observer, if given, hears which gradients are final.
+  // returns the mean token loss.
   double forward_backward(const int32_t* inputs, const int32_t* targets, int B, int T,
-                          float grad_scale, BackwardObserver* observer = nullptr);
+                          float grad_scale);
+
+  // Hooks called from then on (nullptr: none). Not owned.
+  void set_hooks(ModelHooks* hooks) { hooks_ = hooks; }
 
   // Mean token loss without gradients.
   double evaluate(const int32_t* inputs, const int32_t* targets, int B, int T);
@@ -73,6 +87,7 @@ class Transformer {
 
   ModelConfig config_;
   ParameterStore store_;
+  ModelHooks* hooks_ = nullptr;
   std::vector<Block> blocks_;
   int loss_chunk_rows_;
   const Parameter* wte_;

@@ -54,4 +54,9 @@ double DataParallel::grad_norm() {
 
 void DataParallel::step(float lr, float grad_scale) { optimizer_.step(lr, grad_scale); }
 
+std::vector<float> DataParallel::full_parameters() {
+  const float* values = store_.values().data<float>();
+  return {values, values + store_.numel()};
+}
+
 }  // namespace ndt

@@ -35,6 +35,8 @@ class DataParallel : public GradientSync {
   double grad_norm() override;
   void step(float lr, float grad_scale) override;
   size_t bucket_count() const override { return buckets_.size(); }
+  void zero_grads() override { store_.zero_grads(); }
+  std::vector<float> full_parameters() override;
   double exposed_wait_seconds() const override { return exposed_wait_seconds_; }
 
   const std::vector<GradientBucket>& buckets() const { return buckets_; }

@@ -1,19 +1,22 @@
 // GradientSync: how the data-parallel ranks combine gradients and apply the optimizer
 // for one training step. The trainer drives every layout through this one interface:
-//   begin_backward(sync) -> model backward (hooks: grads_ready_from, poll) ->
+//   zero_grads() -> begin_backward(sync) -> model forward/backward (hooks: grads_ready_from, poll) ->
 //   finish_backward() -> grad_norm() -> step(lr, clip factor)
-// Implementations: DataParallel (replicated; one rank is the case dp = 1) and
-// ZeroDataParallel (ZeRO stages 1-2, HSDP).
+// Implementations: DataParallel (replicated; one rank is the case dp = 1),
+// ZeroDataParallel (ZeRO stages 1-2, HSDP) and FullyShardedDataParallel (ZeRO-3/FSDP).
 #pragma once
 
 #include "model/transformer.h"
 
 #include <cstddef>
+#include <vector>
 
 namespace ndt {
 
-class GradientSync : public BackwardObserver {
+class GradientSync : public ModelHooks {
  public:
+  // At the start of a step: gradients (full or sharded) to zero.
+  virtual void zero_grads() = 0;
   // Before each micro-step's backward; sync = false (no_sync) only accumulates locally.
   virtual void begin_backward(bool sync) = 0;
   // After each micro-step's backward: on a sync step, completes the communication.
@@ -26,6 +29,8 @@ class GradientSync : public BackwardObserver {
   // Seconds spent in finish_backward() waiting for communication, summed over calls:
   // the communication backward did not hide.
   virtual double exposed_wait_seconds() const = 0;
+  // Every parameter's full value, in arena order (collective when parameters are sharded).
+  virtual std::vector<float> full_parameters() = 0;
 };
 
 }  // namespace ndt

@@ -21,12 +21,12 @@ int64_t padded_shard_numel(const std::vector<ParameterSpec>& specs, int n) {
 
 ModelStateBytes predict_model_states(const std::vector<ParameterSpec>& specs, int dp_shard, int zero_stage) {
   NDT_CHECK(dp_shard >= 1, "dp_shard = {} must be at least 1", dp_shard);
-  NDT_CHECK(zero_stage >= 0 && zero_stage <= 2, "zero_stage = {} has no memory model (0, 1, 2)", zero_stage);
+  NDT_CHECK(zero_stage >= 0 && zero_stage <= 3, "zero_stage = {} has no memory model (0 to 3)", zero_stage);
   int64_t full = 0;
   for (const ParameterSpec& s : specs) full += shape_numel(s.logical_shape);
   const int64_t shard = padded_shard_numel(specs, dp_shard);
   ModelStateBytes m;
-  m.params = 4 * full;
+  m.params = 4 * (zero_stage >= 3 ? shard : full);
   m.grads = 4 * (zero_stage >= 2 ? shard : full);
   m.optimizer = 8 * (zero_stage >= 1 ? shard : full);
   return m;
@@ -35,7 +35,7 @@ ModelStateBytes predict_model_states(const std::vector<ParameterSpec>& specs, in
 ModelStateBytes model_states_from_count(int64_t num_params, int dp_shard, int zero_stage) {
   NDT_CHECK(dp_shard >= 1, "dp_shard = {} must be at least 1", dp_shard);
   ModelStateBytes m;
-  m.params = 4 * num_params;
+  m.params = zero_stage >= 3 ? 4 * num_params / dp_shard : 4 * num_params;
   m.grads = zero_stage >= 2 ? 4 * num_params / dp_shard : 4 * num_params;
   m.optimizer = zero_stage >= 1 ? 8 * num_params / dp_shard : 8 * num_params;
   return m;

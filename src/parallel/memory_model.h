@@ -4,6 +4,7 @@
 //   DDP:     params 4 Psi, grads 4 Psi,     moments 8 Psi            = 16 Psi
 //   stage 1: params 4 Psi, grads 4 Psi,     moments 8 Psi / n        = 8 Psi + 8 Psi / n
 //   stage 2: params 4 Psi, grads 4 Psi / n, moments 8 Psi / n        = 4 Psi + 12 Psi / n
+//   stage 3: params 4 Psi / n, grads 4 Psi / n, moments 8 Psi / n    = 16 Psi / n
 // with n = dp_shard and every "/ n" counted exactly: each parameter's shard padded to
 // ceil(rows / n) rows, as parallel/shard_layout.h lays it out.
 #pragma once

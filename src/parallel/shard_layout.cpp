@@ -23,31 +23,40 @@ ShardLayout::ShardLayout(const ParameterStore& store, int rank, int ranks) : ran
   }
 }
 
-int64_t ShardLayout::segment_numel(size_t p0, size_t p1) const {
+ParamSlots ShardLayout::arena_slots(size_t p0, size_t p1) const {
+  ParamSlots slots;
+  for (size_t p = p0; p < p1; ++p) {
+    slots.params.push_back(p);
+    slots.offsets.push_back(full_offsets_[p]);
+  }
+  return slots;
+}
+
+int64_t ShardLayout::segment_numel(const ParamSlots& slots) const {
   int64_t n = 0;
-  for (size_t p = p0; p < p1; ++p) n += shards_[p].padded_numel();
+  for (size_t p : slots.params) n += shards_[p].padded_numel();
   return n;
 }
 
-void ShardLayout::pack(const float* full, float* out, int r, size_t p0, size_t p1) const {
-  for (size_t p = p0; p < p1; ++p) {
-    const ParameterShard& s = shards_[p];
+void ShardLayout::pack(const float* full, const ParamSlots& slots, int r, float* out) const {
+  for (size_t i = 0; i < slots.params.size(); ++i) {
+    const ParameterShard& s = shards_[slots.params[i]];
     const int64_t begin = std::min(s.rows, r * s.rows_per_rank);
     const int64_t end = std::min(s.rows, (r + 1) * s.rows_per_rank);
     const int64_t real = (end - begin) * s.row_numel;
-    std::memcpy(out, full + full_offsets_[p] + begin * s.row_numel, static_cast<size_t>(real) * sizeof(float));
+    std::memcpy(out, full + slots.offsets[i] + begin * s.row_numel, static_cast<size_t>(real) * sizeof(float));
     std::memset(out + real, 0, static_cast<size_t>(s.padded_numel() - real) * sizeof(float));
     out += s.padded_numel();
   }
 }
 
-void ShardLayout::unpack_all(const float* in, float* full, size_t p0, size_t p1) const {
+void ShardLayout::unpack_all(const float* in, const ParamSlots& slots, float* full) const {
   for (int r = 0; r < ranks_; ++r) {
-    for (size_t p = p0; p < p1; ++p) {
-      const ParameterShard& s = shards_[p];
+    for (size_t i = 0; i < slots.params.size(); ++i) {
+      const ParameterShard& s = shards_[slots.params[i]];
       const int64_t begin = std::min(s.rows, r * s.rows_per_rank);
       const int64_t end = std::min(s.rows, (r + 1) * s.rows_per_rank);
-      std::memcpy(full + full_offsets_[p] + begin * s.row_numel, in,
+      std::memcpy(full + slots.offsets[i] + begin * s.row_numel, in,
                   static_cast<size_t>((end - begin) * s.row_numel) * sizeof(float));
       in += s.padded_numel();
     }

@@ -13,6 +13,13 @@
 
 namespace ndt {
 
+// A list of parameters and where each one's full tensor starts in some buffer (the
+// parameter arena, or a gathered unit's buffer).
+struct ParamSlots {
+  std::vector<size_t> params;
+  std::vector<int64_t> offsets;  // element offset of params[i] in the buffer
+};
+
 struct ParameterShard {
   int64_t rows = 0;            // R, logical rows
   int64_t row_numel = 0;       // elements per row
@@ -32,16 +39,18 @@ class ShardLayout {
   int ranks() const { return ranks_; }
   const ParameterShard& shard(size_t param) const { return shards_[param]; }
   int64_t arena_numel() const { return arena_numel_; }  // per rank, padded
-  // Shard-arena elements of parameters [p0, p1).
-  int64_t segment_numel(size_t p0, size_t p1) const;
+  // Parameters [p0, p1) at their offsets in the parameter arena.
+  ParamSlots arena_slots(size_t p0, size_t p1) const;
+  // Padded shard elements of the listed parameters (one rank's block).
+  int64_t segment_numel(const ParamSlots& slots) const;
 
-  // Packs rank r's rows of parameters [p0, p1) from a full-layout arena into `out`
-  // (padded to R' rows with zeros), in parameter order: one rank's block of a
-  // reduce-scatter input, or this rank's all-gather input.
-  void pack(const float* full, float* out, int r, size_t p0, size_t p1) const;
+  // Packs rank r's rows of the listed parameters from `full` into `out` (each padded to
+  // R' rows with zeros), in list order: one rank's block of a reduce-scatter input, or
+  // this rank's all-gather input.
+  void pack(const float* full, const ParamSlots& slots, int r, float* out) const;
   // The inverse for all ranks: `in` holds n blocks as pack() writes them; their real
-  // rows are copied into the full-layout arena.
-  void unpack_all(const float* in, float* full, size_t p0, size_t p1) const;
+  // rows are copied into `full`.
+  void unpack_all(const float* in, const ParamSlots& slots, float* full) const;
 
  private:
   int rank_, ranks_;

@@ -21,6 +21,7 @@ ZeroDataParallel::ZeroDataParallel(ParameterStore& store, DeviceMesh& mesh, int 
       m_(Tensor::zeros({layout_.arena_numel()}, DType::f32, MemTag::optimizer)),
       v_(Tensor::zeros({layout_.arena_numel()}, DType::f32, MemTag::optimizer)),
       in_flight_(buckets_.size()) {
+  for (const GradientBucket& b : buckets_) slots_.push_back(layout_.arena_slots(b.first_param, b.end_param));
   NDT_CHECK(stage == 1 || stage == 2, "parallel.zero_stage = {}: this class implements stages 1 and 2", stage);
 }
 
@@ -39,13 +40,12 @@ void ZeroDataParallel::begin_backward(bool sync) {
 void ZeroDataParallel::launch(size_t b) {
   const GradientBucket& bucket = buckets_[b];
   const int n = layout_.ranks();
-  const int64_t segment = layout_.segment_numel(bucket.first_param, bucket.end_param);
+  const ParamSlots& slots = slots_[b];
+  const int64_t segment = layout_.segment_numel(slots);
   InFlight& f = in_flight_[b];
   f.staging = Tensor::empty({n * segment}, DType::f32, MemTag::comm);
   float* staging = f.staging.data<float>();
-  for (int r = 0; r < n; ++r) {
-    layout_.pack(store_.grads().data<float>(), staging + r * segment, r, bucket.first_param, bucket.end_param);
-  }
+  for (int r = 0; r < n; ++r) layout_.pack(store_.grads().data<float>(), slots, r, staging + r * segment);
   f.work = shard_comm_.ireduce_scatter(staging, shard_segment(bucket), static_cast<size_t>(segment), DType::f32,
                                        ReduceOp::sum);
 }
@@ -72,9 +72,7 @@ void ZeroDataParallel::finish_backward() {
     f.work.reset();
     f.staging = Tensor();
     if (replicate_comm_.size() > 1) {  // HSDP: the shards are replicated across dp_replicate
-      const GradientBucket& bucket = buckets_[b];
-      replicate_comm_.all_reduce(shard_segment(bucket),
-                                 static_cast<size_t>(layout_.segment_numel(bucket.first_param, bucket.end_param)),
+      replicate_comm_.all_reduce(shard_segment(buckets_[b]), static_cast<size_t>(layout_.segment_numel(slots_[b])),
                                  DType::f32, ReduceOp::sum);
     }
   }
@@ -103,15 +101,20 @@ void ZeroDataParallel::step(float lr, float grad_scale) {
   }
   const int n = layout_.ranks();
   float* values = store_.values().data<float>();
-  for (const GradientBucket& b : buckets_) {
-    const int64_t segment = layout_.segment_numel(b.first_param, b.end_param);
+  for (const ParamSlots& slots : slots_) {
+    const int64_t segment = layout_.segment_numel(slots);
     Tensor mine = Tensor::empty({segment}, DType::f32, MemTag::comm);
     Tensor all = Tensor::empty({n * segment}, DType::f32, MemTag::comm);
-    layout_.pack(values, mine.data<float>(), layout_.rank(), b.first_param, b.end_param);
+    layout_.pack(values, slots, layout_.rank(), mine.data<float>());
     shard_comm_.all_gather(mine.data<float>(), all.data<float>(), static_cast<size_t>(segment), DType::f32);
-    layout_.unpack_all(all.data<float>(), values, b.first_param, b.end_param);
+    layout_.unpack_all(all.data<float>(), slots, values);
   }
   if (stage_ == 1) grad_shards_ = Tensor();  // stage 1 keeps the full gradients instead
+}
+
+std::vector<float> ZeroDataParallel::full_parameters() {
+  const float* values = store_.values().data<float>();
+  return {values, values + store_.numel()};
 }
 
 }  // namespace ndt

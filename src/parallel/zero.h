@@ -42,6 +42,8 @@ class ZeroDataParallel : public GradientSync {
   // AdamW on this rank's rows, then the all-gather of the updated parameters.
   void step(float lr, float grad_scale) override;
   size_t bucket_count() const override { return buckets_.size(); }
+  void zero_grads() override { store_.zero_grads(); }
+  std::vector<float> full_parameters() override;
   double exposed_wait_seconds() const override { return exposed_wait_seconds_; }
 
   int stage() const { return stage_; }
@@ -58,6 +60,7 @@ class ZeroDataParallel : public GradientSync {
   AdamWConfig adamw_;
   ShardLayout layout_;
   std::vector<GradientBucket> buckets_;
+  std::vector<ParamSlots> slots_;  // the parameters of each bucket
   Tensor grad_shards_;  // [layout.arena_numel()]
   Tensor m_, v_;        // AdamW moments of the owned rows, shard layout
   int64_t t_ = 0;

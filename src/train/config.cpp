@@ -142,7 +142,9 @@ const std::vector<Field>& fields() {
     f.push_back(field<int>("parallel.dp_shard", NDT_REF(mesh.dp_shard), "Sharded data-parallel ranks (mesh axis dp_shard): ZeRO shards over them (needs parallel.zero_stage >= 1); with dp_replicate > 1 too, that is HSDP."));
     f.push_back(field<int>("parallel.cp", NDT_REF(mesh.cp), "Context-parallel ranks (mesh axis cp). Only 1 is implemented so far."));
     f.push_back(field<int>("parallel.tp", NDT_REF(mesh.tp), "Tensor-parallel ranks (mesh axis tp, innermost). Only 1 is implemented so far."));
-    f.push_back(field<int>("parallel.zero_stage", NDT_REF(zero_stage), "0: DDP (everything replicated). 1: AdamW moments sharded over dp_shard. 2: gradients sharded too between steps. (Stage 3, parameter sharding, is not implemented yet.)"));
+    f.push_back(field<int>("parallel.zero_stage", NDT_REF(zero_stage), "0: DDP (everything replicated). 1: AdamW moments sharded over dp_shard. 2: gradients sharded too between steps. 3: parameters sharded too (FSDP), gathered per block when used."));
+    f.push_back(field<bool>("parallel.reshard_after_forward", NDT_REF(reshard_after_forward), "ZeRO-3: free a block's gathered parameters after its forward and gather them again for its backward; false keeps them (less communication, more memory)."));
+    f.push_back(field<bool>("parallel.prefetch", NDT_REF(prefetch), "ZeRO-3: start the next block's all-gather before computing the current one."));
     f.push_back(field<double>("parallel.bucket_mb", NDT_REF(bucket_mb), "Data-parallel gradient bucket size in MiB: each bucket's all-reduce starts when backward has finished its gradients."));
     f.push_back(field<int>("runtime.threads", NDT_REF(threads), "Compute threads of this rank (OpenMP and OpenBLAS); 0: the node's cores divided among its ranks (at least 1)."));
     f.push_back(field<double>("runtime.peak_gflops", NDT_REF(peak_gflops), "Hardware peak for MFU in GFLOP/s; 0: measure it with the built-in FMA calibration."));
@@ -255,9 +257,8 @@ void RunConfig::validate() const {
             mesh.dp_replicate);
   NDT_CHECK(mesh.dp_shard >= 1, "parallel.dp_shard = {} must be at least 1", mesh.dp_shard);
   NDT_CHECK(zero_stage >= 0 && zero_stage <= 3, "parallel.zero_stage = {} must be 0, 1, 2 or 3", zero_stage);
-  NDT_CHECK(zero_stage != 3, "parallel.zero_stage = 3: parameter sharding (ZeRO-3 / FSDP) is not implemented yet; use 1 or 2");
   NDT_CHECK(mesh.dp_shard == 1 || zero_stage > 0,
-            "parallel.dp_shard = {} shards with ZeRO: set parallel.zero_stage to 1 or 2", mesh.dp_shard);
+            "parallel.dp_shard = {} shards with ZeRO: set parallel.zero_stage to 1, 2 or 3", mesh.dp_shard);
   for (auto [key, value] : {std::pair{"pp", mesh.pp}, {"cp", mesh.cp}, {"tp", mesh.tp}}) {
     NDT_CHECK(value >= 1, "parallel.{} = {} must be at least 1", key, value);
     NDT_CHECK(value == 1, "parallel.{} = {}: only data parallelism (parallel.dp_replicate, parallel.dp_shard) is implemented so far",

@@ -47,7 +47,9 @@ struct RunConfig {
   // [parallel]
   MeshShape mesh{1, 0, 1, 1, 1};  // dp_replicate 0: every rank the other axes leave
   double bucket_mb = 25;
-  int zero_stage = 0;  // 0: DDP; 1, 2: ZeRO over dp_shard
+  int zero_stage = 0;  // 0: DDP; 1, 2: ZeRO over dp_shard; 3: FSDP
+  bool reshard_after_forward = true;
+  bool prefetch = true;
 
   // [runtime]
   int threads = 0;  // 0: the cores of this node divided among its ranks

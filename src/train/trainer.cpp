@@ -1,6 +1,7 @@
 #include "train/trainer.h"
 
 #include "parallel/data_parallel.h"
+#include "parallel/fsdp.h"
 #include "parallel/zero.h"
 
 #include "core/memory.h"
@@ -87,14 +88,19 @@ Trainer::Trainer(const RunConfig& config, DeviceMesh* mesh, std::ostream* log)
   cpu::set_num_threads(config_.threads);
   model_ = std::make_unique<Transformer>(config_.model, config_.seed, config_.loss_chunk_rows);
   const size_t bucket_bytes = static_cast<size_t>(config_.bucket_mb * 1024 * 1024);
-  if (config_.zero_stage > 0) {
-    NDT_CHECK(mesh_ != nullptr, "parallel.zero_stage = {} needs a job launched with mpirun", config_.zero_stage);
+  NDT_CHECK(config_.zero_stage == 0 || mesh_ != nullptr, "parallel.zero_stage = {} needs a job launched with mpirun",
+            config_.zero_stage);
+  if (config_.zero_stage == 3) {
+    sync_ = std::make_unique<FullyShardedDataParallel>(model_->store(), *mesh_, config_.adamw,
+                                                       config_.reshard_after_forward, config_.prefetch);
+  } else if (config_.zero_stage > 0) {
     sync_ = std::make_unique<ZeroDataParallel>(model_->store(), *mesh_, config_.zero_stage, bucket_bytes,
                                                config_.adamw);
   } else {
     sync_ = std::make_unique<DataParallel>(model_->store(), mesh_ ? &mesh_->axis("dp") : nullptr, bucket_bytes,
                                            config_.adamw);
   }
+  model_->set_hooks(sync_.get());
   if (!config_.val_data.empty()) {
     val_data_ = std::make_unique<TokenDataset>(std::vector<std::string>{config_.val_data});
   }
@@ -172,14 +178,13 @@ StepStats Trainer::step() {
   // Every rank scales by the global token count: the sum over ranks is the global mean.
   const float grad_scale = 1.0f / static_cast<float>(static_cast<int64_t>(config_.batch_size) * T);
   const double exposed_before = sync_->exposed_wait_seconds();
-  ParameterStore& store = model_->store();
-  store.zero_grads();
+  sync_->zero_grads();
   double loss = 0;
   for (int m = 0; m < accum; ++m) {
     train_loader_.train_batch(step_, dp_rank_ * rows_per_rank_ + m * micro, micro, inputs_.data(),
                               targets_.data());
     sync_->begin_backward(/*sync=*/m == accum - 1);
-    loss += model_->forward_backward(inputs_.data(), targets_.data(), micro, T, grad_scale, sync_.get());
+    loss += model_->forward_backward(inputs_.data(), targets_.data(), micro, T, grad_scale);
     sync_->finish_backward();
   }
   loss = mean_over_dp(loss / accum);
@@ -245,7 +250,8 @@ RunSummary Trainer::run() {
   }
   summary.median_tokens_per_s = median(rates);
   summary.median_mfu = median(mfus);
-  if (config_.sample_tokens > 0 && (mesh_ == nullptr || mesh_->world().rank() == 0)) {
+  // Every rank samples (the same tokens): under FSDP the forward pass is collective.
+  if (config_.sample_tokens > 0) {
     SampleOptions options{config_.sample_tokens, config_.temperature, config_.top_k, config_.seed};
     summary.sample =
         tokens_to_bytes(generate(*model_, bytes_to_tokens(config_.sample_prompt), options));

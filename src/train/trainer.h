@@ -53,6 +53,8 @@ class Trainer {
   RunSummary run();
 
   Transformer& model() { return *model_; }
+  // Every parameter's full value in arena order (collective under FSDP).
+  std::vector<float> full_parameters() { return sync_->full_parameters(); }
   int64_t steps_done() const { return step_; }
 
  private:

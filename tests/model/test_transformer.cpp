@@ -86,7 +86,7 @@ TEST(Model, GradientsAccumulateAcrossMicroBatches) {
 
 // The contract data parallelism relies on: when backward says gradients from an arena
 // offset on are final, they no longer change before backward ends.
-class RecordingObserver : public BackwardObserver {
+class RecordingObserver : public ModelHooks {
  public:
   explicit RecordingObserver(const ParameterStore& store) : store_(store) {}
   void grads_ready_from(int64_t offset) override {
@@ -110,7 +110,8 @@ TEST(Model, BackwardReportsFinalGradientsFromTheEndOfTheArena) {
     const auto in = tokens(B * T, c.vocab_size, 9);
     RecordingObserver observer(model.store());
     model.store().zero_grads();
-    model.forward_backward(in.data(), in.data(), B, T, 1.0f, &observer);
+    model.set_hooks(&observer);
+    model.forward_backward(in.data(), in.data(), B, T, 1.0f);
     ASSERT_EQ(observer.offsets.size(), static_cast<size_t>(c.n_layer + 2));
     EXPECT_EQ(observer.offsets.back(), 0);
     EXPECT_GT(observer.polls, 0);

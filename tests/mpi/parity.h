@@ -47,8 +47,7 @@ inline TrainedRun train(const RunConfig& config, DeviceMesh* mesh) {
   Trainer trainer(config, mesh, nullptr);
   TrainedRun run;
   for (int64_t s = 0; s < config.steps; ++s) run.losses.push_back(trainer.step().loss);
-  const Tensor& values = trainer.model().store().values();
-  run.params.assign(values.data<float>(), values.data<float>() + values.numel());
+  run.params = trainer.full_parameters();
   return run;
 }
 

@@ -1,6 +1,6 @@
-// ZeRO stages 1 and 2 and HSDP against one rank (losses and final parameters), the
-// model-state memory on every rank against the memory model, the bytes moved per
-// step against DDP's, and shards of ranks that own no rows.
+// ZeRO stages 1, 2 and 3 (FSDP) and HSDP against one rank (losses and final
+// parameters), the model-state memory on every rank against the memory model, the
+// bytes moved per step against DDP's, and shards of ranks that own no rows.
 #include "../common/temp_dir.h"
 #include "../train/test_support.h"
 #include "core/memory.h"
@@ -70,7 +70,20 @@ TEST_P(ZeroTest, RanksThatOwnNoRowsStillTrain) {
   expect_same_run(reference, train(config, &mesh), "zero with empty shards");
 }
 
-INSTANTIATE_TEST_SUITE_P(Stages, ZeroTest, ::testing::Values(1, 2),
+TEST_F(ZeroTest, FsdpWithoutReshardOrPrefetchAndWithAccumulation) {
+  Communicator& world = testing::world();
+  const testing::TrainedRun reference = train(run(0, 1, 1), nullptr);
+  for (bool reshard : {false, true}) {
+    RunConfig config = run(3, 1, world.size());
+    config.reshard_after_forward = reshard;
+    config.prefetch = !reshard;
+    config.micro_batch_size = 8 / world.size() / 2;  // two micro-steps per rank
+    DeviceMesh mesh(world, config.resolve_mesh(world.size()));
+    expect_same_run(reference, train(config, &mesh), reshard ? "fsdp, no prefetch, 2 micro-steps" : "fsdp, no reshard");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Stages, ZeroTest, ::testing::Values(1, 2, 3),
                          [](const auto& info) { return "stage" + std::to_string(info.param); });
 
 // Model-state memory per rank after the first step, on every rank, against the
@@ -80,7 +93,7 @@ TEST(ZeroMemory, LedgerMatchesTheMemoryModelOnEveryRank) {
   Communicator& world = testing::world();
   testing::TempDir dir;
   write_shard(dir.file("train.bin"), testing::synthetic_text(30000, 2));
-  for (int stage : {0, 1, 2}) {
+  for (int stage : {0, 1, 2, 3}) {
     RunConfig c = tiny_run(dir.file("train.bin"), 8, 0);
     c.model.d_model = 36;
     c.model.n_head = 4;
@@ -95,6 +108,7 @@ TEST(ZeroMemory, LedgerMatchesTheMemoryModelOnEveryRank) {
     const size_t params0 = ledger.current(MemTag::params), grads0 = ledger.current(MemTag::grads),
                  optimizer0 = ledger.current(MemTag::optimizer);
     Trainer trainer(c, &mesh, nullptr);
+    ledger.reset_peaks();
     trainer.step();
     const ModelStateBytes predicted =
         predict_model_states(model_parameter_specs(c.model), c.mesh.dp_shard, stage);
@@ -105,13 +119,30 @@ TEST(ZeroMemory, LedgerMatchesTheMemoryModelOnEveryRank) {
     expect_within_2_percent(ledger.current(MemTag::params) - params0, predicted.params, "params");
     expect_within_2_percent(ledger.current(MemTag::grads) - grads0, predicted.grads, "grads");
     expect_within_2_percent(ledger.current(MemTag::optimizer) - optimizer0, predicted.optimizer, "optimizer");
-    // Nothing transient is left in communication buffers after the step.
+    if (stage == 3) {
+      // During the step: the shards plus at most the root and two gathered blocks.
+      int64_t root = 0, block = 0;  // elements of the root unit and of one block (all blocks are alike)
+      for (const ParameterSpec& spec : model_parameter_specs(c.model)) {
+        if (spec.name.rfind("blocks.", 0) != 0) root += shape_numel(spec.logical_shape);
+        if (spec.name.rfind("blocks.0.", 0) == 0) block += shape_numel(spec.logical_shape);
+      }
+      EXPECT_LE(static_cast<int64_t>(ledger.peak(MemTag::params) - params0), predicted.params + 4 * (root + 2 * block))
+          << "rank " << world.rank();
+      EXPECT_GT(static_cast<int64_t>(ledger.peak(MemTag::params) - params0), predicted.params + 4 * root)
+          << "rank " << world.rank();
+    }
+    // Nothing transient is left after the step: communication buffers, gathered units.
     EXPECT_EQ(ledger.current(MemTag::comm), 0u);
+    // Sampling and evaluation gather and free again (collective under FSDP).
+    std::vector<int32_t> tokens = {1, 2, 3};
+    std::vector<float> logits(static_cast<size_t>(c.model.vocab_size));
+    trainer.model().next_token_logits(tokens.data(), 3, logits.data());
+    expect_within_2_percent(ledger.current(MemTag::params) - params0, predicted.params, "params after sampling");
   }
   // Padding aside, the model is the textbook formula: gpt2-124m on 8 ranks.
   const auto specs = model_parameter_specs(ModelConfig::preset("gpt2-124m"));
   const int64_t psi = count_parameters(ModelConfig::preset("gpt2-124m"));
-  for (int stage : {0, 1, 2}) {
+  for (int stage : {0, 1, 2, 3}) {
     const ModelStateBytes exact = predict_model_states(specs, 8, stage);
     const ModelStateBytes formula = model_states_from_count(psi, 8, stage);
     EXPECT_NEAR(static_cast<double>(exact.total()), static_cast<double>(formula.total()), 0.001 * formula.total());
@@ -119,6 +150,7 @@ TEST(ZeroMemory, LedgerMatchesTheMemoryModelOnEveryRank) {
   EXPECT_EQ(model_states_from_count(1000, 4, 0).total(), 16 * 1000);
   EXPECT_EQ(model_states_from_count(1000, 4, 1).total(), 8 * 1000 + 8 * 1000 / 4);
   EXPECT_EQ(model_states_from_count(1000, 4, 2).total(), 4 * 1000 + 12 * 1000 / 4);
+  EXPECT_EQ(model_states_from_count(1000, 4, 3).total(), 16 * 1000 / 4);
 }
 
 // Stages 1 and 2 move DDP's volume: reduce-scatter + all-gather = the ring all-reduce.
@@ -147,6 +179,22 @@ TEST(ZeroCommunication, BytesPerStepEqualDdp) {
     // Shard padding adds a little; the grad-norm all-reduce adds 4 bytes.
     EXPECT_NEAR(static_cast<double>(wire_bytes(stage)), ddp, 0.02 * ddp) << "stage " << stage;
   }
+  // Stage 3: all-gather in forward (every unit), again in backward (the blocks; the
+  // root stays gathered), reduce-scatter: about 1.5x DDP. Exactly, per unit of padded
+  // shard size s: (n - 1) x 4 s bytes per collective.
+  const ModelConfig& m = c.model;
+  Transformer probe(m, 1);
+  const ShardLayout layout(probe.store(), 0, n);
+  int64_t root = 0, blocks = 0;
+  for (size_t p = 0; p < probe.store().params().size(); ++p) {
+    const int64_t s = layout.shard(p).padded_numel();
+    (probe.store().params()[p].name().rfind("blocks.", 0) == 0 ? blocks : root) += s;
+  }
+  const int64_t expected = (n - 1) * 4 * (2 * root + 3 * blocks) + 2 * (n - 1) * 4 / n;  // + the norm's all-reduce
+  const int64_t fsdp = wire_bytes(3);
+  EXPECT_EQ(fsdp, expected);
+  EXPECT_GT(fsdp / ddp, 1.35);
+  EXPECT_LE(fsdp / ddp, 1.52);
 }
 
 TEST(ShardLayout, MoreRanksThanRows) {
@@ -165,10 +213,11 @@ TEST(ShardLayout, MoreRanksThanRows) {
     EXPECT_EQ(layout.shard(1).owned_numel(), r == 0 ? 1 : 0);
     EXPECT_EQ(layout.shard(2).end_row - layout.shard(2).begin_row, r < 2 ? 2 : (r == 2 ? 1 : 0));
     std::vector<float> block(static_cast<size_t>(layout.arena_numel()));
-    layout.pack(store.values().data<float>(), block.data(), r, 0, 3);
+    layout.pack(store.values().data<float>(), layout.arena_slots(0, 3), r, block.data());
     blocks.insert(blocks.end(), block.begin(), block.end());
   }
-  ShardLayout(store, 0, n).unpack_all(blocks.data(), gathered.data(), 0, 3);
+  ShardLayout layout(store, 0, n);
+  layout.unpack_all(blocks.data(), layout.arena_slots(0, 3), gathered.data());
   for (int64_t i = 0; i < store.numel(); ++i) EXPECT_EQ(gathered[i], store.values().data<float>()[i]) << i;
 }
 

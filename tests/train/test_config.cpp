@@ -67,7 +67,6 @@ TEST_F(ConfigTest, OtherInconsistencies) {
   EXPECT_ERROR_MENTIONS(error_of({"parallel.dp_replicate=-1"}), "parallel.dp_replicate = -1");
   EXPECT_ERROR_MENTIONS(error_of({"runtime.comm_timeout_s=0"}), "runtime.comm_timeout_s = 0");
   EXPECT_ERROR_MENTIONS(error_of({"parallel.bucket_mb=0"}), "parallel.bucket_mb = 0");
-  EXPECT_ERROR_MENTIONS(error_of({"parallel.zero_stage=3"}), "parallel.zero_stage = 3: parameter sharding");
   EXPECT_ERROR_MENTIONS(error_of({"parallel.zero_stage=5"}), "parallel.zero_stage = 5 must be 0, 1, 2 or 3");
   EXPECT_ERROR_MENTIONS(error_of({"parallel.dp_shard=2"}), "parallel.dp_shard = 2 shards with ZeRO");
   EXPECT_ERROR_MENTIONS(error_of({"model.arch=bert"}), "model.arch = \"bert\"");

@@ -1,0 +1,223 @@
+#include "parallel/fsdp.h"
+
+#include "core/error.h"
+#include "kernels/cpu/adamw.h"
+#include "kernels/cpu/elementwise.h"
+#include "optim/clip.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+namespace ndt {
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// "blocks.<l>.<rest>" belongs to unit 1 + l; everything else to the root, unit 0.
+size_t unit_of(const std::string& name) {
+  if (name.rfind("blocks.", 0) != 0) return 0;
+  return 1 + std::stoul(name.substr(7, name.find('.', 7) - 7));
+}
+
+}  // namespace
+
+FullyShardedDataParallel::FullyShardedDataParallel(ParameterStore& store, DeviceMesh& mesh, const AdamWConfig& adamw,
+                                                   bool reshard_after_forward, bool prefetch)
+    : store_(store),
+      shard_comm_(mesh.axis("dp_shard")),
+      replicate_comm_(mesh.axis("dp_replicate")),
+      adamw_(adamw),
+      reshard_after_forward_(reshard_after_forward),
+      prefetch_(prefetch),
+      layout_(store, shard_comm_.rank(), shard_comm_.size()) {
+  auto& params = store.params();
+  for (size_t p = 0; p < params.size(); ++p) {
+    const size_t u = unit_of(params[p].name());
+    if (u >= units_.size()) units_.resize(u + 1);
+    Unit& unit = units_[u];
+    unit.slots.params.push_back(p);
+    unit.slots.offsets.push_back(unit.numel);
+    unit.numel += params[p].numel();
+    params[p].placements = {Placement{"dp_shard", Placement::Kind::shard, 0}};
+  }
+  for (Unit& u : units_) u.segment = layout_.segment_numel(u.slots);
+
+  // This rank's shards become the master copy; the whole parameters are freed.
+  param_shards_ = Tensor::empty({layout_.arena_numel()}, DType::f32, MemTag::params);
+  layout_.pack(store.values().data<float>(), layout_.arena_slots(0, params.size()), layout_.rank(),
+               param_shards_.data<float>());
+  store.release_values();
+  store.release_grads();
+  grad_shards_ = Tensor::zeros({layout_.arena_numel()}, DType::f32, MemTag::grads);
+  m_ = Tensor::zeros({layout_.arena_numel()}, DType::f32, MemTag::optimizer);
+  v_ = Tensor::zeros({layout_.arena_numel()}, DType::f32, MemTag::optimizer);
+}
+
+void FullyShardedDataParallel::point_values(Unit& u, bool gathered) {
+  for (size_t i = 0; i < u.slots.params.size(); ++i) {
+    Parameter& p = store_.params()[u.slots.params[i]];
+    p.value = gathered ? u.values.slice(u.slots.offsets[i], u.slots.offsets[i] + p.numel()).view(p.local_shape)
+                       : Tensor();
+  }
+}
+
+void FullyShardedDataParallel::point_grads(Unit& u, bool allocated) {
+  for (size_t i = 0; i < u.slots.params.size(); ++i) {
+    Parameter& p = store_.params()[u.slots.params[i]];
+    p.grad = allocated ? u.grads.slice(u.slots.offsets[i], u.slots.offsets[i] + p.numel()).view(p.local_shape)
+                       : Tensor();
+  }
+}
+
+void FullyShardedDataParallel::start_gather(Unit& u) {
+  if (u.values.defined() || u.gather) return;
+  const int n = layout_.ranks();
+  u.gather_send = Tensor::empty({u.segment}, DType::f32, MemTag::comm);
+  u.gather_recv = Tensor::empty({n * u.segment}, DType::f32, MemTag::comm);
+  float* send = u.gather_send.data<float>();
+  for (size_t p : u.slots.params) {  // own shards, already padded, in unit order
+    const ParameterShard& s = layout_.shard(p);
+    std::memcpy(send, param_shards_.data<float>() + s.shard_offset, static_cast<size_t>(s.padded_numel()) * 4);
+    send += s.padded_numel();
+  }
+  u.gather = shard_comm_.iall_gather(u.gather_send.data<float>(), u.gather_recv.data<float>(),
+                                     static_cast<size_t>(u.segment), DType::f32);
+}
+
+void FullyShardedDataParallel::finish_gather(Unit& u) {
+  if (u.values.defined()) return;
+  start_gather(u);
+  const auto t0 = std::chrono::steady_clock::now();
+  u.gather->wait();
+  gather_wait_seconds_ += seconds_since(t0);
+  u.gather.reset();
+  u.values = Tensor::empty({u.numel}, DType::f32, MemTag::params);
+  layout_.unpack_all(u.gather_recv.data<float>(), u.slots, u.values.data<float>());
+  u.gather_send = Tensor();
+  u.gather_recv = Tensor();
+  point_values(u, true);
+}
+
+void FullyShardedDataParallel::release(Unit& u) {
+  if (u.gather) u.gather->wait(), u.gather.reset();  // a prefetch nobody used
+  u.gather_send = Tensor();
+  u.gather_recv = Tensor();
+  u.values = Tensor();
+  point_values(u, false);
+}
+
+void FullyShardedDataParallel::before_forward(int hook_unit) {
+  Unit& u = unit(hook_unit);
+  start_gather(u);
+  // Prefetch the next block (after the root: block 0) while this unit computes.
+  if (prefetch_ && hook_unit + 2 < static_cast<int>(units_.size())) start_gather(unit(hook_unit + 1));
+  finish_gather(u);
+}
+
+void FullyShardedDataParallel::after_forward(int hook_unit) {
+  if (hook_unit == kRootUnit) {  // end of a forward-only pass: nothing stays gathered
+    for (Unit& u : units_) release(u);
+  } else if (reshard_after_forward_) {
+    release(unit(hook_unit));
+  }
+}
+
+void FullyShardedDataParallel::before_backward(int hook_unit) {
+  Unit& u = unit(hook_unit);
+  // Backward visits the root first, then blocks from the last: prefetch in that order.
+  const int next = hook_unit == kRootUnit ? static_cast<int>(units_.size()) - 2 : hook_unit - 1;
+  start_gather(u);
+  if (prefetch_ && next >= 0) start_gather(unit(next));
+  finish_gather(u);
+  u.grads = Tensor::zeros({u.numel}, DType::f32, MemTag::grads);
+  point_grads(u, true);
+}
+
+void FullyShardedDataParallel::after_backward(int hook_unit) {
+  Unit& u = unit(hook_unit);
+  const int n = layout_.ranks();
+  u.reduce_send = Tensor::empty({n * u.segment}, DType::f32, MemTag::comm);
+  u.reduce_recv = Tensor::empty({u.segment}, DType::f32, MemTag::comm);
+  for (int r = 0; r < n; ++r) {
+    layout_.pack(u.grads.data<float>(), u.slots, r, u.reduce_send.data<float>() + r * u.segment);
+  }
+  u.reduce = shard_comm_.ireduce_scatter(u.reduce_send.data<float>(), u.reduce_recv.data<float>(),
+                                         static_cast<size_t>(u.segment), DType::f32, ReduceOp::sum);
+  u.grads = Tensor();
+  point_grads(u, false);
+  release(u);
+  if (hook_unit == kRootUnit) {  // the end of backward: every block was released already
+    for (Unit& other : units_) release(other);
+  }
+}
+
+void FullyShardedDataParallel::poll() {
+  for (Unit& u : units_) {
+    if (u.gather) u.gather->test();
+    if (u.reduce) u.reduce->test();
+  }
+}
+
+void FullyShardedDataParallel::finish_reduce(Unit& u) {
+  if (!u.reduce) return;
+  u.reduce->wait();
+  u.reduce.reset();
+  // Sum into the gradient shards (micro-steps accumulate here).
+  float* shard = u.reduce_recv.data<float>();
+  for (size_t p : u.slots.params) {
+    const ParameterShard& s = layout_.shard(p);
+    cpu::add_inplace(grad_shards_.data<float>() + s.shard_offset, shard, s.padded_numel());
+    shard += s.padded_numel();
+  }
+  u.reduce_send = Tensor();
+  u.reduce_recv = Tensor();
+}
+
+void FullyShardedDataParallel::zero_grads() { grad_shards_.zero_(); }
+
+void FullyShardedDataParallel::begin_backward(bool sync) { sync_ = sync; }
+
+void FullyShardedDataParallel::finish_backward() {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (Unit& u : units_) finish_reduce(u);
+  if (sync_ && replicate_comm_.size() > 1) {  // HSDP: shards are replicated over dp_replicate
+    replicate_comm_.all_reduce(grad_shards_.data<float>(), static_cast<size_t>(layout_.arena_numel()), DType::f32,
+                               ReduceOp::sum);
+  }
+  exposed_wait_seconds_ += seconds_since(t0);
+}
+
+double FullyShardedDataParallel::grad_norm() {
+  float sum = static_cast<float>(sum_of_squares(grad_shards_.data<float>(), layout_.arena_numel()));
+  shard_comm_.all_reduce(&sum, 1, DType::f32, ReduceOp::sum);
+  return std::sqrt(static_cast<double>(sum));
+}
+
+void FullyShardedDataParallel::step(float lr, float grad_scale) {
+  ++t_;
+  const auto& params = store_.params();
+  for (size_t p = 0; p < params.size(); ++p) {
+    const ParameterShard& s = layout_.shard(p);
+    if (s.owned_numel() == 0) continue;  // more ranks than rows: this rank owns none
+    cpu::AdamWStep step{lr, adamw_.beta1, adamw_.beta2, adamw_.eps,
+                        params[p].spec.weight_decay ? adamw_.weight_decay : 0.0f, grad_scale, t_};
+    cpu::adamw_update(param_shards_.data<float>() + s.shard_offset, grad_shards_.data<float>() + s.shard_offset,
+                      m_.data<float>() + s.shard_offset, v_.data<float>() + s.shard_offset, s.owned_numel(), step);
+  }
+}
+
+std::vector<float> FullyShardedDataParallel::full_parameters() {
+  const int n = layout_.ranks();
+  std::vector<float> all(static_cast<size_t>(n * layout_.arena_numel())), full(static_cast<size_t>(store_.numel()));
+  shard_comm_.all_gather(param_shards_.data<float>(), all.data(), static_cast<size_t>(layout_.arena_numel()),
+                         DType::f32);
+  layout_.unpack_all(all.data(), layout_.arena_slots(0, store_.params().size()), full.data());
+  return full;
+}
+
+}  // namespace ndt

@@ -1,0 +1,89 @@
+// Fully sharded data parallel (ZeRO stage 3 / FSDP), with HSDP.
+// Splits: the batch over "dp"; every parameter, its gradient and its AdamW moments
+// along dim 0 over dp_shard (parallel/shard_layout.h; placement Shard(0) on
+// dp_shard), replicated over dp_replicate.
+// Communicates: per unit (each block, and the root: embeddings, final norm, output
+// layer), an all-gather of its parameters just before its forward and again before
+// its backward, the next unit's all-gather started first (prefetch); after its
+// backward, a reduce-scatter of its gradients (then, for HSDP, an all-reduce of the
+// shards over dp_replicate on the last micro-step). About 1.5x DDP's volume.
+//
+// Between uses a unit's gathered parameters are freed: a block after its forward
+// (reshard_after_forward; off keeps it until its backward: one all-gather less per
+// block, ZeRO-2-like memory), after its backward always. The root stays gathered from
+// the start of forward to the end of backward (it is used at both ends), as torchtitan
+// leaves its root module. Memory of model states per rank after a step: 16 Psi / n
+// (padded shards); during a step, plus the gathered units in use (at most the current
+// block, the prefetched one and the root) and their gradients.
+// Gradients are reduce-scattered on every micro-step and summed into the shards
+// (no_sync would need whole gradients kept between micro-steps, which is what FSDP is
+// there to avoid).
+#pragma once
+
+#include "comm/device_mesh.h"
+#include "optim/adamw.h"
+#include "parallel/gradient_sync.h"
+#include "parallel/shard_layout.h"
+
+#include <vector>
+
+namespace ndt {
+
+class FullyShardedDataParallel : public GradientSync {
+ public:
+  FullyShardedDataParallel(ParameterStore& store, DeviceMesh& mesh, const AdamWConfig& adamw,
+                           bool reshard_after_forward, bool prefetch);
+
+  void before_forward(int unit) override;
+  void after_forward(int unit) override;
+  void before_backward(int unit) override;
+  void after_backward(int unit) override;
+  void poll() override;
+
+  void zero_grads() override;
+  void begin_backward(bool sync) override;
+  void finish_backward() override;
+  double grad_norm() override;
+  void step(float lr, float grad_scale) override;
+  size_t bucket_count() const override { return units_.size(); }
+  double exposed_wait_seconds() const override { return exposed_wait_seconds_; }
+  std::vector<float> full_parameters() override;
+
+  const ShardLayout& layout() const { return layout_; }
+  // Seconds spent waiting for all-gathers (prefetched ones included), summed over calls.
+  double gather_wait_seconds() const { return gather_wait_seconds_; }
+
+ private:
+  struct Unit {
+    ParamSlots slots;       // its parameters, at their offsets in a gathered buffer
+    int64_t numel = 0;      // elements of the gathered buffer
+    int64_t segment = 0;    // padded shard elements per rank
+    Tensor values;          // gathered parameters (empty when resharded)
+    Tensor grads;           // full gradients during its backward
+    Tensor gather_send, gather_recv;
+    WorkHandle gather;
+    Tensor reduce_send, reduce_recv;
+    WorkHandle reduce;
+  };
+  Unit& unit(int hook_unit) { return units_[static_cast<size_t>(hook_unit + 1)]; }
+  void start_gather(Unit& u);
+  void finish_gather(Unit& u);
+  void release(Unit& u);
+  void point_values(Unit& u, bool gathered);
+  void point_grads(Unit& u, bool allocated);
+  void finish_reduce(Unit& u);
+
+  ParameterStore& store_;
+  Communicator& shard_comm_;
+  Communicator& replicate_comm_;
+  AdamWConfig adamw_;
+  bool reshard_after_forward_, prefetch_;
+  ShardLayout layout_;
+  std::vector<Unit> units_;  // [0] = root, [1 + l] = block l
+  Tensor param_shards_, grad_shards_, m_, v_;
+  int64_t t_ = 0;
+  bool sync_ = true;
+  double exposed_wait_seconds_ = 0, gather_wait_seconds_ = 0;
+};
+
+}  // namespace ndt
