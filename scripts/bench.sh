@@ -2,7 +2,7 @@
 # The benchmarks behind docs/performance.md. Builds, then prints, for each model and
 # thread count, training tokens/s and MFU next to the sgemm throughput at the same
 # thread count, and memory (predicted, ledger, process RSS). Slow: the gpt2-124m runs
-# take a few minutes on 2 cores. Usage: scripts/bench.sh [train] [comm] [dp]
+# take a few minutes on 2 cores. Usage: scripts/bench.sh [train] [comm] [dp] [zero]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh ndtrain >/dev/null
@@ -24,6 +24,12 @@ for part in $what; do
       ./build/ndtrain bench train --preset gpt2-124m --batch 8 --seq 256 --threads 2 --steps 3
       mpirun -np 2 "${mpirun_flags[@]}" ./build/ndtrain bench train --preset gpt2-124m --batch 8 --seq 256 --threads 1 --steps 3
       ;;
-    *) echo "unknown benchmark '$part' (train, comm, dp)" >&2; exit 2 ;;
+    zero)
+      for stage in 0 1 2 3; do
+        mpirun -np 2 "${mpirun_flags[@]}" ./build/ndtrain bench train --preset gpt2-124m --batch 8 --seq 256 --threads 1 --steps 3 --zero-stage "$stage"
+      done
+      mpirun -np 2 "${mpirun_flags[@]}" ./build/ndtrain bench train --preset gpt2-124m --batch 8 --seq 256 --threads 1 --steps 3 --zero-stage 3 --no-prefetch
+      ;;
+    *) echo "unknown benchmark '$part' (train, comm, dp, zero)" >&2; exit 2 ;;
   esac
 done

@@ -13,6 +13,8 @@
 #include "model/transformer.h"
 #include "optim/clip.h"
 #include "parallel/data_parallel.h"
+#include "parallel/fsdp.h"
+#include "parallel/memory_model.h"
 #include "train/flops.h"
 
 #include <fmt/format.h>
@@ -44,8 +46,12 @@ int run_bench_train(const TrainBenchOptions& o) {
   std::unique_ptr<Communicator> world = launched_by_mpi() ? mpi_world() : nullptr;
   const int ranks = world ? world->size() : 1, rank = world ? world->rank() : 0;
   NDT_CHECK(o.batch % ranks == 0, "--batch {} is not a multiple of the {} ranks", o.batch, ranks);
+  NDT_CHECK(o.zero_stage == 0 || world, "--zero-stage {} needs mpirun", o.zero_stage);
   std::unique_ptr<DeviceMesh> mesh;
-  if (world) mesh = std::make_unique<DeviceMesh>(*world, MeshShape{1, ranks, 1, 1, 1});
+  if (world) {
+    mesh = std::make_unique<DeviceMesh>(*world, o.zero_stage > 0 ? MeshShape{1, 1, ranks, 1, 1}
+                                                                 : MeshShape{1, ranks, 1, 1, 1});
+  }
   auto print = [rank](const std::string& text) {
     if (rank == 0) fmt::print("{}", text), std::fflush(stdout);
   };
@@ -56,33 +62,44 @@ int run_bench_train(const TrainBenchOptions& o) {
   const size_t rss_before = process_current_rss_bytes();
 
   Transformer model(config, 1);
-  DataParallel ddp(model.store(), mesh ? &mesh->axis("dp") : nullptr, 25u << 20, AdamWConfig{});
-  model.set_hooks(&ddp);
+  DataParallelOptions options;
+  options.zero_stage = o.zero_stage;
+  options.prefetch = o.prefetch;
+  std::unique_ptr<GradientSync> sync = make_gradient_sync(model.store(), mesh.get(), options);
+  model.set_hooks(sync.get());
+  auto* fsdp = dynamic_cast<FullyShardedDataParallel*>(sync.get());
   std::vector<int32_t> tokens(static_cast<size_t>(N) + 1);
   for (size_t i = 0; i < tokens.size(); ++i) {
     tokens[i] = static_cast<int32_t>(philox(7, hash_name("bench"), i + static_cast<size_t>(rank) * N)[0] %
                                      config.vocab_size);
   }
-  print(fmt::format("bench train: {} ({:.2f}M parameters), B={} T={}, {} rank{} x {} thread{}\n", o.preset,
+  print(fmt::format("bench train: {} ({:.2f}M parameters), B={} T={}, {} rank{} x {} thread{}{}\n", o.preset,
                     model.store().numel() / 1e6, o.batch, T, ranks, ranks == 1 ? "" : "s", o.threads,
-                    o.threads == 1 ? "" : "s"));
+                    o.threads == 1 ? "" : "s",
+                    o.zero_stage == 0 ? std::string(ranks > 1 ? ", DDP" : "")
+                                      : fmt::format(", ZeRO stage {}{}", o.zero_stage,
+                                                    o.zero_stage == 3 && !o.prefetch ? " without prefetch" : "")));
 
   auto train_step = [&](bool communicate) {
     const auto t0 = std::chrono::steady_clock::now();
-    model.store().zero_grads();
-    ddp.begin_backward(communicate);
+    sync->zero_grads();
+    sync->begin_backward(communicate);
     model.forward_backward(tokens.data(), tokens.data() + 1, B, T, 1.0f / (o.batch * T));
-    ddp.finish_backward();
-    ddp.step(1e-4f, clip_factor(ddp.grad_norm(), 1.0f));
+    sync->finish_backward();
+    sync->step(1e-4f, clip_factor(sync->grad_norm(), 1.0f));
     if (world) world->barrier();  // time the slowest rank
     return seconds_since(t0);
   };
 
-  std::vector<double> seconds;
+  std::vector<double> seconds, gather_waits;
   for (int s = 0; s <= o.steps; ++s) {
+    const double waited = fsdp ? fsdp->gather_wait_seconds() : 0;
     const double dt = train_step(true);
-    print(fmt::format("  step {}: {:.3f} s{}\n", s, dt, s == 0 ? " (warm-up, not counted)" : ""));
-    if (s > 0) seconds.push_back(dt);
+    const double gather_wait = fsdp ? fsdp->gather_wait_seconds() - waited : 0;
+    print(fmt::format("  step {}: {:.3f} s{}{}\n", s, dt,
+                      fsdp ? fmt::format(" (all-gather wait {:.3f} s)", gather_wait) : "",
+                      s == 0 ? " (warm-up, not counted)" : ""));
+    if (s > 0) seconds.push_back(dt), gather_waits.push_back(gather_wait);
   }
   const double step_s = median(seconds);
   const double tokens_per_s = o.batch * T / step_s;
@@ -92,7 +109,9 @@ int run_bench_train(const TrainBenchOptions& o) {
   const double sgemm = measure_sgemm_flops(N, config.d_ff, config.d_model);
   const double peak = measure_fma_peak(o.threads);
   const MemoryPrediction predicted = Transformer::predict_memory(config, B, T, 256);
-  const double predicted_total = predicted.params + predicted.grads + 2.0 * predicted.params + predicted.activations;
+  const ModelStateBytes states = predict_model_states(model_parameter_specs(config), mesh ? mesh->size("dp_shard") : 1,
+                                                      o.zero_stage);
+  const double predicted_total = static_cast<double>(states.total() + predicted.activations);
   const MemoryLedger& ledger = MemoryLedger::instance();
   const double rss_used = static_cast<double>(process_peak_rss_bytes()) - rss_before;
   const double gib = 1024.0 * 1024.0 * 1024.0;
@@ -103,11 +122,13 @@ int run_bench_train(const TrainBenchOptions& o) {
                     config.d_ff, config.d_model, sgemm / 1e9, 100.0 * model_flops / ranks / sgemm));
   print(fmt::format("  FMA peak {:.1f} GFLOP/s per rank -> MFU {:.1f}%\n", peak / 1e9,
                     100.0 * model_flops / ranks / peak));
-  print(fmt::format("  memory (rank 0): predicted {:.3f} GiB, ledger peak {:.3f} GiB, process RSS growth {:.3f} GiB "
-                    "(RSS / prediction {:.3f})\n",
-                    predicted_total / gib, ledger.peak_total() / gib, rss_used / gib, rss_used / predicted_total));
+  print(fmt::format("  memory (rank 0): predicted {:.3f} GiB (model states after a step {:.3f} GiB), ledger peak "
+                    "{:.3f} GiB, process RSS growth {:.3f} GiB (RSS / prediction {:.3f})\n",
+                    predicted_total / gib, states.total() / gib, ledger.peak_total() / gib, rss_used / gib,
+                    rss_used / predicted_total));
+  if (fsdp) print(fmt::format("  FSDP: median all-gather wait per step {:.3f} s\n", median(gather_waits)));
 
-  if (ranks > 1) {
+  if (ranks > 1 && o.zero_stage == 0) {
     // The same steps without communication, then the bucketed all-reduces alone.
     std::vector<double> local, comm_only;
     for (int s = 0; s < o.steps; ++s) local.push_back(train_step(false));
@@ -115,7 +136,7 @@ int run_bench_train(const TrainBenchOptions& o) {
     for (int s = 0; s < o.steps; ++s) {
       world->barrier();
       const auto t0 = std::chrono::steady_clock::now();
-      for (const GradientBucket& b : ddp.buckets()) {
+      for (const GradientBucket& b : dynamic_cast<DataParallel&>(*sync).buckets()) {
         mesh->axis("dp").all_reduce(grads + b.begin, static_cast<size_t>(b.end - b.begin), DType::f32, ReduceOp::sum);
       }
       world->barrier();
@@ -124,7 +145,7 @@ int run_bench_train(const TrainBenchOptions& o) {
     const double exposed = step_s - median(local), comm = median(comm_only);
     print(fmt::format("  data parallel: step without communication {:.3f} s, all-reduces alone {:.3f} s "
                       "({} buckets, {:.1f} MiB) -> {:.0f}% of the all-reduce time hidden behind backward\n",
-                      median(local), comm, ddp.buckets().size(), model.store().numel() * 4.0 / (1 << 20),
+                      median(local), comm, sync->bucket_count(), model.store().numel() * 4.0 / (1 << 20),
                       100.0 * std::clamp(1.0 - exposed / comm, 0.0, 1.0)));
   }
   return 0;

@@ -22,6 +22,8 @@ struct TrainBenchOptions {
   int seq_len = 256;
   int threads = 1;
   int steps = 3;
+  int zero_stage = 0;  // under mpirun: 0 DDP, 1-2 ZeRO, 3 FSDP (all ranks on dp_shard)
+  bool prefetch = true;
 };
 int run_bench_train(const TrainBenchOptions& options);
 

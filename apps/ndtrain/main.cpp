@@ -1,7 +1,7 @@
 // ndtrain: distributed training of transformer language models.
 //   ndtrain train CONFIG [--set section.key=value ...]
 //   ndtrain prepare INPUT... --out DIR [--val-fraction F]
-//   ndtrain bench train [--preset NAME] [--batch B] [--seq T] [--threads N] [--steps S]
+//   ndtrain bench train [--preset NAME] [--batch B] [--seq T] [--threads N] [--steps S] [--zero-stage Z]
 //   mpirun -np N ndtrain bench comm [--max-bytes B] [--iters I] [--async]
 //   mpirun -np N ndtrain bench overlap [--bytes B] [--poll-ms MS]
 //   ndtrain config
@@ -65,6 +65,9 @@ int main(int argc, char** argv) {
   bench_train->add_option("--seq", bench_options.seq_len, "Tokens per sequence");
   bench_train->add_option("--threads", bench_options.threads, "Compute threads");
   bench_train->add_option("--steps", bench_options.steps, "Timed steps (after one warm-up step)");
+  bench_train->add_option("--zero-stage", bench_options.zero_stage,
+                          "Under mpirun: 0 DDP, 1-2 ZeRO, 3 FSDP (every rank on dp_shard)");
+  bench_train->add_flag("!--no-prefetch", bench_options.prefetch, "FSDP: do not prefetch the next block's all-gather");
 
   // bench comm / bench overlap (apps/ndtrain/bench_comm.cpp)
   ndt::CommBenchOptions comm_bench;

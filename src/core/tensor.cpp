@@ -2,6 +2,8 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <new>
 
 namespace ndt {
@@ -20,15 +22,77 @@ std::string shape_str(const Shape& shape) {
 
 static constexpr size_t kAlignment = 64;
 
+namespace {
+
+// Keeps freed large blocks for reuse by an allocation of the same size, as PyTorch's
+// caching allocator does. Training allocates the same transient buffers every step
+// (gathered parameters, gradient buffers, communication staging); glibc hands blocks
+// above 32 MiB back to the kernel at once, so each step would pay page faults and
+// kernel zeroing for them again. The ledger counts live tensors only; cached blocks
+// are reported by storage_cached_bytes().
+class BlockCache {
+ public:
+  static constexpr size_t kMinBytes = size_t{1} << 20;   // smaller blocks: plain malloc/free
+  static constexpr size_t kMaxCached = size_t{4} << 30;  // beyond this, blocks are freed
+
+  void* take(size_t bytes) {
+    if (bytes >= kMinBytes) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = free_.find(bytes);
+      if (it != free_.end()) {
+        void* block = it->second;
+        free_.erase(it);
+        cached_ -= bytes;
+        return block;
+      }
+    }
+    return std::aligned_alloc(kAlignment, bytes);
+  }
+
+  void give(void* block, size_t bytes) {
+    if (bytes >= kMinBytes) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (cached_ + bytes <= kMaxCached) {
+        free_.emplace(bytes, block);
+        cached_ += bytes;
+        return;
+      }
+    }
+    std::free(block);
+  }
+
+  size_t cached() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return cached_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::multimap<size_t, void*> free_;
+  size_t cached_ = 0;
+};
+
+BlockCache& block_cache() {
+  static BlockCache* cache = new BlockCache();  // never destroyed: storages may outlive statics
+  return *cache;
+}
+
+size_t rounded_bytes(size_t bytes) {
+  return bytes == 0 ? kAlignment : (bytes + kAlignment - 1) / kAlignment * kAlignment;
+}
+
+}  // namespace
+
+size_t storage_cached_bytes() { return block_cache().cached(); }
+
 Storage::Storage(size_t bytes, MemTag tag) : bytes_(bytes), tag_(tag) {
-  size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
-  data_ = std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded);
+  data_ = block_cache().take(rounded_bytes(bytes));
   if (!data_) throw std::bad_alloc();
   MemoryLedger::instance().on_alloc(tag_, bytes_);
 }
 
 Storage::~Storage() {
-  std::free(data_);
+  block_cache().give(data_, rounded_bytes(bytes_));
   MemoryLedger::instance().on_free(tag_, bytes_);
 }
 

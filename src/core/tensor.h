@@ -18,6 +18,9 @@ using Shape = std::vector<int64_t>;
 int64_t shape_numel(const Shape& shape);
 std::string shape_str(const Shape& shape);  // "[2, 3, 4]"
 
+// Bytes of freed blocks kept for reuse (not counted by the ledger; see tensor.cpp).
+size_t storage_cached_bytes();
+
 // One aligned allocation, reported to the MemoryLedger under its tag for its lifetime.
 class Storage {
  public:

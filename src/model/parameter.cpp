@@ -31,7 +31,8 @@ void init_parameter_block(float* out, const ParameterSpec& spec, const Shape& lo
   }
 }
 
-ParameterStore::ParameterStore(const std::vector<ParameterSpec>& specs, uint64_t seed) {
+ParameterStore::ParameterStore(const std::vector<ParameterSpec>& specs, uint64_t seed, bool materialize)
+    : seed_(seed) {
   int64_t total = 0;
   for (const ParameterSpec& spec : specs) {
     Parameter p;
@@ -43,6 +44,7 @@ ParameterStore::ParameterStore(const std::vector<ParameterSpec>& specs, uint64_t
     params_.push_back(std::move(p));
   }
   numel_ = total;
+  if (!materialize) return;
   values_ = Tensor::empty({total}, DType::f32, MemTag::params);
   for (Parameter& p : params_) {
     p.value = values_.slice(p.arena_offset, p.arena_offset + p.numel()).view(p.local_shape);

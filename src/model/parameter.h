@@ -51,7 +51,10 @@ class ParameterStore {
   // Lays out unsharded (replicated) parameters in declaration order and initialises
   // them from the counter-based RNG: element i of a normal parameter is
   // normal_at(seed, hash_name(name), i) * std, whatever rank or shard holds it.
-  ParameterStore(const std::vector<ParameterSpec>& specs, uint64_t seed);
+  // materialize = false allocates nothing: a sharded layout (FSDP) initialises its own
+  // shards with init_parameter_block and points the views at gathered buffers.
+  ParameterStore(const std::vector<ParameterSpec>& specs, uint64_t seed, bool materialize = true);
+  uint64_t seed() const { return seed_; }
 
   std::vector<Parameter>& params() { return params_; }
   const std::vector<Parameter>& params() const { return params_; }
@@ -75,6 +78,7 @@ class ParameterStore {
   void point_grads();
 
   std::vector<Parameter> params_;
+  uint64_t seed_;
   int64_t numel_ = 0;
   Tensor values_;
   Tensor grads_;

@@ -52,8 +52,10 @@ int64_t count_parameters(const ModelConfig& config) {
   return n;
 }
 
-Transformer::Transformer(const ModelConfig& config, uint64_t seed, int loss_chunk_rows)
-    : config_(config), store_(model_parameter_specs(config), seed), loss_chunk_rows_(loss_chunk_rows) {
+Transformer::Transformer(const ModelConfig& config, uint64_t seed, int loss_chunk_rows, bool materialize_parameters)
+    : config_(config),
+      store_(model_parameter_specs(config), seed, materialize_parameters),
+      loss_chunk_rows_(loss_chunk_rows) {
   NDT_CHECK(loss_chunk_rows > 0, "train.loss_chunk_rows = {} must be positive", loss_chunk_rows);
   for (int l = 0; l < config_.n_layer; ++l) blocks_.emplace_back(config_, l, store_);
   wte_ = &store_.get("wte.weight");

@@ -47,7 +47,9 @@ class ModelHooks {
 
 class Transformer {
  public:
-  Transformer(const ModelConfig& config, uint64_t seed, int loss_chunk_rows = 256);
+  // materialize_parameters = false: no parameter or gradient memory (see ParameterStore).
+  Transformer(const ModelConfig& config, uint64_t seed, int loss_chunk_rows = 256,
+              bool materialize_parameters = true);
 
   const ModelConfig& config() const { return config_; }
   ParameterStore& store() { return store_; }

@@ -47,12 +47,24 @@ FullyShardedDataParallel::FullyShardedDataParallel(ParameterStore& store, Device
   }
   for (Unit& u : units_) u.segment = layout_.segment_numel(u.slots);
 
-  // This rank's shards become the master copy; the whole parameters are freed.
-  param_shards_ = Tensor::empty({layout_.arena_numel()}, DType::f32, MemTag::params);
-  layout_.pack(store.values().data<float>(), layout_.arena_slots(0, params.size()), layout_.rank(),
-               param_shards_.data<float>());
-  store.release_values();
-  store.release_grads();
+  // This rank's shards are the master copy. Each is initialised from its logical
+  // position (the same values the whole tensor would hold), or, if the store holds
+  // whole parameters, copied from them, which are then freed.
+  param_shards_ = Tensor::zeros({layout_.arena_numel()}, DType::f32, MemTag::params);
+  if (store.values().defined()) {
+    layout_.pack(store.values().data<float>(), layout_.arena_slots(0, params.size()), layout_.rank(),
+                 param_shards_.data<float>());
+    store.release_values();
+    store.release_grads();
+  } else {
+    for (size_t p = 0; p < params.size(); ++p) {
+      const ParameterShard& s = layout_.shard(p);
+      if (s.owned_numel() == 0) continue;
+      Shape block = params[p].spec.logical_shape, offset(block.size(), 0);
+      if (!block.empty()) block[0] = s.end_row - s.begin_row, offset[0] = s.begin_row;
+      init_parameter_block(param_shards_.data<float>() + s.shard_offset, params[p].spec, block, offset, store.seed());
+    }
+  }
   grad_shards_ = Tensor::zeros({layout_.arena_numel()}, DType::f32, MemTag::grads);
   m_ = Tensor::zeros({layout_.arena_numel()}, DType::f32, MemTag::optimizer);
   v_ = Tensor::zeros({layout_.arena_numel()}, DType::f32, MemTag::optimizer);

@@ -7,6 +7,9 @@
 #pragma once
 
 #include "model/transformer.h"
+#include "optim/adamw.h"
+
+#include <memory>
 
 #include <cstddef>
 #include <vector>
@@ -32,5 +35,20 @@ class GradientSync : public ModelHooks {
   // Every parameter's full value, in arena order (collective when parameters are sharded).
   virtual std::vector<float> full_parameters() = 0;
 };
+
+class DeviceMesh;
+
+struct DataParallelOptions {
+  int zero_stage = 0;  // 0: DDP, 1-2: ZeRO, 3: FSDP
+  size_t bucket_bytes = 25u << 20;
+  bool reshard_after_forward = true;
+  bool prefetch = true;
+  AdamWConfig adamw;
+};
+
+// The GradientSync for a stage over the mesh's dp axes (mesh == nullptr: one rank, DDP
+// without communication).
+std::unique_ptr<GradientSync> make_gradient_sync(ParameterStore& store, DeviceMesh* mesh,
+                                                 const DataParallelOptions& options);
 
 }  // namespace ndt

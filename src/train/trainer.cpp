@@ -1,8 +1,6 @@
 #include "train/trainer.h"
 
-#include "parallel/data_parallel.h"
-#include "parallel/fsdp.h"
-#include "parallel/zero.h"
+#include "parallel/memory_model.h"
 
 #include "core/memory.h"
 #include "kernels/cpu/threads.h"
@@ -86,20 +84,12 @@ Trainer::Trainer(const RunConfig& config, DeviceMesh* mesh, std::ostream* log)
   if (config_.micro_batch_size == 0) config_.micro_batch_size = rows_per_rank_;
   if (config_.threads == 0) config_.threads = automatic_threads(mesh_ ? mesh_->world().size() : 1);
   cpu::set_num_threads(config_.threads);
-  model_ = std::make_unique<Transformer>(config_.model, config_.seed, config_.loss_chunk_rows);
-  const size_t bucket_bytes = static_cast<size_t>(config_.bucket_mb * 1024 * 1024);
-  NDT_CHECK(config_.zero_stage == 0 || mesh_ != nullptr, "parallel.zero_stage = {} needs a job launched with mpirun",
-            config_.zero_stage);
-  if (config_.zero_stage == 3) {
-    sync_ = std::make_unique<FullyShardedDataParallel>(model_->store(), *mesh_, config_.adamw,
-                                                       config_.reshard_after_forward, config_.prefetch);
-  } else if (config_.zero_stage > 0) {
-    sync_ = std::make_unique<ZeroDataParallel>(model_->store(), *mesh_, config_.zero_stage, bucket_bytes,
-                                               config_.adamw);
-  } else {
-    sync_ = std::make_unique<DataParallel>(model_->store(), mesh_ ? &mesh_->axis("dp") : nullptr, bucket_bytes,
-                                           config_.adamw);
-  }
+  // FSDP initialises each rank's shards directly: the whole model never exists on a rank.
+  model_ = std::make_unique<Transformer>(config_.model, config_.seed, config_.loss_chunk_rows,
+                                         /*materialize_parameters=*/config_.zero_stage != 3);
+  sync_ = make_gradient_sync(model_->store(), mesh_,
+                             {config_.zero_stage, static_cast<size_t>(config_.bucket_mb * 1024 * 1024),
+                              config_.reshard_after_forward, config_.prefetch, config_.adamw});
   model_->set_hooks(sync_.get());
   if (!config_.val_data.empty()) {
     val_data_ = std::make_unique<TokenDataset>(std::vector<std::string>{config_.val_data});
@@ -147,6 +137,8 @@ void Trainer::print_header() {
   const ModelConfig& m = config_.model;
   const MemoryPrediction mem = Transformer::predict_memory(m, config_.micro_batch_size, config_.seq_len,
                                                            config_.loss_chunk_rows);
+  const ModelStateBytes states =
+      predict_model_states(model_parameter_specs(m), mesh_ ? mesh_->size("dp_shard") : 1, config_.zero_stage);
   fmt::print(*log_, "ndtrain: {} model, {} layers, d_model {}, {} heads, vocab {}: {:.2f}M parameters\n",
              arch_name(m.arch), m.n_layer, m.d_model, m.n_head, m.vocab_size,
              static_cast<double>(model_->store().numel()) / 1e6);
@@ -163,8 +155,9 @@ void Trainer::print_header() {
                                         config_.zero_stage > 0 ? fmt::format("ZeRO stage {}, ", config_.zero_stage) : "",
                                         sync_->bucket_count(), sync_->bucket_count() == 1 ? "" : "s", config_.bucket_mb)
                           : "");
-  fmt::print(*log_, "memory predicted: params {:.1f} MiB, grads {:.1f} MiB, optimizer {:.1f} MiB, activations {:.1f} MiB\n",
-             mib(mem.params), mib(mem.grads), mib(2 * mem.params), mib(mem.activations));
+  fmt::print(*log_, "memory predicted per rank: params {:.1f} MiB, grads {:.1f} MiB, optimizer {:.1f} MiB (after a step), "
+             "activations {:.1f} MiB\n",
+             mib(states.params), mib(states.grads), mib(states.optimizer), mib(mem.activations));
   fmt::print(*log_, "MFU peak: {:.1f} GFLOP/s ({})\n", peak_.flops_per_s / 1e9, peak_.source);
   fmt::print(*log_, "metrics: {}\n", metrics_.path().empty() ? "(off)" : metrics_.path());
   log_->flush();
