@@ -61,7 +61,7 @@ int run_bench_train(const TrainBenchOptions& o) {
   const int B = o.batch / ranks, T = o.seq_len, N = B * T;
   const size_t rss_before = process_current_rss_bytes();
 
-  Transformer model(config, 1);
+  Transformer model(config, 1, 256, /*materialize_parameters=*/o.zero_stage != 3);
   DataParallelOptions options;
   options.zero_stage = o.zero_stage;
   options.prefetch = o.prefetch;
@@ -123,9 +123,10 @@ int run_bench_train(const TrainBenchOptions& o) {
   print(fmt::format("  FMA peak {:.1f} GFLOP/s per rank -> MFU {:.1f}%\n", peak / 1e9,
                     100.0 * model_flops / ranks / peak));
   print(fmt::format("  memory (rank 0): predicted {:.3f} GiB (model states after a step {:.3f} GiB), ledger peak "
-                    "{:.3f} GiB, process RSS growth {:.3f} GiB (RSS / prediction {:.3f})\n",
+                    "{:.3f} GiB, process RSS growth {:.3f} GiB (RSS / prediction {:.3f}; {:.3f} GiB of freed blocks "
+                    "kept for reuse)\n",
                     predicted_total / gib, states.total() / gib, ledger.peak_total() / gib, rss_used / gib,
-                    rss_used / predicted_total));
+                    rss_used / predicted_total, storage_cached_bytes() / gib));
   if (fsdp) print(fmt::format("  FSDP: median all-gather wait per step {:.3f} s\n", median(gather_waits)));
 
   if (ranks > 1 && o.zero_stage == 0) {

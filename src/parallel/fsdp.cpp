@@ -1,12 +1,9 @@
 #include "parallel/fsdp.h"
 
 #include "core/error.h"
-#include "kernels/cpu/adamw.h"
 #include "kernels/cpu/elementwise.h"
-#include "optim/clip.h"
 
 #include <chrono>
-#include <cmath>
 #include <cstring>
 #include <string>
 
@@ -31,10 +28,10 @@ FullyShardedDataParallel::FullyShardedDataParallel(ParameterStore& store, Device
     : store_(store),
       shard_comm_(mesh.axis("dp_shard")),
       replicate_comm_(mesh.axis("dp_replicate")),
-      adamw_(adamw),
       reshard_after_forward_(reshard_after_forward),
       prefetch_(prefetch),
-      layout_(store, shard_comm_.rank(), shard_comm_.size()) {
+      layout_(store, shard_comm_.rank(), shard_comm_.size()),
+      optimizer_(store, layout_, adamw) {
   auto& params = store.params();
   for (size_t p = 0; p < params.size(); ++p) {
     const size_t u = unit_of(params[p].name());
@@ -66,8 +63,6 @@ FullyShardedDataParallel::FullyShardedDataParallel(ParameterStore& store, Device
     }
   }
   grad_shards_ = Tensor::zeros({layout_.arena_numel()}, DType::f32, MemTag::grads);
-  m_ = Tensor::zeros({layout_.arena_numel()}, DType::f32, MemTag::optimizer);
-  v_ = Tensor::zeros({layout_.arena_numel()}, DType::f32, MemTag::optimizer);
 }
 
 void FullyShardedDataParallel::point_values(Unit& u, bool gathered) {
@@ -205,22 +200,12 @@ void FullyShardedDataParallel::finish_backward() {
 }
 
 double FullyShardedDataParallel::grad_norm() {
-  float sum = static_cast<float>(sum_of_squares(grad_shards_.data<float>(), layout_.arena_numel()));
-  shard_comm_.all_reduce(&sum, 1, DType::f32, ReduceOp::sum);
-  return std::sqrt(static_cast<double>(sum));
+  return sharded_grad_norm(grad_shards_.data<float>(), layout_, shard_comm_);
 }
 
 void FullyShardedDataParallel::step(float lr, float grad_scale) {
-  ++t_;
-  const auto& params = store_.params();
-  for (size_t p = 0; p < params.size(); ++p) {
-    const ParameterShard& s = layout_.shard(p);
-    if (s.owned_numel() == 0) continue;  // more ranks than rows: this rank owns none
-    cpu::AdamWStep step{lr, adamw_.beta1, adamw_.beta2, adamw_.eps,
-                        params[p].spec.weight_decay ? adamw_.weight_decay : 0.0f, grad_scale, t_};
-    cpu::adamw_update(param_shards_.data<float>() + s.shard_offset, grad_shards_.data<float>() + s.shard_offset,
-                      m_.data<float>() + s.shard_offset, v_.data<float>() + s.shard_offset, s.owned_numel(), step);
-  }
+  optimizer_.step(grad_shards_.data<float>(),
+                  [&](size_t p) { return param_shards_.data<float>() + layout_.shard(p).shard_offset; }, lr, grad_scale);
 }
 
 std::vector<float> FullyShardedDataParallel::full_parameters() {

@@ -24,6 +24,7 @@
 #include "optim/adamw.h"
 #include "parallel/gradient_sync.h"
 #include "parallel/shard_layout.h"
+#include "parallel/sharded_adamw.h"
 
 #include <vector>
 
@@ -76,12 +77,11 @@ class FullyShardedDataParallel : public GradientSync {
   ParameterStore& store_;
   Communicator& shard_comm_;
   Communicator& replicate_comm_;
-  AdamWConfig adamw_;
   bool reshard_after_forward_, prefetch_;
   ShardLayout layout_;
+  ShardedAdamW optimizer_;
   std::vector<Unit> units_;  // [0] = root, [1 + l] = block l
-  Tensor param_shards_, grad_shards_, m_, v_;
-  int64_t t_ = 0;
+  Tensor param_shards_, grad_shards_;
   bool sync_ = true;
   double exposed_wait_seconds_ = 0, gather_wait_seconds_ = 0;
 };

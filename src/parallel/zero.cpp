@@ -1,11 +1,8 @@
 #include "parallel/zero.h"
 
 #include "core/error.h"
-#include "kernels/cpu/adamw.h"
-#include "optim/clip.h"
 
 #include <chrono>
-#include <cmath>
 
 namespace ndt {
 
@@ -15,11 +12,9 @@ ZeroDataParallel::ZeroDataParallel(ParameterStore& store, DeviceMesh& mesh, int 
       shard_comm_(mesh.axis("dp_shard")),
       replicate_comm_(mesh.axis("dp_replicate")),
       stage_(stage),
-      adamw_(adamw),
       layout_(store, shard_comm_.rank(), shard_comm_.size()),
       buckets_(make_gradient_buckets(store, bucket_bytes)),
-      m_(Tensor::zeros({layout_.arena_numel()}, DType::f32, MemTag::optimizer)),
-      v_(Tensor::zeros({layout_.arena_numel()}, DType::f32, MemTag::optimizer)),
+      optimizer_(store, layout_, adamw),
       in_flight_(buckets_.size()) {
   for (const GradientBucket& b : buckets_) slots_.push_back(layout_.arena_slots(b.first_param, b.end_param));
   NDT_CHECK(stage == 1 || stage == 2, "parallel.zero_stage = {}: this class implements stages 1 and 2", stage);
@@ -80,25 +75,13 @@ void ZeroDataParallel::finish_backward() {
   if (stage_ == 2) store_.release_grads();
 }
 
-double ZeroDataParallel::grad_norm() {
-  // Padding rows are zero, and each real element lives in exactly one shard of the
-  // dp_shard group (replicas hold copies: they are not summed).
-  float sum = static_cast<float>(sum_of_squares(grad_shards_.data<float>(), layout_.arena_numel()));
-  shard_comm_.all_reduce(&sum, 1, DType::f32, ReduceOp::sum);
-  return std::sqrt(static_cast<double>(sum));
-}
+double ZeroDataParallel::grad_norm() { return sharded_grad_norm(grad_shards_.data<float>(), layout_, shard_comm_); }
 
 void ZeroDataParallel::step(float lr, float grad_scale) {
-  ++t_;
   const auto& params = store_.params();
-  for (size_t p = 0; p < params.size(); ++p) {
-    const ParameterShard& s = layout_.shard(p);
-    if (s.owned_numel() == 0) continue;  // more ranks than rows: this rank owns none
-    cpu::AdamWStep step{lr, adamw_.beta1, adamw_.beta2, adamw_.eps,
-                        params[p].spec.weight_decay ? adamw_.weight_decay : 0.0f, grad_scale, t_};
-    cpu::adamw_update(params[p].data() + s.begin_row * s.row_numel, grad_shards_.data<float>() + s.shard_offset,
-                      m_.data<float>() + s.shard_offset, v_.data<float>() + s.shard_offset, s.owned_numel(), step);
-  }
+  optimizer_.step(grad_shards_.data<float>(),
+                  [&](size_t p) { return params[p].data() + layout_.shard(p).begin_row * layout_.shard(p).row_numel; },
+                  lr, grad_scale);
   const int n = layout_.ranks();
   float* values = store_.values().data<float>();
   for (const ParamSlots& slots : slots_) {

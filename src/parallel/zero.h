@@ -21,6 +21,7 @@
 #include "parallel/buckets.h"
 #include "parallel/gradient_sync.h"
 #include "parallel/shard_layout.h"
+#include "parallel/sharded_adamw.h"
 
 #include <vector>
 
@@ -57,13 +58,11 @@ class ZeroDataParallel : public GradientSync {
   Communicator& shard_comm_;
   Communicator& replicate_comm_;
   int stage_;
-  AdamWConfig adamw_;
   ShardLayout layout_;
   std::vector<GradientBucket> buckets_;
   std::vector<ParamSlots> slots_;  // the parameters of each bucket
   Tensor grad_shards_;  // [layout.arena_numel()]
-  Tensor m_, v_;        // AdamW moments of the owned rows, shard layout
-  int64_t t_ = 0;
+  ShardedAdamW optimizer_;
   struct InFlight {
     WorkHandle work;
     Tensor staging;  // the packed reduce-scatter input

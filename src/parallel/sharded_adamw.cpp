@@ -1,0 +1,37 @@
+#include "parallel/sharded_adamw.h"
+
+#include "kernels/cpu/adamw.h"
+#include "optim/clip.h"
+
+#include <cmath>
+
+namespace ndt {
+
+ShardedAdamW::ShardedAdamW(const ParameterStore& store, const ShardLayout& layout, const AdamWConfig& config)
+    : store_(store),
+      layout_(layout),
+      config_(config),
+      m_(Tensor::zeros({layout.arena_numel()}, DType::f32, MemTag::optimizer)),
+      v_(Tensor::zeros({layout.arena_numel()}, DType::f32, MemTag::optimizer)) {}
+
+void ShardedAdamW::step(const float* grad_shards, const std::function<float*(size_t p)>& owned_rows, float lr,
+                        float grad_scale) {
+  ++t_;
+  const auto& params = store_.params();
+  for (size_t p = 0; p < params.size(); ++p) {
+    const ParameterShard& s = layout_.shard(p);
+    if (s.owned_numel() == 0) continue;  // more ranks than rows: this rank owns none
+    const cpu::AdamWStep step{lr, config_.beta1, config_.beta2, config_.eps,
+                              params[p].spec.weight_decay ? config_.weight_decay : 0.0f, grad_scale, t_};
+    cpu::adamw_update(owned_rows(p), grad_shards + s.shard_offset, m_.data<float>() + s.shard_offset,
+                      v_.data<float>() + s.shard_offset, s.owned_numel(), step);
+  }
+}
+
+double sharded_grad_norm(const float* grad_shards, const ShardLayout& layout, Communicator& shard_comm) {
+  float sum = static_cast<float>(sum_of_squares(grad_shards, layout.arena_numel()));
+  shard_comm.all_reduce(&sum, 1, DType::f32, ReduceOp::sum);
+  return std::sqrt(static_cast<double>(sum));
+}
+
+}  // namespace ndt

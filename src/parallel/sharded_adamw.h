@@ -1,0 +1,36 @@
+// The optimizer side of ZeRO: AdamW on the rows this rank owns under a ShardLayout
+// (moments and gradient shards in shard layout), and the global gradient norm summed
+// over the shard group. Shared by ZeroDataParallel (stages 1-2) and
+// FullyShardedDataParallel (stage 3), which differ only in where the owned rows live.
+#pragma once
+
+#include "comm/communicator.h"
+#include "optim/adamw.h"
+#include "parallel/shard_layout.h"
+
+#include <functional>
+
+namespace ndt {
+
+class ShardedAdamW {
+ public:
+  ShardedAdamW(const ParameterStore& store, const ShardLayout& layout, const AdamWConfig& config);
+
+  // One update. grad_shards holds layout.arena_numel() elements; owned_rows(p) is where
+  // parameter p's owned rows are (they are updated in place).
+  void step(const float* grad_shards, const std::function<float*(size_t p)>& owned_rows, float lr,
+            float grad_scale);
+
+ private:
+  const ParameterStore& store_;
+  const ShardLayout& layout_;
+  AdamWConfig config_;
+  Tensor m_, v_;
+  int64_t t_ = 0;
+};
+
+// sqrt of the sum of squares over the gradient shards of the dp_shard group: padding
+// rows are zero, and replicas (HSDP) hold copies, so they are not summed.
+double sharded_grad_norm(const float* grad_shards, const ShardLayout& layout, Communicator& shard_comm);
+
+}  // namespace ndt
