@@ -76,6 +76,11 @@ class MpiCommunicator final : public Communicator {
   bool owned_;
   int rank_ = 0;
   int size_ = 1;
+  // Tags of ring reduce-scatters: kRingTagBase + a sequence, reserved (user tags must
+  // stay below kRingTagBase).
+  static constexpr int kRingTagBase = 30000;
+  int ring_sequence_ = 0;
+  int next_ring_tag() { return kRingTagBase + (ring_sequence_++ % 2000); }
 };
 
 // The world: a duplicate of MPI_COMM_WORLD (so ndtrain's traffic never matches other

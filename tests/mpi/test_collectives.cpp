@@ -356,6 +356,39 @@ TEST(Async, SeveralInFlightWaitedOutOfOrder) {
   EXPECT_TRUE(same(bc, pattern(DType::f32, 0, 7), DType::f32));
 }
 
+// Reduce-scatters of 2 MiB and more run as ndtrain's own ring of point-to-point steps:
+// several in flight at once (each with its own tag), completed by test() or by wait()
+// in reverse order, on the world and on a split group.
+TEST(Async, RingReduceScattersInFlightTogether) {
+  Groups groups;
+  for (Communicator* c : groups.all()) {
+    const int n = c->size(), me = c->rank();
+    const size_t block = 600001;  // n x 2.4 MB: above the ring threshold for any n
+    std::vector<Bytes> sends, recvs;
+    for (int k = 0; k < 3; ++k) {
+      sends.push_back(inputs(DType::f32, me, block * n, 10 + k));
+      recvs.emplace_back(block * 4);
+    }
+    std::vector<WorkHandle> works;
+    for (int k = 0; k < 3; ++k) {
+      works.push_back(c->ireduce_scatter(sends[k].data(), recvs[k].data(), block, DType::f32,
+                                         k == 1 ? ReduceOp::avg : ReduceOp::sum));
+    }
+    while (!works[1]->test()) {
+    }
+    for (size_t k = works.size(); k-- > 0;) works[k]->wait();
+    for (int k = 0; k < 3; ++k) {
+      EXPECT_TRUE(same(recvs[k], reference(DType::f32, k == 1 ? ReduceOp::avg : ReduceOp::sum, n, block, block * me, 10 + k),
+                       DType::f32))
+          << where(*c, DType::f32, block, "ring reduce-scatter in flight with others");
+    }
+    // The blocking form takes the same path.
+    Bytes blocking(block * 4);
+    c->reduce_scatter(sends[0].data(), blocking.data(), block, DType::f32, ReduceOp::sum);
+    EXPECT_TRUE(same(blocking, recvs[0], DType::f32)) << where(*c, DType::f32, block, "blocking ring");
+  }
+}
+
 TEST(Async, DestroyingAWorkWaitsForIt) {
   Communicator& c = world();
   const size_t count = 1000003;
