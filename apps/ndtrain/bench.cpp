@@ -127,6 +127,12 @@ int run_bench_train(const TrainBenchOptions& o) {
                     "kept for reuse)\n",
                     predicted_total / gib, states.total() / gib, ledger.peak_total() / gib, rss_used / gib,
                     rss_used / predicted_total, storage_cached_bytes() / gib));
+  std::string by_tag;
+  for (size_t t = 0; t < kNumMemTags; ++t) {
+    const MemTag tag = static_cast<MemTag>(t);
+    if (ledger.peak(tag) > 0) by_tag += fmt::format(" {} {:.3f}", mem_tag_name(tag), ledger.peak(tag) / gib);
+  }
+  print(fmt::format("  ledger peak by tag (GiB, each tag's own peak):{}\n", by_tag));
   if (fsdp) print(fmt::format("  FSDP: median all-gather wait per step {:.3f} s\n", median(gather_waits)));
 
   if (ranks > 1 && o.zero_stage == 0) {

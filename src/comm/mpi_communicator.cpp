@@ -293,9 +293,9 @@ class RingReduceScatterWork final : public Work {
                         const float* send, float* recv, size_t block, bool average)
       : counter_(counter), axis_(axis), comm_(comm), rank_(rank), size_(size), tag_(tag), send_(send), recv_(recv),
         block_(block), average_(average),
-        partial_(Tensor::empty({static_cast<int64_t>(block)}, DType::f32, MemTag::comm)),
         incoming_(Tensor::empty({static_cast<int64_t>(block)}, DType::f32, MemTag::comm)) {
-    std::memcpy(partial_.data<float>(), own_block(1), block_ * sizeof(float));
+    // The running partial lives in recv (which does not overlap send).
+    std::memcpy(recv_, own_block(1), block_ * sizeof(float));
     if (size_ == 1) {
       finish();
       return;
@@ -341,14 +341,14 @@ class RingReduceScatterWork final : public Work {
     const int count = static_cast<int>(block_);
     check_mpi(MPI_Irecv(incoming_.data<float>(), count, MPI_FLOAT, prev, tag_, comm_, &requests_[0]),
               CommOp::reduce_scatter, axis_);
-    check_mpi(MPI_Isend(partial_.data<float>(), count, MPI_FLOAT, next, tag_, comm_, &requests_[1]),
+    check_mpi(MPI_Isend(recv_, count, MPI_FLOAT, next, tag_, comm_, &requests_[1]),
               CommOp::reduce_scatter, axis_);
   }
 
   // Both messages of the current step are done: fold the incoming partial into ours.
   void advance() {
     const float* mine = own_block(2);
-    float* partial = partial_.data<float>();
+    float* partial = recv_;
     const float* incoming = incoming_.data<float>();
 #pragma omp parallel for simd schedule(static) if (block_ >= 65536)
     for (size_t i = 0; i < block_; ++i) partial[i] = mine[i] + incoming[i];
@@ -357,9 +357,7 @@ class RingReduceScatterWork final : public Work {
   }
 
   void finish() {
-    std::memcpy(recv_, partial_.data<float>(), block_ * sizeof(float));
     if (average_) divide(recv_, block_, DType::f32, size_);
-    partial_ = Tensor();
     incoming_ = Tensor();
     done_ = true;
   }
@@ -372,7 +370,7 @@ class RingReduceScatterWork final : public Work {
   float* recv_;
   size_t block_;
   bool average_;
-  Tensor partial_, incoming_;
+  Tensor incoming_;
   MPI_Request requests_[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
   int step_ = 0;
   bool done_ = false;

@@ -166,7 +166,8 @@ void FullyShardedDataParallel::after_backward(int hook_unit) {
 void FullyShardedDataParallel::poll() {
   for (Unit& u : units_) {
     if (u.gather) u.gather->test();
-    if (u.reduce) u.reduce->test();
+    // A finished reduce-scatter is folded into the shards at once, freeing its buffers.
+    if (u.reduce && u.reduce->test()) finish_reduce(u);
   }
 }
 
