@@ -59,17 +59,18 @@ int automatic_threads(int world_size) {
   return std::max(1, cores / local_ranks);
 }
 
+// Rank 0 of the job (or the only rank) logs, writes metrics and prints the sample.
+bool leads(DeviceMesh* mesh) { return mesh == nullptr || mesh->world().rank() == 0; }
+
 }  // namespace
 
 Trainer::Trainer(const RunConfig& config, DeviceMesh* mesh, std::ostream* log)
     : config_(with_schedule_length(config)),
       mesh_(mesh),
-      log_(mesh == nullptr || mesh->world().rank() == 0 ? log : nullptr),
+      log_(leads(mesh) ? log : nullptr),
       train_data_({config.train_data}),
       train_loader_(train_data_, config.batch_size, config.seq_len, config.seed),
-      metrics_(config.out_dir.empty() || !(mesh == nullptr || mesh->world().rank() == 0)
-                   ? ""
-                   : config.out_dir + "/metrics.jsonl") {
+      metrics_(config.out_dir.empty() || !leads(mesh) ? "" : config.out_dir + "/metrics.jsonl") {
   config_.validate();
   if (mesh_) {
     const MeshShape expected = config_.resolve_mesh(mesh_->world().size());
