@@ -50,7 +50,6 @@ class FullyShardedDataParallel : public GradientSync {
   double exposed_wait_seconds() const override { return exposed_wait_seconds_; }
   std::vector<float> full_parameters() override;
 
-  const ShardLayout& layout() const { return layout_; }
   // Seconds spent waiting for all-gathers (prefetched ones included), summed over calls.
   double gather_wait_seconds() const { return gather_wait_seconds_; }
 

@@ -47,8 +47,6 @@ class ZeroDataParallel : public GradientSync {
   std::vector<float> full_parameters() override;
   double exposed_wait_seconds() const override { return exposed_wait_seconds_; }
 
-  int stage() const { return stage_; }
-  const ShardLayout& layout() const { return layout_; }
 
  private:
   void launch(size_t bucket);
