@@ -23,11 +23,12 @@ size_t unit_of(const std::string& name) {
 
 }  // namespace
 
-FullyShardedDataParallel::FullyShardedDataParallel(ParameterStore& store, DeviceMesh& mesh, const AdamWConfig& adamw,
-                                                   bool reshard_after_forward, bool prefetch)
+FullyShardedDataParallel::FullyShardedDataParallel(ParameterStore& store, DeviceMesh& mesh, int stage,
+                                                   const AdamWConfig& adamw, bool reshard_after_forward, bool prefetch)
     : store_(store),
       shard_comm_(mesh.axis("dp_shard")),
       replicate_comm_(mesh.axis("dp_replicate")),
+      stage_(stage),
       reshard_after_forward_(reshard_after_forward),
       prefetch_(prefetch),
       layout_(store, shard_comm_.rank(), shard_comm_.size()),
@@ -39,10 +40,19 @@ FullyShardedDataParallel::FullyShardedDataParallel(ParameterStore& store, Device
     Unit& unit = units_[u];
     unit.slots.params.push_back(p);
     unit.slots.offsets.push_back(unit.numel);
+    unit.arena.params.push_back(p);
+    unit.arena.offsets.push_back(params[p].arena_offset);
     unit.numel += params[p].numel();
-    params[p].placements = {Placement{"dp_shard", Placement::Kind::shard, 0}};
+    if (shards_parameters()) params[p].placements = {Placement{"dp_shard", Placement::Kind::shard, 0}};
   }
   for (Unit& u : units_) u.segment = layout_.segment_numel(u.slots);
+  NDT_CHECK(stage == 2 || stage == 3, "parallel.zero_stage = {}: this class implements stages 2 and 3", stage);
+  grad_shards_ = Tensor::zeros({layout_.arena_numel()}, DType::f32, MemTag::grads);
+  store.release_grads();  // gradients live in per-unit buffers during backward
+  if (!shards_parameters()) {
+    NDT_CHECK(store.values().defined(), "ZeRO stage 2 keeps whole parameters: build the model materialised");
+    return;
+  }
 
   // This rank's shards are the master copy. Each is initialised from its logical
   // position (the same values the whole tensor would hold), or, if the store holds
@@ -52,7 +62,6 @@ FullyShardedDataParallel::FullyShardedDataParallel(ParameterStore& store, Device
     layout_.pack(store.values().data<float>(), layout_.arena_slots(0, params.size()), layout_.rank(),
                  param_shards_.data<float>());
     store.release_values();
-    store.release_grads();
   } else {
     for (size_t p = 0; p < params.size(); ++p) {
       const ParameterShard& s = layout_.shard(p);
@@ -62,7 +71,6 @@ FullyShardedDataParallel::FullyShardedDataParallel(ParameterStore& store, Device
       init_parameter_block(param_shards_.data<float>() + s.shard_offset, params[p].spec, block, offset, store.seed());
     }
   }
-  grad_shards_ = Tensor::zeros({layout_.arena_numel()}, DType::f32, MemTag::grads);
 }
 
 void FullyShardedDataParallel::point_values(Unit& u, bool gathered) {
@@ -119,6 +127,7 @@ void FullyShardedDataParallel::release(Unit& u) {
 }
 
 void FullyShardedDataParallel::before_forward(int hook_unit) {
+  if (!shards_parameters()) return;
   Unit& u = unit(hook_unit);
   start_gather(u);
   // Prefetch the next block (after the root: block 0) while this unit computes.
@@ -127,6 +136,7 @@ void FullyShardedDataParallel::before_forward(int hook_unit) {
 }
 
 void FullyShardedDataParallel::after_forward(int hook_unit) {
+  if (!shards_parameters()) return;
   if (hook_unit == kRootUnit) {  // end of a forward-only pass: nothing stays gathered
     for (Unit& u : units_) release(u);
   } else if (reshard_after_forward_) {
@@ -138,9 +148,11 @@ void FullyShardedDataParallel::before_backward(int hook_unit) {
   Unit& u = unit(hook_unit);
   // Backward visits the root first, then blocks from the last: prefetch in that order.
   const int next = hook_unit == kRootUnit ? static_cast<int>(units_.size()) - 2 : hook_unit - 1;
-  start_gather(u);
-  if (prefetch_ && next >= 0) start_gather(unit(next));
-  finish_gather(u);
+  if (shards_parameters()) {
+    start_gather(u);
+    if (prefetch_ && next >= 0) start_gather(unit(next));
+    finish_gather(u);
+  }
   u.grads = Tensor::zeros({u.numel}, DType::f32, MemTag::grads);
   point_grads(u, true);
 }
@@ -157,6 +169,7 @@ void FullyShardedDataParallel::after_backward(int hook_unit) {
                                          static_cast<size_t>(u.segment), DType::f32, ReduceOp::sum);
   u.grads = Tensor();
   point_grads(u, false);
+  if (!shards_parameters()) return;
   release(u);
   if (hook_unit == kRootUnit) {  // the end of backward: every block was released already
     for (Unit& other : units_) release(other);
@@ -205,11 +218,33 @@ double FullyShardedDataParallel::grad_norm() {
 }
 
 void FullyShardedDataParallel::step(float lr, float grad_scale) {
+  if (shards_parameters()) {
+    optimizer_.step(grad_shards_.data<float>(),
+                    [&](size_t p) { return param_shards_.data<float>() + layout_.shard(p).shard_offset; }, lr,
+                    grad_scale);
+    return;
+  }
+  // Stage 2: update the owned rows of the whole parameters, then share them.
+  const auto& params = store_.params();
   optimizer_.step(grad_shards_.data<float>(),
-                  [&](size_t p) { return param_shards_.data<float>() + layout_.shard(p).shard_offset; }, lr, grad_scale);
+                  [&](size_t p) { return params[p].data() + layout_.shard(p).begin_row * layout_.shard(p).row_numel; },
+                  lr, grad_scale);
+  const int n = layout_.ranks();
+  float* values = store_.values().data<float>();
+  for (const Unit& u : units_) {
+    Tensor mine = Tensor::empty({u.segment}, DType::f32, MemTag::comm);
+    Tensor all = Tensor::empty({n * u.segment}, DType::f32, MemTag::comm);
+    layout_.pack(values, u.arena, layout_.rank(), mine.data<float>());
+    shard_comm_.all_gather(mine.data<float>(), all.data<float>(), static_cast<size_t>(u.segment), DType::f32);
+    layout_.unpack_all(all.data<float>(), u.arena, values);
+  }
 }
 
 std::vector<float> FullyShardedDataParallel::full_parameters() {
+  if (!shards_parameters()) {
+    const float* values = store_.values().data<float>();
+    return {values, values + store_.numel()};
+  }
   const int n = layout_.ranks();
   std::vector<float> all(static_cast<size_t>(n * layout_.arena_numel())), full(static_cast<size_t>(store_.numel()));
   shard_comm_.all_gather(param_shards_.data<float>(), all.data(), static_cast<size_t>(layout_.arena_numel()),

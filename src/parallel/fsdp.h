@@ -1,23 +1,29 @@
-// Fully sharded data parallel (ZeRO stage 3 / FSDP), with HSDP.
-// Splits: the batch over "dp"; every parameter, its gradient and its AdamW moments
-// along dim 0 over dp_shard (parallel/shard_layout.h; placement Shard(0) on
-// dp_shard), replicated over dp_replicate.
-// Communicates: per unit (each block, and the root: embeddings, final norm, output
-// layer), an all-gather of its parameters just before its forward and again before
-// its backward, the next unit's all-gather started first (prefetch); after its
-// backward, a reduce-scatter of its gradients (then, for HSDP, an all-reduce of the
-// shards over dp_replicate on the last micro-step). About 1.5x DDP's volume.
+// Sharded gradients and parameters: ZeRO stage 2 and stage 3 (FSDP), with HSDP.
+// Splits: the batch over "dp"; every parameter's gradient and AdamW moments (stage 2),
+// and the parameter itself (stage 3), along dim 0 over dp_shard
+// (parallel/shard_layout.h; placement Shard(0) on dp_shard), replicated over
+// dp_replicate.
+// Communicates, per unit (each block, and the root: embeddings, final norm, output
+// layer): after its backward, a reduce-scatter of its gradients (then, for HSDP, an
+// all-reduce of the shards over dp_replicate on the last micro-step). Stage 3 also
+// all-gathers a unit's parameters just before its forward and again before its
+// backward, the next unit's all-gather started first (prefetch): about 1.5x DDP's
+// volume. Stage 2 keeps parameters whole and all-gathers the updated rows after the
+// optimizer step: DDP's volume.
 //
-// Between uses a unit's gathered parameters are freed: a block after its forward
-// (reshard_after_forward; off keeps it until its backward: one all-gather less per
-// block, ZeRO-2-like memory), after its backward always. The root stays gathered from
-// the start of forward to the end of backward (it is used at both ends), as torchtitan
-// leaves its root module. Memory of model states per rank after a step: 16 Psi / n
-// (padded shards); during a step, plus the gathered units in use (at most the current
-// block, the prefetched one and the root) and their gradients.
+// A unit's gradients live in a buffer allocated just before its backward and freed
+// once they are packed for the reduce-scatter, so no rank ever holds all gradients:
+// that is the ZeRO-2 saving, in backward as well as between steps. Stage 3 frees a
+// block's gathered parameters after its forward (reshard_after_forward; off keeps
+// them until its backward: one all-gather less per block, more memory) and after its
+// backward; the root stays gathered from the start of forward to the end of backward
+// (it is used at both ends), as torchtitan leaves its root module.
+// Memory of model states per rank after a step (n = dp_shard, padded shards):
+//   stage 2: params 4 Psi + grads 4 Psi / n + moments 8 Psi / n
+//   stage 3: 16 Psi / n
 // Gradients are reduce-scattered on every micro-step and summed into the shards
-// (no_sync would need whole gradients kept between micro-steps, which is what FSDP is
-// there to avoid).
+// (no_sync would need whole gradients kept between micro-steps, which is what
+// sharding gradients is there to avoid).
 #pragma once
 
 #include "comm/device_mesh.h"
@@ -32,7 +38,9 @@ namespace ndt {
 
 class FullyShardedDataParallel : public GradientSync {
  public:
-  FullyShardedDataParallel(ParameterStore& store, DeviceMesh& mesh, const AdamWConfig& adamw,
+  // stage 2 or 3. Stage 2 needs the store's parameters materialised; stage 3 takes
+  // them over if they are, or initialises its shards itself if not.
+  FullyShardedDataParallel(ParameterStore& store, DeviceMesh& mesh, int stage, const AdamWConfig& adamw,
                            bool reshard_after_forward, bool prefetch);
 
   void before_forward(int unit) override;
@@ -56,6 +64,7 @@ class FullyShardedDataParallel : public GradientSync {
  private:
   struct Unit {
     ParamSlots slots;       // its parameters, at their offsets in a gathered buffer
+    ParamSlots arena;       // the same parameters at their offsets in the store's arenas
     int64_t numel = 0;      // elements of the gathered buffer
     int64_t segment = 0;    // padded shard elements per rank
     Tensor values;          // gathered parameters (empty when resharded)
@@ -66,6 +75,7 @@ class FullyShardedDataParallel : public GradientSync {
     WorkHandle reduce;
   };
   Unit& unit(int hook_unit) { return units_[static_cast<size_t>(hook_unit + 1)]; }
+  bool shards_parameters() const { return stage_ == 3; }
   void start_gather(Unit& u);
   void finish_gather(Unit& u);
   void release(Unit& u);
@@ -76,6 +86,7 @@ class FullyShardedDataParallel : public GradientSync {
   ParameterStore& store_;
   Communicator& shard_comm_;
   Communicator& replicate_comm_;
+  int stage_;
   bool reshard_after_forward_, prefetch_;
   ShardLayout layout_;
   ShardedAdamW optimizer_;

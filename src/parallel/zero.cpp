@@ -6,18 +6,16 @@
 
 namespace ndt {
 
-ZeroDataParallel::ZeroDataParallel(ParameterStore& store, DeviceMesh& mesh, int stage, size_t bucket_bytes,
+ZeroDataParallel::ZeroDataParallel(ParameterStore& store, DeviceMesh& mesh, size_t bucket_bytes,
                                    const AdamWConfig& adamw)
     : store_(store),
       shard_comm_(mesh.axis("dp_shard")),
       replicate_comm_(mesh.axis("dp_replicate")),
-      stage_(stage),
       layout_(store, shard_comm_.rank(), shard_comm_.size()),
       buckets_(make_gradient_buckets(store, bucket_bytes)),
       optimizer_(store, layout_, adamw),
       in_flight_(buckets_.size()) {
   for (const GradientBucket& b : buckets_) slots_.push_back(layout_.arena_slots(b.first_param, b.end_param));
-  NDT_CHECK(stage == 1 || stage == 2, "parallel.zero_stage = {}: this class implements stages 1 and 2", stage);
 }
 
 float* ZeroDataParallel::shard_segment(const GradientBucket& b) {
@@ -72,7 +70,6 @@ void ZeroDataParallel::finish_backward() {
     }
   }
   exposed_wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (stage_ == 2) store_.release_grads();
 }
 
 double ZeroDataParallel::grad_norm() { return sharded_grad_norm(grad_shards_.data<float>(), layout_, shard_comm_); }
@@ -92,7 +89,7 @@ void ZeroDataParallel::step(float lr, float grad_scale) {
     shard_comm_.all_gather(mine.data<float>(), all.data<float>(), static_cast<size_t>(segment), DType::f32);
     layout_.unpack_all(all.data<float>(), slots, values);
   }
-  if (stage_ == 1) grad_shards_ = Tensor();  // stage 1 keeps the full gradients instead
+  grad_shards_ = Tensor();  // stage 1 keeps the full gradients between steps instead
 }
 
 std::vector<float> ZeroDataParallel::full_parameters() {

@@ -1,18 +1,17 @@
-// Sharded data parallel: ZeRO stages 1 and 2, and HSDP.
-// Splits: the batch over "dp" (dp_replicate x dp_shard); AdamW's moments (stage 1)
-// and the gradients between steps (stage 2) along dim 0 of every parameter over
-// dp_shard (parallel/shard_layout.h); parameters stay whole on every rank.
+// Sharded optimizer states: ZeRO stage 1, and HSDP.
+// Splits: the batch over "dp" (dp_replicate x dp_shard); AdamW's moments along dim 0
+// of every parameter over dp_shard (parallel/shard_layout.h); parameters and
+// gradients stay whole on every rank.
 // Communicates: gradients reduce-scattered over dp_shard per bucket, each started as
 // soon as backward has finished its gradients (and, for HSDP, the shards all-reduced
 // over dp_replicate); after the update, the parameter shards all-gathered over
 // dp_shard. Per step that is the volume of DDP's ring all-reduce.
 //
 // Memory of model states per rank (fp32, Psi parameters, n = dp_shard), after a step:
-//   stage 1: params 4 Psi + grads 4 Psi + moments 8 Psi / n
-//   stage 2: params 4 Psi + grad shards 4 Psi / n + moments 8 Psi / n
-// (plus each shard's padding to ceil(rows / n) rows). Stage 2 frees the full gradient
-// arena after backward; it still exists during backward (the reduce-scatter input),
-// so its peak saving over stage 1 is in the optimizer step, not in backward.
+//   params 4 Psi + grads 4 Psi + moments 8 Psi / n
+// (plus each shard's padding to ceil(rows / n) rows). The gradient shards the
+// reduce-scatter produces exist from backward to the update only. Stages 2 and 3 are
+// in parallel/fsdp.h.
 #pragma once
 
 #include "comm/device_mesh.h"
@@ -29,14 +28,13 @@ namespace ndt {
 
 class ZeroDataParallel : public GradientSync {
  public:
-  ZeroDataParallel(ParameterStore& store, DeviceMesh& mesh, int stage, size_t bucket_bytes,
-                   const AdamWConfig& adamw);
+  ZeroDataParallel(ParameterStore& store, DeviceMesh& mesh, size_t bucket_bytes, const AdamWConfig& adamw);
 
   void begin_backward(bool sync) override;
   void grads_ready_from(int64_t arena_offset) override;
   void poll() override;
   // Completes the reduce-scatters (and, for HSDP, the all-reduce of the shards over
-  // replicas); stage 2 then frees the full gradients.
+  // replicas).
   void finish_backward() override;
   // Sums squares over this rank's shard and over dp_shard (replicas are not summed).
   double grad_norm() override;
@@ -55,7 +53,6 @@ class ZeroDataParallel : public GradientSync {
   ParameterStore& store_;
   Communicator& shard_comm_;
   Communicator& replicate_comm_;
-  int stage_;
   ShardLayout layout_;
   std::vector<GradientBucket> buckets_;
   std::vector<ParamSlots> slots_;  // the parameters of each bucket

@@ -85,7 +85,8 @@ Trainer::Trainer(const RunConfig& config, DeviceMesh* mesh, std::ostream* log)
   if (config_.micro_batch_size == 0) config_.micro_batch_size = rows_per_rank_;
   if (config_.threads == 0) config_.threads = automatic_threads(mesh_ ? mesh_->world().size() : 1);
   cpu::set_num_threads(config_.threads);
-  // FSDP initialises each rank's shards directly: the whole model never exists on a rank.
+  // FSDP (stage 3) initialises each rank's shards directly: the whole model never
+  // exists on a rank.
   model_ = std::make_unique<Transformer>(config_.model, config_.seed, config_.loss_chunk_rows,
                                          /*materialize_parameters=*/config_.zero_stage != 3);
   sync_ = make_gradient_sync(model_->store(), mesh_,
