@@ -133,7 +133,7 @@ int run_bench_train(const TrainBenchOptions& o) {
     if (ledger.peak(tag) > 0) by_tag += fmt::format(" {} {:.3f}", mem_tag_name(tag), ledger.peak(tag) / gib);
   }
   print(fmt::format("  ledger peak by tag (GiB, each tag's own peak):{}\n", by_tag));
-  if (fsdp) print(fmt::format("  FSDP: median all-gather wait per step {:.3f} s\n", median(gather_waits)));
+  if (o.zero_stage == 3) print(fmt::format("  FSDP: median all-gather wait per step {:.3f} s\n", median(gather_waits)));
 
   if (ranks > 1 && o.zero_stage == 0) {
     // The same steps without communication, then the bucketed all-reduces alone.

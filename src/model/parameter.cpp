@@ -50,7 +50,6 @@ ParameterStore::ParameterStore(const std::vector<ParameterSpec>& specs, uint64_t
     p.value = values_.slice(p.arena_offset, p.arena_offset + p.numel()).view(p.local_shape);
     init_parameter_block(p.data(), p.spec, p.local_shape, p.local_offset, seed);
   }
-  zero_grads();
 }
 
 void ParameterStore::point_grads() {

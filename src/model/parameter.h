@@ -64,7 +64,8 @@ class ParameterStore {
   const Tensor& values() const { return values_; }
   const Tensor& grads() const { return grads_; }
   int64_t numel() const { return numel_; }
-  // Zeroes the gradient arena, allocating it first if it was released.
+  // Zeroes the gradient arena, allocating it first (it is not allocated until the first
+  // call, nor after release_grads()).
   void zero_grads();
   // Frees the gradient arena (ZeRO-2 keeps only gradient shards between steps); the
   // parameters' grad views are empty until the next zero_grads().

@@ -169,6 +169,8 @@ double Transformer::head_loss(const int32_t* targets, int N, float grad_scale, b
 
 double Transformer::forward_backward(const int32_t* inputs, const int32_t* targets, int B, int T,
                                      float grad_scale) {
+  NDT_CHECK(store_.has_grads() || hooks_ != nullptr,
+            "forward_backward needs gradient storage: call store().zero_grads() first");
   forward(inputs, B, T);
   const int N = B * T, C = config_.d_model;
   if (hooks_) hooks_->before_backward(ModelHooks::kRootUnit);

@@ -47,8 +47,8 @@ FullyShardedDataParallel::FullyShardedDataParallel(ParameterStore& store, Device
   }
   for (Unit& u : units_) u.segment = layout_.segment_numel(u.slots);
   NDT_CHECK(stage == 2 || stage == 3, "parallel.zero_stage = {}: this class implements stages 2 and 3", stage);
-  grad_shards_ = Tensor::zeros({layout_.arena_numel()}, DType::f32, MemTag::grads);
   store.release_grads();  // gradients live in per-unit buffers during backward
+  grad_shards_ = Tensor::zeros({layout_.arena_numel()}, DType::f32, MemTag::grads);
   if (!shards_parameters()) {
     NDT_CHECK(store.values().defined(), "ZeRO stage 2 keeps whole parameters: build the model materialised");
     return;

@@ -3,7 +3,8 @@
 //   zero_grads() -> begin_backward(sync) -> model forward/backward (hooks: grads_ready_from, poll) ->
 //   finish_backward() -> grad_norm() -> step(lr, clip factor)
 // Implementations: DataParallel (replicated; one rank is the case dp = 1),
-// ZeroDataParallel (ZeRO stages 1-2, HSDP) and FullyShardedDataParallel (ZeRO-3/FSDP).
+// ZeroDataParallel (ZeRO stage 1, HSDP) and FullyShardedDataParallel (ZeRO stages 2 and
+// 3 / FSDP, HSDP).
 #pragma once
 
 #include "model/transformer.h"

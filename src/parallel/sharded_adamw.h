@@ -1,7 +1,7 @@
 // The optimizer side of ZeRO: AdamW on the rows this rank owns under a ShardLayout
 // (moments and gradient shards in shard layout), and the global gradient norm summed
-// over the shard group. Shared by ZeroDataParallel (stages 1-2) and
-// FullyShardedDataParallel (stage 3), which differ only in where the owned rows live.
+// over the shard group. Shared by ZeroDataParallel (stage 1) and
+// FullyShardedDataParallel (stages 2 and 3), which differ in where the owned rows live.
 #pragma once
 
 #include "comm/communicator.h"

@@ -143,6 +143,7 @@ TEST(Model, LedgerMatchesPrediction) {
   {
     Transformer model(c, 1, chunk);
     const auto in = tokens(B * T, c.vocab_size, 8);
+    model.store().zero_grads();
     model.forward_backward(in.data(), in.data(), B, T, 1.0f);
     const MemoryPrediction p = Transformer::predict_memory(c, B, T, chunk);
     EXPECT_EQ(ledger.current(MemTag::params) - params0, static_cast<size_t>(p.params));
