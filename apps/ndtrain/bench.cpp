@@ -108,10 +108,10 @@ int run_bench_train(const TrainBenchOptions& o) {
   // The MLP's first matmul: [N, C] x [C, 4C], the model's most common GEMM shape.
   const double sgemm = measure_sgemm_flops(N, config.d_ff, config.d_model);
   const double peak = measure_fma_peak(o.threads);
-  const MemoryPrediction predicted = Transformer::predict_memory(config, B, T, 256);
   const ModelStateBytes states = predict_model_states(model_parameter_specs(config), mesh ? mesh->size("dp_shard") : 1,
                                                       o.zero_stage);
-  const double predicted_total = static_cast<double>(states.total() + predicted.activations);
+  const double predicted_total =
+      static_cast<double>(states.total() + Transformer::predict_activation_bytes(config, B, T, 256));
   const MemoryLedger& ledger = MemoryLedger::instance();
   const double rss_used = static_cast<double>(process_peak_rss_bytes()) - rss_before;
   const double gib = 1024.0 * 1024.0 * 1024.0;

@@ -79,14 +79,8 @@ double Transformer::flops_per_token(int T) const {
          12.0 * config_.n_layer * config_.d_model * static_cast<double>(T);
 }
 
-MemoryPrediction Transformer::predict_memory(const ModelConfig& c, int B, int T,
-                                             int loss_chunk_rows) {
-  MemoryPrediction m;
-  m.params = count_parameters(c) * 4;
-  m.grads = m.params;
-  m.activations =
-      (forward_arena_floats(c, B, T) + backward_arena_floats(c, B, T, loss_chunk_rows)) * 4;
-  return m;
+int64_t Transformer::predict_activation_bytes(const ModelConfig& c, int B, int T, int loss_chunk_rows) {
+  return (forward_arena_floats(c, B, T) + backward_arena_floats(c, B, T, loss_chunk_rows)) * 4;
 }
 
 void Transformer::ensure_workspace(int B, int T) {

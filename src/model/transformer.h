@@ -15,13 +15,6 @@
 
 namespace ndt {
 
-// Bytes the model itself predicts it needs, per ledger tag.
-struct MemoryPrediction {
-  int64_t params = 0;
-  int64_t grads = 0;
-  int64_t activations = 0;  // saved activations + backward scratch + logits chunk
-};
-
 // Hooks the model calls while it runs, so a parallel layout can act at the right
 // moment: gather a unit's parameters before it computes, release them after, start
 // communicating gradients as soon as they are final. A unit is the root (kRootUnit:
@@ -76,9 +69,10 @@ class Transformer {
   // Parameters in matmuls: all except lookup-only tables (positions; untied input embedding).
   int64_t matmul_params() const;
 
-  // Memory for batches of B x T, from the shapes alone.
-  static MemoryPrediction predict_memory(const ModelConfig& config, int B, int T,
-                                         int loss_chunk_rows);
+  // Activation memory (ledger tag activations) for micro-batches of B x T, from the
+  // shapes alone: saved activations, backward scratch and one logits chunk. (Model
+  // states: parallel/memory_model.h.)
+  static int64_t predict_activation_bytes(const ModelConfig& config, int B, int T, int loss_chunk_rows);
 
  private:
   void ensure_workspace(int B, int T);

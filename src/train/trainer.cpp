@@ -137,8 +137,8 @@ nlohmann::json Trainer::comm_record() const {
 
 void Trainer::print_header() {
   const ModelConfig& m = config_.model;
-  const MemoryPrediction mem = Transformer::predict_memory(m, config_.micro_batch_size, config_.seq_len,
-                                                           config_.loss_chunk_rows);
+  const int64_t activations = Transformer::predict_activation_bytes(m, config_.micro_batch_size, config_.seq_len,
+                                                                    config_.loss_chunk_rows);
   const ModelStateBytes states =
       predict_model_states(model_parameter_specs(m), mesh_ ? mesh_->size("dp_shard") : 1, config_.zero_stage);
   fmt::print(*log_, "ndtrain: {} model, {} layers, d_model {}, {} heads, vocab {}: {:.2f}M parameters\n",
@@ -159,7 +159,7 @@ void Trainer::print_header() {
                           : "");
   fmt::print(*log_, "memory predicted per rank: params {:.1f} MiB, grads {:.1f} MiB, optimizer {:.1f} MiB (after a step), "
              "activations {:.1f} MiB\n",
-             mib(states.params), mib(states.grads), mib(states.optimizer), mib(mem.activations));
+             mib(states.params), mib(states.grads), mib(states.optimizer), mib(activations));
   fmt::print(*log_, "MFU peak: {:.1f} GFLOP/s ({})\n", peak_.flops_per_s / 1e9, peak_.source);
   fmt::print(*log_, "metrics: {}\n", metrics_.path().empty() ? "(off)" : metrics_.path());
   log_->flush();

@@ -5,6 +5,7 @@
 #include "core/memory.h"
 #include "core/rng.h"
 #include "model/transformer.h"
+#include "parallel/memory_model.h"
 
 #include <gtest/gtest.h>
 
@@ -145,10 +146,11 @@ TEST(Model, LedgerMatchesPrediction) {
     const auto in = tokens(B * T, c.vocab_size, 8);
     model.store().zero_grads();
     model.forward_backward(in.data(), in.data(), B, T, 1.0f);
-    const MemoryPrediction p = Transformer::predict_memory(c, B, T, chunk);
-    EXPECT_EQ(ledger.current(MemTag::params) - params0, static_cast<size_t>(p.params));
-    EXPECT_EQ(ledger.current(MemTag::grads) - grads0, static_cast<size_t>(p.grads));
-    EXPECT_EQ(ledger.current(MemTag::activations) - acts0, static_cast<size_t>(p.activations));
+    const ModelStateBytes states = predict_model_states(model_parameter_specs(c), 1, 0);
+    EXPECT_EQ(ledger.current(MemTag::params) - params0, static_cast<size_t>(states.params));
+    EXPECT_EQ(ledger.current(MemTag::grads) - grads0, static_cast<size_t>(states.grads));
+    EXPECT_EQ(ledger.current(MemTag::activations) - acts0,
+              static_cast<size_t>(Transformer::predict_activation_bytes(c, B, T, chunk)));
   }
   EXPECT_EQ(ledger.current(MemTag::activations), acts0);  // freed with the model
 }
