@@ -440,40 +440,54 @@ std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key, const s
 }
 
 // ---------------------------------------------------------------------------------------------
-// all_reduce
+// Each operation is written once, as `start_*(..., blocking)`: the checks and the
+// counters, then run() issues either MPI's blocking call under the watchdog (the fast
+// path for blocking forms here) or its non-blocking one wrapped in a Work. `after`
+// runs once the operation is complete (avg's division, a received message's check).
 
-WorkHandle MpiCommunicator::iall_reduce(void* buf, size_t count, DType dtype, ReduceOp op) {
-  constexpr CommOp kOp = CommOp::all_reduce;
-  const MPI_Op mop = reduction(kOp, axis_, dtype, op);
-  const int n = mpi_count(kOp, axis_, count);
-  const auto bytes = static_cast<int64_t>(count * dtype_size(dtype));
-  count_call(stats_[kOp], bytes, comm_wire_bytes(kOp, bytes, size_));
-  auto work = std::make_unique<MpiWork>(stats_[kOp], kOp, axis_, bytes, dtype);
-  check_mpi(MPI_Iallreduce(MPI_IN_PLACE, buf, n, mpi_datatype(dtype), mop, comm_, &work->request), kOp, axis_);
-  if (op == ReduceOp::avg) {
-    work->finish = [buf, count, dtype, size = size_](const MPI_Status&) { divide(buf, count, dtype, size); };
+std::function<void(const MPI_Status&)> MpiCommunicator::averaging(ReduceOp op, void* buf, size_t count,
+                                                                 DType dtype) const {
+  if (op != ReduceOp::avg) return {};
+  return [buf, count, dtype, size = size_](const MPI_Status&) { divide(buf, count, dtype, size); };
+}
+
+WorkHandle MpiCommunicator::run(CommOp op, int64_t bytes, DType dtype, bool blocking,
+                                const std::function<int(MPI_Request*)>& call,
+                                std::function<void(const MPI_Status&)> after) {
+  if (blocking) {
+    MPI_Status status{};
+    {
+      TimedWait timed(stats_[op], op, axis_, bytes, dtype);
+      check_mpi(call(nullptr), op, axis_);
+    }
+    if (after) after(status);
+    return nullptr;
   }
+  auto work = std::make_unique<MpiWork>(stats_[op], op, axis_, bytes, dtype);
+  check_mpi(call(&work->request), op, axis_);
+  work->finish = std::move(after);
   return work;
 }
 
-void MpiCommunicator::all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) {
+// all_reduce, in place.
+WorkHandle MpiCommunicator::start_all_reduce(void* buf, size_t count, DType dtype, ReduceOp op, bool blocking) {
   constexpr CommOp kOp = CommOp::all_reduce;
   const MPI_Op mop = reduction(kOp, axis_, dtype, op);
   const int n = mpi_count(kOp, axis_, count);
   const auto bytes = static_cast<int64_t>(count * dtype_size(dtype));
   count_call(stats_[kOp], bytes, comm_wire_bytes(kOp, bytes, size_));
-  {
-    TimedWait timed(stats_[kOp], kOp, axis_, bytes, dtype);
-    check_mpi(MPI_Allreduce(MPI_IN_PLACE, buf, n, mpi_datatype(dtype), mop, comm_), kOp, axis_);
-  }
-  if (op == ReduceOp::avg) divide(buf, count, dtype, size_);
+  const MPI_Datatype type = mpi_datatype(dtype);
+  return run(kOp, bytes, dtype, blocking,
+             [&](MPI_Request* r) {
+               return r ? MPI_Iallreduce(MPI_IN_PLACE, buf, n, type, mop, comm_, r)
+                        : MPI_Allreduce(MPI_IN_PLACE, buf, n, type, mop, comm_);
+             },
+             averaging(op, buf, count, dtype));
 }
 
-// ---------------------------------------------------------------------------------------------
 // reduce_scatter (send[size * recv_count] -> recv[recv_count]); buffers must not overlap.
-
-WorkHandle MpiCommunicator::ireduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype,
-                                            ReduceOp op) {
+WorkHandle MpiCommunicator::start_reduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype,
+                                                 ReduceOp op, bool blocking) {
   constexpr CommOp kOp = CommOp::reduce_scatter;
   const MPI_Op mop = reduction(kOp, axis_, dtype, op);
   check_total(kOp, axis_, recv_count, size_);
@@ -482,112 +496,84 @@ WorkHandle MpiCommunicator::ireduce_scatter(const void* send, void* recv, size_t
   const auto bytes = static_cast<int64_t>(block * size_);
   count_call(stats_[kOp], bytes, comm_wire_bytes(kOp, bytes, size_));
   if (use_ring_reduce_scatter(dtype, op, bytes)) {
-    return std::make_unique<RingReduceScatterWork>(stats_[kOp], axis_, comm_, rank_, size_, next_ring_tag(),
-                                                   static_cast<const float*>(send), static_cast<float*>(recv),
-                                                   recv_count, op == ReduceOp::avg);
+    auto ring = std::make_unique<RingReduceScatterWork>(stats_[kOp], axis_, comm_, rank_, size_, next_ring_tag(),
+                                                        static_cast<const float*>(send), static_cast<float*>(recv),
+                                                        recv_count, op == ReduceOp::avg);
+    if (!blocking) return ring;
+    ring->wait();
+    return nullptr;
   }
-  auto work = std::make_unique<MpiWork>(stats_[kOp], kOp, axis_, bytes, dtype);
-  check_mpi(MPI_Ireduce_scatter_block(send, recv, static_cast<int>(recv_count), mpi_datatype(dtype), mop, comm_,
-                                      &work->request),
-            kOp, axis_);
-  if (op == ReduceOp::avg) {
-    work->finish = [recv, recv_count, dtype, size = size_](const MPI_Status&) {
-      divide(recv, recv_count, dtype, size);
-    };
-  }
-  return work;
+  const MPI_Datatype type = mpi_datatype(dtype);
+  const int n = static_cast<int>(recv_count);
+  return run(kOp, bytes, dtype, blocking,
+             [&](MPI_Request* r) {
+               return r ? MPI_Ireduce_scatter_block(send, recv, n, type, mop, comm_, r)
+                        : MPI_Reduce_scatter_block(send, recv, n, type, mop, comm_);
+             },
+             averaging(op, recv, recv_count, dtype));
 }
 
-void MpiCommunicator::reduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype, ReduceOp op) {
-  constexpr CommOp kOp = CommOp::reduce_scatter;
-  const MPI_Op mop = reduction(kOp, axis_, dtype, op);
-  check_total(kOp, axis_, recv_count, size_);
-  const size_t block = recv_count * dtype_size(dtype);
-  check_no_overlap(kOp, axis_, send, block * size_, recv, block);
-  const auto bytes = static_cast<int64_t>(block * size_);
-  count_call(stats_[kOp], bytes, comm_wire_bytes(kOp, bytes, size_));
-  if (use_ring_reduce_scatter(dtype, op, bytes)) {
-    RingReduceScatterWork(stats_[kOp], axis_, comm_, rank_, size_, next_ring_tag(), static_cast<const float*>(send),
-                          static_cast<float*>(recv), recv_count, op == ReduceOp::avg)
-        .wait();
-    return;
-  }
-  {
-    TimedWait timed(stats_[kOp], kOp, axis_, bytes, dtype);
-    check_mpi(MPI_Reduce_scatter_block(send, recv, static_cast<int>(recv_count), mpi_datatype(dtype), mop, comm_),
-              kOp, axis_);
-  }
-  if (op == ReduceOp::avg) divide(recv, recv_count, dtype, size_);
-}
-
-// ---------------------------------------------------------------------------------------------
 // all_gather (send[send_count] -> recv[size * send_count]). In place when send is this
 // rank's block of recv (as NCCL allows): passed to MPI as MPI_IN_PLACE.
-
-namespace {
-const void* gather_send(CommOp op, const std::string& axis, const void* send, void* recv, size_t block,
-                        int rank, int size) {
-  if (block > 0 && send == static_cast<const char*>(recv) + block * rank) return MPI_IN_PLACE;
-  check_no_overlap(op, axis, send, block, recv, block * size);
-  return send;
+WorkHandle MpiCommunicator::start_all_gather(const void* send, void* recv, size_t send_count, DType dtype,
+                                             bool blocking) {
+  constexpr CommOp kOp = CommOp::all_gather;
+  check_total(kOp, axis_, send_count, size_);
+  const size_t block = send_count * dtype_size(dtype);
+  const void* src = MPI_IN_PLACE;
+  if (!(block > 0 && send == static_cast<const char*>(recv) + block * rank_)) {
+    check_no_overlap(kOp, axis_, send, block, recv, block * size_);
+    src = send;
+  }
+  const auto bytes = static_cast<int64_t>(block * size_);
+  count_call(stats_[kOp], bytes, comm_wire_bytes(kOp, bytes, size_));
+  const MPI_Datatype type = mpi_datatype(dtype);
+  const int n = static_cast<int>(send_count);
+  return run(kOp, bytes, dtype, blocking, [&](MPI_Request* r) {
+    return r ? MPI_Iallgather(src, n, type, recv, n, type, comm_, r) : MPI_Allgather(src, n, type, recv, n, type, comm_);
+  });
 }
-}  // namespace
 
+// all_to_all; buffers must not overlap.
+WorkHandle MpiCommunicator::start_all_to_all(const void* send, void* recv, size_t count_per_rank, DType dtype,
+                                             bool blocking) {
+  constexpr CommOp kOp = CommOp::all_to_all;
+  check_total(kOp, axis_, count_per_rank, size_);
+  const size_t total = count_per_rank * dtype_size(dtype) * size_;
+  check_no_overlap(kOp, axis_, send, total, recv, total);
+  const auto bytes = static_cast<int64_t>(total);
+  count_call(stats_[kOp], bytes, comm_wire_bytes(kOp, bytes, size_));
+  const MPI_Datatype type = mpi_datatype(dtype);
+  const int n = static_cast<int>(count_per_rank);
+  return run(kOp, bytes, dtype, blocking, [&](MPI_Request* r) {
+    return r ? MPI_Ialltoall(send, n, type, recv, n, type, comm_, r) : MPI_Alltoall(send, n, type, recv, n, type, comm_);
+  });
+}
+
+WorkHandle MpiCommunicator::iall_reduce(void* buf, size_t count, DType dtype, ReduceOp op) {
+  return start_all_reduce(buf, count, dtype, op, false);
+}
+void MpiCommunicator::all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) {
+  start_all_reduce(buf, count, dtype, op, true);
+}
+WorkHandle MpiCommunicator::ireduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype,
+                                            ReduceOp op) {
+  return start_reduce_scatter(send, recv, recv_count, dtype, op, false);
+}
+void MpiCommunicator::reduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype, ReduceOp op) {
+  start_reduce_scatter(send, recv, recv_count, dtype, op, true);
+}
 WorkHandle MpiCommunicator::iall_gather(const void* send, void* recv, size_t send_count, DType dtype) {
-  constexpr CommOp kOp = CommOp::all_gather;
-  check_total(kOp, axis_, send_count, size_);
-  const size_t block = send_count * dtype_size(dtype);
-  const void* src = gather_send(kOp, axis_, send, recv, block, rank_, size_);
-  const auto bytes = static_cast<int64_t>(block * size_);
-  count_call(stats_[kOp], bytes, comm_wire_bytes(kOp, bytes, size_));
-  auto work = std::make_unique<MpiWork>(stats_[kOp], kOp, axis_, bytes, dtype);
-  const MPI_Datatype type = mpi_datatype(dtype);
-  const int n = static_cast<int>(send_count);
-  check_mpi(MPI_Iallgather(src, n, type, recv, n, type, comm_, &work->request), kOp, axis_);
-  return work;
+  return start_all_gather(send, recv, send_count, dtype, false);
 }
-
 void MpiCommunicator::all_gather(const void* send, void* recv, size_t send_count, DType dtype) {
-  constexpr CommOp kOp = CommOp::all_gather;
-  check_total(kOp, axis_, send_count, size_);
-  const size_t block = send_count * dtype_size(dtype);
-  const void* src = gather_send(kOp, axis_, send, recv, block, rank_, size_);
-  const auto bytes = static_cast<int64_t>(block * size_);
-  count_call(stats_[kOp], bytes, comm_wire_bytes(kOp, bytes, size_));
-  const MPI_Datatype type = mpi_datatype(dtype);
-  const int n = static_cast<int>(send_count);
-  TimedWait timed(stats_[kOp], kOp, axis_, bytes, dtype);
-  check_mpi(MPI_Allgather(src, n, type, recv, n, type, comm_), kOp, axis_);
+  start_all_gather(send, recv, send_count, dtype, true);
 }
-
-// ---------------------------------------------------------------------------------------------
-// all_to_all and all_to_all_v; buffers must not overlap.
-
 WorkHandle MpiCommunicator::iall_to_all(const void* send, void* recv, size_t count_per_rank, DType dtype) {
-  constexpr CommOp kOp = CommOp::all_to_all;
-  check_total(kOp, axis_, count_per_rank, size_);
-  const size_t total = count_per_rank * dtype_size(dtype) * size_;
-  check_no_overlap(kOp, axis_, send, total, recv, total);
-  const auto bytes = static_cast<int64_t>(total);
-  count_call(stats_[kOp], bytes, comm_wire_bytes(kOp, bytes, size_));
-  auto work = std::make_unique<MpiWork>(stats_[kOp], kOp, axis_, bytes, dtype);
-  const MPI_Datatype type = mpi_datatype(dtype);
-  const int n = static_cast<int>(count_per_rank);
-  check_mpi(MPI_Ialltoall(send, n, type, recv, n, type, comm_, &work->request), kOp, axis_);
-  return work;
+  return start_all_to_all(send, recv, count_per_rank, dtype, false);
 }
-
 void MpiCommunicator::all_to_all(const void* send, void* recv, size_t count_per_rank, DType dtype) {
-  constexpr CommOp kOp = CommOp::all_to_all;
-  check_total(kOp, axis_, count_per_rank, size_);
-  const size_t total = count_per_rank * dtype_size(dtype) * size_;
-  check_no_overlap(kOp, axis_, send, total, recv, total);
-  const auto bytes = static_cast<int64_t>(total);
-  count_call(stats_[kOp], bytes, comm_wire_bytes(kOp, bytes, size_));
-  const MPI_Datatype type = mpi_datatype(dtype);
-  const int n = static_cast<int>(count_per_rank);
-  TimedWait timed(stats_[kOp], kOp, axis_, bytes, dtype);
-  check_mpi(MPI_Alltoall(send, n, type, recv, n, type, comm_), kOp, axis_);
+  start_all_to_all(send, recv, count_per_rank, dtype, true);
 }
 
 WorkHandle MpiCommunicator::iall_to_all_v(const void* send, const std::vector<size_t>& send_counts, void* recv,
@@ -626,100 +612,79 @@ void MpiCommunicator::all_to_all_v(const void* send, const std::vector<size_t>& 
 }
 
 // ---------------------------------------------------------------------------------------------
-// send / recv
+// send / recv, broadcast, barrier
+
+WorkHandle MpiCommunicator::start_send(const void* buf, size_t count, DType dtype, int dst, int tag, bool blocking) {
+  constexpr CommOp kOp = CommOp::send;
+  check_peer(kOp, axis_, "destination", dst, size_);
+  check_tag(kOp, axis_, tag);
+  const int n = mpi_count(kOp, axis_, count);
+  const auto bytes = static_cast<int64_t>(count * dtype_size(dtype));
+  count_call(stats_[kOp], bytes, comm_wire_bytes(kOp, bytes, size_));
+  const MPI_Datatype type = mpi_datatype(dtype);
+  return run(kOp, bytes, dtype, blocking, [&](MPI_Request* r) {
+    return r ? MPI_Isend(buf, n, type, dst, tag, comm_, r) : MPI_Send(buf, n, type, dst, tag, comm_);
+  });
+}
+
+WorkHandle MpiCommunicator::start_recv(void* buf, size_t count, DType dtype, int src, int tag, bool blocking) {
+  constexpr CommOp kOp = CommOp::recv;
+  check_peer(kOp, axis_, "source", src, size_);
+  check_tag(kOp, axis_, tag);
+  const int n = mpi_count(kOp, axis_, count);
+  const auto bytes = static_cast<int64_t>(count * dtype_size(dtype));
+  count_call(stats_[kOp], bytes, 0);
+  const MPI_Datatype type = mpi_datatype(dtype);
+  // The blocking call writes its status where run() hands it to `after`.
+  auto status = std::make_shared<MPI_Status>();
+  return run(
+      kOp, bytes, dtype, blocking,
+      [&](MPI_Request* r) {
+        return r ? MPI_Irecv(buf, n, type, src, tag, comm_, r) : MPI_Recv(buf, n, type, src, tag, comm_, status.get());
+      },
+      [type, count, dtype, src, tag, axis = axis_, status, blocking](const MPI_Status& completed) {
+        check_received(blocking ? *status : completed, type, count, dtype, src, tag, axis);
+      });
+}
+
+WorkHandle MpiCommunicator::start_broadcast(void* buf, size_t count, DType dtype, int root, bool blocking) {
+  constexpr CommOp kOp = CommOp::broadcast;
+  check_peer(kOp, axis_, "root", root, size_);
+  const int n = mpi_count(kOp, axis_, count);
+  const auto bytes = static_cast<int64_t>(count * dtype_size(dtype));
+  count_call(stats_[kOp], bytes, rank_ == root ? bytes : 0);
+  const MPI_Datatype type = mpi_datatype(dtype);
+  return run(kOp, bytes, dtype, blocking, [&](MPI_Request* r) {
+    return r ? MPI_Ibcast(buf, n, type, root, comm_, r) : MPI_Bcast(buf, n, type, root, comm_);
+  });
+}
+
+WorkHandle MpiCommunicator::start_barrier(bool blocking) {
+  constexpr CommOp kOp = CommOp::barrier;
+  count_call(stats_[kOp], 0, 0);
+  return run(kOp, 0, DType::f32, blocking,
+             [&](MPI_Request* r) { return r ? MPI_Ibarrier(comm_, r) : MPI_Barrier(comm_); });
+}
 
 WorkHandle MpiCommunicator::isend(const void* buf, size_t count, DType dtype, int dst, int tag) {
-  constexpr CommOp kOp = CommOp::send;
-  check_peer(kOp, axis_, "destination", dst, size_);
-  check_tag(kOp, axis_, tag);
-  const int n = mpi_count(kOp, axis_, count);
-  const auto bytes = static_cast<int64_t>(count * dtype_size(dtype));
-  count_call(stats_[kOp], bytes, comm_wire_bytes(kOp, bytes, size_));
-  auto work = std::make_unique<MpiWork>(stats_[kOp], kOp, axis_, bytes, dtype);
-  check_mpi(MPI_Isend(buf, n, mpi_datatype(dtype), dst, tag, comm_, &work->request), kOp, axis_);
-  return work;
+  return start_send(buf, count, dtype, dst, tag, false);
 }
-
 void MpiCommunicator::send(const void* buf, size_t count, DType dtype, int dst, int tag) {
-  constexpr CommOp kOp = CommOp::send;
-  check_peer(kOp, axis_, "destination", dst, size_);
-  check_tag(kOp, axis_, tag);
-  const int n = mpi_count(kOp, axis_, count);
-  const auto bytes = static_cast<int64_t>(count * dtype_size(dtype));
-  count_call(stats_[kOp], bytes, comm_wire_bytes(kOp, bytes, size_));
-  TimedWait timed(stats_[kOp], kOp, axis_, bytes, dtype);
-  check_mpi(MPI_Send(buf, n, mpi_datatype(dtype), dst, tag, comm_), kOp, axis_);
+  start_send(buf, count, dtype, dst, tag, true);
 }
-
 WorkHandle MpiCommunicator::irecv(void* buf, size_t count, DType dtype, int src, int tag) {
-  constexpr CommOp kOp = CommOp::recv;
-  check_peer(kOp, axis_, "source", src, size_);
-  check_tag(kOp, axis_, tag);
-  const int n = mpi_count(kOp, axis_, count);
-  const auto bytes = static_cast<int64_t>(count * dtype_size(dtype));
-  count_call(stats_[kOp], bytes, 0);
-  auto work = std::make_unique<MpiWork>(stats_[kOp], kOp, axis_, bytes, dtype);
-  const MPI_Datatype type = mpi_datatype(dtype);
-  check_mpi(MPI_Irecv(buf, n, type, src, tag, comm_, &work->request), kOp, axis_);
-  work->finish = [type, count, dtype, src, tag, axis = axis_](const MPI_Status& status) {
-    check_received(status, type, count, dtype, src, tag, axis);
-  };
-  return work;
+  return start_recv(buf, count, dtype, src, tag, false);
 }
-
 void MpiCommunicator::recv(void* buf, size_t count, DType dtype, int src, int tag) {
-  constexpr CommOp kOp = CommOp::recv;
-  check_peer(kOp, axis_, "source", src, size_);
-  check_tag(kOp, axis_, tag);
-  const int n = mpi_count(kOp, axis_, count);
-  const auto bytes = static_cast<int64_t>(count * dtype_size(dtype));
-  count_call(stats_[kOp], bytes, 0);
-  const MPI_Datatype type = mpi_datatype(dtype);
-  MPI_Status status{};
-  {
-    TimedWait timed(stats_[kOp], kOp, axis_, bytes, dtype);
-    check_mpi(MPI_Recv(buf, n, type, src, tag, comm_, &status), kOp, axis_);
-  }
-  check_received(status, type, count, dtype, src, tag, axis_);
+  start_recv(buf, count, dtype, src, tag, true);
 }
-
-// ---------------------------------------------------------------------------------------------
-// broadcast, barrier
-
 WorkHandle MpiCommunicator::ibroadcast(void* buf, size_t count, DType dtype, int root) {
-  constexpr CommOp kOp = CommOp::broadcast;
-  check_peer(kOp, axis_, "root", root, size_);
-  const int n = mpi_count(kOp, axis_, count);
-  const auto bytes = static_cast<int64_t>(count * dtype_size(dtype));
-  count_call(stats_[kOp], bytes, rank_ == root ? bytes : 0);
-  auto work = std::make_unique<MpiWork>(stats_[kOp], kOp, axis_, bytes, dtype);
-  check_mpi(MPI_Ibcast(buf, n, mpi_datatype(dtype), root, comm_, &work->request), kOp, axis_);
-  return work;
+  return start_broadcast(buf, count, dtype, root, false);
 }
-
 void MpiCommunicator::broadcast(void* buf, size_t count, DType dtype, int root) {
-  constexpr CommOp kOp = CommOp::broadcast;
-  check_peer(kOp, axis_, "root", root, size_);
-  const int n = mpi_count(kOp, axis_, count);
-  const auto bytes = static_cast<int64_t>(count * dtype_size(dtype));
-  count_call(stats_[kOp], bytes, rank_ == root ? bytes : 0);
-  TimedWait timed(stats_[kOp], kOp, axis_, bytes, dtype);
-  check_mpi(MPI_Bcast(buf, n, mpi_datatype(dtype), root, comm_), kOp, axis_);
+  start_broadcast(buf, count, dtype, root, true);
 }
-
-WorkHandle MpiCommunicator::ibarrier() {
-  constexpr CommOp kOp = CommOp::barrier;
-  count_call(stats_[kOp], 0, 0);
-  auto work = std::make_unique<MpiWork>(stats_[kOp], kOp, axis_, 0, DType::f32);
-  check_mpi(MPI_Ibarrier(comm_, &work->request), kOp, axis_);
-  return work;
-}
-
-void MpiCommunicator::barrier() {
-  constexpr CommOp kOp = CommOp::barrier;
-  count_call(stats_[kOp], 0, 0);
-  TimedWait timed(stats_[kOp], kOp, axis_, 0, DType::f32);
-  check_mpi(MPI_Barrier(comm_), kOp, axis_);
-}
+WorkHandle MpiCommunicator::ibarrier() { return start_barrier(false); }
+void MpiCommunicator::barrier() { start_barrier(true); }
 
 }  // namespace ndt

@@ -24,6 +24,7 @@
 #include "comm/mpi_headers.h"
 
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -71,6 +72,23 @@ class MpiCommunicator final : public Communicator {
   std::unique_ptr<Communicator> split(int color, int key, const std::string& axis) override;
 
  private:
+  // One function per operation for both forms; blocking ones return nullptr.
+  WorkHandle start_all_reduce(void* buf, size_t count, DType dtype, ReduceOp op, bool blocking);
+  WorkHandle start_reduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype, ReduceOp op,
+                                  bool blocking);
+  WorkHandle start_all_gather(const void* send, void* recv, size_t send_count, DType dtype, bool blocking);
+  WorkHandle start_all_to_all(const void* send, void* recv, size_t count_per_rank, DType dtype, bool blocking);
+  WorkHandle start_send(const void* buf, size_t count, DType dtype, int dst, int tag, bool blocking);
+  WorkHandle start_recv(void* buf, size_t count, DType dtype, int src, int tag, bool blocking);
+  WorkHandle start_broadcast(void* buf, size_t count, DType dtype, int root, bool blocking);
+  WorkHandle start_barrier(bool blocking);
+  // Issues `call` (given a request: non-blocking; nullptr: blocking, under the
+  // watchdog) and runs `after` once the operation is complete.
+  WorkHandle run(CommOp op, int64_t bytes, DType dtype, bool blocking, const std::function<int(MPI_Request*)>& call,
+                 std::function<void(const MPI_Status&)> after = {});
+  // avg's division by the group size, to run after a sum (empty for other ops).
+  std::function<void(const MPI_Status&)> averaging(ReduceOp op, void* buf, size_t count, DType dtype) const;
+
   MPI_Comm comm_;
   std::string axis_;
   bool owned_;
