@@ -111,6 +111,15 @@ Trainer::Trainer(const RunConfig& config, DeviceMesh* mesh, std::ostream* log)
   if (log_) print_header();
 }
 
+std::string Trainer::describe_sync() const {
+  const size_t n = sync_->bucket_count();
+  if (config_.zero_stage >= 2) {
+    return fmt::format("ZeRO stage {}, {} units (the root and each block)", config_.zero_stage, n);
+  }
+  return fmt::format("{}{} gradient bucket{} of >= {} MiB",
+                     config_.zero_stage == 1 ? "ZeRO stage 1, " : "", n, n == 1 ? "" : "s", config_.bucket_mb);
+}
+
 double Trainer::mean_over_dp(double local) {
   if (dp_size_ == 1) return local;
   float value = static_cast<float>(local);
@@ -153,10 +162,7 @@ void Trainer::print_header() {
              accum == 1 ? "" : "s", config_.micro_batch_size, config_.steps);
   fmt::print(*log_, "mesh: {}; {} thread{} per rank{}\n", mesh_ ? mesh_->shape().str() : std::string("one rank"),
              config_.threads, config_.threads == 1 ? "" : "s",
-             dp_size_ > 1 ? fmt::format("; {}{} gradient bucket{} of >= {} MiB",
-                                        config_.zero_stage > 0 ? fmt::format("ZeRO stage {}, ", config_.zero_stage) : "",
-                                        sync_->bucket_count(), sync_->bucket_count() == 1 ? "" : "s", config_.bucket_mb)
-                          : "");
+             dp_size_ > 1 ? "; " + describe_sync() : "");
   fmt::print(*log_, "memory predicted per rank: params {:.1f} MiB, grads {:.1f} MiB, optimizer {:.1f} MiB (after a step), "
              "activations {:.1f} MiB\n",
              mib(states.params), mib(states.grads), mib(states.optimizer), mib(activations));

@@ -61,6 +61,7 @@ class Trainer {
   void print_header();
   void print_step(const StepStats& s);
   double mean_over_dp(double local);
+  std::string describe_sync() const;  // how gradients are combined, for the header
   nlohmann::json comm_record() const;
 
   RunConfig config_;
