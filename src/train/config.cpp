@@ -142,7 +142,7 @@ const std::vector<Field>& fields() {
     f.push_back(field<int>("parallel.dp_shard", NDT_REF(mesh.dp_shard), "Sharded data-parallel ranks (mesh axis dp_shard): ZeRO shards over them (needs parallel.zero_stage >= 1); with dp_replicate > 1 too, that is HSDP."));
     f.push_back(field<int>("parallel.cp", NDT_REF(mesh.cp), "Context-parallel ranks (mesh axis cp). Only 1 is implemented so far."));
     f.push_back(field<int>("parallel.tp", NDT_REF(mesh.tp), "Tensor-parallel ranks (mesh axis tp, innermost). Only 1 is implemented so far."));
-    f.push_back(field<int>("parallel.zero_stage", NDT_REF(zero_stage), "0: DDP (everything replicated). 1: AdamW moments sharded over dp_shard. 2: gradients sharded too between steps. 3: parameters sharded too (FSDP), gathered per block when used."));
+    f.push_back(field<int>("parallel.zero_stage", NDT_REF(zero_stage), "0: DDP (everything replicated). 1: AdamW moments sharded over dp_shard. 2: gradients sharded too (each block's are reduce-scattered right after its backward, so they are never whole). 3: parameters sharded too (FSDP), gathered per block when used."));
     f.push_back(field<bool>("parallel.reshard_after_forward", NDT_REF(reshard_after_forward), "ZeRO-3: free a block's gathered parameters after its forward and gather them again for its backward; false keeps them (less communication, more memory)."));
     f.push_back(field<bool>("parallel.prefetch", NDT_REF(prefetch), "ZeRO-3: start the next block's all-gather before computing the current one."));
     f.push_back(field<double>("parallel.bucket_mb", NDT_REF(bucket_mb), "Data-parallel gradient bucket size in MiB: each bucket's all-reduce starts when backward has finished its gradients."));
