@@ -225,19 +225,8 @@ void FullyShardedDataParallel::step(float lr, float grad_scale) {
     return;
   }
   // Stage 2: update the owned rows of the whole parameters, then share them.
-  const auto& params = store_.params();
-  optimizer_.step(grad_shards_.data<float>(),
-                  [&](size_t p) { return params[p].data() + layout_.shard(p).begin_row * layout_.shard(p).row_numel; },
-                  lr, grad_scale);
-  const int n = layout_.ranks();
-  float* values = store_.values().data<float>();
-  for (const Unit& u : units_) {
-    Tensor mine = Tensor::empty({u.segment}, DType::f32, MemTag::comm);
-    Tensor all = Tensor::empty({n * u.segment}, DType::f32, MemTag::comm);
-    layout_.pack(values, u.arena, layout_.rank(), mine.data<float>());
-    shard_comm_.all_gather(mine.data<float>(), all.data<float>(), static_cast<size_t>(u.segment), DType::f32);
-    layout_.unpack_all(all.data<float>(), u.arena, values);
-  }
+  optimizer_.step_whole_parameters(grad_shards_.data<float>(), lr, grad_scale);
+  for (const Unit& u : units_) all_gather_updated_rows(layout_, u.arena, store_.values().data<float>(), shard_comm_);
 }
 
 std::vector<float> FullyShardedDataParallel::full_parameters() {

@@ -28,6 +28,22 @@ void ShardedAdamW::step(const float* grad_shards, const std::function<float*(siz
   }
 }
 
+void ShardedAdamW::step_whole_parameters(const float* grad_shards, float lr, float grad_scale) {
+  const auto& params = store_.params();
+  step(grad_shards, [&](size_t p) { return params[p].data() + layout_.shard(p).begin_row * layout_.shard(p).row_numel; },
+       lr, grad_scale);
+}
+
+void all_gather_updated_rows(const ShardLayout& layout, const ParamSlots& slots, float* values,
+                             Communicator& shard_comm) {
+  const int64_t segment = layout.segment_numel(slots);
+  Tensor mine = Tensor::empty({segment}, DType::f32, MemTag::comm);
+  Tensor all = Tensor::empty({layout.ranks() * segment}, DType::f32, MemTag::comm);
+  layout.pack(values, slots, layout.rank(), mine.data<float>());
+  shard_comm.all_gather(mine.data<float>(), all.data<float>(), static_cast<size_t>(segment), DType::f32);
+  layout.unpack_all(all.data<float>(), slots, values);
+}
+
 double sharded_grad_norm(const float* grad_shards, const ShardLayout& layout, Communicator& shard_comm) {
   float sum = static_cast<float>(sum_of_squares(grad_shards, layout.arena_numel()));
   shard_comm.all_reduce(&sum, 1, DType::f32, ReduceOp::sum);

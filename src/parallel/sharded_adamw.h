@@ -20,6 +20,8 @@ class ShardedAdamW {
   // parameter p's owned rows are (they are updated in place).
   void step(const float* grad_shards, const std::function<float*(size_t p)>& owned_rows, float lr,
             float grad_scale);
+  // The same on the owned rows of the store's whole parameters (stages 1 and 2).
+  void step_whole_parameters(const float* grad_shards, float lr, float grad_scale);
 
  private:
   const ParameterStore& store_;
@@ -28,6 +30,11 @@ class ShardedAdamW {
   Tensor m_, v_;
   int64_t t_ = 0;
 };
+
+// After step_whole_parameters: every rank's updated rows of the listed parameters are
+// all-gathered into the whole parameters at `values` (per call: one block per rank).
+void all_gather_updated_rows(const ShardLayout& layout, const ParamSlots& slots, float* values,
+                             Communicator& shard_comm);
 
 // sqrt of the sum of squares over the gradient shards of the dp_shard group: padding
 // rows are zero, and replicas (HSDP) hold copies, so they are not summed.

@@ -75,19 +75,9 @@ void ZeroDataParallel::finish_backward() {
 double ZeroDataParallel::grad_norm() { return sharded_grad_norm(grad_shards_.data<float>(), layout_, shard_comm_); }
 
 void ZeroDataParallel::step(float lr, float grad_scale) {
-  const auto& params = store_.params();
-  optimizer_.step(grad_shards_.data<float>(),
-                  [&](size_t p) { return params[p].data() + layout_.shard(p).begin_row * layout_.shard(p).row_numel; },
-                  lr, grad_scale);
-  const int n = layout_.ranks();
-  float* values = store_.values().data<float>();
+  optimizer_.step_whole_parameters(grad_shards_.data<float>(), lr, grad_scale);
   for (const ParamSlots& slots : slots_) {
-    const int64_t segment = layout_.segment_numel(slots);
-    Tensor mine = Tensor::empty({segment}, DType::f32, MemTag::comm);
-    Tensor all = Tensor::empty({n * segment}, DType::f32, MemTag::comm);
-    layout_.pack(values, slots, layout_.rank(), mine.data<float>());
-    shard_comm_.all_gather(mine.data<float>(), all.data<float>(), static_cast<size_t>(segment), DType::f32);
-    layout_.unpack_all(all.data<float>(), slots, values);
+    all_gather_updated_rows(layout_, slots, store_.values().data<float>(), shard_comm_);
   }
   grad_shards_ = Tensor();  // stage 1 keeps the full gradients between steps instead
 }

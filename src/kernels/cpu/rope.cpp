@@ -34,8 +34,13 @@ std::vector<float> rope_table(int T, int D, int pos_offset, float theta) {
 
 }  // namespace
 
-void rope_forward(float* out, const float* inp, int B, int T, int H, int D, int pos_offset,
-                  float theta) {
+namespace {
+
+// Rotates every (i, i + D/2) pair of x by +angle (forward) or -angle (backward, the
+// transpose of the rotation); writes `out` or, when accumulating, adds into it.
+// Each pair is read before either element is written, so out == x is safe.
+template <bool kInverse, bool kAccumulate>
+void rotate_pairs(float* out, const float* x_all, int B, int T, int H, int D, int pos_offset, float theta) {
   const int half = D / 2;
   const std::vector<float> cs = rope_table(T, D, pos_offset, theta);
 #pragma omp parallel for collapse(2) schedule(static) \
@@ -45,46 +50,36 @@ void rope_forward(float* out, const float* inp, int B, int T, int H, int D, int 
       const float* tab = cs.data() + static_cast<size_t>(t) * half * 2;
       for (int h = 0; h < H; ++h) {
         const int64_t base = ((static_cast<int64_t>(b) * T + t) * H + h) * D;
-        const float* x = inp + base;
+        const float* x = x_all + base;
         float* o = out + base;
-        // Each pair is read before either element is written, so out == inp is safe.
 #pragma omp simd
         for (int i = 0; i < half; ++i) {
-          float c = tab[2 * i], s = tab[2 * i + 1];
-          float x1 = x[i], x2 = x[i + half];
-          o[i] = x1 * c - x2 * s;
-          o[i + half] = x2 * c + x1 * s;
+          const float c = tab[2 * i], s = kInverse ? -tab[2 * i + 1] : tab[2 * i + 1];
+          const float x1 = x[i], x2 = x[i + half];
+          const float r1 = x1 * c - x2 * s, r2 = x2 * c + x1 * s;
+          if constexpr (kAccumulate) {
+            o[i] += r1;
+            o[i + half] += r2;
+          } else {
+            o[i] = r1;
+            o[i + half] = r2;
+          }
         }
       }
     }
   }
 }
 
-void rope_backward(float* dinp, const float* dout, int B, int T, int H, int D, int pos_offset,
-                   float theta) {
-  // The forward map is a rotation R per pair; its transpose (the inverse rotation) maps
-  // dout to dinp.
-  const int half = D / 2;
-  const std::vector<float> cs = rope_table(T, D, pos_offset, theta);
-#pragma omp parallel for collapse(2) schedule(static) \
-    if (static_cast<int64_t>(B) * T * H * D >= kParallelMin)
-  for (int b = 0; b < B; ++b) {
-    for (int t = 0; t < T; ++t) {
-      const float* tab = cs.data() + static_cast<size_t>(t) * half * 2;
-      for (int h = 0; h < H; ++h) {
-        const int64_t base = ((static_cast<int64_t>(b) * T + t) * H + h) * D;
-        const float* g = dout + base;
-        float* dx = dinp + base;
-#pragma omp simd
-        for (int i = 0; i < half; ++i) {
-          float c = tab[2 * i], s = tab[2 * i + 1];
-          float g1 = g[i], g2 = g[i + half];
-          dx[i] += g1 * c + g2 * s;
-          dx[i + half] += g2 * c - g1 * s;
-        }
-      }
-    }
-  }
+}  // namespace
+
+void rope_forward(float* out, const float* inp, int B, int T, int H, int D, int pos_offset, float theta) {
+  rotate_pairs<false, false>(out, inp, B, T, H, D, pos_offset, theta);
+}
+
+// The forward map is a rotation per pair; its transpose (the inverse rotation) maps
+// dout to dinp.
+void rope_backward(float* dinp, const float* dout, int B, int T, int H, int D, int pos_offset, float theta) {
+  rotate_pairs<true, true>(dinp, dout, B, T, H, D, pos_offset, theta);
 }
 
 }  // namespace ndt::cpu
