@@ -2,6 +2,7 @@
 #include "core/rng.h"
 #include "data/loader.h"
 #include "data/shard.h"
+#include "../common/errors.h"
 #include "../common/temp_dir.h"
 
 #include <gtest/gtest.h>
@@ -17,6 +18,7 @@
 namespace ndt {
 namespace {
 
+using testing::expect_error;
 using testing::TempDir;
 
 // A dataset whose token i is i (size <= 65536), so a row's first input is its offset.
@@ -46,19 +48,6 @@ Batch eval(const BatchLoader& l, int64_t index, int row_begin, int rows) {
   Batch b{std::vector<int32_t>(rows * l.T()), std::vector<int32_t>(rows * l.T())};
   l.eval_batch(index, row_begin, rows, b.x.data(), b.y.data());
   return b;
-}
-
-template <typename F>
-void expect_error(F f, const std::vector<std::string>& parts) {
-  try {
-    f();
-    ADD_FAILURE() << "expected ndt::Error";
-  } catch (const Error& e) {
-    std::string msg = e.what();
-    for (const std::string& p : parts) {
-      EXPECT_NE(msg.find(p), std::string::npos) << "message lacks '" << p << "': " << msg;
-    }
-  }
 }
 
 TEST(TokenDataset, ConcatenatesShardsInOrder) {

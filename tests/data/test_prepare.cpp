@@ -1,6 +1,7 @@
 #include "core/error.h"
 #include "data/prepare.h"
 #include "data/shard.h"
+#include "../common/errors.h"
 #include "../common/temp_dir.h"
 
 #include <gtest/gtest.h>
@@ -13,6 +14,7 @@
 namespace ndt {
 namespace {
 
+using testing::expect_error;
 using testing::TempDir;
 using testing::write_bytes;
 
@@ -24,19 +26,6 @@ std::string shard_text(const std::string& path) {
     s.push_back(static_cast<char>(t));
   }
   return s;
-}
-
-template <typename F>
-void expect_error(F f, const std::vector<std::string>& parts) {
-  try {
-    f();
-    ADD_FAILURE() << "expected ndt::Error";
-  } catch (const Error& e) {
-    std::string msg = e.what();
-    for (const std::string& p : parts) {
-      EXPECT_NE(msg.find(p), std::string::npos) << "message lacks '" << p << "': " << msg;
-    }
-  }
 }
 
 TEST(Prepare, FolderOfThreeFiles) {
