@@ -1,5 +1,6 @@
 #include "model/parameter.h"
 
+#include "core/error.h"
 #include "core/rng.h"
 
 #include <algorithm>
@@ -31,7 +32,8 @@ void init_parameter_block(float* out, const ParameterSpec& spec, const Shape& lo
   }
 }
 
-ParameterStore::ParameterStore(const std::vector<ParameterSpec>& specs, uint64_t seed, bool materialize)
+ParameterStore::ParameterStore(const std::vector<ParameterSpec>& specs, uint64_t seed, bool materialize, int tp_rank,
+                               int tp_size)
     : seed_(seed) {
   int64_t total = 0;
   for (const ParameterSpec& spec : specs) {
@@ -39,6 +41,14 @@ ParameterStore::ParameterStore(const std::vector<ParameterSpec>& specs, uint64_t
     p.spec = spec;
     p.local_shape = spec.logical_shape;
     p.local_offset = Shape(spec.logical_shape.size(), 0);
+    if (tp_size > 1 && spec.tp_dim >= 0) {
+      const int d = spec.tp_dim;
+      NDT_CHECK(spec.logical_shape[d] % tp_size == 0, "parameter {}: dim {} of size {} does not split over tp = {}",
+                spec.name, d, spec.logical_shape[d], tp_size);
+      p.local_shape[d] = spec.logical_shape[d] / tp_size;
+      p.local_offset[d] = p.local_shape[d] * tp_rank;
+      p.placements.push_back(Placement{"tp", Placement::Kind::shard, d});
+    }
     p.arena_offset = total;
     total += p.numel();
     params_.push_back(std::move(p));

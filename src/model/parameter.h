@@ -29,6 +29,11 @@ struct ParameterSpec {
   InitKind init = InitKind::normal;
   float init_std = 0.0f;
   bool weight_decay = true;
+  // Tensor parallelism: the tensor dim split over the tp axis (-1: replicated), and,
+  // for a replicated parameter, whether it is used inside a tensor-parallel region
+  // (on this rank's heads only, as QK-norm is), so its gradient is a partial sum over tp.
+  int tp_dim = -1;
+  bool tp_region = false;
 };
 
 struct Parameter {
@@ -53,7 +58,10 @@ class ParameterStore {
   // normal_at(seed, hash_name(name), i) * std, whatever rank or shard holds it.
   // materialize = false allocates nothing: a sharded layout (FSDP) initialises its own
   // shards with init_parameter_block and points the views at gathered buffers.
-  ParameterStore(const std::vector<ParameterSpec>& specs, uint64_t seed, bool materialize = true);
+  // With tp_size > 1 each parameter with a tp_dim holds only block tp_rank of that dim
+  // (local_shape, local_offset; placement Shard(tp_dim) on "tp").
+  ParameterStore(const std::vector<ParameterSpec>& specs, uint64_t seed, bool materialize = true, int tp_rank = 0,
+                 int tp_size = 1);
   uint64_t seed() const { return seed_; }
 
   std::vector<Parameter>& params() { return params_; }

@@ -9,6 +9,7 @@
 #include "model/block.h"
 #include "model/config.h"
 #include "model/parameter.h"
+#include "parallel/tensor_parallel.h"
 
 #include <cstdint>
 #include <vector>
@@ -41,8 +42,11 @@ class ModelHooks {
 class Transformer {
  public:
   // materialize_parameters = false: no parameter or gradient memory (see ParameterStore).
+  // tp: the tensor-parallel group (parallel/tensor_parallel.h); every rank of it runs
+  // the model on the same tokens, each holding its part of every layer.
   Transformer(const ModelConfig& config, uint64_t seed, int loss_chunk_rows = 256,
-              bool materialize_parameters = true);
+              bool materialize_parameters = true, const TensorParallel& tp = {});
+  const TensorParallel& tensor_parallel() const { return tp_; }
 
   const ModelConfig& config() const { return config_; }
   ParameterStore& store() { return store_; }
@@ -63,16 +67,22 @@ class Transformer {
   // Logits [vocab] of the next token after tokens[0..T) (one sequence).
   void next_token_logits(const int32_t* tokens, int T, float* logits);
 
-  // Training FLOPs per token: 6 x (parameters used in matmuls) + 12 x n_layer x d_model x T
-  // (attention scores and weighted sum, forward and backward, counted in full).
+  // Training FLOPs per token of the whole model (all tp ranks together): 6 x (parameters
+  // used in matmuls) + 12 x n_layer x d_model x T (attention scores and weighted sum,
+  // forward and backward, counted in full).
   double flops_per_token(int T) const;
-  // Parameters in matmuls: all except lookup-only tables (positions; untied input embedding).
+  // Parameters in matmuls (logical, whole model): all except lookup-only tables
+  // (positions; untied input embedding).
   int64_t matmul_params() const;
 
-  // Activation memory (ledger tag activations) for micro-batches of B x T, from the
-  // shapes alone: saved activations, backward scratch and one logits chunk. (Model
+  // Activation memory per rank (ledger tag activations) for micro-batches of B x T, from
+  // the shapes alone: saved activations, backward scratch and one logits chunk. (Model
   // states: parallel/memory_model.h.)
-  static int64_t predict_activation_bytes(const ModelConfig& config, int B, int T, int loss_chunk_rows);
+  static int64_t predict_activation_bytes(const ModelConfig& config, int B, int T, int loss_chunk_rows,
+                                          const TpLayout& tp = {});
+  // Of those, the bytes of the local rows: the residual stream, the norms' statistics and
+  // the residual adds, which sequence parallel splits by tp.
+  static int64_t predict_local_row_activation_bytes(const ModelConfig& config, int B, int T, const TpLayout& tp = {});
 
  private:
   void ensure_workspace(int B, int T);
@@ -82,6 +92,7 @@ class Transformer {
   const Parameter& head_weight() const;
 
   ModelConfig config_;
+  TensorParallel tp_;
   ParameterStore store_;
   ModelHooks* hooks_ = nullptr;
   std::vector<Block> blocks_;
@@ -91,15 +102,24 @@ class Transformer {
   const Parameter* lnf_w_;
   const Parameter* lnf_b_ = nullptr;
   const Parameter* lm_head_ = nullptr;
+  // Gradients of the root's replicated parameters that are partial under sequence
+  // parallel: the final norm (finished before the blocks' backward) and the positions.
+  PartialGradients final_norm_partial_, positions_partial_;
 
   // Workspace sized for the largest (B, T) seen; views below point into it.
   int64_t capacity_rows_ = 0, capacity_att_ = 0;
   Tensor acts_arena_, scratch_arena_;
   std::vector<BlockActivations> acts_;
   BlockScratch scratch_;
-  std::vector<float*> residual_;  // L + 1 pointers into the residual stream [N, C]
-  float *lnf_ = nullptr, *lnf_mean_ = nullptr, *lnf_rstd_ = nullptr, *dres_ = nullptr,
-        *dlnf_ = nullptr, *logits_ = nullptr, *losses_ = nullptr;
+  // Rows: N = B x T; local rows Nl (N / tp under sequence parallel, else N).
+  std::vector<float*> residual_;  // L + 1 pointers into the residual stream [Nl, C]
+  float *lnf_ = nullptr;          // [N, C] final norm output, all rows (the output layer's input)
+  float *lnf_mean_ = nullptr, *lnf_rstd_ = nullptr;  // [Nl]
+  float *dres_ = nullptr;         // [Nl, C]
+  float *dlnf_ = nullptr;         // [N, C]
+  float *logits_ = nullptr;       // [chunk, V / tp]
+  float *loss_work_ = nullptr;    // [3 x chunk] (vocab-parallel loss)
+  float *losses_ = nullptr;       // [N]
   std::vector<int32_t> positions_;
 };
 

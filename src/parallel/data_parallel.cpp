@@ -48,8 +48,15 @@ void DataParallel::finish_backward() {
 }
 
 double DataParallel::grad_norm() {
-  // Gradients are replicated after the all-reduce: every rank computes the same norm.
-  return std::sqrt(sum_of_squares(store_.grads().data<float>(), store_.numel()));
+  // Gradients are replicated over dp after the all-reduce: every dp rank computes the same norm.
+  const std::vector<char>* counted = counted_in_norm();
+  if (counted == nullptr) return std::sqrt(sum_of_squares(store_.grads().data<float>(), store_.numel()));
+  double sum = 0;
+  for (size_t p = 0; p < counted->size(); ++p) {
+    const Parameter& param = store_.params()[p];
+    if ((*counted)[p]) sum += sum_of_squares(param.grad_data(), param.numel());
+  }
+  return finish_norm(sum);
 }
 
 void DataParallel::step(float lr, float grad_scale) { optimizer_.step(lr, grad_scale); }

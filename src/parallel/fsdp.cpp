@@ -43,7 +43,8 @@ FullyShardedDataParallel::FullyShardedDataParallel(ParameterStore& store, Device
     unit.arena.params.push_back(p);
     unit.arena.offsets.push_back(params[p].arena_offset);
     unit.numel += params[p].numel();
-    if (shards_parameters()) params[p].placements = {Placement{"dp_shard", Placement::Kind::shard, 0}};
+    // FSDP shards the tensor-parallel block (if any) further along its dim 0.
+    if (shards_parameters()) params[p].placements.push_back(Placement{"dp_shard", Placement::Kind::shard, 0});
   }
   for (Unit& u : units_) u.segment = layout_.segment_numel(u.slots);
   NDT_CHECK(stage == 2 || stage == 3, "parallel.zero_stage = {}: this class implements stages 2 and 3", stage);
@@ -66,8 +67,8 @@ FullyShardedDataParallel::FullyShardedDataParallel(ParameterStore& store, Device
     for (size_t p = 0; p < params.size(); ++p) {
       const ParameterShard& s = layout_.shard(p);
       if (s.owned_numel() == 0) continue;
-      Shape block = params[p].spec.logical_shape, offset(block.size(), 0);
-      if (!block.empty()) block[0] = s.end_row - s.begin_row, offset[0] = s.begin_row;
+      Shape block = params[p].local_shape, offset = params[p].local_offset;
+      if (!block.empty()) block[0] = s.end_row - s.begin_row, offset[0] += s.begin_row;
       init_parameter_block(param_shards_.data<float>() + s.shard_offset, params[p].spec, block, offset, store.seed());
     }
   }
@@ -214,7 +215,7 @@ void FullyShardedDataParallel::finish_backward() {
 }
 
 double FullyShardedDataParallel::grad_norm() {
-  return sharded_grad_norm(grad_shards_.data<float>(), layout_, shard_comm_);
+  return finish_norm(sharded_grad_sum_of_squares(grad_shards_.data<float>(), layout_, shard_comm_, counted_in_norm()));
 }
 
 void FullyShardedDataParallel::step(float lr, float grad_scale) {

@@ -9,6 +9,7 @@
 
 #include "model/transformer.h"
 #include "optim/adamw.h"
+#include "parallel/tensor_parallel.h"
 
 #include <memory>
 
@@ -33,8 +34,25 @@ class GradientSync : public ModelHooks {
   // Seconds spent in finish_backward() waiting for communication, summed over calls:
   // the communication backward did not hide.
   virtual double exposed_wait_seconds() const = 0;
-  // Every parameter's full value, in arena order (collective when parameters are sharded).
+  // Every parameter's full value, in arena order (collective when parameters are sharded);
+  // under tensor parallelism, this rank's tp blocks (gather_tensor_parallel joins them).
   virtual std::vector<float> full_parameters() = 0;
+
+  // Tensor parallelism: the norm adds the squares of tp-split gradients over tp and
+  // counts those of parameters replicated over tp (the same gradient on every tp rank)
+  // on tp rank 0 only.
+  void set_tensor_parallel(const ParameterStore& store, const TensorParallel& tp);
+
+ protected:
+  // One entry per parameter: whether this rank counts its gradient in the norm; null
+  // when it counts every parameter (no tensor parallelism).
+  const std::vector<char>* counted_in_norm() const { return tp_.active() ? &counted_ : nullptr; }
+  // The global norm from this rank's counted sum of squares (already summed over dp).
+  double finish_norm(double sum_of_squares) const;
+
+ private:
+  TensorParallel tp_;
+  std::vector<char> counted_;
 };
 
 class DeviceMesh;
@@ -45,6 +63,7 @@ struct DataParallelOptions {
   bool reshard_after_forward = true;
   bool prefetch = true;
   AdamWConfig adamw;
+  TensorParallel tp;  // the model's tensor-parallel group (for the gradient norm)
 };
 
 // The GradientSync for a stage over the mesh's dp axes (mesh == nullptr: one rank, DDP

@@ -44,10 +44,19 @@ void all_gather_updated_rows(const ShardLayout& layout, const ParamSlots& slots,
   layout.unpack_all(all.data<float>(), slots, values);
 }
 
-double sharded_grad_norm(const float* grad_shards, const ShardLayout& layout, Communicator& shard_comm) {
-  float sum = static_cast<float>(sum_of_squares(grad_shards, layout.arena_numel()));
+double sharded_grad_sum_of_squares(const float* grad_shards, const ShardLayout& layout, Communicator& shard_comm,
+                                   const std::vector<char>* counted) {
+  double local = 0;
+  if (counted == nullptr) {
+    local = sum_of_squares(grad_shards, layout.arena_numel());
+  } else {
+    for (size_t p = 0; p < counted->size(); ++p) {
+      if ((*counted)[p]) local += sum_of_squares(grad_shards + layout.shard(p).shard_offset, layout.shard(p).padded_numel());
+    }
+  }
+  float sum = static_cast<float>(local);
   shard_comm.all_reduce(&sum, 1, DType::f32, ReduceOp::sum);
-  return std::sqrt(static_cast<double>(sum));
+  return sum;
 }
 
 }  // namespace ndt

@@ -36,8 +36,11 @@ class ShardedAdamW {
 void all_gather_updated_rows(const ShardLayout& layout, const ParamSlots& slots, float* values,
                              Communicator& shard_comm);
 
-// sqrt of the sum of squares over the gradient shards of the dp_shard group: padding
-// rows are zero, and replicas (HSDP) hold copies, so they are not summed.
-double sharded_grad_norm(const float* grad_shards, const ShardLayout& layout, Communicator& shard_comm);
+// The sum of squares over the gradient shards of the dp_shard group: padding rows are
+// zero, and replicas (HSDP) hold copies, so they are not summed. counted (one entry per
+// parameter; null: all) leaves out the parameters this rank does not count
+// (GradientSync::counted_in_norm).
+double sharded_grad_sum_of_squares(const float* grad_shards, const ShardLayout& layout, Communicator& shard_comm,
+                                   const std::vector<char>* counted);
 
 }  // namespace ndt

@@ -72,7 +72,9 @@ void ZeroDataParallel::finish_backward() {
   exposed_wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-double ZeroDataParallel::grad_norm() { return sharded_grad_norm(grad_shards_.data<float>(), layout_, shard_comm_); }
+double ZeroDataParallel::grad_norm() {
+  return finish_norm(sharded_grad_sum_of_squares(grad_shards_.data<float>(), layout_, shard_comm_, counted_in_norm()));
+}
 
 void ZeroDataParallel::step(float lr, float grad_scale) {
   optimizer_.step_whole_parameters(grad_shards_.data<float>(), lr, grad_scale);

@@ -1,5 +1,7 @@
 #include "train/config.h"
 
+#include "parallel/tensor_parallel.h"
+
 #include "core/error.h"
 
 #include <fmt/format.h>
@@ -141,7 +143,8 @@ const std::vector<Field>& fields() {
     f.push_back(field<int>("parallel.dp_replicate", NDT_REF(mesh.dp_replicate), "Data-parallel replicas (mesh axis dp_replicate); 0: all ranks the other axes leave."));
     f.push_back(field<int>("parallel.dp_shard", NDT_REF(mesh.dp_shard), "Sharded data-parallel ranks (mesh axis dp_shard): ZeRO shards over them (needs parallel.zero_stage >= 1); with dp_replicate > 1 too, that is HSDP."));
     f.push_back(field<int>("parallel.cp", NDT_REF(mesh.cp), "Context-parallel ranks (mesh axis cp). Only 1 is implemented so far."));
-    f.push_back(field<int>("parallel.tp", NDT_REF(mesh.tp), "Tensor-parallel ranks (mesh axis tp, innermost). Only 1 is implemented so far."));
+    f.push_back(field<int>("parallel.tp", NDT_REF(mesh.tp), "Tensor-parallel ranks (mesh axis tp, innermost): attention split by heads, the MLP by hidden units, embedding and output layer by vocabulary (Megatron). Heads, KV heads, d_model, d_ff and vocab_size must divide by it."));
+    f.push_back(field<bool>("parallel.sequence_parallel", NDT_REF(sequence_parallel), "With tp > 1: run the norms and residual adds on tokens split over tp (all-gather / reduce-scatter instead of all-reduce; same volume, activations of those regions / tp). train.seq_len must divide by tp."));
     f.push_back(field<int>("parallel.zero_stage", NDT_REF(zero_stage), "0: DDP (everything replicated). 1: AdamW moments sharded over dp_shard. 2: gradients sharded too (each block's are reduce-scattered right after its backward, so they are never whole). 3: parameters sharded too (FSDP), gathered per block when used."));
     f.push_back(field<bool>("parallel.reshard_after_forward", NDT_REF(reshard_after_forward), "ZeRO-3: free a block's gathered parameters after its forward and gather them again for its backward; false keeps them (less communication, more memory)."));
     f.push_back(field<bool>("parallel.prefetch", NDT_REF(prefetch), "ZeRO-3: start the next block's all-gather before computing the current one."));
@@ -259,11 +262,13 @@ void RunConfig::validate() const {
   NDT_CHECK(zero_stage >= 0 && zero_stage <= 3, "parallel.zero_stage = {} must be 0, 1, 2 or 3", zero_stage);
   NDT_CHECK(mesh.dp_shard == 1 || zero_stage > 0,
             "parallel.dp_shard = {} shards with ZeRO: set parallel.zero_stage to 1, 2 or 3", mesh.dp_shard);
-  for (auto [key, value] : {std::pair{"pp", mesh.pp}, {"cp", mesh.cp}, {"tp", mesh.tp}}) {
+  for (auto [key, value] : {std::pair{"pp", mesh.pp}, {"cp", mesh.cp}}) {
     NDT_CHECK(value >= 1, "parallel.{} = {} must be at least 1", key, value);
-    NDT_CHECK(value == 1, "parallel.{} = {}: only data parallelism (parallel.dp_replicate, parallel.dp_shard) is implemented so far",
+    NDT_CHECK(value == 1,
+              "parallel.{} = {}: only data and tensor parallelism (parallel.dp_replicate, dp_shard, tp) are implemented so far",
               key, value);
   }
+  validate_tensor_parallel(model, mesh.tp, sequence_parallel, seq_len);
   NDT_CHECK(peak_gflops >= 0, "runtime.peak_gflops = {} must not be negative", peak_gflops);
 }
 

@@ -50,6 +50,7 @@ struct RunConfig {
   int zero_stage = 0;  // 0: DDP; 1, 2: ZeRO over dp_shard; 3: FSDP
   bool reshard_after_forward = true;
   bool prefetch = true;
+  bool sequence_parallel = false;  // with tp > 1: norms and residual adds split by tokens
 
   // [runtime]
   int threads = 0;  // 0: the cores of this node divided among its ranks

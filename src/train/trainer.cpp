@@ -87,11 +87,12 @@ Trainer::Trainer(const RunConfig& config, DeviceMesh* mesh, std::ostream* log)
   cpu::set_num_threads(config_.threads);
   // FSDP (stage 3) initialises each rank's shards directly: the whole model never
   // exists on a rank.
+  const TensorParallel tp = mesh_ ? TensorParallel{&mesh_->axis("tp"), config_.sequence_parallel} : TensorParallel{};
   model_ = std::make_unique<Transformer>(config_.model, config_.seed, config_.loss_chunk_rows,
-                                         /*materialize_parameters=*/config_.zero_stage != 3);
+                                         /*materialize_parameters=*/config_.zero_stage != 3, tp);
   sync_ = make_gradient_sync(model_->store(), mesh_,
                              {config_.zero_stage, static_cast<size_t>(config_.bucket_mb * 1024 * 1024),
-                              config_.reshard_after_forward, config_.prefetch, config_.adamw});
+                              config_.reshard_after_forward, config_.prefetch, config_.adamw, tp});
   model_->set_hooks(sync_.get());
   if (!config_.val_data.empty()) {
     val_data_ = std::make_unique<TokenDataset>(std::vector<std::string>{config_.val_data});
@@ -130,7 +131,7 @@ double Trainer::mean_over_dp(double local) {
 nlohmann::json Trainer::comm_record() const {
   nlohmann::json record = nlohmann::json::object();
   if (!mesh_) return record;
-  for (std::string_view axis : {"dp", "dp_shard", "dp_replicate"}) {
+  for (std::string_view axis : {"dp", "dp_shard", "dp_replicate", "tp"}) {
     const CommStats& stats = mesh_->axis(axis).stats();
     nlohmann::json ops = nlohmann::json::object();
     for (size_t op = 0; op < kNumCommOps; ++op) {
@@ -146,13 +147,14 @@ nlohmann::json Trainer::comm_record() const {
 
 void Trainer::print_header() {
   const ModelConfig& m = config_.model;
+  const TpLayout tp = model_->tensor_parallel().layout();
   const int64_t activations = Transformer::predict_activation_bytes(m, config_.micro_batch_size, config_.seq_len,
-                                                                    config_.loss_chunk_rows);
-  const ModelStateBytes states =
-      predict_model_states(model_parameter_specs(m), mesh_ ? mesh_->size("dp_shard") : 1, config_.zero_stage);
+                                                                    config_.loss_chunk_rows, tp);
+  const ModelStateBytes states = predict_model_states(local_parameter_specs(model_parameter_specs(m), tp.size),
+                                                      mesh_ ? mesh_->size("dp_shard") : 1, config_.zero_stage);
   fmt::print(*log_, "ndtrain: {} model, {} layers, d_model {}, {} heads, vocab {}: {:.2f}M parameters\n",
              arch_name(m.arch), m.n_layer, m.d_model, m.n_head, m.vocab_size,
-             static_cast<double>(model_->store().numel()) / 1e6);
+             static_cast<double>(count_parameters(m)) / 1e6);
   fmt::print(*log_, "data: {} training tokens from {}{}\n", train_data_.size(), config_.train_data,
              val_data_ ? fmt::format(", {} validation tokens from {}", val_data_->size(), config_.val_data)
                        : std::string(", validation on training data"));
@@ -163,6 +165,10 @@ void Trainer::print_header() {
   fmt::print(*log_, "mesh: {}; {} thread{} per rank{}\n", mesh_ ? mesh_->shape().str() : std::string("one rank"),
              config_.threads, config_.threads == 1 ? "" : "s",
              dp_size_ > 1 ? "; " + describe_sync() : "");
+  if (tp.size > 1) {
+    fmt::print(*log_, "tensor parallel: {} ranks, each {} of {} heads and {} of {} MLP units; sequence parallel {}\n",
+               tp.size, m.n_head / tp.size, m.n_head, m.d_ff / tp.size, m.d_ff, tp.sequence_parallel ? "on" : "off");
+  }
   fmt::print(*log_, "memory predicted per rank: params {:.1f} MiB, grads {:.1f} MiB, optimizer {:.1f} MiB (after a step), "
              "activations {:.1f} MiB\n",
              mib(states.params), mib(states.grads), mib(states.optimizer), mib(activations));
@@ -200,13 +206,13 @@ StepStats Trainer::step() {
   s.grad_norm = norm;
   s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   s.tokens_per_s = static_cast<double>(config_.batch_size) * T / s.seconds;
-  s.mfu = model_->flops_per_token(T) * s.tokens_per_s / (peak_.flops_per_s * dp_size_);
+  s.mfu = model_->flops_per_token(T) * s.tokens_per_s / (peak_.flops_per_s * world_size());
   s.peak_bytes = MemoryLedger::instance().peak_total();
   s.comm_wait_seconds = sync_->exposed_wait_seconds() - exposed_before;
   nlohmann::json record = {{"step", s.step + 1}, {"loss", s.loss}, {"lr", s.lr}, {"grad_norm", s.grad_norm},
                            {"step_s", s.seconds}, {"tokens_per_s", s.tokens_per_s}, {"mfu", s.mfu},
                            {"peak_mem_bytes", s.peak_bytes}};
-  if (dp_size_ > 1) record["comm"] = comm_record(), record["dp_exposed_wait_s"] = s.comm_wait_seconds;
+  if (world_size() > 1) record["comm"] = comm_record(), record["dp_exposed_wait_s"] = s.comm_wait_seconds;
   metrics_.write(record);
   return s;
 }
@@ -280,8 +286,8 @@ RunSummary Trainer::run() {
                summary.unigram_entropy);
     fmt::print(*log_, "throughput: median {:.0f} tokens/s, MFU {:.1f}%\n", summary.median_tokens_per_s,
                100.0 * summary.median_mfu);
-    if (dp_size_ > 1) {
-      for (std::string_view axis : {"dp", "dp_shard", "dp_replicate"}) {
+    if (world_size() > 1) {
+      for (std::string_view axis : {"dp", "dp_shard", "dp_replicate", "tp"}) {
         const CommStats& stats = mesh_->axis(axis).stats();
         if (stats.total_wire_bytes() == 0) continue;
         fmt::print(*log_, "communication on {} (rank 0): {:.1f} MiB sent, {:.2f} s waiting\n", axis,

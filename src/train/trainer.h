@@ -54,7 +54,11 @@ class Trainer {
 
   Transformer& model() { return *model_; }
   // Every parameter's full value in arena order (collective under FSDP).
-  std::vector<float> full_parameters() { return sync_->full_parameters(); }
+  // Every parameter's whole (logical) value, in store order (collective over the mesh).
+  std::vector<float> full_parameters() {
+    const std::vector<float> local = sync_->full_parameters();
+    return gather_tensor_parallel(model_->store(), local.data(), model_->tensor_parallel());
+  }
   int64_t steps_done() const { return step_; }
 
  private:
@@ -67,6 +71,7 @@ class Trainer {
   RunConfig config_;
   DeviceMesh* mesh_;
   int dp_size_ = 1, dp_rank_ = 0;
+  int world_size() const { return mesh_ ? mesh_->world().size() : 1; }
   int rows_per_rank_ = 0;  // of the global batch
   std::ostream* log_;
   std::unique_ptr<Transformer> model_;

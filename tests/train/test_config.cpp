@@ -63,7 +63,7 @@ TEST_F(ConfigTest, OtherInconsistencies) {
   EXPECT_ERROR_MENTIONS(error_of({"train.seq_len=512"}), "train.seq_len = 512 exceeds model.max_seq_len = 256");
   EXPECT_ERROR_MENTIONS(error_of({"optim.beta2=1.5"}), "optim.beta2 = 1.5");
   EXPECT_ERROR_MENTIONS(error_of({"runtime.threads=-1"}), "runtime.threads = -1");
-  EXPECT_ERROR_MENTIONS(error_of({"parallel.tp=2"}), "parallel.tp = 2: only data parallelism");
+  EXPECT_ERROR_MENTIONS(error_of({"parallel.pp=2"}), "parallel.pp = 2: only data and tensor parallelism");
   EXPECT_ERROR_MENTIONS(error_of({"parallel.dp_replicate=-1"}), "parallel.dp_replicate = -1");
   EXPECT_ERROR_MENTIONS(error_of({"runtime.comm_timeout_s=0"}), "runtime.comm_timeout_s = 0");
   EXPECT_ERROR_MENTIONS(error_of({"parallel.bucket_mb=0"}), "parallel.bucket_mb = 0");
@@ -71,6 +71,18 @@ TEST_F(ConfigTest, OtherInconsistencies) {
   EXPECT_ERROR_MENTIONS(error_of({"parallel.dp_shard=2"}), "parallel.dp_shard = 2 shards with ZeRO");
   EXPECT_ERROR_MENTIONS(error_of({"model.arch=bert"}), "model.arch = \"bert\"");
   EXPECT_ERROR_MENTIONS(error_of({"model.preset=gpt5"}), "model.preset = \"gpt5\"");
+}
+
+TEST_F(ConfigTest, TensorParallelSizesMustDivide) {
+  EXPECT_ERROR_MENTIONS(error_of({"parallel.tp=3"}), "model.n_head = 4 is not divisible by parallel.tp = 3");
+  EXPECT_ERROR_MENTIONS(error_of({"parallel.tp=2", "model.preset=llama-tiny", "model.n_kv_head=1"}),
+                        "model.n_kv_head = 1 is not divisible by parallel.tp = 2");
+  EXPECT_ERROR_MENTIONS(error_of({"parallel.tp=4", "model.d_ff=510"}), "model.d_ff = 510 is not divisible by parallel.tp = 4");
+  EXPECT_ERROR_MENTIONS(error_of({"parallel.tp=2", "model.vocab_size=257"}),
+                        "model.vocab_size = 257 is not divisible by parallel.tp = 2");
+  EXPECT_ERROR_MENTIONS(error_of({"parallel.tp=4", "parallel.sequence_parallel=true", "train.seq_len=30"}),
+                        "train.seq_len (sequence parallel splits tokens) = 30 is not divisible by parallel.tp = 4");
+  EXPECT_ERROR_MENTIONS(error_of({"parallel.tp=0"}), "parallel.tp = 0 must be positive");
 }
 
 TEST_F(ConfigTest, UnknownKeys) {
