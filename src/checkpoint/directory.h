@@ -1,0 +1,27 @@
+// Where the checkpoints of a run live: <root>/step-00000010 (8-digit step), written
+// first as <root>/step-00000010.tmp and renamed into place by commit_checkpoint. A
+// directory counts as a checkpoint only once it has a metadata.json and no .tmp
+// suffix, so a save that crashed midway is never picked up for resume.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+
+namespace ndt::ckpt {
+
+std::string checkpoint_dir_name(int64_t step);  // "step-00000010"
+
+// Removes any leftover <root>/step-NNNNNNNN.tmp and creates it empty; returns it.
+// One rank calls this before every rank writes into it.
+std::filesystem::path make_tmp_checkpoint_dir(const std::filesystem::path& root, int64_t step);
+
+// The committed checkpoint with the highest step under root; nullopt when there is none.
+std::optional<std::filesystem::path> latest_checkpoint(const std::filesystem::path& root);
+
+// Removes all committed checkpoints but the newest keep_last (>= 1), and every *.tmp
+// directory: call it only when no save is in flight, e.g. right after a commit.
+void prune_checkpoints(const std::filesystem::path& root, int keep_last);
+
+}  // namespace ndt::ckpt

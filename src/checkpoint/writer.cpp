@@ -1,0 +1,78 @@
+#include "checkpoint/writer.h"
+
+#include "checkpoint/box.h"
+#include "checkpoint/checksum.h"
+#include "checkpoint/file_io.h"
+#include "core/error.h"
+
+#include <bit>
+#include <chrono>
+#include <cstdlib>
+#include <optional>
+
+namespace ndt::ckpt {
+
+static_assert(std::endian::native == std::endian::little,
+              "data files hold little-endian f32, written in host byte order");
+
+namespace {
+
+std::optional<int64_t> abort_after_bytes() {
+  const char* value = std::getenv("NDT_CHECKPOINT_ABORT_AFTER_BYTES");
+  if (value == nullptr || *value == '\0') return std::nullopt;
+  char* end = nullptr;
+  const long long n = std::strtoll(value, &end, 10);
+  NDT_CHECK(*end == '\0' && n >= 0, "NDT_CHECKPOINT_ABORT_AFTER_BYTES={} is not a byte count",
+            value);
+  return n;
+}
+
+void check_block(const TensorBlock& b) {
+  const Box whole{Shape(b.logical_shape.size(), 0), b.logical_shape};
+  NDT_CHECK(contains(whole, Box{b.offset, b.shape}),
+            "tensor {}: block at {} does not fit its logical shape {}", b.name,
+            box_str(Box{b.offset, b.shape}), shape_str(b.logical_shape));
+  NDT_CHECK(static_cast<int64_t>(b.data.size()) == shape_numel(b.shape),
+            "tensor {}: block shape {} holds {} floats but its data has {}", b.name,
+            shape_str(b.shape), shape_numel(b.shape), b.data.size());
+}
+
+}  // namespace
+
+WriteStats write_rank_file(const std::filesystem::path& dir, int rank,
+                           const std::vector<TensorBlock>& blocks) {
+  const auto start = std::chrono::steady_clock::now();
+  for (const TensorBlock& b : blocks) check_block(b);
+  const std::optional<int64_t> abort_after = abort_after_bytes();
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  NDT_CHECK(!ec, "cannot create checkpoint directory {}: {}", dir.string(), ec.message());
+
+  const std::string file_name = rank_file_name(rank);
+  PosixFile data = PosixFile::create(dir / file_name);
+  nlohmann::json index = nlohmann::json::array();
+  int64_t pos = 0;
+  for (const TensorBlock& b : blocks) {
+    const auto bytes = static_cast<int64_t>(b.data.size() * sizeof(float));
+    if (abort_after && pos + bytes > *abort_after) {
+      data.write_all(b.data.data(), static_cast<size_t>(*abort_after - pos));
+      std::_Exit(kAbortHookExitCode);
+    }
+    data.write_all(b.data.data(), static_cast<size_t>(bytes));
+    nlohmann::json entry = Chunk{b.offset, b.shape, file_name, pos, bytes,
+                                 crc32c(b.data.data(), static_cast<size_t>(bytes))};
+    entry["name"] = b.name;
+    entry["logical_shape"] = b.logical_shape;
+    entry["dtype"] = kDType;
+    index.push_back(std::move(entry));
+    pos += bytes;
+  }
+  data.sync();
+  data.close();
+  write_file_durably(dir / index_file_name(rank), index.dump(1));
+  sync_directory(dir);
+  const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
+  return WriteStats{pos, elapsed.count()};
+}
+
+}  // namespace ndt::ckpt
