@@ -1,0 +1,170 @@
+#include "interchange/safetensors.h"
+
+#include "core/dtype.h"
+#include "core/error.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <tuple>
+
+namespace ndt {
+
+static_assert(std::endian::native == std::endian::little,
+              "safetensors is little-endian and read/written in host byte order");
+
+namespace {
+
+using nlohmann::json;
+
+// One tensor's header entry, validated against the buffer.
+struct Entry {
+  std::string name;
+  DType dtype = DType::f32;
+  Shape shape;
+  uint64_t begin = 0, end = 0;  // bytes, relative to the buffer
+};
+
+DType parse_dtype(const std::string& dtype, const std::string& path, const std::string& name) {
+  if (dtype == "F32") return DType::f32;
+  if (dtype == "BF16") return DType::bf16;
+  if (dtype == "F16") return DType::f16;
+  fail("safetensors {}: tensor {} has unsupported dtype \"{}\" (supported: F32, BF16, F16)", path, name,
+       dtype);
+}
+
+Entry parse_entry(const std::string& name, const json& j, uint64_t buffer_bytes, const std::string& path) {
+  Entry e;
+  e.name = name;
+  std::string dtype;
+  std::vector<int64_t> offsets;
+  try {
+    dtype = j.at("dtype").get<std::string>();
+    e.shape = j.at("shape").get<Shape>();
+    offsets = j.at("data_offsets").get<std::vector<int64_t>>();
+  } catch (const json::exception& ex) {
+    fail("safetensors {}: tensor {} has a malformed header entry: {}", path, name, ex.what());
+  }
+  e.dtype = parse_dtype(dtype, path, name);
+  NDT_CHECK(offsets.size() == 2 && offsets[0] >= 0 && offsets[0] <= offsets[1],
+            "safetensors {}: tensor {} has data_offsets {} (need [begin, end] with 0 <= begin <= end)", path,
+            name, j.at("data_offsets").dump());
+  e.begin = static_cast<uint64_t>(offsets[0]);
+  e.end = static_cast<uint64_t>(offsets[1]);
+  NDT_CHECK(e.end <= buffer_bytes,
+            "safetensors {}: tensor {} has data_offsets [{}, {}] outside the {}-byte buffer", path, name,
+            e.begin, e.end, buffer_bytes);
+  uint64_t bytes = dtype_size(e.dtype);
+  for (int64_t d : e.shape) {
+    NDT_CHECK(d >= 0 && !__builtin_mul_overflow(bytes, static_cast<uint64_t>(d), &bytes),
+              "safetensors {}: tensor {} has an invalid shape {}", path, name, shape_str(e.shape));
+  }
+  NDT_CHECK(bytes == e.end - e.begin,
+            "safetensors {}: tensor {} of dtype {} and shape {} needs {} bytes but its data_offsets "
+            "[{}, {}] hold {}",
+            path, name, dtype, shape_str(e.shape), bytes, e.begin, e.end, e.end - e.begin);
+  return e;
+}
+
+std::map<std::string, std::string> parse_metadata(const json& j, const std::string& path) {
+  NDT_CHECK(j.is_object(), "safetensors {}: __metadata__ is not a JSON object", path);
+  std::map<std::string, std::string> metadata;
+  for (const auto& [key, value] : j.items()) {
+    NDT_CHECK(value.is_string(), "safetensors {}: __metadata__ value of {} is not a string", path, key);
+    metadata[key] = value.get<std::string>();
+  }
+  return metadata;
+}
+
+}  // namespace
+
+SafetensorsFile read_safetensors(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  NDT_CHECK(in && !std::filesystem::is_directory(path), "cannot open safetensors {}: {}", path,
+            std::strerror(errno));
+  const uint64_t file_bytes = std::filesystem::file_size(path);
+  uint64_t header_bytes = 0;
+  NDT_CHECK(file_bytes >= 8 && in.read(reinterpret_cast<char*>(&header_bytes), 8),
+            "safetensors {} is truncated: {} bytes, shorter than the 8-byte header length", path, file_bytes);
+  NDT_CHECK(header_bytes <= file_bytes - 8,
+            "safetensors {}: header length {} goes beyond the end of the {}-byte file", path, header_bytes,
+            file_bytes);
+  std::string text(header_bytes, '\0');
+  NDT_CHECK(in.read(text.data(), static_cast<std::streamsize>(header_bytes)),
+            "safetensors {}: reading the header failed", path);
+  json header;
+  try {
+    header = json::parse(text);
+  } catch (const json::exception& ex) {
+    fail("safetensors {}: header is not valid JSON: {}", path, ex.what());
+  }
+  NDT_CHECK(header.is_object(), "safetensors {}: header is not a JSON object", path);
+
+  const uint64_t buffer_start = 8 + header_bytes, buffer_bytes = file_bytes - buffer_start;
+  SafetensorsFile file;
+  std::vector<Entry> entries;
+  for (const auto& [key, value] : header.items()) {
+    if (key == "__metadata__") {
+      file.metadata = parse_metadata(value, path);
+    } else {
+      entries.push_back(parse_entry(key, value, buffer_bytes, path));
+    }
+  }
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    return std::tie(a.begin, a.end) < std::tie(b.begin, b.end);
+  });
+  for (size_t i = 1; i < entries.size(); ++i) {
+    const Entry &a = entries[i - 1], &b = entries[i];
+    NDT_CHECK(b.begin >= a.end, "safetensors {}: tensors {} [{}, {}) and {} [{}, {}) overlap", path, a.name,
+              a.begin, a.end, b.name, b.begin, b.end);
+  }
+  for (const Entry& e : entries) {
+    SafetensorsTensor& t = file.tensors[e.name];
+    t.shape = e.shape;
+    t.values.resize(static_cast<size_t>(shape_numel(e.shape)));
+    std::vector<char> raw(e.dtype == DType::f32 ? 0 : e.end - e.begin);
+    char* dst = e.dtype == DType::f32 ? reinterpret_cast<char*>(t.values.data()) : raw.data();
+    in.seekg(static_cast<std::streamoff>(buffer_start + e.begin));
+    NDT_CHECK(in.read(dst, static_cast<std::streamsize>(e.end - e.begin)),
+              "safetensors {}: reading tensor {} failed", path, e.name);
+    if (e.dtype != DType::f32) convert(raw.data(), e.dtype, t.values.data(), DType::f32, t.values.size());
+  }
+  return file;
+}
+
+void write_safetensors(const std::string& path, const SafetensorsFile& file) {
+  json header = json::object();
+  if (!file.metadata.empty()) header["__metadata__"] = file.metadata;
+  uint64_t offset = 0;
+  for (const auto& [name, t] : file.tensors) {
+    NDT_CHECK(name != "__metadata__", "safetensors {}: a tensor cannot be named __metadata__", path);
+    NDT_CHECK(t.values.size() == static_cast<size_t>(shape_numel(t.shape)),
+              "safetensors {}: tensor {} has {} values for shape {}", path, name, t.values.size(),
+              shape_str(t.shape));
+    const uint64_t bytes = t.values.size() * sizeof(float);
+    header[name] = {
+        {"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", json::array({offset, offset + bytes})}};
+    offset += bytes;
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  const uint64_t header_bytes = text.size();
+
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  NDT_CHECK(out, "cannot open safetensors {} for writing: {}", path, std::strerror(errno));
+  out.write(reinterpret_cast<const char*>(&header_bytes), 8);
+  out.write(text.data(), static_cast<std::streamsize>(text.size()));
+  for (const auto& [name, t] : file.tensors) {
+    out.write(reinterpret_cast<const char*>(t.values.data()),
+              static_cast<std::streamsize>(t.values.size() * sizeof(float)));
+  }
+  out.close();
+  NDT_CHECK(out, "writing safetensors {} failed: {}", path, std::strerror(errno));
+}
+
+}  // namespace ndt

@@ -1,0 +1,233 @@
+// ndtrain checkpoints as a model format: write_model_checkpoint / read_model_checkpoint
+// round trips (also from a training-style checkpoint split over ranks, with optimizer
+// moments), resolve_checkpoint, and the built `ndtrain convert` and `ndtrain generate`
+// run as a user would: a chain of conversions through every format, sampling, errors.
+#include "../common/errors.h"
+#include "../common/temp_dir.h"
+#include "checkpoint/commit.h"
+#include "checkpoint/directory.h"
+#include "checkpoint/reader.h"
+#include "checkpoint/writer.h"
+#include "interchange/hf_names.h"
+#include "interchange/safetensors.h"
+#include "support.h"
+#include "train/model_checkpoint.h"
+
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+namespace ndt {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::expect_error;
+using testing::TempDir;
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string output;
+};
+
+// Runs the built ndtrain with `args`; `output` is its stdout, with stderr too if asked.
+CommandResult ndtrain(const std::string& args, bool with_stderr = true) {
+  const std::string command =
+      std::string(NDT_BINARY_DIR) + "/ndtrain " + args + (with_stderr ? " 2>&1" : " 2>/dev/null");
+  CommandResult r;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  char buffer[4096];
+  size_t n;
+  while ((n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) r.output.append(buffer, n);
+  const int status = ::pclose(pipe);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+  return r;
+}
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+TEST(ModelCheckpoint, RoundTripIsBitExact) {
+  for (const ModelConfig& config :
+       {ModelConfig::preset("gpt2-tiny"), ModelConfig::preset("llama-tiny"), testing::llama_qk_norm()}) {
+    TempDir dir;
+    const ModelState state = testing::perturbed_state(config);
+    write_model_checkpoint(state, dir.path() / "model", 42);
+    testing::expect_same_state(read_model_checkpoint(dir.path() / "model"), state);
+    const nlohmann::json saved = ckpt::CheckpointReader(dir.path() / "model").state();
+    EXPECT_EQ(saved["kind"], "model");
+    EXPECT_EQ(saved["step"], 42);
+    EXPECT_FALSE(fs::exists(dir.file("model.tmp")));
+  }
+}
+
+TEST(ModelCheckpoint, WriteRefusesAnExistingDirectory) {
+  TempDir dir;
+  const ModelState state = testing::perturbed_state(ModelConfig::preset("gpt2-tiny"));
+  fs::create_directories(dir.path() / "model");
+  expect_error([&] { write_model_checkpoint(state, dir.path() / "model"); }, {dir.file("model"), "already exists"});
+}
+
+// A checkpoint as the trainer writes it: each parameter's rows split over two ranks,
+// AdamW moments beside them, kind "training".
+TEST(ModelCheckpoint, ReadsTheParametersOfATrainingCheckpoint) {
+  TempDir root;
+  const ModelState state = testing::perturbed_state(ModelConfig::preset("llama-tiny"));
+  const fs::path tmp = ckpt::make_tmp_checkpoint_dir(root.path(), 7);
+  for (int rank = 0; rank < 2; ++rank) {
+    std::vector<ckpt::TensorBlock> blocks;
+    for (const ParameterSpec& spec : model_parameter_specs(state.config)) {
+      const int64_t rows = spec.logical_shape[0], half = rows / 2;
+      const int64_t row_size = shape_numel(spec.logical_shape) / rows;
+      Shape offset(spec.logical_shape.size(), 0), shape = spec.logical_shape;
+      offset[0] = rank == 0 ? 0 : half;
+      shape[0] = rank == 0 ? half : rows - half;
+      const float* first = state.tensors.at(spec.name).data() + offset[0] * row_size;
+      std::vector<float> part(first, first + shape[0] * row_size);
+      for (const char* moment : {"optim.exp_avg.", "optim.exp_avg_sq."}) {
+        blocks.push_back({moment + spec.name, spec.logical_shape, offset, shape, part});
+      }
+      blocks.push_back({spec.name, spec.logical_shape, offset, shape, std::move(part)});
+    }
+    ckpt::write_rank_file(tmp, rank, blocks);
+  }
+  const fs::path dir = root.path() / ckpt::checkpoint_dir_name(7);
+  ckpt::commit_checkpoint(tmp, dir, 2,
+                          {{"kind", "training"}, {"step", 7}, {"model", config_fields(state.config)}});
+  testing::expect_same_state(read_model_checkpoint(dir), state);
+}
+
+TEST(ModelCheckpoint, ReadErrorsNameTheDirectoryAndWhatIsMissing) {
+  TempDir root;
+  const ModelState state = testing::perturbed_state(ModelConfig::preset("gpt2-tiny"));
+  expect_error([&] { read_model_checkpoint(root.path() / "absent"); }, {"absent", "metadata.json"});
+
+  fs::path tmp = ckpt::make_tmp_checkpoint_dir(root.path(), 1);
+  ckpt::write_rank_file(tmp, 0, {{"w", {2}, {0}, {2}, {1, 2}}});
+  ckpt::commit_checkpoint(tmp, root.path() / "no_config", 1, {{"step", 1}});
+  expect_error([&] { read_model_checkpoint(root.path() / "no_config"); },
+               {root.file("no_config"), "no model config"});
+
+  tmp = ckpt::make_tmp_checkpoint_dir(root.path(), 2);
+  ckpt::write_rank_file(tmp, 0, {{"lnf.weight", {128}, {0}, {128}, state.tensors.at("lnf.weight")}});
+  ckpt::commit_checkpoint(tmp, root.path() / "partial", 1, {{"model", config_fields(state.config)}});
+  expect_error([&] { read_model_checkpoint(root.path() / "partial"); },
+               {root.file("partial"), "lacks parameter wte.weight"});
+}
+
+TEST(ResolveCheckpoint, FindsTheDirectoryTheLatestStepOrARunsCheckpoints) {
+  TempDir run;
+  const ModelState state = testing::perturbed_state(ModelConfig::preset("gpt2-tiny"));
+  const fs::path root = run.path() / "checkpoints";
+  write_model_checkpoint(state, root / ckpt::checkpoint_dir_name(10), 10);
+  write_model_checkpoint(state, root / ckpt::checkpoint_dir_name(20), 20);
+  fs::create_directories(root / (ckpt::checkpoint_dir_name(30) + ".tmp"));  // a crashed save
+  const fs::path latest = root / ckpt::checkpoint_dir_name(20);
+
+  EXPECT_EQ(resolve_checkpoint((root / ckpt::checkpoint_dir_name(10)).string()),
+            root / ckpt::checkpoint_dir_name(10));
+  EXPECT_EQ(resolve_checkpoint(root.string()), latest);
+  EXPECT_EQ(resolve_checkpoint(run.path().string()), latest);
+  expect_error([&] { resolve_checkpoint(run.file("nowhere")); }, {run.file("nowhere"), "does not exist"});
+  fs::create_directories(run.path() / "empty");
+  expect_error([&] { resolve_checkpoint(run.file("empty")); }, {run.file("empty"), "no checkpoint"});
+}
+
+TEST(ConvertCommand, ChainThroughEveryFormatIsBitExact) {
+  TempDir dir;
+  const ModelState state = testing::perturbed_state(ModelConfig::preset("gpt2-tiny"));
+  write_model_checkpoint(state, dir.path() / "run" / "checkpoints" / ckpt::checkpoint_dir_name(5), 5);
+  const std::vector<std::pair<std::string, std::string>> steps = {
+      {dir.file("run"), dir.file("model.safetensors")},
+      {dir.file("model.safetensors"), dir.file("from_hf")},
+      {dir.file("from_hf"), dir.file("model.bin")},
+      {dir.file("model.bin"), dir.file("from_llmc")}};
+  for (const auto& [from, to] : steps) {
+    const CommandResult r = ndtrain("convert --from " + from + " --to " + to);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_TRUE(contains(r.output, "gpt2, 4 layers, d_model 128")) << r.output;
+    EXPECT_TRUE(contains(r.output, std::to_string(state.tensors.size()) + " tensors")) << r.output;
+    EXPECT_TRUE(contains(r.output, "MB/s")) << r.output;
+  }
+  testing::expect_same_state(read_model_checkpoint(dir.path() / "from_llmc"), state);
+}
+
+// A Hugging Face file from elsewhere has no ndtrain config: --n-head completes it.
+TEST(ConvertCommand, NHeadCompletesTheConfigOfForeignSafetensors) {
+  TempDir dir;
+  const ModelState state = testing::perturbed_state(ModelConfig::preset("gpt2-tiny"));
+  save_safetensors_hf(state, dir.file("ndtrain.safetensors"));
+  SafetensorsFile file = read_safetensors(dir.file("ndtrain.safetensors"));
+  file.metadata = {{"format", "pt"}};
+  write_safetensors(dir.file("foreign.safetensors"), file);
+
+  const std::string convert = "convert --from " + dir.file("foreign.safetensors") + " --to " + dir.file("model");
+  const CommandResult without = ndtrain(convert);
+  EXPECT_EQ(without.exit_code, 1);
+  EXPECT_TRUE(contains(without.output, "n_head cannot be inferred")) << without.output;
+  const CommandResult with = ndtrain(convert + " --n-head 4");
+  ASSERT_EQ(with.exit_code, 0) << with.output;
+  testing::expect_same_state(read_model_checkpoint(dir.path() / "model"), state);
+}
+
+TEST(ConvertCommand, ErrorsExitNonZeroNamingThePath) {
+  TempDir dir;
+  CommandResult r = ndtrain("convert --from " + dir.file("missing") + " --to " + dir.file("out.safetensors"));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(contains(r.output, "ndtrain: error: checkpoint path " + dir.file("missing") + " does not exist"))
+      << r.output;
+  EXPECT_FALSE(fs::exists(dir.file("out.safetensors")));
+
+  testing::write_bytes(dir.file("taken.bin"), "x");
+  r = ndtrain("convert --from " + dir.file("missing") + " --to " + dir.file("taken.bin"));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(contains(r.output, dir.file("taken.bin") + " already exists")) << r.output;
+}
+
+TEST(GenerateCommand, PrintsThePromptAndTheSameContinuationForASeed) {
+  TempDir dir;
+  write_model_checkpoint(testing::perturbed_state(ModelConfig::preset("gpt2-tiny")), dir.path() / "model");
+  const std::string args = "generate --checkpoint " + dir.file("model") + " --prompt 'Hello' --tokens 20 --seed ";
+  const CommandResult first = ndtrain(args + "1", false), again = ndtrain(args + "1", false);
+  const CommandResult other = ndtrain(args + "2", false);
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  EXPECT_EQ(first.output.size(), 5u + 20u + 1u) << first.output;
+  EXPECT_EQ(first.output.substr(0, 5), "Hello");
+  EXPECT_EQ(first.output.back(), '\n');
+  EXPECT_EQ(again.output, first.output);
+  EXPECT_NE(other.output, first.output);
+
+  const CommandResult raw =
+      ndtrain("generate --checkpoint " + dir.file("model") + " --raw-tokens --prompt '72, 105' --tokens 3");
+  ASSERT_EQ(raw.exit_code, 0) << raw.output;
+  EXPECT_EQ(raw.output.substr(0, 7), "72,105,");
+  EXPECT_EQ(std::count(raw.output.begin(), raw.output.end(), ','), 4) << raw.output;
+}
+
+TEST(GenerateCommand, ErrorsExitNonZero) {
+  TempDir dir;
+  CommandResult r = ndtrain("generate --checkpoint " + dir.file("missing") + " --prompt hi");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(contains(r.output, "checkpoint path " + dir.file("missing") + " does not exist")) << r.output;
+
+  r = ndtrain("generate --checkpoint " + dir.path().string() + " --prompt hi");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(contains(r.output, "no checkpoint at " + dir.path().string())) << r.output;
+
+  ModelConfig config = ModelConfig::preset("llama-tiny");
+  config.vocab_size = 300;
+  write_model_checkpoint(testing::perturbed_state(config), dir.path() / "model");
+  r = ndtrain("generate --checkpoint " + dir.file("model") + " --prompt hi");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(contains(r.output, "vocab_size 300")) << r.output;
+  EXPECT_TRUE(contains(r.output, "--raw-tokens")) << r.output;
+  r = ndtrain("generate --checkpoint " + dir.file("model") + " --raw-tokens --prompt '1,299,300' --tokens 2");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(contains(r.output, "'300' is not a token id in [0, 300)")) << r.output;
+}
+
+}  // namespace
+}  // namespace ndt
