@@ -3,7 +3,9 @@
 // count, and the memory the ledger predicted against what the process used.
 // Under mpirun with several ranks it runs data parallelism (the global batch split
 // over the ranks) and also measures how much of the gradient all-reduce backward
-// hides: steps with and without communication, and the all-reduces alone.
+// hides: steps with and without communication, and the all-reduces alone. With --tp
+// the ranks form tensor-parallel groups (the rest data parallel), and the time spent
+// in tp collectives is reported.
 #include "apps/ndtrain/commands.h"
 #include "comm/device_mesh.h"
 #include "comm/mpi_communicator.h"
@@ -45,40 +47,48 @@ int run_bench_train(const TrainBenchOptions& o) {
   NDT_CHECK(o.steps > 0, "--steps {} must be positive", o.steps);
   std::unique_ptr<Communicator> world = launched_by_mpi() ? mpi_world() : nullptr;
   const int ranks = world ? world->size() : 1, rank = world ? world->rank() : 0;
-  NDT_CHECK(o.batch % ranks == 0, "--batch {} is not a multiple of the {} ranks", o.batch, ranks);
+  NDT_CHECK(o.tp >= 1 && ranks % o.tp == 0, "--tp {} does not divide the {} ranks", o.tp, ranks);
+  const int dp = ranks / o.tp;
+  NDT_CHECK(o.batch % dp == 0, "--batch {} is not a multiple of the {} data-parallel ranks", o.batch, dp);
   NDT_CHECK(o.zero_stage == 0 || world, "--zero-stage {} needs mpirun", o.zero_stage);
   std::unique_ptr<DeviceMesh> mesh;
   if (world) {
-    mesh = std::make_unique<DeviceMesh>(*world, o.zero_stage > 0 ? MeshShape{1, 1, ranks, 1, 1}
-                                                                 : MeshShape{1, ranks, 1, 1, 1});
+    mesh = std::make_unique<DeviceMesh>(*world, o.zero_stage > 0 ? MeshShape{1, 1, dp, 1, o.tp}
+                                                                 : MeshShape{1, dp, 1, 1, o.tp});
   }
   auto print = [rank](const std::string& text) {
     if (rank == 0) fmt::print("{}", text), std::fflush(stdout);
   };
 
   cpu::set_num_threads(o.threads);
-  const ModelConfig config = ModelConfig::preset(o.preset);
-  const int B = o.batch / ranks, T = o.seq_len, N = B * T;
+  ModelConfig config = ModelConfig::preset(o.preset);
+  if (o.vocab > 0) config.vocab_size = o.vocab;
+  const int B = o.batch / dp, T = o.seq_len, N = B * T;
   const size_t rss_before = process_current_rss_bytes();
 
-  Transformer model(config, 1, 256, /*materialize_parameters=*/o.zero_stage != 3);
+  const TensorParallel tp = mesh ? TensorParallel{&mesh->axis("tp"), o.sequence_parallel} : TensorParallel{};
+  validate_tensor_parallel(config, o.tp, o.sequence_parallel, T);
+  Transformer model(config, 1, 256, /*materialize_parameters=*/o.zero_stage != 3, tp);
   DataParallelOptions options;
   options.zero_stage = o.zero_stage;
   options.prefetch = o.prefetch;
+  options.tp = tp;
   std::unique_ptr<GradientSync> sync = make_gradient_sync(model.store(), mesh.get(), options);
   model.set_hooks(sync.get());
   auto* fsdp = dynamic_cast<FullyShardedDataParallel*>(sync.get());
   std::vector<int32_t> tokens(static_cast<size_t>(N) + 1);
   for (size_t i = 0; i < tokens.size(); ++i) {
-    tokens[i] = static_cast<int32_t>(philox(7, hash_name("bench"), i + static_cast<size_t>(rank) * N)[0] %
-                                     config.vocab_size);
+    const size_t dp_rank = mesh ? static_cast<size_t>(mesh->coord("dp")) : 0;  // tp peers share tokens
+    tokens[i] = static_cast<int32_t>(philox(7, hash_name("bench"), i + dp_rank * N)[0] % config.vocab_size);
   }
-  print(fmt::format("bench train: {} ({:.2f}M parameters), B={} T={}, {} rank{} x {} thread{}{}\n", o.preset,
-                    model.store().numel() / 1e6, o.batch, T, ranks, ranks == 1 ? "" : "s", o.threads,
-                    o.threads == 1 ? "" : "s",
-                    o.zero_stage == 0 ? std::string(ranks > 1 ? ", DDP" : "")
+  print(fmt::format("bench train: {} ({:.2f}M parameters, vocab {}), B={} T={}, {} rank{} x {} thread{}{}{}\n",
+                    o.preset, count_parameters(config) / 1e6, config.vocab_size, o.batch, T, ranks,
+                    ranks == 1 ? "" : "s", o.threads, o.threads == 1 ? "" : "s",
+                    o.zero_stage == 0 ? std::string(dp > 1 ? ", DDP" : "")
                                       : fmt::format(", ZeRO stage {}{}", o.zero_stage,
-                                                    o.zero_stage == 3 && !o.prefetch ? " without prefetch" : "")));
+                                                    o.zero_stage == 3 && !o.prefetch ? " without prefetch" : ""),
+                    o.tp > 1 ? fmt::format(", tp={}{}", o.tp, o.sequence_parallel ? " with sequence parallel" : "")
+                             : ""));
 
   auto train_step = [&](bool communicate) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -91,15 +101,18 @@ int run_bench_train(const TrainBenchOptions& o) {
     return seconds_since(t0);
   };
 
-  std::vector<double> seconds, gather_waits;
+  // Seconds spent in tp collectives so far (blocking calls: the whole call).
+  auto tp_seconds = [&] { return mesh ? mesh->axis("tp").stats().total_wait_seconds() : 0.0; };
+  std::vector<double> seconds, gather_waits, tp_waits;
   for (int s = 0; s <= o.steps; ++s) {
-    const double waited = fsdp ? fsdp->gather_wait_seconds() : 0;
+    const double waited = fsdp ? fsdp->gather_wait_seconds() : 0, tp_before = tp_seconds();
     const double dt = train_step(true);
-    const double gather_wait = fsdp ? fsdp->gather_wait_seconds() - waited : 0;
-    print(fmt::format("  step {}: {:.3f} s{}{}\n", s, dt,
+    const double gather_wait = fsdp ? fsdp->gather_wait_seconds() - waited : 0, tp_wait = tp_seconds() - tp_before;
+    print(fmt::format("  step {}: {:.3f} s{}{}{}\n", s, dt,
                       fsdp ? fmt::format(" (all-gather wait {:.3f} s)", gather_wait) : "",
+                      o.tp > 1 ? fmt::format(" (tp collectives {:.3f} s)", tp_wait) : "",
                       s == 0 ? " (warm-up, not counted)" : ""));
-    if (s > 0) seconds.push_back(dt), gather_waits.push_back(gather_wait);
+    if (s > 0) seconds.push_back(dt), gather_waits.push_back(gather_wait), tp_waits.push_back(tp_wait);
   }
   const double step_s = median(seconds);
   const double tokens_per_s = o.batch * T / step_s;
@@ -108,10 +121,10 @@ int run_bench_train(const TrainBenchOptions& o) {
   // The MLP's first matmul: [N, C] x [C, 4C], the model's most common GEMM shape.
   const double sgemm = measure_sgemm_flops(N, config.d_ff, config.d_model);
   const double peak = measure_fma_peak(o.threads);
-  const ModelStateBytes states = predict_model_states(model_parameter_specs(config), mesh ? mesh->size("dp_shard") : 1,
-                                                      o.zero_stage);
+  const ModelStateBytes states = predict_model_states(local_parameter_specs(model_parameter_specs(config), o.tp),
+                                                      mesh ? mesh->size("dp_shard") : 1, o.zero_stage);
   const double predicted_total =
-      static_cast<double>(states.total() + Transformer::predict_activation_bytes(config, B, T, 256));
+      static_cast<double>(states.total() + Transformer::predict_activation_bytes(config, B, T, 256, tp.layout()));
   const MemoryLedger& ledger = MemoryLedger::instance();
   const double rss_used = static_cast<double>(process_peak_rss_bytes()) - rss_before;
   const double gib = 1024.0 * 1024.0 * 1024.0;
@@ -134,8 +147,16 @@ int run_bench_train(const TrainBenchOptions& o) {
   }
   print(fmt::format("  ledger peak by tag (GiB, each tag's own peak):{}\n", by_tag));
   if (o.zero_stage == 3) print(fmt::format("  FSDP: median all-gather wait per step {:.3f} s\n", median(gather_waits)));
+  if (o.tp > 1) {
+    const CommStats& stats = mesh->axis("tp").stats();
+    print(fmt::format("  tensor parallel: median {:.3f} s per step in tp collectives ({:.1f}% of the step); over the "
+                      "run {} all-reduces, {} all-gathers, {} reduce-scatters, {:.1f} MiB sent per rank\n",
+                      median(tp_waits), 100.0 * median(tp_waits) / step_s, stats[CommOp::all_reduce].calls,
+                      stats[CommOp::all_gather].calls, stats[CommOp::reduce_scatter].calls,
+                      stats.total_wire_bytes() / double(1 << 20)));
+  }
 
-  if (ranks > 1 && o.zero_stage == 0) {
+  if (dp > 1 && o.tp == 1 && o.zero_stage == 0) {
     // The same steps without communication, then the bucketed all-reduces alone.
     std::vector<double> local, comm_only;
     for (int s = 0; s < o.steps; ++s) local.push_back(train_step(false));

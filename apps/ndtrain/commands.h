@@ -2,6 +2,8 @@
 // ndt::Error for bad input (caught and printed once in main).
 #pragma once
 
+#include "train/generate.h"
+
 #include <cstddef>
 #include <string>
 #include <vector>
@@ -22,8 +24,11 @@ struct TrainBenchOptions {
   int seq_len = 256;
   int threads = 1;
   int steps = 3;
-  int zero_stage = 0;  // under mpirun: 0 DDP, 1-2 ZeRO, 3 FSDP (all ranks on dp_shard)
+  int zero_stage = 0;  // under mpirun: 0 DDP, 1-2 ZeRO, 3 FSDP (all data-parallel ranks on dp_shard)
   bool prefetch = true;
+  int tp = 1;          // under mpirun: tensor-parallel group size (the other ranks: data parallel)
+  bool sequence_parallel = false;
+  int vocab = 0;       // 0: the preset's vocabulary
 };
 int run_bench_train(const TrainBenchOptions& options);
 
@@ -46,5 +51,21 @@ struct OverlapBenchOptions {
   double compute_ms = 0;    // compute loop length; 0: as long as the iall_reduce alone
 };
 int run_bench_overlap(const OverlapBenchOptions& options);
+
+// `ndtrain convert` (apps/ndtrain/convert.cpp): a whole model from one format to another.
+struct ConvertOptions {
+  std::string from, to;  // *.safetensors, *.bin (llm.c) or a checkpoint directory
+  int n_head = 0;        // config hint for safetensors without ndtrain metadata; 0: none
+};
+int run_convert(const ConvertOptions& options);
+
+// `ndtrain generate` (apps/ndtrain/generate.cpp): sampling from a checkpoint's model.
+struct GenerateOptions {
+  std::string checkpoint;  // a checkpoint, a folder of step-* checkpoints or a run folder
+  std::string prompt;      // text, or with raw_tokens comma-separated token ids
+  SampleOptions sample;
+  bool raw_tokens = false;
+};
+int run_generate(const GenerateOptions& options);
 
 }  // namespace ndt

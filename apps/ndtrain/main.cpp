@@ -1,10 +1,14 @@
 // ndtrain: distributed training of transformer language models.
-//   ndtrain train CONFIG [--set section.key=value ...]
+//   ndtrain train CONFIG [--set section.key=value ...] [--resume [DIR|latest]]
 //   ndtrain prepare INPUT... --out DIR [--val-fraction F]
 //   ndtrain bench train [--preset NAME] [--batch B] [--seq T] [--threads N] [--steps S] [--zero-stage Z]
+//                       [--tp N] [--sequence-parallel] [--vocab V]
 //   mpirun -np N ndtrain bench comm [--max-bytes B] [--iters I] [--async]
 //   mpirun -np N ndtrain bench overlap [--bytes B] [--poll-ms MS]
 //   ndtrain config
+//   ndtrain convert --from SRC --to DST [--n-head N]
+//   ndtrain generate --checkpoint PATH --prompt TEXT [--tokens N] [--temperature T] [--top-k K] [--seed S]
+//                    [--raw-tokens]
 #include "apps/ndtrain/commands.h"
 #include "comm/mpi_runtime.h"
 #include "core/error.h"
@@ -44,6 +48,11 @@ int main(int argc, char** argv) {
   auto* train = app.add_subcommand("train", "Train a model described by a TOML config");
   train->add_option("config", config_path, "Config file (see `ndtrain config` for every key)")->required();
   train->add_option("--set", overrides, "Override a config key: section.key=value (repeatable)");
+  std::string resume;
+  train->add_option("--resume", resume,
+                    "Resume from a checkpoint directory, or \"latest\" (the newest under checkpoint.dir); any mesh")
+      ->expected(0, 1)
+      ->default_str("latest");
 
   std::vector<std::string> inputs;
   std::string out_dir;
@@ -68,6 +77,10 @@ int main(int argc, char** argv) {
   bench_train->add_option("--zero-stage", bench_options.zero_stage,
                           "Under mpirun: 0 DDP, 1-2 ZeRO, 3 FSDP (every rank on dp_shard)");
   bench_train->add_flag("!--no-prefetch", bench_options.prefetch, "FSDP: do not prefetch the next block's all-gather");
+  bench_train->add_option("--tp", bench_options.tp, "Under mpirun: tensor-parallel ranks per group");
+  bench_train->add_flag("--sequence-parallel", bench_options.sequence_parallel, "With --tp: sequence parallel");
+  bench_train->add_option("--vocab", bench_options.vocab,
+                          "Override the preset's vocabulary size (gpt2's 50257 does not split over tp; 50304 does)");
 
   // bench comm / bench overlap (apps/ndtrain/bench_comm.cpp)
   ndt::CommBenchOptions comm_bench;
@@ -85,18 +98,45 @@ int main(int argc, char** argv) {
   bench_overlap->add_option("--poll-ms", overlap_bench.poll_ms, "test() interval for polling");
   bench_overlap->add_option("--compute-ms", overlap_bench.compute_ms, "Compute length (0: the all-reduce's)");
 
+  ndt::ConvertOptions convert_options;
+  auto* convert = app.add_subcommand("convert", "Convert a model between safetensors, llm.c and checkpoints");
+  convert->add_option("--from", convert_options.from,
+                      "*.safetensors, *.bin (llm.c), a checkpoint, a folder of step-* checkpoints or a run folder")
+      ->required();
+  convert->add_option("--to", convert_options.to, "*.safetensors, *.bin (llm.c) or a new checkpoint directory")
+      ->required();
+  convert->add_option("--n-head", convert_options.n_head, "Heads, for safetensors without ndtrain metadata");
+
+  ndt::GenerateOptions generate_options;
+  auto* generate = app.add_subcommand("generate", "Sample a continuation of a prompt from a checkpoint");
+  generate->add_option("--checkpoint", generate_options.checkpoint,
+                       "A checkpoint, a folder of step-* checkpoints or a run folder (latest)")
+      ->required();
+  generate->add_option("--prompt", generate_options.prompt, "Text (or token ids with --raw-tokens)")->required();
+  generate->add_option("--tokens", generate_options.sample.tokens, "Tokens to generate");
+  generate->add_option("--temperature", generate_options.sample.temperature, "Sampling temperature (0: greedy)");
+  generate->add_option("--top-k", generate_options.sample.top_k, "Sample among the k likeliest (0: all)");
+  generate->add_option("--seed", generate_options.sample.seed, "Sampling seed");
+  generate->add_flag("--raw-tokens", generate_options.raw_tokens,
+                     "Prompt and output as comma-separated token ids (any vocabulary)");
+
   CLI11_PARSE(app, argc, argv);
   // Under mpirun/srun MPI lives for the whole process, outside the try: an error is
   // reported and aborts the job before any MPI_Finalize could wait on other ranks.
   std::optional<ndt::MpiRuntime> mpi;
   if (ndt::launched_by_mpi()) mpi.emplace();
   try {
-    if (*train) return ndt::run_train(config_path, overrides);
+    if (*train) {
+      if (train->count("--resume") > 0) overrides.push_back("checkpoint.resume=" + (resume.empty() ? "latest" : resume));
+      return ndt::run_train(config_path, overrides);
+    }
     if (*prepare) return ndt::run_prepare(inputs, out_dir, val_fraction);
     if (*config) return ndt::run_config_doc();
     if (*bench_train) return ndt::run_bench_train(bench_options);
     if (*bench_comm) return ndt::run_bench_comm(comm_bench);
     if (*bench_overlap) return ndt::run_bench_overlap(overlap_bench);
+    if (*convert) return ndt::run_convert(convert_options);
+    if (*generate) return ndt::run_generate(generate_options);
   } catch (const ndt::Error& e) {
     return fail_job(1, "error", e.what());
   } catch (const std::exception& e) {

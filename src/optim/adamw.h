@@ -23,6 +23,10 @@ class AdamW {
   // One update with learning rate lr; gradients are multiplied by grad_scale first.
   void step(float lr, float grad_scale);
   int64_t steps_taken() const { return t_; }
+  // The moments, laid out like the parameter arena (checkpoints read and write them).
+  float* exp_avg() { return m_.data<float>(); }
+  float* exp_avg_sq() { return v_.data<float>(); }
+  void set_steps_taken(int64_t t) { t_ = t; }
 
  private:
   ParameterStore& store_;

@@ -11,6 +11,7 @@ void LrSchedule::validate() const {
   NDT_CHECK(min_lr_ratio >= 0 && min_lr_ratio <= 1, "optim.min_lr_ratio = {} must be in [0, 1]",
             min_lr_ratio);
   NDT_CHECK(warmup_steps >= 0, "optim.warmup_steps = {} must not be negative", warmup_steps);
+  NDT_CHECK(decay_steps >= 0, "optim.decay_steps = {} must not be negative", decay_steps);
 }
 
 float LrSchedule::at(int64_t step) const {

@@ -61,6 +61,18 @@ double DataParallel::grad_norm() {
 
 void DataParallel::step(float lr, float grad_scale) { optimizer_.step(lr, grad_scale); }
 
+std::vector<StateSlice> DataParallel::layout_state_slices() {
+  const bool saved = dp_ == nullptr || dp_->rank() == 0;  // replicated over dp: rank 0 writes
+  std::vector<StateSlice> slices;
+  for (const Parameter& p : store_.params()) {
+    const int64_t rows = p.local_shape[0];
+    slices.push_back({StateSlice::value, &p, 0, rows, p.data(), saved});
+    slices.push_back({StateSlice::exp_avg, &p, 0, rows, optimizer_.exp_avg() + p.arena_offset, saved});
+    slices.push_back({StateSlice::exp_avg_sq, &p, 0, rows, optimizer_.exp_avg_sq() + p.arena_offset, saved});
+  }
+  return slices;
+}
+
 std::vector<float> DataParallel::full_parameters() {
   const float* values = store_.values().data<float>();
   return {values, values + store_.numel()};

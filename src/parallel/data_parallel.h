@@ -33,6 +33,8 @@ class DataParallel : public GradientSync {
   void poll() override;
   void finish_backward() override;
   double grad_norm() override;
+  int64_t optimizer_steps() const override { return optimizer_.steps_taken(); }
+  void set_optimizer_steps(int64_t steps) override { optimizer_.set_steps_taken(steps); }
   void step(float lr, float grad_scale) override;
   size_t bucket_count() const override { return buckets_.size(); }
   void zero_grads() override { store_.zero_grads(); }
@@ -40,6 +42,9 @@ class DataParallel : public GradientSync {
   double exposed_wait_seconds() const override { return exposed_wait_seconds_; }
 
   const std::vector<GradientBucket>& buckets() const { return buckets_; }
+
+ protected:
+  std::vector<StateSlice> layout_state_slices() override;
 
  private:
   bool communicates() const { return sync_ && dp_ != nullptr && dp_->size() > 1; }

@@ -230,6 +230,26 @@ void FullyShardedDataParallel::step(float lr, float grad_scale) {
   for (const Unit& u : units_) all_gather_updated_rows(layout_, u.arena, store_.values().data<float>(), shard_comm_);
 }
 
+std::vector<StateSlice> FullyShardedDataParallel::layout_state_slices() {
+  // Stage 3: each rank its rows of parameters and moments; stage 2: whole parameters
+  // written by the first rank, moments by rows. Replicas over dp_replicate hold copies.
+  const bool first_replica = replicate_comm_.rank() == 0;
+  std::vector<StateSlice> slices;
+  const auto& params = store_.params();
+  for (size_t p = 0; p < params.size(); ++p) {
+    const ParameterShard& s = layout_.shard(p);
+    if (!shards_parameters()) {
+      slices.push_back({StateSlice::value, &params[p], 0, params[p].local_shape[0], params[p].data(),
+                        first_replica && shard_comm_.rank() == 0});
+    } else if (s.owned_numel() > 0) {
+      slices.push_back({StateSlice::value, &params[p], s.begin_row, s.end_row,
+                        param_shards_.data<float>() + s.shard_offset, first_replica});
+    }
+  }
+  optimizer_.append_moment_slices(slices, first_replica);
+  return slices;
+}
+
 std::vector<float> FullyShardedDataParallel::full_parameters() {
   if (!shards_parameters()) {
     const float* values = store_.values().data<float>();

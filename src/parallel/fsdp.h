@@ -57,9 +57,14 @@ class FullyShardedDataParallel : public GradientSync {
   size_t bucket_count() const override { return units_.size(); }
   double exposed_wait_seconds() const override { return exposed_wait_seconds_; }
   std::vector<float> full_parameters() override;
+  int64_t optimizer_steps() const override { return optimizer_.steps_taken(); }
+  void set_optimizer_steps(int64_t steps) override { optimizer_.set_steps_taken(steps); }
 
   // Seconds spent waiting for all-gathers (prefetched ones included), summed over calls.
   double gather_wait_seconds() const { return gather_wait_seconds_; }
+
+ protected:
+  std::vector<StateSlice> layout_state_slices() override;
 
  private:
   struct Unit {

@@ -16,6 +16,32 @@ void GradientSync::set_tensor_parallel(const ParameterStore& store, const Tensor
   for (const Parameter& p : store.params()) counted_.push_back(p.spec.tp_dim >= 0 || tp.rank() == 0);
 }
 
+std::string StateSlice::tensor_name() const {
+  switch (kind) {
+    case exp_avg: return "optim.exp_avg." + param->name();
+    case exp_avg_sq: return "optim.exp_avg_sq." + param->name();
+    default: return param->name();
+  }
+}
+
+Shape StateSlice::offset() const {
+  Shape o = param->local_offset;
+  o[0] += row_begin;
+  return o;
+}
+
+Shape StateSlice::shape() const {
+  Shape s = param->local_shape;
+  s[0] = row_end - row_begin;
+  return s;
+}
+
+std::vector<StateSlice> GradientSync::state_slices() {
+  std::vector<StateSlice> slices = layout_state_slices();
+  for (StateSlice& s : slices) s.saved = s.saved && (s.param->spec.tp_dim >= 0 || tp_.rank() == 0);
+  return slices;
+}
+
 double GradientSync::finish_norm(double sum_of_squares) const {
   float sum = static_cast<float>(sum_of_squares);
   tp_all_reduce(tp_, &sum, 1, ReduceOp::sum);

@@ -18,6 +18,24 @@
 
 namespace ndt {
 
+// A box of training state this rank holds, for checkpoints: rows [row_begin, row_end)
+// (dim 0) of this rank's tensor-parallel block of a parameter, as its value or one of
+// its AdamW moments, contiguous at data. saved: this rank writes it (state replicated
+// over ranks is written by one of them); every rank reads all of its slices on load.
+struct StateSlice {
+  enum Kind { value, exp_avg, exp_avg_sq };
+  Kind kind;
+  const Parameter* param;
+  int64_t row_begin, row_end;
+  float* data;
+  bool saved;
+  // The checkpoint's tensor name: the parameter's, or "optim.exp_avg.<name>" / "optim.exp_avg_sq.<name>".
+  std::string tensor_name() const;
+  // The box in the logical tensor.
+  Shape offset() const;
+  Shape shape() const;
+};
+
 class GradientSync : public ModelHooks {
  public:
   // At the start of a step: gradients (full or sharded) to zero.
@@ -43,12 +61,20 @@ class GradientSync : public ModelHooks {
   // on tp rank 0 only.
   void set_tensor_parallel(const ParameterStore& store, const TensorParallel& tp);
 
+  // Checkpoints: every slice of parameters and moments this rank holds (of state
+  // replicated over tp, tp rank 0's copy is the saved one), and AdamW's step count.
+  std::vector<StateSlice> state_slices();
+  virtual int64_t optimizer_steps() const = 0;
+  virtual void set_optimizer_steps(int64_t steps) = 0;
+
  protected:
   // One entry per parameter: whether this rank counts its gradient in the norm; null
   // when it counts every parameter (no tensor parallelism).
   const std::vector<char>* counted_in_norm() const { return tp_.active() ? &counted_ : nullptr; }
   // The global norm from this rank's counted sum of squares (already summed over dp).
   double finish_norm(double sum_of_squares) const;
+  // This layout's slices, before the tp rule of state_slices().
+  virtual std::vector<StateSlice> layout_state_slices() = 0;
 
  private:
   TensorParallel tp_;

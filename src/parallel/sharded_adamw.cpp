@@ -34,6 +34,17 @@ void ShardedAdamW::step_whole_parameters(const float* grad_shards, float lr, flo
        lr, grad_scale);
 }
 
+void ShardedAdamW::append_moment_slices(std::vector<StateSlice>& slices, bool saved) {
+  const auto& params = store_.params();
+  for (size_t p = 0; p < params.size(); ++p) {
+    const ParameterShard& s = layout_.shard(p);
+    if (s.owned_numel() == 0) continue;
+    slices.push_back({StateSlice::exp_avg, &params[p], s.begin_row, s.end_row, m_.data<float>() + s.shard_offset, saved});
+    slices.push_back({StateSlice::exp_avg_sq, &params[p], s.begin_row, s.end_row, v_.data<float>() + s.shard_offset,
+                      saved});
+  }
+}
+
 void all_gather_updated_rows(const ShardLayout& layout, const ParamSlots& slots, float* values,
                              Communicator& shard_comm) {
   const int64_t segment = layout.segment_numel(slots);

@@ -6,6 +6,7 @@
 
 #include "comm/communicator.h"
 #include "optim/adamw.h"
+#include "parallel/gradient_sync.h"
 #include "parallel/shard_layout.h"
 
 #include <functional>
@@ -22,6 +23,11 @@ class ShardedAdamW {
             float grad_scale);
   // The same on the owned rows of the store's whole parameters (stages 1 and 2).
   void step_whole_parameters(const float* grad_shards, float lr, float grad_scale);
+
+  // The owned rows of the moments, for checkpoints (saved: see StateSlice).
+  void append_moment_slices(std::vector<StateSlice>& slices, bool saved);
+  int64_t steps_taken() const { return t_; }
+  void set_steps_taken(int64_t t) { t_ = t; }
 
  private:
   const ParameterStore& store_;

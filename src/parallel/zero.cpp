@@ -84,6 +84,18 @@ void ZeroDataParallel::step(float lr, float grad_scale) {
   grad_shards_ = Tensor();  // stage 1 keeps the full gradients between steps instead
 }
 
+std::vector<StateSlice> ZeroDataParallel::layout_state_slices() {
+  // Whole parameters (replicated over dp): the first rank writes them; moments: each
+  // rank its rows (replicated over dp_replicate: its first replica writes them).
+  const bool first_replica = replicate_comm_.rank() == 0;
+  std::vector<StateSlice> slices;
+  for (const Parameter& p : store_.params()) {
+    slices.push_back({StateSlice::value, &p, 0, p.local_shape[0], p.data(), first_replica && shard_comm_.rank() == 0});
+  }
+  optimizer_.append_moment_slices(slices, first_replica);
+  return slices;
+}
+
 std::vector<float> ZeroDataParallel::full_parameters() {
   const float* values = store_.values().data<float>();
   return {values, values + store_.numel()};

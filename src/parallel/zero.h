@@ -38,6 +38,8 @@ class ZeroDataParallel : public GradientSync {
   void finish_backward() override;
   // Sums squares over this rank's shard and over dp_shard (replicas are not summed).
   double grad_norm() override;
+  int64_t optimizer_steps() const override { return optimizer_.steps_taken(); }
+  void set_optimizer_steps(int64_t steps) override { optimizer_.set_steps_taken(steps); }
   // AdamW on this rank's rows, then the all-gather of the updated parameters.
   void step(float lr, float grad_scale) override;
   size_t bucket_count() const override { return buckets_.size(); }
@@ -45,6 +47,8 @@ class ZeroDataParallel : public GradientSync {
   std::vector<float> full_parameters() override;
   double exposed_wait_seconds() const override { return exposed_wait_seconds_; }
 
+ protected:
+  std::vector<StateSlice> layout_state_slices() override;
 
  private:
   void launch(size_t bucket);

@@ -124,6 +124,7 @@ const std::vector<Field>& fields() {
 
     f.push_back(field<float>("optim.lr", NDT_REF(schedule.max_lr), "Peak learning rate, reached after warmup."));
     f.push_back(field<float>("optim.min_lr_ratio", NDT_REF(schedule.min_lr_ratio), "Cosine decay floor as a fraction of optim.lr, reached at the last step."));
+    f.push_back(field<int64_t>("optim.decay_steps", NDT_REF(schedule.decay_steps), "Step at which the cosine decay reaches its floor; 0: train.steps. Set it when a run will be resumed with more steps, so the schedule does not change."));
     f.push_back(field<int64_t>("optim.warmup_steps", NDT_REF(schedule.warmup_steps), "Steps of linear warmup from 0."));
     f.push_back(field<float>("optim.beta1", NDT_REF(adamw.beta1), "AdamW first-moment decay."));
     f.push_back(field<float>("optim.beta2", NDT_REF(adamw.beta2), "AdamW second-moment decay."));
@@ -149,6 +150,12 @@ const std::vector<Field>& fields() {
     f.push_back(field<bool>("parallel.reshard_after_forward", NDT_REF(reshard_after_forward), "ZeRO-3: free a block's gathered parameters after its forward and gather them again for its backward; false keeps them (less communication, more memory)."));
     f.push_back(field<bool>("parallel.prefetch", NDT_REF(prefetch), "ZeRO-3: start the next block's all-gather before computing the current one."));
     f.push_back(field<double>("parallel.bucket_mb", NDT_REF(bucket_mb), "Data-parallel gradient bucket size in MiB: each bucket's all-reduce starts when backward has finished its gradients."));
+    f.push_back(field<std::string>("checkpoint.dir", NDT_REF(checkpoint_dir), "Folder of the run's checkpoints (step-NNNNNNNN each); empty: <runtime.out_dir>/checkpoints (no checkpoints when both are empty)."));
+    f.push_back(field<int64_t>("checkpoint.every", NDT_REF(checkpoint_every), "Save every this many steps; 0: only at the end (checkpoint.save_on_exit)."));
+    f.push_back(field<int>("checkpoint.keep_last", NDT_REF(keep_last), "Committed checkpoints kept; older ones are removed after each save."));
+    f.push_back(field<bool>("checkpoint.async", NDT_REF(checkpoint_async), "Write periodic saves on a background thread from a host snapshot while training continues (at most one in flight)."));
+    f.push_back(field<bool>("checkpoint.save_on_exit", NDT_REF(save_on_exit), "Save at the end of the run, and when a rank receives SIGTERM (the run then stops after the step)."));
+    f.push_back(field<std::string>("checkpoint.resume", NDT_REF(resume), "Resume from this checkpoint directory, or \"latest\" (newest under checkpoint.dir); any mesh, ZeRO stage or tp size (`ndtrain train --resume`)."));
     f.push_back(field<int>("runtime.threads", NDT_REF(threads), "Compute threads of this rank (OpenMP and OpenBLAS); 0: the node's cores divided among its ranks (at least 1)."));
     f.push_back(field<double>("runtime.peak_gflops", NDT_REF(peak_gflops), "Hardware peak for MFU in GFLOP/s; 0: measure it with the built-in FMA calibration."));
     f.push_back(field<double>("runtime.comm_timeout_s", NDT_REF(comm_timeout_s), "A collective not complete after this many seconds aborts the job, naming the operation, mesh axis, size and step."));
@@ -269,6 +276,8 @@ void RunConfig::validate() const {
               key, value);
   }
   validate_tensor_parallel(model, mesh.tp, sequence_parallel, seq_len);
+  NDT_CHECK(checkpoint_every >= 0, "checkpoint.every = {} must not be negative", checkpoint_every);
+  NDT_CHECK(keep_last >= 1, "checkpoint.keep_last = {} must be at least 1", keep_last);
   NDT_CHECK(peak_gflops >= 0, "runtime.peak_gflops = {} must not be negative", peak_gflops);
 }
 

@@ -30,7 +30,7 @@ struct RunConfig {
   int64_t log_every = 1;
 
   // [optim]
-  LrSchedule schedule;
+  LrSchedule schedule{.decay_steps = 0};  // decay_steps 0: train.steps
   AdamWConfig adamw;
   float grad_clip = 1.0f;
 
@@ -51,6 +51,14 @@ struct RunConfig {
   bool reshard_after_forward = true;
   bool prefetch = true;
   bool sequence_parallel = false;  // with tp > 1: norms and residual adds split by tokens
+
+  // [checkpoint]
+  std::string checkpoint_dir;  // empty: <out_dir>/checkpoints
+  int64_t checkpoint_every = 0;  // steps between saves; 0: only at the end
+  int keep_last = 3;
+  bool checkpoint_async = true;
+  bool save_on_exit = true;  // at the end of the run and on SIGTERM
+  std::string resume;        // a checkpoint directory, or "latest"
 
   // [runtime]
   int threads = 0;  // 0: the cores of this node divided among its ranks

@@ -6,7 +6,7 @@
 
 namespace ndt {
 
-MetricsLog::MetricsLog(const std::string& path) : path_(path) {
+MetricsLog::MetricsLog(const std::string& path, bool append) : path_(path) {
   if (path.empty()) return;
   std::filesystem::path p(path);
   if (p.has_parent_path()) {
@@ -14,7 +14,7 @@ MetricsLog::MetricsLog(const std::string& path) : path_(path) {
     std::filesystem::create_directories(p.parent_path(), ec);
     NDT_CHECK(!ec, "cannot create folder \"{}\": {}", p.parent_path().string(), ec.message());
   }
-  out_.open(path, std::ios::trunc);
+  out_.open(path, append ? std::ios::app : std::ios::trunc);
   NDT_CHECK(out_.good(), "cannot open metrics file \"{}\" for writing", path);
 }
 

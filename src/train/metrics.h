@@ -12,7 +12,8 @@ namespace ndt {
 class MetricsLog {
  public:
   // Creates the folder if needed; an empty path disables the log.
-  explicit MetricsLog(const std::string& path);
+  // append: keep the records already there (a resumed run).
+  explicit MetricsLog(const std::string& path, bool append = false);
   void write(const nlohmann::json& record);
   const std::string& path() const { return path_; }
 

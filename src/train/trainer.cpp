@@ -30,7 +30,7 @@ double median(std::vector<double> v) {
 double mib(size_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
 
 RunConfig with_schedule_length(RunConfig config) {
-  config.schedule.decay_steps = config.steps;
+  if (config.schedule.decay_steps == 0) config.schedule.decay_steps = config.steps;
   return config;
 }
 
@@ -70,7 +70,7 @@ Trainer::Trainer(const RunConfig& config, DeviceMesh* mesh, std::ostream* log)
       log_(leads(mesh) ? log : nullptr),
       train_data_({config.train_data}),
       train_loader_(train_data_, config.batch_size, config.seq_len, config.seed),
-      metrics_(config.out_dir.empty() || !leads(mesh) ? "" : config.out_dir + "/metrics.jsonl") {
+      metrics_(config.out_dir.empty() || !leads(mesh) ? "" : config.out_dir + "/metrics.jsonl", !config.resume.empty()) {
   config_.validate();
   if (mesh_) {
     const MeshShape expected = config_.resolve_mesh(mesh_->world().size());
@@ -94,6 +94,7 @@ Trainer::Trainer(const RunConfig& config, DeviceMesh* mesh, std::ostream* log)
                              {config_.zero_stage, static_cast<size_t>(config_.bucket_mb * 1024 * 1024),
                               config_.reshard_after_forward, config_.prefetch, config_.adamw, tp});
   model_->set_hooks(sync_.get());
+  checkpoints_ = std::make_unique<TrainingCheckpoints>(config_, mesh_, log_);
   if (!config_.val_data.empty()) {
     val_data_ = std::make_unique<TokenDataset>(std::vector<std::string>{config_.val_data});
   }
@@ -110,6 +111,19 @@ Trainer::Trainer(const RunConfig& config, DeviceMesh* mesh, std::ostream* log)
   inputs_.resize(rows);
   targets_.resize(rows);
   if (log_) print_header();
+  if (!config_.resume.empty()) {
+    const std::filesystem::path dir = resolve_resume(config_.resume, checkpoints_->root());
+    const nlohmann::json state = load_training_checkpoint(dir, *sync_, config_, mesh_);
+    step_ = state.at("step").get<int64_t>();
+    NDT_CHECK(step_ < config_.steps, "checkpoint {} is at step {}: train.steps = {} leaves nothing to train", dir.string(),
+              step_, config_.steps);
+    if (log_) fmt::print(*log_, "resumed from {} at step {} (saved on mesh {})\n", dir.string(), step_,
+                         state.value("mesh", "?"));
+  }
+}
+
+void Trainer::save_checkpoint(bool async) {
+  checkpoints_->save(step_, *sync_, training_state(config_, step_, *sync_), async);
 }
 
 std::string Trainer::describe_sync() const {
@@ -241,8 +255,16 @@ RunSummary Trainer::run() {
   RunSummary summary;
   summary.unigram_entropy = unigram_entropy(train_data_.tokens(), train_data_.size());
   std::vector<double> rates, mfus;
+  if (checkpoints_->enabled()) install_stop_handler();
   while (step_ < config_.steps) {
     const StepStats s = step();
+    if (config_.checkpoint_every > 0 && step_ % config_.checkpoint_every == 0 && step_ < config_.steps) {
+      save_checkpoint(config_.checkpoint_async);
+    }
+    if (checkpoints_->poll()) {  // SIGTERM on some rank: save (below) and stop
+      if (log_) fmt::print(*log_, "stop requested (SIGTERM) after step {}: saving and stopping\n", step_);
+      break;
+    }
     summary.losses.push_back(s.loss);
     // The first step pays for first-touch page faults; leave it out of the medians.
     if (s.step > 0 || config_.steps == 1) rates.push_back(s.tokens_per_s), mfus.push_back(s.mfu);
@@ -255,6 +277,9 @@ RunSummary Trainer::run() {
       if (log_) fmt::print(*log_, "step {:>5}/{} | validation loss {:.4f}\n", step_, config_.steps, val);
     }
   }
+  if (summary.val_losses.empty()) summary.val_losses.emplace_back(step_, evaluate());  // stopped early
+  if (config_.save_on_exit && checkpoints_->enabled()) save_checkpoint(/*async=*/false);
+  checkpoints_->finish();
   summary.median_tokens_per_s = median(rates);
   summary.median_mfu = median(mfus);
   // Every rank samples (the same tokens): under FSDP the forward pass is collective.

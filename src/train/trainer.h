@@ -9,6 +9,7 @@
 #include "data/loader.h"
 #include "model/transformer.h"
 #include "parallel/gradient_sync.h"
+#include "train/checkpointing.h"
 #include "train/config.h"
 #include "train/flops.h"
 #include "train/metrics.h"
@@ -53,13 +54,19 @@ class Trainer {
   RunSummary run();
 
   Transformer& model() { return *model_; }
-  // Every parameter's full value in arena order (collective under FSDP).
   // Every parameter's whole (logical) value, in store order (collective over the mesh).
   std::vector<float> full_parameters() {
     const std::vector<float> local = sync_->full_parameters();
     return gather_tensor_parallel(model_->store(), local.data(), model_->tensor_parallel());
   }
   int64_t steps_done() const { return step_; }
+
+  // Checkpoints (train/checkpointing.h): save the state after the steps done so far
+  // (async: on a background thread, committed at a later step or by finish), and wait
+  // for a save in flight to be committed. Collective.
+  void save_checkpoint(bool async);
+  void finish_checkpoints() { checkpoints_->finish(); }
+  const TrainingCheckpoints& checkpoints() const { return *checkpoints_; }
 
  private:
   void print_header();
@@ -82,6 +89,7 @@ class Trainer {
   PeakFlops peak_;
   MetricsLog metrics_;
   std::unique_ptr<GradientSync> sync_;  // DDP (or one rank), or ZeRO
+  std::unique_ptr<TrainingCheckpoints> checkpoints_;
   int64_t step_ = 0;
   std::vector<int32_t> inputs_, targets_;
 };

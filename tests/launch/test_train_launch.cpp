@@ -1,8 +1,13 @@
 // The CLI under mpirun, end to end: a data-parallel run on 2 ranks trains and writes
 // its metrics; a mesh that does not match the world ends at once with an error
-// naming the sizes and a non-zero exit.
+// naming the sizes and a non-zero exit; a rank killed in the middle of an asynchronous
+// checkpoint save leaves the previous checkpoint, from which the run resumes exactly.
 #include "../common/temp_dir.h"
 #include "../train/test_support.h"
+#include "checkpoint/directory.h"
+#include "checkpoint/writer.h"
+
+#include <nlohmann/json.hpp>
 
 #include <gtest/gtest.h>
 
@@ -85,6 +90,47 @@ TEST_F(TrainLaunch, BatchThatDoesNotSplitOverRanksIsRefused) {
   EXPECT_NE(r.output.find("train.batch_size = 6 is not a multiple of train.micro_batch_size = 2 x data-parallel size 2"),
             std::string::npos)
       << r.output;
+}
+
+// The loss of `step` (1-based) in a run's metrics file (the last record of it: a
+// resumed run appends).
+double loss_at(const std::string& metrics_path, int step) {
+  std::ifstream in(metrics_path);
+  double loss = -1;
+  for (std::string line; std::getline(in, line);) {
+    const nlohmann::json record = nlohmann::json::parse(line);
+    if (record.contains("loss") && record.value("step", 0) == step) loss = record["loss"].get<double>();
+  }
+  return loss;
+}
+
+TEST_F(TrainLaunch, RankKilledDuringAsyncSaveLeavesThePreviousCheckpoint) {
+  auto args = [&](const std::string& out, int steps) {
+    return "--set runtime.out_dir=" + dir_.file(out) + " --set checkpoint.every=2 --set train.eval_every=0" +
+           " --set sample.tokens=0 --set optim.decay_steps=8 --set train.steps=" + std::to_string(steps);
+  };
+  const Result straight = run(mpirun(2, args("straight", 8)));
+  ASSERT_EQ(straight.exit_code, 0) << straight.output;
+  const Result first = run(mpirun(2, args("run", 4)));  // checkpoints at steps 2 (async) and 4 (on exit)
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  // Resumed to step 8; every rank exits 4 KiB into its data file of the save at step 6.
+  std::string crashing = mpirun(2, args("run", 8) + " --resume");
+  crashing.replace(crashing.find(" -np "), 5, " -x NDT_CHECKPOINT_ABORT_AFTER_BYTES=4096 -np ");
+  const Result crash = run(crashing);
+  EXPECT_NE(crash.exit_code, 0) << crash.output;
+  const std::filesystem::path root = dir_.file("run/checkpoints");
+  EXPECT_TRUE(std::filesystem::exists(root / "step-00000006.tmp")) << crash.output;
+  ASSERT_EQ(ckpt::latest_checkpoint(root), root / "step-00000004");
+
+  const Result resumed = run(mpirun(2, args("run", 8) + " --resume"));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resumed from " + (root / "step-00000004").string() + " at step 4"), std::string::npos)
+      << resumed.output;
+  EXPECT_EQ(ckpt::latest_checkpoint(root), root / "step-00000008");
+  EXPECT_FALSE(std::filesystem::exists(root / "step-00000006.tmp"));  // removed by the next save
+  const double expected = loss_at(dir_.file("straight/metrics.jsonl"), 8);
+  ASSERT_GT(expected, 0);
+  EXPECT_EQ(loss_at(dir_.file("run/metrics.jsonl"), 8), expected);  // bit-identical: same mesh
 }
 
 }  // namespace

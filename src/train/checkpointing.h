@@ -1,0 +1,85 @@
+// Training checkpoints: what a run saves, when, and how it resumes on any mesh.
+// A checkpoint (src/checkpoint/, docs/checkpoints.md) holds every parameter and both
+// AdamW moments as boxes of their logical tensors, so resharding is the reader's job:
+// each rank reads the boxes its own slices need (GradientSync::state_slices), whatever
+// mesh, ZeRO stage or tp size wrote them. The state JSON holds the step (which is also
+// the data loader's position and the schedule's: batches and learning rates are
+// functions of (seed, step)), AdamW's step count, the seed, the model config and the
+// run config. Saving: one rank creates <dir>/step-N.tmp, every rank snapshots its
+// saved slices (a host copy) and writes them, in the background when async; once every
+// rank is done (checked with one tiny all-reduce per step while a save is in flight),
+// rank 0 commits (metadata, then rename) and prunes to the last keep_last. A crash at
+// any point leaves the previous checkpoint loadable. Loading reads every slice into
+// temporary buffers first and applies them only once every rank has read all of its
+// slices, so a failed load changes nothing.
+#pragma once
+
+#include "checkpoint/async_saver.h"
+#include "comm/device_mesh.h"
+#include "parallel/gradient_sync.h"
+#include "train/config.h"
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <optional>
+#include <ostream>
+
+namespace ndt {
+
+class TrainingCheckpoints {
+ public:
+  // Saves go to config.checkpoint_dir (or <out_dir>/checkpoints); disabled when both are empty.
+  TrainingCheckpoints(const RunConfig& config, DeviceMesh* mesh, std::ostream* log);
+  ~TrainingCheckpoints();
+  bool enabled() const { return !root_.empty(); }
+  const std::filesystem::path& root() const { return root_; }
+
+  // Snapshots this rank's state at `step` and writes it (on a background thread when
+  // async; committed by a later poll() or finish()). Collective.
+  void save(int64_t step, GradientSync& sync, const nlohmann::json& state, bool async);
+  // At a step boundary: commits a save every rank has finished. Returns whether any rank
+  // asked to stop (SIGTERM). Collective (one small all-reduce) when enabled.
+  bool poll();
+  // Waits for the save in flight and commits it. Collective.
+  void finish();
+
+  double blocked_seconds() const { return blocked_seconds_; }  // training stopped by saves
+  double last_write_seconds() const { return saver_.last_stats().seconds; }
+  int64_t last_write_bytes() const { return saver_.last_stats().bytes; }
+
+ private:
+  void commit();
+  int rank() const { return mesh_ ? mesh_->world().rank() : 0; }
+  int world_size() const { return mesh_ ? mesh_->world().size() : 1; }
+
+  RunConfig config_;
+  DeviceMesh* mesh_;
+  std::ostream* log_;
+  std::filesystem::path root_;
+  ckpt::AsyncSaver saver_;
+  std::optional<int64_t> in_flight_step_;
+  std::filesystem::path in_flight_tmp_;
+  nlohmann::json in_flight_state_;
+  double blocked_seconds_ = 0;
+};
+
+// The checkpoint a resume setting names: a checkpoint directory, or "latest" (the
+// newest committed one under root). Throws naming the path when there is none.
+std::filesystem::path resolve_resume(const std::string& resume, const std::filesystem::path& root);
+
+// Loads a training checkpoint into sync's slices and AdamW step count; returns its
+// state JSON. Checks the model config against the run's first (an error names each key
+// that differs). Collective: applies nothing unless every rank read all of its slices.
+nlohmann::json load_training_checkpoint(const std::filesystem::path& dir, GradientSync& sync, const RunConfig& config,
+                                        DeviceMesh* mesh);
+
+// The state JSON a run saves at `step`.
+nlohmann::json training_state(const RunConfig& config, int64_t step, const GradientSync& sync);
+
+// Installs a SIGTERM handler that makes poll() report a stop request (the run then
+// saves and exits cleanly). Returns whether one was received.
+void install_stop_handler();
+bool stop_requested();
+
+}  // namespace ndt
