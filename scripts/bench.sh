@@ -2,7 +2,7 @@
 # The benchmarks behind docs/performance.md. Builds, then prints, for each model and
 # thread count, training tokens/s and MFU next to the sgemm throughput at the same
 # thread count, and memory (predicted, ledger, process RSS). Slow: the gpt2-124m runs
-# take a few minutes on 2 cores. Usage: scripts/bench.sh [train] [comm] [dp] [zero]
+# take a few minutes on 2 cores. Usage: scripts/bench.sh [train] [comm] [dp] [zero] [tp] [checkpoint]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh ndtrain >/dev/null
@@ -30,6 +30,15 @@ for part in $what; do
       done
       mpirun -np 2 "${mpirun_flags[@]}" ./build/ndtrain bench train --preset gpt2-124m --batch 8 --seq 256 --threads 1 --steps 3 --zero-stage 3 --no-prefetch
       ;;
-    *) echo "unknown benchmark '$part' (train, comm, dp, zero)" >&2; exit 2 ;;
+    tp)
+      # gpt2's vocabulary (50257) does not split over 2 ranks: all three use llm.c's padded 50304.
+      ./build/ndtrain bench train --preset gpt2-124m --batch 8 --seq 256 --threads 2 --steps 3 --vocab 50304
+      mpirun -np 2 "${mpirun_flags[@]}" ./build/ndtrain bench train --preset gpt2-124m --batch 8 --seq 256 --threads 1 --steps 3 --vocab 50304 --tp 2
+      mpirun -np 2 "${mpirun_flags[@]}" ./build/ndtrain bench train --preset gpt2-124m --batch 8 --seq 256 --threads 1 --steps 3 --vocab 50304 --tp 2 --sequence-parallel
+      ;;
+    checkpoint)
+      ./build/ndtrain bench checkpoint --preset gpt2-124m --reps 3
+      ;;
+    *) echo "unknown benchmark '$part' (train, comm, dp, zero, tp, checkpoint)" >&2; exit 2 ;;
   esac
 done

@@ -6,6 +6,7 @@
 // hides: steps with and without communication, and the all-reduces alone. With --tp
 // the ranks form tensor-parallel groups (the rest data parallel), and the time spent
 // in tp collectives is reported.
+#include "apps/ndtrain/bench_timing.h"
 #include "apps/ndtrain/commands.h"
 #include "comm/device_mesh.h"
 #include "comm/mpi_communicator.h"
@@ -28,19 +29,6 @@
 #include <vector>
 
 namespace ndt {
-
-namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-}  // namespace
 
 int run_bench_train(const TrainBenchOptions& o) {
   NDT_CHECK(o.batch > 0 && o.seq_len > 0, "--batch {} and --seq {} must be positive", o.batch, o.seq_len);

@@ -5,6 +5,7 @@
 // way of driving MPI progress (none, polling test(), a progress thread, a blocking call
 // on a helper thread).
 // Both run under mpirun; each rank uses one compute thread.
+#include "apps/ndtrain/bench_timing.h"
 #include "apps/ndtrain/commands.h"
 #include "comm/mpi_communicator.h"
 #include "comm/mpi_runtime.h"
@@ -32,11 +33,6 @@ double max_over_ranks(MPI_Comm comm, double x) {
   double out = 0;
   MPI_Allreduce(&x, &out, 1, MPI_DOUBLE, MPI_MAX, comm);
   return out;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 // Each iteration's time as the slowest rank saw it, then the median over iterations.

@@ -52,6 +52,18 @@ struct OverlapBenchOptions {
 };
 int run_bench_overlap(const OverlapBenchOptions& options);
 
+// `ndtrain bench checkpoint` (apps/ndtrain/bench_checkpoint.cpp): blocked time of
+// synchronous and asynchronous saves, save and load throughput.
+struct CheckpointBenchOptions {
+  std::string preset = "gpt2-124m";
+  std::string dir = "/tmp/ndtrain-bench-checkpoint";
+  int batch = 4;
+  int seq_len = 256;
+  int threads = 2;
+  int reps = 3;
+};
+int run_bench_checkpoint(const CheckpointBenchOptions& options);
+
 // `ndtrain convert` (apps/ndtrain/convert.cpp): a whole model from one format to another.
 struct ConvertOptions {
   std::string from, to;  // *.safetensors, *.bin (llm.c) or a checkpoint directory

@@ -3,6 +3,7 @@
 //   ndtrain prepare INPUT... --out DIR [--val-fraction F]
 //   ndtrain bench train [--preset NAME] [--batch B] [--seq T] [--threads N] [--steps S] [--zero-stage Z]
 //                       [--tp N] [--sequence-parallel] [--vocab V]
+//   ndtrain bench checkpoint [--preset NAME] [--dir DIR] [--reps R]
 //   mpirun -np N ndtrain bench comm [--max-bytes B] [--iters I] [--async]
 //   mpirun -np N ndtrain bench overlap [--bytes B] [--poll-ms MS]
 //   ndtrain config
@@ -82,6 +83,15 @@ int main(int argc, char** argv) {
   bench_train->add_option("--vocab", bench_options.vocab,
                           "Override the preset's vocabulary size (gpt2's 50257 does not split over tp; 50304 does)");
 
+  ndt::CheckpointBenchOptions checkpoint_bench;
+  auto* bench_checkpoint = bench->add_subcommand("checkpoint", "Blocked time of sync vs async saves, save/load MB/s");
+  bench_checkpoint->add_option("--preset", checkpoint_bench.preset, "Model preset");
+  bench_checkpoint->add_option("--dir", checkpoint_bench.dir, "Folder to write checkpoints into");
+  bench_checkpoint->add_option("--batch", checkpoint_bench.batch, "Sequences per training step");
+  bench_checkpoint->add_option("--seq", checkpoint_bench.seq_len, "Tokens per sequence");
+  bench_checkpoint->add_option("--threads", checkpoint_bench.threads, "Compute threads");
+  bench_checkpoint->add_option("--reps", checkpoint_bench.reps, "Repetitions (medians reported)");
+
   // bench comm / bench overlap (apps/ndtrain/bench_comm.cpp)
   ndt::CommBenchOptions comm_bench;
   auto* bench_comm = bench->add_subcommand("comm", "Collective bandwidth of the Communicator vs raw MPI (mpirun)");
@@ -133,6 +143,7 @@ int main(int argc, char** argv) {
     if (*prepare) return ndt::run_prepare(inputs, out_dir, val_fraction);
     if (*config) return ndt::run_config_doc();
     if (*bench_train) return ndt::run_bench_train(bench_options);
+    if (*bench_checkpoint) return ndt::run_bench_checkpoint(checkpoint_bench);
     if (*bench_comm) return ndt::run_bench_comm(comm_bench);
     if (*bench_overlap) return ndt::run_bench_overlap(overlap_bench);
     if (*convert) return ndt::run_convert(convert_options);

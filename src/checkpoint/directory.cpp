@@ -51,6 +51,16 @@ void remove_dir(const std::filesystem::path& dir) {
   NDT_CHECK(!ec, "cannot remove checkpoint directory {}: {}", dir.string(), ec.message());
 }
 
+void remove_tmp_dirs(const std::filesystem::path& root) {
+  std::vector<std::filesystem::path> stale;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(root, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.starts_with(kPrefix) && name.ends_with(kTmpSuffix)) stale.push_back(entry.path());
+  }
+  for (const std::filesystem::path& dir : stale) remove_dir(dir);
+}
+
 }  // namespace
 
 std::string checkpoint_dir_name(int64_t step) {
@@ -73,19 +83,22 @@ std::optional<std::filesystem::path> latest_checkpoint(const std::filesystem::pa
   return found.back().second;
 }
 
+int remove_checkpoints_after(const std::filesystem::path& root, int64_t step) {
+  int removed = 0;
+  for (const auto& [found_step, dir] : committed(root)) {
+    if (found_step > step) remove_dir(dir), ++removed;
+  }
+  remove_tmp_dirs(root);
+  return removed;
+}
+
 void prune_checkpoints(const std::filesystem::path& root, int keep_last) {
   NDT_CHECK(keep_last >= 1, "prune_checkpoints: keep_last must be at least 1, got {}", keep_last);
   const auto found = committed(root);
   for (size_t i = 0; i + static_cast<size_t>(keep_last) < found.size(); ++i) {
     remove_dir(found[i].second);
   }
-  std::vector<std::filesystem::path> stale;
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(root, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.starts_with(kPrefix) && name.ends_with(kTmpSuffix)) stale.push_back(entry.path());
-  }
-  for (const std::filesystem::path& dir : stale) remove_dir(dir);
+  remove_tmp_dirs(root);
 }
 
 }  // namespace ndt::ckpt

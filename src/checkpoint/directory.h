@@ -24,4 +24,10 @@ std::optional<std::filesystem::path> latest_checkpoint(const std::filesystem::pa
 // directory: call it only when no save is in flight, e.g. right after a commit.
 void prune_checkpoints(const std::filesystem::path& root, int keep_last);
 
+// Removes the committed checkpoints with a step above `step` and every *.tmp
+// directory; returns how many committed ones it removed. A run that starts afresh
+// (step -1) or resumes from `step` owns the folder: later checkpoints of an earlier
+// run would otherwise pass for the newest.
+int remove_checkpoints_after(const std::filesystem::path& root, int64_t step);
+
 }  // namespace ndt::ckpt

@@ -57,6 +57,19 @@ TrainingCheckpoints::~TrainingCheckpoints() {
   }
 }
 
+void TrainingCheckpoints::claim(int64_t step) {
+  if (!enabled()) return;
+  if (rank() == 0 && std::filesystem::exists(root_)) {
+    const int removed = ckpt::remove_checkpoints_after(root_, step);
+    if (removed > 0 && log_) {
+      fmt::print(*log_, "checkpoint: removed {} checkpoint{} of an earlier run from {} ({})\n", removed,
+                 removed == 1 ? "" : "s", root_.string(),
+                 step < 0 ? "this run starts afresh; use --resume to continue one" : "they came after the resumed step");
+    }
+  }
+  if (mesh_) mesh_->world().barrier();
+}
+
 void TrainingCheckpoints::save(int64_t step, GradientSync& sync, const nlohmann::json& state, bool async) {
   if (!enabled()) return;
   const auto t0 = std::chrono::steady_clock::now();
@@ -74,6 +87,7 @@ void TrainingCheckpoints::save(int64_t step, GradientSync& sync, const nlohmann:
   in_flight_tmp_ = root_ / (ckpt::checkpoint_dir_name(step) + ".tmp");
   in_flight_state_ = state;
   in_flight_step_ = step;
+  last_saved_step_ = step;
   if (async) {
     saver_.start(in_flight_tmp_, rank(), std::move(snapshot));
   } else {

@@ -44,6 +44,11 @@ class TrainingCheckpoints {
   // Waits for the save in flight and commits it. Collective.
   void finish();
 
+  // A run starting at `step` (-1: afresh) owns the folder: removes later checkpoints of
+  // an earlier run (rank 0), saying so in the log. Collective.
+  void claim(int64_t step);
+  std::optional<int64_t> last_saved_step() const { return last_saved_step_; }
+
   double blocked_seconds() const { return blocked_seconds_; }  // training stopped by saves
   double last_write_seconds() const { return saver_.last_stats().seconds; }
   int64_t last_write_bytes() const { return saver_.last_stats().bytes; }
@@ -61,6 +66,7 @@ class TrainingCheckpoints {
   std::optional<int64_t> in_flight_step_;
   std::filesystem::path in_flight_tmp_;
   nlohmann::json in_flight_state_;
+  std::optional<int64_t> last_saved_step_;
   double blocked_seconds_ = 0;
 };
 

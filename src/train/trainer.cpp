@@ -120,6 +120,7 @@ Trainer::Trainer(const RunConfig& config, DeviceMesh* mesh, std::ostream* log)
     if (log_) fmt::print(*log_, "resumed from {} at step {} (saved on mesh {})\n", dir.string(), step_,
                          state.value("mesh", "?"));
   }
+  checkpoints_->claim(config_.resume.empty() ? -1 : step_);
 }
 
 void Trainer::save_checkpoint(bool async) {
@@ -278,7 +279,9 @@ RunSummary Trainer::run() {
     }
   }
   if (summary.val_losses.empty()) summary.val_losses.emplace_back(step_, evaluate());  // stopped early
-  if (config_.save_on_exit && checkpoints_->enabled()) save_checkpoint(/*async=*/false);
+  if (config_.save_on_exit && checkpoints_->enabled() && checkpoints_->last_saved_step() != step_) {
+    save_checkpoint(/*async=*/false);
+  }
   checkpoints_->finish();
   summary.median_tokens_per_s = median(rates);
   summary.median_mfu = median(mfus);

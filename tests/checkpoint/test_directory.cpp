@@ -51,6 +51,18 @@ TEST(CheckpointDirectory, PruneKeepsTheNewest) {
   EXPECT_EQ(latest_checkpoint(root.path()), root.path() / "step-00000040");
 }
 
+TEST(CheckpointDirectory, RemoveAfterKeepsUpToTheStep) {
+  TempDir root;
+  const Standard s;
+  for (int64_t step : {10, 20, 30}) s.save(root.path(), step);
+  make_tmp_checkpoint_dir(root.path(), 40);
+  EXPECT_EQ(remove_checkpoints_after(root.path(), 20), 1);  // a run resumed from step 20
+  EXPECT_EQ(latest_checkpoint(root.path()), root.path() / "step-00000020");
+  EXPECT_FALSE(std::filesystem::exists(root.path() / "step-00000040.tmp"));
+  EXPECT_EQ(remove_checkpoints_after(root.path(), -1), 2);  // a run starting afresh
+  EXPECT_FALSE(latest_checkpoint(root.path()));
+}
+
 TEST(CheckpointDirectory, MakeTmpClearsALeftover) {
   TempDir root;
   const std::filesystem::path tmp = make_tmp_checkpoint_dir(root.path(), 10);
