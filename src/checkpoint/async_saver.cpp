@@ -29,14 +29,20 @@ void AsyncSaver::start(const std::filesystem::path& tmp_dir, int rank,
                        std::vector<TensorBlock> snapshot) {
   wait_for_previous();
   finished_.store(false, std::memory_order_release);
-  thread_ = std::thread([this, tmp_dir, rank, blocks = std::move(snapshot)] {
+  snapshot_ = std::move(snapshot);
+  thread_ = std::thread([this, tmp_dir, rank] {
     try {
-      pending_stats_ = write_rank_file(tmp_dir, rank, blocks);
+      pending_stats_ = write_rank_file(tmp_dir, rank, snapshot_);
     } catch (...) {
       error_ = std::current_exception();
     }
     finished_.store(true, std::memory_order_release);
   });
+}
+
+std::vector<TensorBlock> AsyncSaver::take_snapshot() {
+  wait();
+  return std::move(snapshot_);
 }
 
 WriteStats AsyncSaver::save_now(const std::filesystem::path& tmp_dir, int rank,

@@ -33,6 +33,11 @@ class AsyncSaver {
   WriteStats save_now(const std::filesystem::path& tmp_dir, int rank,
                       const std::vector<TensorBlock>& blocks);
 
+  // The snapshot of the last start(), handed back once its write is done (waits for it),
+  // so the next save can refill the same buffers: refilling blocks of the same sizes
+  // allocates nothing, which keeps page faults out of the time training is blocked.
+  std::vector<TensorBlock> take_snapshot();
+
   bool done() const { return finished_.load(std::memory_order_acquire); }  // never blocks
   void wait();  // joins the save in flight, if any, and rethrows its error
 
@@ -43,6 +48,7 @@ class AsyncSaver {
   void wait_for_previous();
 
   std::thread thread_;
+  std::vector<TensorBlock> snapshot_;  // written by the thread in flight
   std::atomic<bool> finished_{true};
   // Written by the background thread, read by wait() after the join.
   WriteStats pending_stats_;

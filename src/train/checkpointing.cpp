@@ -76,14 +76,20 @@ void TrainingCheckpoints::save(int64_t step, GradientSync& sync, const nlohmann:
   finish();  // at most one save in flight
   if (rank() == 0) ckpt::make_tmp_checkpoint_dir(root_, step);
   if (mesh_) mesh_->world().barrier();
-  std::vector<ckpt::TensorBlock> snapshot;
+  // The previous save's buffers are refilled: the same slices, so no allocation.
+  std::vector<ckpt::TensorBlock> snapshot = saver_.take_snapshot();
+  size_t i = 0;
   for (const StateSlice& s : sync.state_slices()) {
     if (!s.saved) continue;
-    const Shape shape = s.shape();
-    const int64_t n = shape_numel(shape);
-    snapshot.push_back({s.tensor_name(), s.param->spec.logical_shape, s.offset(), shape,
-                        std::vector<float>(s.data, s.data + n)});
+    if (i == snapshot.size()) snapshot.emplace_back();
+    ckpt::TensorBlock& block = snapshot[i++];
+    block.name = s.tensor_name();
+    block.logical_shape = s.param->spec.logical_shape;
+    block.offset = s.offset();
+    block.shape = s.shape();
+    block.data.assign(s.data, s.data + shape_numel(block.shape));
   }
+  snapshot.resize(i);
   in_flight_tmp_ = root_ / (ckpt::checkpoint_dir_name(step) + ".tmp");
   in_flight_state_ = state;
   in_flight_step_ = step;
@@ -91,7 +97,7 @@ void TrainingCheckpoints::save(int64_t step, GradientSync& sync, const nlohmann:
   if (async) {
     saver_.start(in_flight_tmp_, rank(), std::move(snapshot));
   } else {
-    saver_.save_now(in_flight_tmp_, rank(), snapshot);
+    saver_.start(in_flight_tmp_, rank(), std::move(snapshot));  // the same write, waited for at once
     finish();
   }
   blocked_seconds_ += seconds_since(t0);
