@@ -1,7 +1,8 @@
 // The CLI under mpirun, end to end: a data-parallel run on 2 ranks trains and writes
 // its metrics; a mesh that does not match the world ends at once with an error
 // naming the sizes and a non-zero exit; a rank killed in the middle of an asynchronous
-// checkpoint save leaves the previous checkpoint, from which the run resumes exactly.
+// checkpoint save leaves the previous checkpoint, from which the run resumes exactly;
+// SIGTERM makes a run save and stop.
 #include "../common/temp_dir.h"
 #include "../train/test_support.h"
 #include "checkpoint/directory.h"
@@ -131,6 +132,28 @@ TEST_F(TrainLaunch, RankKilledDuringAsyncSaveLeavesThePreviousCheckpoint) {
   const double expected = loss_at(dir_.file("straight/metrics.jsonl"), 8);
   ASSERT_GT(expected, 0);
   EXPECT_EQ(loss_at(dir_.file("run/metrics.jsonl"), 8), expected);  // bit-identical: same mesh
+}
+
+// SIGTERM (as a scheduler sends before it kills a job): mpirun passes it to the ranks,
+// which agree on it at the next step boundary, save a checkpoint and stop cleanly;
+// the run resumes from that step.
+TEST_F(TrainLaunch, SigtermSavesACheckpointAndStops) {
+  const std::string out = dir_.file("term");
+  const std::string args = "--set runtime.out_dir=" + out + " --set train.steps=1000000 --set train.eval_every=0" +
+                           " --set train.log_every=100000 --set sample.tokens=0";
+  // Signalled once training has begun (its first steps are in the metrics file).
+  const Result r = run("bash -c '" + mpirun(2, args) + " & pid=$!; for i in $(seq 300); do [ -s " + out +
+                       "/metrics.jsonl ] && break; sleep 0.1; done; sleep 1; kill -TERM $pid; wait $pid'");
+  ASSERT_NE(r.output.find("stop requested (SIGTERM) after step "), std::string::npos) << r.output;
+  const size_t at = r.output.find("stop requested (SIGTERM) after step ") + 36;
+  const int64_t step = std::stoll(r.output.substr(at));
+  const std::filesystem::path saved = std::filesystem::path(out) / "checkpoints" / ckpt::checkpoint_dir_name(step);
+  EXPECT_EQ(ckpt::latest_checkpoint(std::filesystem::path(out) / "checkpoints"), saved) << r.output;
+  EXPECT_NE(r.output.find("== summary =="), std::string::npos) << r.output;
+
+  const Result resumed = run(mpirun(2, args + " --set train.steps=" + std::to_string(step + 2) + " --resume"));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("at step " + std::to_string(step)), std::string::npos) << resumed.output;
 }
 
 }  // namespace
