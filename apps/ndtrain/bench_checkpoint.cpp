@@ -64,14 +64,14 @@ int run_bench_checkpoint(const CheckpointBenchOptions& o) {
   for (int r = 0; r < o.reps; ++r) {
     double before = checkpoints.blocked_seconds();
     ++step;
-    checkpoints.save(step, *sync, training_state(config, step, *sync), /*async=*/false);
+    checkpoints.save(step, *sync, training_state(config, step, *sync, nullptr), /*async=*/false);
     sync_blocked.push_back(checkpoints.blocked_seconds() - before);
     write_rates.push_back(checkpoints.last_write_bytes() / 1e6 / checkpoints.last_write_seconds());
 
     plain_steps.push_back(train_step());
     before = checkpoints.blocked_seconds();
     ++step;
-    checkpoints.save(step, *sync, training_state(config, step, *sync), /*async=*/true);
+    checkpoints.save(step, *sync, training_state(config, step, *sync, nullptr), /*async=*/true);
     overlapped_steps.push_back(train_step());  // while the background thread writes
     checkpoints.finish();  // counts as blocked only if the write outlasted the step
     async_blocked.push_back(checkpoints.blocked_seconds() - before);

@@ -5,6 +5,7 @@
 #include "checkpoint/reader.h"
 #include "core/error.h"
 #include "interchange/model_state.h"
+#include "train/model_checkpoint.h"
 
 #include <fmt/format.h>
 #include <fmt/ostream.h>
@@ -156,25 +157,21 @@ void TrainingCheckpoints::commit() {
 }
 
 std::filesystem::path resolve_resume(const std::string& resume, const std::filesystem::path& root) {
-  if (resume != "latest") {
-    NDT_CHECK(std::filesystem::is_regular_file(std::filesystem::path(resume) / "metadata.json"),
-              "checkpoint.resume = \"{}\": not a checkpoint directory (no metadata.json)", resume);
-    return resume;
-  }
+  if (resume != "latest") return resolve_checkpoint(resume);
   NDT_CHECK(!root.empty(), "checkpoint.resume = \"latest\" needs checkpoint.dir or runtime.out_dir");
   const std::optional<std::filesystem::path> latest = ckpt::latest_checkpoint(root);
   NDT_CHECK(latest.has_value(), "checkpoint.resume = \"latest\": no committed checkpoint under {}", root.string());
   return *latest;
 }
 
-nlohmann::json training_state(const RunConfig& config, int64_t step, const GradientSync& sync) {
+nlohmann::json training_state(const RunConfig& config, int64_t step, const GradientSync& sync, DeviceMesh* mesh) {
   return {{"kind", "training"},
           {"step", step},
           {"optimizer_steps", sync.optimizer_steps()},
           {"seed", config.seed},
           {"data", {{"train", config.train_data}, {"position", "batches are a function of (seed, step)"}}},
           {"model", config_fields(config.model)},
-          {"mesh", config.mesh.str()},
+          {"mesh", mesh ? mesh->shape().str() : std::string("one rank")},
           {"config", describe_run_config(config)}};
 }
 

@@ -70,8 +70,9 @@ class TrainingCheckpoints {
   double blocked_seconds_ = 0;
 };
 
-// The checkpoint a resume setting names: a checkpoint directory, or "latest" (the
-// newest committed one under root). Throws naming the path when there is none.
+// The checkpoint a resume setting names: "latest" (the newest committed one under
+// root), or a path as resolve_checkpoint (train/model_checkpoint.h) takes it: a
+// checkpoint, a folder of them or a run folder. Throws naming the path when there is none.
 std::filesystem::path resolve_resume(const std::string& resume, const std::filesystem::path& root);
 
 // Loads a training checkpoint into sync's slices and AdamW step count; returns its
@@ -80,8 +81,8 @@ std::filesystem::path resolve_resume(const std::string& resume, const std::files
 nlohmann::json load_training_checkpoint(const std::filesystem::path& dir, GradientSync& sync, const RunConfig& config,
                                         DeviceMesh* mesh);
 
-// The state JSON a run saves at `step`.
-nlohmann::json training_state(const RunConfig& config, int64_t step, const GradientSync& sync);
+// The state JSON a run saves at `step` (mesh: the run's, nullptr for one rank).
+nlohmann::json training_state(const RunConfig& config, int64_t step, const GradientSync& sync, DeviceMesh* mesh);
 
 // Installs a SIGTERM handler that makes poll() report a stop request (the run then
 // saves and exits cleanly). Returns whether one was received.

@@ -155,7 +155,7 @@ const std::vector<Field>& fields() {
     f.push_back(field<int>("checkpoint.keep_last", NDT_REF(keep_last), "Committed checkpoints kept; older ones are removed after each save."));
     f.push_back(field<bool>("checkpoint.async", NDT_REF(checkpoint_async), "Write periodic saves on a background thread from a host snapshot while training continues (at most one in flight)."));
     f.push_back(field<bool>("checkpoint.save_on_exit", NDT_REF(save_on_exit), "Save at the end of the run, and when a rank receives SIGTERM (the run then stops after the step)."));
-    f.push_back(field<std::string>("checkpoint.resume", NDT_REF(resume), "Resume from this checkpoint directory, or \"latest\" (newest under checkpoint.dir); any mesh, ZeRO stage or tp size (`ndtrain train --resume`)."));
+    f.push_back(field<std::string>("checkpoint.resume", NDT_REF(resume), "Resume from this checkpoint (a checkpoint directory, a folder of them or a run folder: its newest), or \"latest\" (newest under checkpoint.dir); any mesh, ZeRO stage or tp size (`ndtrain train --resume`)."));
     f.push_back(field<int>("runtime.threads", NDT_REF(threads), "Compute threads of this rank (OpenMP and OpenBLAS); 0: the node's cores divided among its ranks (at least 1)."));
     f.push_back(field<double>("runtime.peak_gflops", NDT_REF(peak_gflops), "Hardware peak for MFU in GFLOP/s; 0: measure it with the built-in FMA calibration."));
     f.push_back(field<double>("runtime.comm_timeout_s", NDT_REF(comm_timeout_s), "A collective not complete after this many seconds aborts the job, naming the operation, mesh axis, size and step."));

@@ -124,7 +124,7 @@ Trainer::Trainer(const RunConfig& config, DeviceMesh* mesh, std::ostream* log)
 }
 
 void Trainer::save_checkpoint(bool async) {
-  checkpoints_->save(step_, *sync_, training_state(config_, step_, *sync_), async);
+  checkpoints_->save(step_, *sync_, training_state(config_, step_, *sync_, mesh_), async);
 }
 
 std::string Trainer::describe_sync() const {

@@ -169,7 +169,8 @@ TEST_F(CheckpointResume, BadCheckpointsFailWithoutLoadingAnything) {
 
   RunConfig none = c;
   none.resume = (dir.path() / "nothing").string();
-  EXPECT_NE(error_of(none).find("not a checkpoint directory"), std::string::npos) << error_of(none);
+  EXPECT_NE(error_of(none).find("checkpoint path " + none.resume + " does not exist"), std::string::npos)
+      << error_of(none);
 }
 
 }  // namespace
