@@ -218,7 +218,7 @@ void Block::forward(const float* x_in, float* x_out, BlockActivations& a, BlockS
   // Under sequence parallel the norm writes a scratch that is all-gathered into ln1.
   float* ln1_local = tp_.splits_rows() ? s.dln_local : a.ln1;
   norm_forward(c_, ln1_local, a.ln1_mean, a.ln1_rstd, x_in, *ln1_w_, ln1_b_, d.Nl);
-  region_entry_forward(tp_, ln1_local, a.ln1, d.Nl, d.C);
+  column_parallel_input_forward(tp_, ln1_local, a.ln1, d.Nl, d.C);
 
   float* q_dst = c_.qk_norm ? a.q_pre : a.q;
   float* k_dst = c_.qk_norm ? a.k_pre : a.k;
@@ -241,7 +241,7 @@ void Block::forward(const float* x_in, float* x_out, BlockActivations& a, BlockS
   // MLP, the same way.
   float* ln2_local = tp_.splits_rows() ? s.dln_local : a.ln2;
   norm_forward(c_, ln2_local, a.ln2_mean, a.ln2_rstd, a.x_mid, *ln2_w_, ln2_b_, d.Nl);
-  region_entry_forward(tp_, ln2_local, a.ln2, d.Nl, d.C);
+  column_parallel_input_forward(tp_, ln2_local, a.ln2, d.Nl, d.C);
   fc_.forward(a.ff_pre, a.ln2, d.N);
   if (c_.arch == Arch::gpt2) {
     cpu::gelu_forward(a.ff_act, a.ff_pre, d.N * d.F);
@@ -279,7 +279,7 @@ void Block::backward(float* dres, const float* x_in, const BlockActivations& a, 
   fc_.backward(s.dln, s.dff_b, a.ln2, d.N);
   poll();
   // dres becomes dL/dx_mid: the residual path plus the norm2 path.
-  const float* dln2 = region_entry_backward(tp_, s.dln, s.dln_local, d.Nl, d.C);
+  const float* dln2 = column_parallel_input_backward(tp_, s.dln, s.dln_local, d.Nl, d.C);
   norm_backward(c_, dres, partial_.grad(ln2_w_), partial_.grad(ln2_b_), *ln2_w_, dln2, a.x_mid, a.ln2_mean,
                 a.ln2_rstd, d.Nl);
 
@@ -318,7 +318,7 @@ void Block::backward(float* dres, const float* x_in, const BlockActivations& a, 
   wv_.backward(s.dln, s.dv, a.ln1, d.N);
   poll();
   // dres becomes dL/dx_in.
-  const float* dln1 = region_entry_backward(tp_, s.dln, s.dln_local, d.Nl, d.C);
+  const float* dln1 = column_parallel_input_backward(tp_, s.dln, s.dln_local, d.Nl, d.C);
   norm_backward(c_, dres, partial_.grad(ln1_w_), partial_.grad(ln1_b_), *ln1_w_, dln1, x_in, a.ln1_mean,
                 a.ln1_rstd, d.Nl);
   partial_.finish();

@@ -153,10 +153,10 @@ void Transformer::forward(const int32_t* inputs, int B, int T) {
               "token {} at position {} is outside the vocabulary [0, {})", inputs[i], i,
               config_.vocab_size);
   }
-  if (tp_.active()) {  // vocab-parallel lookup, summed over tp by a region exit
+  if (tp_.active()) {  // vocab-parallel lookup, summed over tp like a row-parallel output
     float* partial = tp_.splits_rows() ? scratch_.dln : residual_[0];
     vocab_parallel_embedding_forward(partial, inputs, wte_->data(), wte_->local_offset[0], wte_->local_shape[0], N, C);
-    region_exit_forward(tp_, partial, residual_[0], Nl, C);
+    row_parallel_output_forward(tp_, partial, residual_[0], Nl, C);
   } else {
     cpu::embedding_forward(residual_[0], inputs, wte_->data(), static_cast<int>(N), static_cast<int>(C), false);
   }
@@ -172,7 +172,7 @@ void Transformer::forward(const int32_t* inputs, int B, int T) {
   // The final norm on the local rows; the output layer's input is all rows.
   float* lnf_local = tp_.splits_rows() ? scratch_.dln_local : lnf_;
   norm_forward(config_, lnf_local, lnf_mean_, lnf_rstd_, residual_.back(), *lnf_w_, lnf_b_, Nl);
-  region_entry_forward(tp_, lnf_local, lnf_, Nl, C);
+  column_parallel_input_forward(tp_, lnf_local, lnf_, Nl, C);
 }
 
 double Transformer::head_loss(const int32_t* targets, int N, float grad_scale, bool backward) {
@@ -205,7 +205,7 @@ double Transformer::forward_backward(const int32_t* inputs, const int32_t* targe
   const double loss_sum = head_loss(targets, static_cast<int>(N), grad_scale, true);
 
   // dlnf holds this rank's part of the output layer's input gradient (its vocabulary).
-  const float* dlnf = region_entry_backward(tp_, dlnf_, scratch_.dln_local, Nl, C);
+  const float* dlnf = column_parallel_input_backward(tp_, dlnf_, scratch_.dln_local, Nl, C);
   cpu::zero(dres_, Nl * C);
   final_norm_partial_.begin();
   norm_backward(config_, dres_, final_norm_partial_.grad(lnf_w_), final_norm_partial_.grad(lnf_b_), *lnf_w_, dlnf,
@@ -220,7 +220,7 @@ double Transformer::forward_backward(const int32_t* inputs, const int32_t* targe
     if (hooks_) hooks_->after_backward(l), hooks_->grads_ready_from(blocks_[l].first_arena_offset());
   }
   if (tp_.active()) {
-    const float* dres_full = region_exit_backward(tp_, dres_, scratch_.dout_full, Nl, C);
+    const float* dres_full = row_parallel_output_backward(tp_, dres_, scratch_.dout_full, Nl, C);
     vocab_parallel_embedding_backward(wte_->grad_data(), dres_full, inputs, wte_->local_offset[0],
                                       wte_->local_shape[0], N, C);
   } else {

@@ -77,7 +77,7 @@ void RowParallelLinear::forward(float* out, float* partial, const float* inp, in
     return;
   }
   cpu::linear_forward(partial, inp, weight->data(), nullptr, static_cast<int>(rows), IC, OC);
-  float* y = region_exit_forward(tp, partial, out, tp.local_rows(rows), OC);
+  float* y = row_parallel_output_forward(tp, partial, out, tp.local_rows(rows), OC);
   if (y != out) std::memcpy(out, y, static_cast<size_t>(tp.local_rows(rows) * OC) * 4);
   if (b) add_bias(out, b, tp.local_rows(rows), OC);
 }
@@ -86,7 +86,7 @@ void RowParallelLinear::backward(float* dinp, float* dout_full, const float* dou
                                  float* dbias) const {
   const int OC = rows_of(*weight), IC = cols_of(*weight);
   if (dbias) bias_backward(dbias, dout, tp.local_rows(rows), OC);
-  const float* dy = region_exit_backward(tp, dout, dout_full, tp.local_rows(rows), OC);
+  const float* dy = row_parallel_output_backward(tp, dout, dout_full, tp.local_rows(rows), OC);
   cpu::linear_backward(dinp, weight->grad_data(), nullptr, dy, inp, weight->data(), static_cast<int>(rows), IC, OC);
 }
 

@@ -32,8 +32,8 @@ std::vector<ParameterSpec> local_parameter_specs(std::vector<ParameterSpec> spec
 
 // Column-parallel linear: weight [OC / tp, IC] (this rank's output features), bias
 // [OC / tp]. Input: the region's input, all rows. No communication of its own: the
-// region entry before it gathers (or, in backward, reduces) the input once for all the
-// layers that share it.
+// copy-to-region (or gather-from-sequence-region) before it, column_parallel_input_*
+// in tp_regions.h, is done once for all the layers that share the input.
 struct ColumnParallelLinear {
   const Parameter* weight = nullptr;
   const Parameter* bias = nullptr;
@@ -43,7 +43,8 @@ struct ColumnParallelLinear {
 };
 
 // Row-parallel linear: weight [OC, IC / tp] (this rank's input features), bias [OC]
-// replicated and added once, after the region exit has summed the ranks' products.
+// replicated and added once, after reduce-from-region (or reduce-scatter-to-sequence-
+// region) has summed the ranks' products.
 struct RowParallelLinear {
   const Parameter* weight = nullptr;
   const Parameter* bias = nullptr;
@@ -60,7 +61,7 @@ struct RowParallelLinear {
 
 // Vocab-parallel embedding: table [V / tp, C] holds rows [vocab_begin, vocab_begin + V / tp).
 // partial [rows, C] = this rank's lookups (zero rows for tokens it does not own); the
-// region exit after it sums the ranks. Backward adds the rows of dout [rows, C] of the
+// row-parallel output operator after it sums the ranks. Backward adds the rows of dout [rows, C] of the
 // tokens it owns into dtable (deterministic, in row order).
 void vocab_parallel_embedding_forward(float* partial, const int32_t* ids, const float* table, int64_t vocab_begin,
                                       int64_t local_vocab, int64_t rows, int64_t C);

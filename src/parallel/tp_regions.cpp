@@ -2,42 +2,67 @@
 
 namespace ndt {
 
-namespace {
-
-void all_gather_rows(const TensorParallel& tp, const float* x, float* full, int64_t local_rows, int64_t C) {
-  tp.comm->all_gather(x, full, static_cast<size_t>(local_rows * C), DType::f32);
+void copy_to_tp_region_backward(const TensorParallel& tp, float* grad, int64_t n) {
+  tp_all_reduce(tp, grad, n, ReduceOp::sum);
 }
 
-void reduce_scatter_rows(const TensorParallel& tp, const float* full, float* x, int64_t local_rows, int64_t C) {
-  tp.comm->reduce_scatter(full, x, static_cast<size_t>(local_rows * C), DType::f32, ReduceOp::sum);
+void reduce_from_tp_region_forward(const TensorParallel& tp, float* x, int64_t n) {
+  tp_all_reduce(tp, x, n, ReduceOp::sum);
 }
 
-}  // namespace
+void gather_from_sequence_region_forward(const TensorParallel& tp, const float* shard, float* full,
+                                         int64_t shard_numel) {
+  tp.comm->all_gather(shard, full, static_cast<size_t>(shard_numel), DType::f32);
+}
 
-const float* region_entry_forward(const TensorParallel& tp, const float* x, float* full, int64_t local_rows,
-                                  int64_t C) {
-  if (!tp.splits_rows()) return x;
-  all_gather_rows(tp, x, full, local_rows, C);
+void gather_from_sequence_region_backward(const TensorParallel& tp, const float* dfull, float* dshard,
+                                          int64_t shard_numel) {
+  tp.comm->reduce_scatter(dfull, dshard, static_cast<size_t>(shard_numel), DType::f32, ReduceOp::sum);
+}
+
+void reduce_scatter_to_sequence_region_forward(const TensorParallel& tp, const float* full, float* shard,
+                                               int64_t shard_numel) {
+  gather_from_sequence_region_backward(tp, full, shard, shard_numel);  // the same reduce-scatter
+}
+
+void reduce_scatter_to_sequence_region_backward(const TensorParallel& tp, const float* dshard, float* dfull,
+                                                int64_t shard_numel) {
+  gather_from_sequence_region_forward(tp, dshard, dfull, shard_numel);  // the same all-gather
+}
+
+const float* column_parallel_input_forward(const TensorParallel& tp, const float* x, float* full, int64_t local_rows,
+                                           int64_t C) {
+  if (!tp.splits_rows()) return x;  // copy-to-region: identity
+  gather_from_sequence_region_forward(tp, x, full, local_rows * C);
   return full;
 }
 
-float* region_entry_backward(const TensorParallel& tp, float* dfull, float* dx, int64_t local_rows, int64_t C) {
+float* column_parallel_input_backward(const TensorParallel& tp, float* dfull, float* dx, int64_t local_rows,
+                                      int64_t C) {
   if (!tp.active()) return dfull;
   if (!tp.sequence_parallel) {
-    tp.comm->all_reduce(dfull, static_cast<size_t>(local_rows * C), DType::f32, ReduceOp::sum);
+    copy_to_tp_region_backward(tp, dfull, local_rows * C);
     return dfull;
   }
-  reduce_scatter_rows(tp, dfull, dx, local_rows, C);
+  gather_from_sequence_region_backward(tp, dfull, dx, local_rows * C);
   return dx;
 }
 
-float* region_exit_forward(const TensorParallel& tp, float* partial, float* y, int64_t local_rows, int64_t C) {
-  return region_entry_backward(tp, partial, y, local_rows, C);  // the same reduction
+float* row_parallel_output_forward(const TensorParallel& tp, float* partial, float* y, int64_t local_rows, int64_t C) {
+  if (!tp.active()) return partial;
+  if (!tp.sequence_parallel) {
+    reduce_from_tp_region_forward(tp, partial, local_rows * C);
+    return partial;
+  }
+  reduce_scatter_to_sequence_region_forward(tp, partial, y, local_rows * C);
+  return y;
 }
 
-const float* region_exit_backward(const TensorParallel& tp, const float* dy, float* dfull, int64_t local_rows,
-                                  int64_t C) {
-  return region_entry_forward(tp, dy, dfull, local_rows, C);  // the same gather
+const float* row_parallel_output_backward(const TensorParallel& tp, const float* dy, float* dfull,
+                                          int64_t local_rows, int64_t C) {
+  if (!tp.splits_rows()) return dy;  // reduce-from-region: identity
+  reduce_scatter_to_sequence_region_backward(tp, dy, dfull, local_rows * C);
+  return dfull;
 }
 
 void tp_all_reduce(const TensorParallel& tp, float* x, int64_t n, ReduceOp op) {

@@ -6,11 +6,11 @@
 // Splits: nothing itself; it moves activations [rows, C] in and out of regions.
 // Communicates, over the tp axis, per region:
 //   without sequence parallel (activations outside regions replicated, all rows):
-//     entry  = copy-to-region           forward identity,    backward all-reduce
-//     exit   = reduce-from-region       forward all-reduce,  backward identity
+//     in:  copy-to-region                     forward identity,       backward all-reduce
+//     out: reduce-from-region                 forward all-reduce,     backward identity
 //   with sequence parallel (activations outside regions split by rows, rows / tp each):
-//     entry  = gather-from-sequence-region      forward all-gather,     backward reduce-scatter
-//     exit   = reduce-scatter-to-sequence-region forward reduce-scatter, backward all-gather
+//     in:  gather-from-sequence-region        forward all-gather,     backward reduce-scatter
+//     out: reduce-scatter-to-sequence-region  forward reduce-scatter, backward all-gather
 // Both variants move the same volume: an all-gather plus a reduce-scatter is one
 // all-reduce. The rows split under sequence parallel are the flattened B x T tokens,
 // contiguous blocks in rank order (the layout in which an all-gather of row blocks
@@ -47,21 +47,45 @@ struct TensorParallel {
   int64_t local_rows(int64_t rows) const { return layout().local_rows(rows); }
 };
 
-// Region entry, forward: x [local_rows, C] -> the region's input [rows, C]. Returns x
-// itself without sequence parallel; otherwise all-gathers x into full.
-const float* region_entry_forward(const TensorParallel& tp, const float* x, float* full, int64_t local_rows, int64_t C);
-// Region entry, backward: dfull [rows, C] holds this rank's part of the input gradient;
-// the sum over ranks is reduced in place (all-reduce) or scattered into dx [local_rows, C]
-// (reduce-scatter). Returns where the result is.
-float* region_entry_backward(const TensorParallel& tp, float* dfull, float* dx, int64_t local_rows, int64_t C);
-// Region exit, forward: partial [rows, C] (this rank's part of a row-parallel product)
-// -> the sum over ranks, in place (all-reduce) or scattered into y [local_rows, C]
-// (reduce-scatter). Returns where the result is.
-float* region_exit_forward(const TensorParallel& tp, float* partial, float* y, int64_t local_rows, int64_t C);
-// Region exit, backward: dy [local_rows, C] -> the output gradient for all rows:
-// dy itself without sequence parallel, else all-gathered into dfull.
-const float* region_exit_backward(const TensorParallel& tp, const float* dy, float* dfull, int64_t local_rows,
-                                  int64_t C);
+// The four operators, each direction that communicates (the others are the identity).
+// Sizes are in floats; a "shard" is one rank's rows, [local_rows, C].
+// copy-to-region: forward identity; backward all-reduce of the gradient, in place.
+void copy_to_tp_region_backward(const TensorParallel& tp, float* grad, int64_t n);
+// reduce-from-region: forward all-reduce, in place; backward identity.
+void reduce_from_tp_region_forward(const TensorParallel& tp, float* x, int64_t n);
+// gather-from-sequence-region: forward all-gather of the shards into full; backward
+// reduce-scatter of dfull into this rank's shard.
+void gather_from_sequence_region_forward(const TensorParallel& tp, const float* shard, float* full,
+                                         int64_t shard_numel);
+void gather_from_sequence_region_backward(const TensorParallel& tp, const float* dfull, float* dshard,
+                                          int64_t shard_numel);
+// reduce-scatter-to-sequence-region: the reverse pair.
+void reduce_scatter_to_sequence_region_forward(const TensorParallel& tp, const float* full, float* shard,
+                                               int64_t shard_numel);
+void reduce_scatter_to_sequence_region_backward(const TensorParallel& tp, const float* dshard, float* dfull,
+                                                int64_t shard_numel);
+
+// What a layer calls, as Megatron's layers do: the input of a column-parallel layer
+// goes through copy-to-region (or, with sequence parallel, gather-from-sequence-region),
+// the output of a row-parallel layer through reduce-from-region (or
+// reduce-scatter-to-sequence-region). Rows: [local_rows, C] outside the region (all
+// rows without sequence parallel), [rows, C] inside.
+//
+// Column-parallel input, forward: x [local_rows, C] -> the input for all rows: x
+// itself, or all-gathered into full. Returns where it is.
+const float* column_parallel_input_forward(const TensorParallel& tp, const float* x, float* full, int64_t local_rows,
+                                           int64_t C);
+// Backward: dfull [rows, C] holds this rank's part of the input gradient; the sum over
+// ranks lands in place (all-reduce) or in dx [local_rows, C] (reduce-scatter). Returns where.
+float* column_parallel_input_backward(const TensorParallel& tp, float* dfull, float* dx, int64_t local_rows,
+                                      int64_t C);
+// Row-parallel output, forward: partial [rows, C] (this rank's part of the product) ->
+// the sum over ranks, in place (all-reduce) or in y [local_rows, C] (reduce-scatter).
+float* row_parallel_output_forward(const TensorParallel& tp, float* partial, float* y, int64_t local_rows, int64_t C);
+// Backward: dy [local_rows, C] -> the output gradient for all rows: dy itself, or
+// all-gathered into dfull.
+const float* row_parallel_output_backward(const TensorParallel& tp, const float* dy, float* dfull,
+                                          int64_t local_rows, int64_t C);
 
 // Sum over the tp ranks, in place (the vocab-parallel loss's small reductions).
 void tp_all_reduce(const TensorParallel& tp, float* x, int64_t n, ReduceOp op);

@@ -169,7 +169,17 @@ nlohmann::json training_state(const RunConfig& config, int64_t step, const Gradi
           {"step", step},
           {"optimizer_steps", sync.optimizer_steps()},
           {"seed", config.seed},
-          {"data", {{"train", config.train_data}, {"position", "batches are a function of (seed, step)"}}},
+          // The loader, the schedule and the RNG keep no state beyond these: a batch is a
+          // function of (seed, step), a learning rate of the step, a random draw of
+          // (seed, stream, index).
+          {"data", {{"train", config.train_data}, {"seed", config.seed}, {"next_step", step}}},
+          {"schedule",
+           {{"max_lr", config.schedule.max_lr},
+            {"min_lr_ratio", config.schedule.min_lr_ratio},
+            {"warmup_steps", config.schedule.warmup_steps},
+            {"decay_steps", config.schedule.decay_steps},
+            {"next_lr", config.schedule.at(step)}}},
+          {"rng", {{"generator", "philox-4x32 (counter-based)"}, {"seed", config.seed}}},
           {"model", config_fields(config.model)},
           {"mesh", mesh ? mesh->shape().str() : std::string("one rank")},
           {"config", describe_run_config(config)}};

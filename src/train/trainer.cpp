@@ -119,6 +119,12 @@ Trainer::Trainer(const RunConfig& config, DeviceMesh* mesh, std::ostream* log)
               step_, config_.steps);
     if (log_) fmt::print(*log_, "resumed from {} at step {} (saved on mesh {})\n", dir.string(), step_,
                          state.value("mesh", "?"));
+    const int64_t saved_decay = state.at("schedule").value("decay_steps", int64_t{0});
+    if (log_ && saved_decay != config_.schedule.decay_steps) {
+      fmt::print(*log_, "note: this run's learning rate decays over {} steps, the checkpoint's run over {} (set "
+                 "optim.decay_steps = {} to continue its schedule)\n",
+                 config_.schedule.decay_steps, saved_decay, saved_decay);
+    }
   }
   checkpoints_->claim(config_.resume.empty() ? -1 : step_);
 }

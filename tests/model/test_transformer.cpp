@@ -118,7 +118,9 @@ TEST(Model, BackwardReportsFinalGradientsFromTheEndOfTheArena) {
     EXPECT_GT(observer.polls, 0);
     const float* final_grads = model.store().grads().data<float>();
     for (size_t i = 0; i < observer.offsets.size(); ++i) {
-      if (i > 0) EXPECT_LT(observer.offsets[i], observer.offsets[i - 1]);
+      if (i > 0) {
+        EXPECT_LT(observer.offsets[i], observer.offsets[i - 1]);
+      }
       const int64_t offset = observer.offsets[i];
       for (int64_t j = offset; j < model.store().numel(); ++j) {
         ASSERT_EQ(observer.snapshots[i][j - offset], final_grads[j])

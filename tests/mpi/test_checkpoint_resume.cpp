@@ -125,7 +125,8 @@ TEST_F(CheckpointResume, ReshardsOntoAnyMesh) {
     DeviceMesh mesh(*pair, c.resolve_mesh(2));
     expect_close(reference.losses, train(c, &mesh, 20, latest, false).losses, 10, "dp=2");
   }
-  for (const Layout& l : {Layout{1, n, 0}, Layout{n, 1, 3}, Layout{n, 1, 1}}) {
+  // tp over all ranks, FSDP and ZeRO-1 over all ranks, and HSDP (FSDP over 2 x 2 replicas).
+  for (const Layout& l : {Layout{1, n, 0}, Layout{n, 1, 3}, Layout{n, 1, 1}, Layout{2, 1, 3}}) {
     const RunConfig c = config(l, dir.path());
     DeviceMesh mesh(world, c.resolve_mesh(n));
     const testing::TrainedRun resumed = train(c, &mesh, 20, latest, false);
