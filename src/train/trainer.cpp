@@ -265,16 +265,18 @@ RunSummary Trainer::run() {
   if (checkpoints_->enabled()) install_stop_handler();
   while (step_ < config_.steps) {
     const StepStats s = step();
+    summary.losses.push_back(s.loss);
+    // The first step pays for first-touch page faults; leave it out of the medians.
+    if (s.step > 0 || config_.steps == 1) rates.push_back(s.tokens_per_s), mfus.push_back(s.mfu);
     if (config_.checkpoint_every > 0 && step_ % config_.checkpoint_every == 0 && step_ < config_.steps) {
       save_checkpoint(config_.checkpoint_async);
     }
     if (checkpoints_->poll()) {  // SIGTERM on some rank: save (below) and stop
       if (log_) fmt::print(*log_, "stop requested (SIGTERM) after step {}: saving and stopping\n", step_);
+      if (log_ && s.step % config_.log_every != 0) print_step(s);
+      if (rates.empty()) rates.push_back(s.tokens_per_s), mfus.push_back(s.mfu);
       break;
     }
-    summary.losses.push_back(s.loss);
-    // The first step pays for first-touch page faults; leave it out of the medians.
-    if (s.step > 0 || config_.steps == 1) rates.push_back(s.tokens_per_s), mfus.push_back(s.mfu);
     const bool last = step_ == config_.steps;
     if (log_ && (s.step % config_.log_every == 0 || last)) print_step(s);
     if ((config_.eval_every > 0 && step_ % config_.eval_every == 0) || last) {
