@@ -276,6 +276,8 @@ void RunConfig::validate() const {
               key, value);
   }
   validate_tensor_parallel(model, mesh.tp, sequence_parallel, seq_len);
+  NDT_CHECK(!sequence_parallel || mesh.tp > 1,
+            "parallel.sequence_parallel = true needs parallel.tp > 1 (it splits tokens over the tp ranks)");
   NDT_CHECK(checkpoint_every >= 0, "checkpoint.every = {} must not be negative", checkpoint_every);
   NDT_CHECK(keep_last >= 1, "checkpoint.keep_last = {} must be at least 1", keep_last);
   NDT_CHECK(peak_gflops >= 0, "runtime.peak_gflops = {} must not be negative", peak_gflops);

@@ -43,7 +43,7 @@ class TensorParallelTest : public ::testing::TestWithParam<Shape> {
     c.mesh.tp = tp;
     c.mesh.dp_shard = dp_shard;
     c.zero_stage = zero_stage;
-    c.sequence_parallel = GetParam().sequence_parallel;
+    c.sequence_parallel = GetParam().sequence_parallel && tp > 1;
     return c;
   }
   testing::TempDir dir_;

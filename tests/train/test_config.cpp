@@ -83,6 +83,14 @@ TEST_F(ConfigTest, TensorParallelSizesMustDivide) {
   EXPECT_ERROR_MENTIONS(error_of({"parallel.tp=4", "parallel.sequence_parallel=true", "train.seq_len=30"}),
                         "train.seq_len (sequence parallel splits tokens) = 30 is not divisible by parallel.tp = 4");
   EXPECT_ERROR_MENTIONS(error_of({"parallel.tp=0"}), "parallel.tp = 0 must be positive");
+  EXPECT_ERROR_MENTIONS(error_of({"parallel.sequence_parallel=true"}),
+                        "parallel.sequence_parallel = true needs parallel.tp > 1");
+}
+
+TEST_F(ConfigTest, CheckpointSettings) {
+  EXPECT_ERROR_MENTIONS(error_of({"checkpoint.every=-5"}), "checkpoint.every = -5 must not be negative");
+  EXPECT_ERROR_MENTIONS(error_of({"checkpoint.keep_last=0"}), "checkpoint.keep_last = 0 must be at least 1");
+  EXPECT_ERROR_MENTIONS(error_of({"optim.decay_steps=-1"}), "optim.decay_steps = -1 must not be negative");
 }
 
 TEST_F(ConfigTest, UnknownKeys) {
