@@ -62,9 +62,13 @@ double DataParallel::grad_norm() {
 void DataParallel::step(float lr, float grad_scale) { optimizer_.step(lr, grad_scale); }
 
 std::vector<StateSlice> DataParallel::layout_state_slices() {
-  const bool saved = dp_ == nullptr || dp_->rank() == 0;  // replicated over dp: rank 0 writes
+  // Replicated over dp: parameter i (its value and moments) is written by dp rank
+  // i mod dp, so the ranks share the writing.
   std::vector<StateSlice> slices;
-  for (const Parameter& p : store_.params()) {
+  const size_t ranks = dp_ ? static_cast<size_t>(dp_->size()) : 1, rank = dp_ ? static_cast<size_t>(dp_->rank()) : 0;
+  for (size_t i = 0; i < store_.params().size(); ++i) {
+    const Parameter& p = store_.params()[i];
+    const bool saved = i % ranks == rank;
     const int64_t rows = p.local_shape[0];
     slices.push_back({StateSlice::value, &p, 0, rows, p.data(), saved});
     slices.push_back({StateSlice::exp_avg, &p, 0, rows, optimizer_.exp_avg() + p.arena_offset, saved});

@@ -85,12 +85,15 @@ void ZeroDataParallel::step(float lr, float grad_scale) {
 }
 
 std::vector<StateSlice> ZeroDataParallel::layout_state_slices() {
-  // Whole parameters (replicated over dp): the first rank writes them; moments: each
-  // rank its rows (replicated over dp_replicate: its first replica writes them).
+  // Whole parameters (replicated over dp): parameter i is written by dp_shard rank
+  // i mod dp_shard of the first replica; moments: each rank its rows (replicated over
+  // dp_replicate: the first replica writes them).
   const bool first_replica = replicate_comm_.rank() == 0;
   std::vector<StateSlice> slices;
-  for (const Parameter& p : store_.params()) {
-    slices.push_back({StateSlice::value, &p, 0, p.local_shape[0], p.data(), first_replica && shard_comm_.rank() == 0});
+  const auto& params = store_.params();
+  for (size_t p = 0; p < params.size(); ++p) {
+    const bool mine = static_cast<int>(p % static_cast<size_t>(shard_comm_.size())) == shard_comm_.rank();
+    slices.push_back({StateSlice::value, &params[p], 0, params[p].local_shape[0], params[p].data(), first_replica && mine});
   }
   optimizer_.append_moment_slices(slices, first_replica);
   return slices;

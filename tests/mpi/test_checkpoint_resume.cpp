@@ -88,7 +88,8 @@ void expect_close(const std::vector<double>& a, const std::vector<double>& b, si
 
 TEST_F(CheckpointResume, ExactOnTheSameMesh) {
   Communicator& world = testing::world();
-  for (const Layout& l : {Layout{1, 1, 0}, Layout{world.size(), 1, 3}, Layout{1, world.size(), 0, true}}) {
+  for (const Layout& l : {Layout{1, 1, 0}, Layout{world.size(), 1, 1}, Layout{world.size(), 1, 3},
+                          Layout{1, world.size(), 0, true}}) {
     SharedDir dir(world);
     const RunConfig c = config(l, dir.path());
     DeviceMesh mesh(world, c.resolve_mesh(world.size()));
