@@ -78,6 +78,18 @@ TEST_F(TrainLaunch, DataParallelRunOnTwoRanks) {
   EXPECT_NE(first.find("\"all_reduce\""), std::string::npos) << first;
 }
 
+// Tensor parallel with sequence parallel through the CLI, to the end: validation and a
+// sample (whose prompts of any length are padded to a multiple of tp).
+TEST_F(TrainLaunch, TensorParallelRunSamplesText) {
+  const Result r = run(mpirun(2, "--set parallel.tp=2 --set parallel.sequence_parallel=true --set runtime.out_dir=" +
+                                     dir_.file("tp")));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("tensor parallel: 2 ranks, each 2 of 4 heads"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("sequence parallel on"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("communication on tp"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("== sample"), std::string::npos) << r.output;
+}
+
 TEST_F(TrainLaunch, MeshThatDoesNotMatchTheWorldIsRefused) {
   const Result r = run(mpirun(2, "--set parallel.dp_replicate=3"));
   EXPECT_NE(r.exit_code, 0) << r.output;
