@@ -6,8 +6,8 @@
 // hides: steps with and without communication, and the all-reduces alone. With --tp
 // the ranks form tensor-parallel groups (the rest data parallel), and the time spent
 // in tp collectives is reported.
-#include "apps/ndtrain/bench_timing.h"
 #include "apps/ndtrain/commands.h"
+#include "core/timing.h"
 #include "comm/device_mesh.h"
 #include "comm/mpi_communicator.h"
 #include "core/memory.h"

@@ -5,8 +5,8 @@
 // thread writes it; the wait for the write, if it outlasts the next step, counts as
 // blocked too), the step time while a background write runs against
 // without, and save and load throughput in MB/s. Medians over --reps.
-#include "apps/ndtrain/bench_timing.h"
 #include "apps/ndtrain/commands.h"
+#include "core/timing.h"
 #include "core/rng.h"
 #include "kernels/cpu/threads.h"
 #include "train/checkpointing.h"

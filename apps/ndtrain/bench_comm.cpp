@@ -5,8 +5,8 @@
 // way of driving MPI progress (none, polling test(), a progress thread, a blocking call
 // on a helper thread).
 // Both run under mpirun; each rank uses one compute thread.
-#include "apps/ndtrain/bench_timing.h"
 #include "apps/ndtrain/commands.h"
+#include "core/timing.h"
 #include "comm/mpi_communicator.h"
 #include "comm/mpi_runtime.h"
 #include "core/error.h"

@@ -6,6 +6,7 @@
 // One process; the destination must not exist.
 #include "apps/ndtrain/commands.h"
 #include "core/error.h"
+#include "core/timing.h"
 #include "interchange/hf_names.h"
 #include "interchange/llmc.h"
 #include "train/model_checkpoint.h"
@@ -65,10 +66,6 @@ void write_model(const ModelState& state, const std::string& path, Format format
     case Format::llmc: return save_llmc(state, path);
     case Format::checkpoint: return write_model_checkpoint(state, path);
   }
-}
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 }  // namespace

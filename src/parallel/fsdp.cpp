@@ -1,6 +1,7 @@
 #include "parallel/fsdp.h"
 
 #include "core/error.h"
+#include "core/timing.h"
 #include "kernels/cpu/elementwise.h"
 
 #include <chrono>
@@ -10,10 +11,6 @@
 namespace ndt {
 
 namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 // "blocks.<l>.<rest>" belongs to unit 1 + l; everything else to the root, unit 0.
 size_t unit_of(const std::string& name) {

@@ -4,6 +4,7 @@
 #include "checkpoint/directory.h"
 #include "checkpoint/reader.h"
 #include "core/error.h"
+#include "core/timing.h"
 #include "interchange/model_state.h"
 #include "train/model_checkpoint.h"
 
@@ -23,10 +24,6 @@ std::atomic<bool> g_stop{false};
 
 void on_sigterm(int) { g_stop.store(true); }
 
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
 // The maximum of a flag over the world (1 if any rank has it).
 bool any_rank(DeviceMesh* mesh, bool flag) {
   if (mesh == nullptr || mesh->world().size() == 1) return flag;
@@ -41,7 +38,7 @@ void install_stop_handler() { std::signal(SIGTERM, on_sigterm); }
 bool stop_requested() { return g_stop.load(); }
 
 TrainingCheckpoints::TrainingCheckpoints(const RunConfig& config, DeviceMesh* mesh, std::ostream* log)
-    : config_(config), mesh_(mesh), log_(log) {
+    : keep_last_(config.keep_last), mesh_(mesh), log_(log) {
   if (!config.checkpoint_dir.empty()) {
     root_ = config.checkpoint_dir;
   } else if (!config.out_dir.empty()) {
@@ -134,7 +131,7 @@ void TrainingCheckpoints::commit() {
   if (rank() == 0) {
     try {
       ckpt::commit_checkpoint(in_flight_tmp_, final_dir, world_size(), in_flight_state_);
-      ckpt::prune_checkpoints(root_, config_.keep_last);
+      ckpt::prune_checkpoints(root_, keep_last_);
     } catch (const Error& e) {
       error = e.what();
     }

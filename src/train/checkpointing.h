@@ -58,7 +58,7 @@ class TrainingCheckpoints {
   int rank() const { return mesh_ ? mesh_->world().rank() : 0; }
   int world_size() const { return mesh_ ? mesh_->world().size() : 1; }
 
-  RunConfig config_;
+  int keep_last_;
   DeviceMesh* mesh_;
   std::ostream* log_;
   std::filesystem::path root_;

@@ -1,5 +1,6 @@
 #include "train/flops.h"
 
+#include "core/timing.h"
 #include "kernels/cpu/gemm.h"
 
 #include <fmt/format.h>
@@ -16,10 +17,6 @@
 namespace ndt {
 
 namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 // FLOPs done by one thread; 10 independent accumulators hide the FMA latency.
 // Uses the widest vector FMA the build targets (AVX-512, else AVX2).

@@ -3,6 +3,7 @@
 #include "parallel/memory_model.h"
 
 #include "core/memory.h"
+#include "core/timing.h"
 #include "kernels/cpu/threads.h"
 #include "optim/clip.h"
 #include "train/generate.h"
@@ -20,12 +21,6 @@
 namespace ndt {
 
 namespace {
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 double mib(size_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
 

@@ -13,9 +13,6 @@
 #include <limits>
 
 namespace ndt::cpu {
-namespace {
-
-}  // namespace
 
 void softmax_cross_entropy(float* logits, float* losses, const int32_t* targets, int N, int V,
                            float grad_scale) {

@@ -1,4 +1,5 @@
-// Timing helpers shared by the `ndtrain bench` commands.
+// Timing helpers: wall-clock seconds since a point, and the median of measured times
+// (the machines here are noisy: figures are medians).
 #pragma once
 
 #include <algorithm>
@@ -11,8 +12,9 @@ inline double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// The median (upper middle for an even count) of a non-empty list.
+// The median (upper middle for an even count); 0 for an empty list.
 inline double median(std::vector<double> v) {
+  if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
 }
