@@ -20,6 +20,14 @@ std::string shape_str(const Shape& shape) {
   return s + "]";
 }
 
+const char* device_name(Device device) {
+  switch (device) {
+    case Device::cpu:
+      return "cpu";
+  }
+  return "unknown";
+}
+
 static constexpr size_t kAlignment = 64;
 
 namespace {
@@ -132,9 +140,23 @@ Tensor Tensor::slice(int64_t begin, int64_t end) const {
 void Tensor::zero_() { std::memset(raw(), 0, nbytes()); }
 
 void Tensor::copy_from(const Tensor& other) {
-  NDT_CHECK(shape_ == other.shape_ && dtype_ == other.dtype_, "copy from {} {} into {} {}",
-            shape_str(other.shape_), dtype_name(other.dtype_), shape_str(shape_), dtype_name(dtype_));
-  std::memcpy(raw(), other.raw(), nbytes());
+  NDT_CHECK(defined() && other.defined(), "Tensor::copy_from: {} tensor is undefined",
+            defined() ? "source" : "destination");
+  NDT_CHECK(shape_ == other.shape_ && dtype_ == other.dtype_,
+            "Tensor::copy_from: source {} {} ({} elements) does not match destination {} {} ({} elements); "
+            "shape and dtype must be equal",
+            shape_str(other.shape_), dtype_name(other.dtype_), other.numel(), shape_str(shape_),
+            dtype_name(dtype_), numel());
+  // Core owns the device layer (kernels build on core, not the reverse): one branch per
+  // (destination, source) device pair; a GPU backend adds host<->device copies here.
+  switch (device()) {
+    case Device::cpu:
+      NDT_CHECK(other.device() == Device::cpu, "Tensor::copy_from: no copy from {} to cpu",
+                device_name(other.device()));
+      if (nbytes() > 0 && raw() != other.raw()) std::memcpy(raw(), other.raw(), nbytes());
+      return;
+  }
+  fail("Tensor::copy_from: unknown destination device {}", static_cast<int>(device()));
 }
 
 }  // namespace ndt

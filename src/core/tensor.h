@@ -21,6 +21,12 @@ std::string shape_str(const Shape& shape);  // "[2, 3, 4]"
 // Bytes of freed blocks kept for reuse (not counted by the ledger; see tensor.cpp).
 size_t storage_cached_bytes();
 
+// Where a storage's bytes live. Only host memory today; `cuda` is where a GPU backend
+// plugs in (device allocation in Storage, device copies in Tensor::copy_from and
+// zero_, and a matching backend in kernels/kernels.h).
+enum class Device { cpu };
+const char* device_name(Device device);  // "cpu"
+
 // One aligned allocation, reported to the MemoryLedger under its tag for its lifetime.
 class Storage {
  public:
@@ -32,11 +38,13 @@ class Storage {
   void* data() const { return data_; }
   size_t bytes() const { return bytes_; }
   MemTag tag() const { return tag_; }
+  Device device() const { return device_; }
 
  private:
   void* data_ = nullptr;
   size_t bytes_ = 0;
   MemTag tag_;
+  Device device_ = Device::cpu;
 };
 
 template <typename T>
@@ -59,6 +67,7 @@ class Tensor {
   DType dtype() const { return dtype_; }
   size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype_); }
   MemTag tag() const { return storage_->tag(); }
+  Device device() const { return storage_ ? storage_->device() : Device::cpu; }
 
   void* raw() const { return static_cast<char*>(storage_->data()) + offset_; }
   template <typename T>
@@ -73,7 +82,9 @@ class Tensor {
   // Rows [begin, end) along dim 0, sharing storage.
   Tensor slice(int64_t begin, int64_t end) const;
   void zero_();
-  void copy_from(const Tensor& other);  // same shape and dtype
+  // Copies other's elements into this tensor: same shape (hence numel) and dtype,
+  // both defined; the copy is chosen by the two devices (host memcpy today).
+  void copy_from(const Tensor& other);
 
  private:
   std::shared_ptr<Storage> storage_;

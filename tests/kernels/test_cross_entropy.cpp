@@ -1,13 +1,17 @@
 // Fused softmax cross-entropy: losses against a double reference (including logits
 // far beyond exp's float range), the in-place gradient against finite differences,
-// grad_scale = 0 leaving the logits alone, and target validation.
+// grad_scale = 0 leaving the logits alone, and target validation. The three-piece form
+// (row max, exp sums, finish) against the fused kernel, over the whole vocabulary and
+// over two slices combined by hand as a vocab-parallel all-reduce would.
 #include "kernels/cpu/cross_entropy.h"
+#include "kernels/cpu/threads.h"
 
 #include "../common/gradcheck.h"
 #include "core/error.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -131,6 +135,157 @@ TEST(CrossEntropy, TargetOutOfRangeThrows) {
     // Nothing was modified before the check.
     EXPECT_EQ(std::memcmp(logits.data(), original.data(), logits.size() * sizeof(float)), 0);
   }
+}
+
+// ---- The three pieces -------------------------------------------------------------
+
+// |a - ref| <= 1e-6 * max(|ref|, floor): relative, with a floor for values near zero
+// (the sums pass through float in the pieces, double in the fused kernel).
+void expect_rel(float a, float ref, float floor, const std::string& what) {
+  EXPECT_NEAR(a, ref, 1e-6 * std::max(std::fabs(ref), floor)) << what;
+}
+
+struct PieceResult {
+  std::vector<float> logits, losses, row_max, sums, target_logit;
+};
+
+// One slice, no reduction (the whole vocabulary when vocab_begin = 0 and V is all of it).
+PieceResult run_pieces(std::vector<float> logits, const std::vector<int32_t>& targets, int64_t vocab_begin,
+                       int N, int V, float grad_scale) {
+  PieceResult r;
+  r.losses.assign(N, -1.0f);
+  r.row_max.assign(N, 0.0f);
+  r.sums.assign(N, 0.0f);
+  r.target_logit.assign(N, -1.0f);
+  ndt::cpu::cross_entropy_row_max(logits.data(), r.row_max.data(), N, V);
+  ndt::cpu::cross_entropy_exp_sums(logits.data(), r.row_max.data(), targets.data(), vocab_begin, r.sums.data(),
+                                   r.target_logit.data(), N, V, grad_scale != 0.0f);
+  ndt::cpu::cross_entropy_finish(logits.data(), r.losses.data(), r.row_max.data(), r.sums.data(),
+                                 r.target_logit.data(), targets.data(), vocab_begin, N, V, grad_scale);
+  r.logits = std::move(logits);
+  return r;
+}
+
+void expect_pieces_match_fused(const std::vector<float>& logits, const std::vector<int32_t>& targets, int N, int V) {
+  for (float grad_scale : {0.0f, 0.5f, 1.0f}) {
+    std::vector<float> fused = logits, fused_losses(N);
+    ndt::cpu::softmax_cross_entropy(fused.data(), fused_losses.data(), targets.data(), N, V, grad_scale);
+    const PieceResult r = run_pieces(logits, targets, 0, N, V, grad_scale);
+    for (int n = 0; n < N; ++n) {
+      expect_rel(r.losses[n], fused_losses[n], 1.0f, "loss of row " + std::to_string(n));
+      EXPECT_EQ(r.target_logit[n], logits[int64_t{n} * V + targets[n]]) << "row " << n;
+    }
+    if (grad_scale == 0.0f) {
+      EXPECT_EQ(std::memcmp(r.logits.data(), logits.data(), logits.size() * sizeof(float)), 0)
+          << "grad_scale 0 must leave the logits unchanged";
+      continue;
+    }
+    for (size_t i = 0; i < logits.size(); ++i) {
+      expect_rel(r.logits[i], fused[i], grad_scale, "gradient index " + std::to_string(i));
+    }
+  }
+}
+
+TEST(CrossEntropyPieces, WholeVocabularyMatchesFused) {
+  {
+    const int N = 6, V = 37;  // serial path
+    expect_pieces_match_fused(random_vector(N * V, 200, 3.0f), make_targets(N, V), N, V);
+  }
+  {
+    const int N = 9, V = 5003;  // N * V above the parallel threshold
+    expect_pieces_match_fused(random_vector(int64_t{N} * V, 201, 4.0f), make_targets(N, V), N, V);
+  }
+  {
+    const int V = 5;  // logits far beyond exp's range (as StableForLargeLogits)
+    const std::vector<float> logits = {
+        1000.0f,  999.0f,  -1000.0f, 998.0f,  1000.0f,  1000.0f, 1000.0f, 1000.0f,  1000.0f, 1000.0f,
+        -1000.0f, -999.0f, -1000.0f, -998.0f, -1000.0f, 500.0f,  -500.0f, 0.0f,     0.0f,    0.0f,
+    };
+    expect_pieces_match_fused(logits, {1, 2, 3, 1}, 4, V);
+  }
+}
+
+// Two vocabulary slices [0, split) and [split, V), each in its own [N, slice] array,
+// combined between the pieces as the all-reduces would: max of the row maxima, sum of
+// the exp sums and of the target logits (zero from the slice that does not own it).
+TEST(CrossEntropyPieces, TwoSlicesCombineToTheWhole) {
+  const int N = 8, V = 41, split = 17;
+  const std::vector<float> logits = random_vector(N * V, 210, 3.0f);
+  std::vector<int32_t> targets = make_targets(N, V);
+  targets[0] = 0, targets[1] = split - 1, targets[2] = split, targets[3] = V - 1;  // both edges of both slices
+  const int widths[2] = {split, V - split};
+  const int64_t begins[2] = {0, split};
+
+  for (float grad_scale : {0.0f, 1.0f}) {
+    const PieceResult whole = run_pieces(logits, targets, 0, N, V, grad_scale);
+    std::vector<float> fused = logits, fused_losses(N);
+    ndt::cpu::softmax_cross_entropy(fused.data(), fused_losses.data(), targets.data(), N, V, grad_scale);
+
+    std::vector<float> part[2], max_part[2], sums_part[2], tl_part[2];
+    for (int s = 0; s < 2; ++s) {
+      for (int n = 0; n < N; ++n) {
+        const float* row = logits.data() + n * V + begins[s];
+        part[s].insert(part[s].end(), row, row + widths[s]);
+      }
+      max_part[s].assign(N, 0.0f);
+      ndt::cpu::cross_entropy_row_max(part[s].data(), max_part[s].data(), N, widths[s]);
+    }
+    std::vector<float> row_max(N), sums(N), target_logit(N);
+    for (int n = 0; n < N; ++n) row_max[n] = std::max(max_part[0][n], max_part[1][n]);
+    for (int n = 0; n < N; ++n) EXPECT_EQ(row_max[n], whole.row_max[n]) << "row " << n;  // max is exact
+    for (int s = 0; s < 2; ++s) {
+      sums_part[s].assign(N, 0.0f);
+      tl_part[s].assign(N, -1.0f);
+      ndt::cpu::cross_entropy_exp_sums(part[s].data(), row_max.data(), targets.data(), begins[s],
+                                       sums_part[s].data(), tl_part[s].data(), N, widths[s], grad_scale != 0.0f);
+    }
+    for (int n = 0; n < N; ++n) {
+      const int owner = targets[n] < split ? 0 : 1;
+      EXPECT_EQ(tl_part[1 - owner][n], 0.0f) << "row " << n << ": a slice without the target gives 0";
+      EXPECT_EQ(tl_part[owner][n], logits[n * V + targets[n]]) << "row " << n;
+      sums[n] = sums_part[0][n] + sums_part[1][n];
+      target_logit[n] = tl_part[0][n] + tl_part[1][n];
+    }
+    std::vector<float> losses[2];
+    for (int s = 0; s < 2; ++s) {
+      losses[s].assign(N, -1.0f);
+      ndt::cpu::cross_entropy_finish(part[s].data(), losses[s].data(), row_max.data(), sums.data(),
+                                     target_logit.data(), targets.data(), begins[s], N, widths[s], grad_scale);
+    }
+    for (int n = 0; n < N; ++n) {
+      EXPECT_EQ(losses[0][n], losses[1][n]) << "row " << n << ": every slice computes the same loss";
+      expect_rel(losses[0][n], whole.losses[n], 1.0f, "loss vs whole, row " + std::to_string(n));
+      expect_rel(losses[0][n], fused_losses[n], 1.0f, "loss vs fused, row " + std::to_string(n));
+      for (int s = 0; s < 2; ++s) {
+        for (int j = 0; j < widths[s]; ++j) {
+          const int64_t i = int64_t{n} * V + begins[s] + j;
+          const float got = part[s][int64_t{n} * widths[s] + j];
+          if (grad_scale == 0.0f) {
+            ASSERT_EQ(got, logits[i]) << "grad_scale 0 must leave slice " << s << " unchanged";
+          } else {
+            expect_rel(got, whole.logits[i], 1.0f, "gradient vs whole, index " + std::to_string(i));
+            expect_rel(got, fused[i], 1.0f, "gradient vs fused, index " + std::to_string(i));
+          }
+        }
+      }
+    }
+  }
+}
+
+// One thread per row in a fixed order: the same bits on 1 and 2 threads.
+TEST(CrossEntropyPieces, IndependentOfThreadCount) {
+  const int N = 7, V = 6007;
+  const std::vector<float> logits = random_vector(int64_t{N} * V, 220, 3.0f);
+  const std::vector<int32_t> targets = make_targets(N, V);
+  const int saved = ndt::cpu::num_threads();
+  ndt::cpu::set_num_threads(1);
+  const PieceResult one = run_pieces(logits, targets, 0, N, V, 0.25f);
+  ndt::cpu::set_num_threads(2);
+  const PieceResult two = run_pieces(logits, targets, 0, N, V, 0.25f);
+  ndt::cpu::set_num_threads(saved);
+  EXPECT_EQ(std::memcmp(one.logits.data(), two.logits.data(), logits.size() * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(one.losses.data(), two.losses.data(), N * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(one.sums.data(), two.sums.data(), N * sizeof(float)), 0);
 }
 
 }  // namespace

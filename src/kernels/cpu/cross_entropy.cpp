@@ -60,4 +60,64 @@ void softmax_cross_entropy(float* logits, float* losses, const int32_t* targets,
   }
 }
 
+namespace {
+
+// Small calls stay on the calling thread (same threshold as softmax_cross_entropy).
+bool parallel_rows(int rows, int V) { return static_cast<int64_t>(rows) * V >= (int64_t{1} << 15) && rows > 1; }
+
+}  // namespace
+
+void cross_entropy_row_max(const float* logits, float* row_max, int rows, int V) {
+#pragma omp parallel for schedule(static) if (parallel_rows(rows, V))
+  for (int n = 0; n < rows; ++n) {
+    const float* row = logits + int64_t{n} * V;
+    float mx = -std::numeric_limits<float>::infinity();
+#pragma omp simd reduction(max : mx)
+    for (int j = 0; j < V; ++j) mx = row[j] > mx ? row[j] : mx;
+    row_max[n] = mx;
+  }
+}
+
+void cross_entropy_exp_sums(float* logits, const float* row_max, const int32_t* targets, int64_t vocab_begin,
+                            float* sums, float* target_logit, int rows, int V, bool keep_exp) {
+#pragma omp parallel for schedule(static) if (parallel_rows(rows, V))
+  for (int n = 0; n < rows; ++n) {
+    float* row = logits + int64_t{n} * V;
+    const float mx = row_max[n];
+    const int64_t t = targets[n] - vocab_begin;
+    target_logit[n] = t >= 0 && t < V ? row[t] : 0.0f;
+    double sum = 0.0;
+    if (keep_exp) {
+#pragma omp simd reduction(+ : sum)
+      for (int j = 0; j < V; ++j) {
+        const float e = exp_vec(row[j] - mx);
+        row[j] = e;
+        sum += e;
+      }
+    } else {
+#pragma omp simd reduction(+ : sum)
+      for (int j = 0; j < V; ++j) sum += exp_vec(row[j] - mx);
+    }
+    sums[n] = static_cast<float>(sum);
+  }
+}
+
+void cross_entropy_finish(float* logits, float* losses, const float* row_max, const float* sums,
+                          const float* target_logit, const int32_t* targets, int64_t vocab_begin, int rows,
+                          int V, float grad_scale) {
+  const bool with_grad = grad_scale != 0.0f;
+#pragma omp parallel for schedule(static) if (parallel_rows(rows, V))
+  for (int n = 0; n < rows; ++n) {
+    losses[n] = static_cast<float>(static_cast<double>(row_max[n]) + std::log(static_cast<double>(sums[n])) -
+                                   static_cast<double>(target_logit[n]));
+    if (!with_grad) continue;
+    float* row = logits + int64_t{n} * V;
+    const float f = static_cast<float>(grad_scale / static_cast<double>(sums[n]));
+#pragma omp simd
+    for (int j = 0; j < V; ++j) row[j] *= f;
+    const int64_t t = targets[n] - vocab_begin;
+    if (t >= 0 && t < V) row[t] -= grad_scale;
+  }
+}
+
 }  // namespace ndt::cpu

@@ -1,5 +1,7 @@
 #include "kernels/cpu/embedding.h"
 
+#include <cstring>
+
 namespace ndt::cpu {
 namespace {
 
@@ -37,6 +39,41 @@ void embedding_backward(float* dtable, const float* dout, const int32_t* ids, in
       float* d = dtable + static_cast<int64_t>(ids[n]) * C;
       const float* g = dout + static_cast<int64_t>(n) * C;
       for (int c = c0; c < c1; ++c) d[c] += g[c];
+    }
+  }
+}
+
+void embedding_forward_range(float* out, const int32_t* ids, const float* table, int64_t vocab_begin,
+                             int64_t local_vocab, int64_t rows, int64_t C) {
+#pragma omp parallel for schedule(static) if (rows * C >= kParallelMin)
+  for (int64_t n = 0; n < rows; ++n) {
+    const int64_t id = ids[n] - vocab_begin;
+    float* o = out + n * C;
+    if (id >= 0 && id < local_vocab) {
+      std::memcpy(o, table + id * C, static_cast<size_t>(C) * sizeof(float));
+    } else {
+      std::memset(o, 0, static_cast<size_t>(C) * sizeof(float));
+    }
+  }
+}
+
+void embedding_backward_range(float* dtable, const float* dout, const int32_t* ids, int64_t vocab_begin,
+                              int64_t local_vocab, int64_t rows, int64_t C) {
+  // As embedding_backward: threads own column blocks and walk every row in order, so
+  // each element is dtable + dout[n0] + dout[n1] + ... in row order (the same bits as a
+  // serial loop over rows) without a fork/join per row.
+  constexpr int64_t kBlock = 64;
+  const int64_t nblocks = (C + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static) if (rows * C >= kParallelMin)
+  for (int64_t b = 0; b < nblocks; ++b) {
+    const int64_t c0 = b * kBlock;
+    const int64_t c1 = c0 + kBlock < C ? c0 + kBlock : C;
+    for (int64_t n = 0; n < rows; ++n) {
+      const int64_t id = ids[n] - vocab_begin;
+      if (id < 0 || id >= local_vocab) continue;
+      float* d = dtable + id * C;
+      const float* g = dout + n * C;
+      for (int64_t c = c0; c < c1; ++c) d[c] += g[c];
     }
   }
 }
