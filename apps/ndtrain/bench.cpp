@@ -18,6 +18,8 @@
 #include "parallel/data_parallel.h"
 #include "parallel/fsdp.h"
 #include "parallel/memory_model.h"
+#include "parallel/parallelize.h"
+#include "parallel/tensor_parallel.h"
 #include "train/flops.h"
 
 #include <fmt/format.h>
@@ -54,19 +56,17 @@ int run_bench_train(const TrainBenchOptions& o) {
   const int B = o.batch / dp, T = o.seq_len, N = B * T;
   const size_t rss_before = process_current_rss_bytes();
 
-  const TensorParallel tp = mesh ? TensorParallel{&mesh->axis("tp"), o.sequence_parallel} : TensorParallel{};
   validate_tensor_parallel(config, o.tp, o.sequence_parallel, T);
-  Transformer model(config, 1, 256, /*materialize_parameters=*/o.zero_stage != 3, tp);
-  DataParallelOptions options;
+  Transformer model(config, 1, 256, /*materialize_parameters=*/false);
+  ParallelOptions options;
   options.zero_stage = o.zero_stage;
   options.prefetch = o.prefetch;
-  options.tp = tp;
-  std::unique_ptr<GradientSync> sync = make_gradient_sync(model.store(), mesh.get(), options);
-  model.set_hooks(sync.get());
+  options.sequence_parallel = o.sequence_parallel;
+  std::unique_ptr<GradientSync> sync = parallelize(model, mesh.get(), options);
   auto* fsdp = dynamic_cast<FullyShardedDataParallel*>(sync.get());
   std::vector<int32_t> tokens(static_cast<size_t>(N) + 1);
   for (size_t i = 0; i < tokens.size(); ++i) {
-    const size_t dp_rank = mesh ? static_cast<size_t>(mesh->coord("dp")) : 0;  // tp peers share tokens
+    const size_t dp_rank = mesh ? static_cast<size_t>(mesh->coord(Axis::dp)) : 0;  // tp peers share tokens
     tokens[i] = static_cast<int32_t>(philox(7, hash_name("bench"), i + dp_rank * N)[0] % config.vocab_size);
   }
   print(fmt::format("bench train: {} ({:.2f}M parameters, vocab {}), B={} T={}, {} rank{} x {} thread{}{}{}\n",
@@ -90,7 +90,7 @@ int run_bench_train(const TrainBenchOptions& o) {
   };
 
   // Seconds spent in tp collectives so far (blocking calls: the whole call).
-  auto tp_seconds = [&] { return mesh ? mesh->axis("tp").stats().total_wait_seconds() : 0.0; };
+  auto tp_seconds = [&] { return mesh ? mesh->axis(Axis::tp).stats().total_wait_seconds() : 0.0; };
   std::vector<double> seconds, gather_waits, tp_waits;
   for (int s = 0; s <= o.steps; ++s) {
     const double waited = fsdp ? fsdp->gather_wait_seconds() : 0, tp_before = tp_seconds();
@@ -110,9 +110,9 @@ int run_bench_train(const TrainBenchOptions& o) {
   const double sgemm = measure_sgemm_flops(N, config.d_ff, config.d_model);
   const double peak = measure_fma_peak(o.threads);
   const ModelStateBytes states = predict_model_states(local_parameter_specs(model_parameter_specs(config), o.tp),
-                                                      mesh ? mesh->size("dp_shard") : 1, o.zero_stage);
+                                                      mesh ? mesh->size(Axis::dp_shard) : 1, o.zero_stage);
   const double predicted_total =
-      static_cast<double>(states.total() + Transformer::predict_activation_bytes(config, B, T, 256, tp.layout()));
+      static_cast<double>(states.total() + Transformer::predict_activation_bytes(config, B, T, 256, model.tensor_parallel().layout()));
   const MemoryLedger& ledger = MemoryLedger::instance();
   const double rss_used = static_cast<double>(process_peak_rss_bytes()) - rss_before;
   const double gib = 1024.0 * 1024.0 * 1024.0;
@@ -136,7 +136,7 @@ int run_bench_train(const TrainBenchOptions& o) {
   print(fmt::format("  ledger peak by tag (GiB, each tag's own peak):{}\n", by_tag));
   if (o.zero_stage == 3) print(fmt::format("  FSDP: median all-gather wait per step {:.3f} s\n", median(gather_waits)));
   if (o.tp > 1) {
-    const CommStats& stats = mesh->axis("tp").stats();
+    const CommStats& stats = mesh->axis(Axis::tp).stats();
     print(fmt::format("  tensor parallel: median {:.3f} s per step in tp collectives ({:.1f}% of the step); over the "
                       "run {} all-reduces, {} all-gathers, {} reduce-scatters, {:.1f} MiB sent per rank\n",
                       median(tp_waits), 100.0 * median(tp_waits) / step_s, stats[CommOp::all_reduce].calls,
@@ -153,7 +153,7 @@ int run_bench_train(const TrainBenchOptions& o) {
       world->barrier();
       const auto t0 = std::chrono::steady_clock::now();
       for (const GradientBucket& b : dynamic_cast<DataParallel&>(*sync).buckets()) {
-        mesh->axis("dp").all_reduce(grads + b.begin, static_cast<size_t>(b.end - b.begin), DType::f32, ReduceOp::sum);
+        mesh->axis(Axis::dp).all_reduce(grads + b.begin, static_cast<size_t>(b.end - b.begin), DType::f32, ReduceOp::sum);
       }
       world->barrier();
       comm_only.push_back(seconds_since(t0));

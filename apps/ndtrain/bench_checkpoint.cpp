@@ -9,6 +9,7 @@
 #include "core/timing.h"
 #include "core/rng.h"
 #include "kernels/cpu/threads.h"
+#include "parallel/parallelize.h"
 #include "train/checkpointing.h"
 
 #include <fmt/format.h>
@@ -32,8 +33,7 @@ int run_bench_checkpoint(const CheckpointBenchOptions& o) {
   std::filesystem::create_directories(o.dir);
 
   Transformer model(config.model, 1, 256);
-  std::unique_ptr<GradientSync> sync = make_gradient_sync(model.store(), nullptr, {});
-  model.set_hooks(sync.get());
+  std::unique_ptr<GradientSync> sync = parallelize(model, nullptr, {});
   const int B = o.batch, T = o.seq_len;
   std::vector<int32_t> tokens(static_cast<size_t>(B * T) + 1);
   for (size_t i = 0; i < tokens.size(); ++i) {

@@ -8,33 +8,26 @@ namespace ndt {
 
 namespace {
 
-int axis_index(std::string_view axis) {
-  for (size_t i = 0; i < kMeshAxes.size(); ++i) {
-    if (kMeshAxes[i] == axis) return static_cast<int>(i);
-  }
-  fail("unknown mesh axis \"{}\" (pp, dp_replicate, dp_shard, cp, tp, dp)", axis);
-}
-
 std::array<int, 5> sizes_of(const MeshShape& s) { return {s.pp, s.dp_replicate, s.dp_shard, s.cp, s.tp}; }
 
 }  // namespace
 
-int MeshShape::size(std::string_view axis) const {
-  if (axis == "dp") return dp_replicate * dp_shard;
-  return sizes_of(*this)[axis_index(axis)];
+int MeshShape::size(Axis axis) const {
+  if (axis == Axis::dp) return dp_replicate * dp_shard;
+  return sizes_of(*this)[static_cast<size_t>(axis)];
 }
 
 std::string MeshShape::str() const {
   const auto sizes = sizes_of(*this);
   std::string s;
-  for (size_t i = 0; i < sizes.size(); ++i) s += fmt::format("{}{}={}", i ? " x " : "", kMeshAxes[i], sizes[i]);
+  for (size_t i = 0; i < sizes.size(); ++i) s += fmt::format("{}{}={}", i ? " x " : "", axis_name(kMeshAxes[i]), sizes[i]);
   return s;
 }
 
 void MeshShape::validate(int world_size) const {
   const auto sizes = sizes_of(*this);
   for (size_t i = 0; i < sizes.size(); ++i) {
-    NDT_CHECK(sizes[i] >= 1, "parallel.{} = {} must be at least 1", kMeshAxes[i], sizes[i]);
+    NDT_CHECK(sizes[i] >= 1, "parallel.{} = {} must be at least 1", axis_name(kMeshAxes[i]), sizes[i]);
   }
   NDT_CHECK(product() == world_size, "the mesh {} has {} ranks but the job has {} (world size)", str(),
             product(), world_size);
@@ -59,20 +52,14 @@ DeviceMesh::DeviceMesh(Communicator& world, const MeshShape& shape) : world_(wor
     return color;
   };
   for (int i = 0; i < 5; ++i) {
-    axes_[std::string(kMeshAxes[i])] = world.split(color_without({i}), coords_[i], std::string(kMeshAxes[i]));
+    axes_[i] = world.split(color_without({i}), coords_[i], std::string(axis_name(kMeshAxes[i])));
   }
-  axes_["dp"] = world.split(color_without({1, 2}), coord("dp"), "dp");
+  axes_[static_cast<size_t>(Axis::dp)] = world.split(color_without({1, 2}), coord(Axis::dp), "dp");
 }
 
-Communicator& DeviceMesh::axis(std::string_view name) {
-  auto it = axes_.find(name);
-  NDT_CHECK(it != axes_.end(), "unknown mesh axis \"{}\" (pp, dp_replicate, dp_shard, cp, tp, dp)", name);
-  return *it->second;
-}
-
-int DeviceMesh::coord(std::string_view name) const {
-  if (name == "dp") return coords_[1] * shape_.dp_shard + coords_[2];
-  return coords_[axis_index(name)];
+int DeviceMesh::coord(Axis axis) const {
+  if (axis == Axis::dp) return coords_[1] * shape_.dp_shard + coords_[2];
+  return coords_[static_cast<size_t>(axis)];
 }
 
 }  // namespace ndt

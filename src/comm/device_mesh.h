@@ -5,17 +5,14 @@
 #pragma once
 
 #include "comm/communicator.h"
+#include "core/axis.h"
 
 #include <array>
-#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
 
 namespace ndt {
-
-inline constexpr std::array<std::string_view, 5> kMeshAxes = {"pp", "dp_replicate", "dp_shard", "cp",
-                                                              "tp"};
 
 struct MeshShape {
   int pp = 1;
@@ -24,7 +21,7 @@ struct MeshShape {
   int cp = 1;
   int tp = 1;
 
-  int size(std::string_view axis) const;  // also "dp" = dp_replicate x dp_shard
+  int size(Axis axis) const;  // also Axis::dp = dp_replicate x dp_shard
   int64_t product() const { return int64_t{pp} * dp_replicate * dp_shard * cp * tp; }
   std::string str() const;  // "pp=1 x dp_replicate=2 x dp_shard=1 x cp=1 x tp=1"
   // Throws unless every size is positive and the product equals world_size, naming the sizes.
@@ -39,17 +36,17 @@ class DeviceMesh {
 
   const MeshShape& shape() const { return shape_; }
   Communicator& world() { return world_; }
-  // The communicator along an axis ("pp", "dp_replicate", "dp_shard", "cp", "tp", "dp").
-  Communicator& axis(std::string_view name);
-  // This rank's coordinate along an axis (for "dp": dp_replicate_coord * dp_shard + dp_shard_coord).
-  int coord(std::string_view name) const;
-  int size(std::string_view name) const { return shape_.size(name); }
+  // The communicator along an axis (Axis::dp: the flattened data-parallel group).
+  Communicator& axis(Axis axis) { return *axes_[static_cast<size_t>(axis)]; }
+  // This rank's coordinate along an axis (for dp: dp_replicate_coord * dp_shard + dp_shard_coord).
+  int coord(Axis axis) const;
+  int size(Axis axis) const { return shape_.size(axis); }
 
  private:
   Communicator& world_;
   MeshShape shape_;
   std::array<int, 5> coords_{};
-  std::map<std::string, std::unique_ptr<Communicator>, std::less<>> axes_;
+  std::array<std::unique_ptr<Communicator>, 6> axes_;  // indexed by Axis
 };
 
 }  // namespace ndt

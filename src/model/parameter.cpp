@@ -32,33 +32,67 @@ void init_parameter_block(float* out, const ParameterSpec& spec, const Shape& lo
   }
 }
 
-ParameterStore::ParameterStore(const std::vector<ParameterSpec>& specs, uint64_t seed, bool materialize, int tp_rank,
-                               int tp_size)
+int Parameter::shard_dim(Axis axis) const {
+  for (const Placement& p : placements) {
+    if (p.axis == axis && p.kind == Placement::Kind::shard) return p.dim;
+  }
+  return -1;
+}
+
+bool Parameter::grad_partial_on(Axis axis) const {
+  return std::find(grad_partial.begin(), grad_partial.end(), axis) != grad_partial.end();
+}
+
+ParameterStore::ParameterStore(const std::vector<ParameterSpec>& specs, uint64_t seed, bool materialize)
     : seed_(seed) {
-  int64_t total = 0;
   for (const ParameterSpec& spec : specs) {
+    NDT_CHECK(params_.empty() || spec.unit >= params_.back().unit(),
+              "parameter {} of unit {} follows one of unit {}: a unit's parameters must be contiguous", spec.name,
+              spec.unit, params_.back().unit());
     Parameter p;
     p.spec = spec;
     p.local_shape = spec.logical_shape;
     p.local_offset = Shape(spec.logical_shape.size(), 0);
-    if (tp_size > 1 && spec.tp_dim >= 0) {
-      const int d = spec.tp_dim;
-      NDT_CHECK(spec.logical_shape[d] % tp_size == 0, "parameter {}: dim {} of size {} does not split over tp = {}",
-                spec.name, d, spec.logical_shape[d], tp_size);
-      p.local_shape[d] = spec.logical_shape[d] / tp_size;
-      p.local_offset[d] = p.local_shape[d] * tp_rank;
-      p.placements.push_back(Placement{"tp", Placement::Kind::shard, d});
-    }
+    params_.push_back(std::move(p));
+    num_units_ = std::max(num_units_, spec.unit + 1);
+  }
+  lay_out_arena();
+  if (materialize) this->materialize();
+}
+
+void ParameterStore::lay_out_arena() {
+  int64_t total = 0;
+  unit_begin_.assign(static_cast<size_t>(num_units_) + 1, -1);
+  for (Parameter& p : params_) {
+    if (unit_begin_[static_cast<size_t>(p.unit())] < 0) unit_begin_[static_cast<size_t>(p.unit())] = total;
     p.arena_offset = total;
     total += p.numel();
-    params_.push_back(std::move(p));
   }
   numel_ = total;
-  if (!materialize) return;
-  values_ = Tensor::empty({total}, DType::f32, MemTag::params);
+  unit_begin_.back() = total;
+  for (int u = num_units_ - 1; u >= 0; --u) {  // a unit without parameters begins where the next one does
+    if (unit_begin_[static_cast<size_t>(u)] < 0) unit_begin_[static_cast<size_t>(u)] = unit_begin_[static_cast<size_t>(u) + 1];
+  }
+}
+
+void ParameterStore::split_blocks(Axis axis, int rank, int size) {
+  NDT_CHECK(!values_.defined(), "split_blocks on {}: the parameters are already materialised", axis_name(axis));
+  for (Parameter& p : params_) {
+    const int d = p.shard_dim(axis);
+    if (d < 0 || size == 1) continue;
+    NDT_CHECK(p.spec.logical_shape[d] % size == 0, "parameter {}: dim {} of size {} does not split over {} = {}",
+              p.name(), d, p.spec.logical_shape[d], axis_name(axis), size);
+    p.local_shape[d] = p.spec.logical_shape[d] / size;
+    p.local_offset[d] = p.local_shape[d] * rank;
+  }
+  lay_out_arena();
+}
+
+void ParameterStore::materialize() {
+  values_ = Tensor::empty({numel_}, DType::f32, MemTag::params);
   for (Parameter& p : params_) {
     p.value = values_.slice(p.arena_offset, p.arena_offset + p.numel()).view(p.local_shape);
-    init_parameter_block(p.data(), p.spec, p.local_shape, p.local_offset, seed);
+    init_parameter_block(p.data(), p.spec, p.local_shape, p.local_offset, seed_);
   }
 }
 

@@ -4,6 +4,7 @@
 // communication can walk them as one buffer.
 #pragma once
 
+#include "core/axis.h"
 #include "core/tensor.h"
 
 #include <cstdint>
@@ -12,11 +13,12 @@
 
 namespace ndt {
 
-// How a parameter lies on one mesh axis: the same on every rank, or split along a
-// tensor dim.
+// How a tensor lies on one mesh axis, as in DTensor: the same on every rank
+// (Replicate), split along a tensor dim (Shard), or a part of a sum over the axis's
+// ranks (Partial: a gradient before its reduction).
 struct Placement {
-  enum class Kind { replicate, shard };
-  std::string mesh_axis;  // "dp_shard", "tp", ...
+  enum class Kind { replicate, shard, partial };
+  Axis axis = Axis::tp;
   Kind kind = Kind::replicate;
   int dim = 0;  // tensor dim split, when kind == shard
 };
@@ -29,40 +31,66 @@ struct ParameterSpec {
   InitKind init = InitKind::normal;
   float init_std = 0.0f;
   bool weight_decay = true;
-  // Tensor parallelism: the tensor dim split over the tp axis (-1: replicated), and,
-  // for a replicated parameter, whether it is used inside a tensor-parallel region
-  // (on this rank's heads only, as QK-norm is), so its gradient is a partial sum over tp.
+  // What the layer using it declares for tensor parallelism (parallelize() turns this
+  // into placements; nothing else reads it): the tensor dim a Megatron layer splits
+  // over tp (-1: replicated), and, for a replicated parameter, whether it is used
+  // inside a tensor-parallel region (on this rank's heads only, as QK-norm is), so its
+  // gradient is a partial sum over tp.
   int tp_dim = -1;
   bool tp_region = false;
+  // The model unit that owns it (model/unit.h: 0 the embedding, 1 + l block l, the last
+  // the head). A unit's parameters are contiguous, in unit order.
+  int unit = 0;
 };
 
 struct Parameter {
   ParameterSpec spec;
-  std::vector<Placement> placements;  // empty: replicated on every axis
-  Shape local_shape;                  // shape of this rank's block
+  // The value's placement on each mesh axis it is not replicated on (absent: Replicate),
+  // e.g. [Shard(0) on tp, Shard(0) on dp_shard] for a column-parallel weight under FSDP.
+  std::vector<Placement> placements;
+  // The gradient as backward leaves it on this rank: Partial on each of these axes (a
+  // part of the sum over the axis's ranks), which the layout then reduces.
+  std::vector<Axis> grad_partial;
+  Shape local_shape;                  // shape of this rank's block (tp split applied)
   Shape local_offset;                 // where that block starts in the logical tensor
   int64_t arena_offset = 0;           // element offset in the arenas
   Tensor value;                       // view into the value arena
   Tensor grad;                        // view into the gradient arena
 
   const std::string& name() const { return spec.name; }
+  int unit() const { return spec.unit; }
   int64_t numel() const { return shape_numel(local_shape); }
   float* data() const { return value.data<float>(); }
   float* grad_data() const { return grad.data<float>(); }
+  // The tensor dim split over `axis`, or -1 if the value is not sharded there.
+  int shard_dim(Axis axis) const;
+  bool sharded_on(Axis axis) const { return shard_dim(axis) >= 0; }
+  bool grad_partial_on(Axis axis) const;
 };
 
 class ParameterStore {
  public:
-  // Lays out unsharded (replicated) parameters in declaration order and initialises
-  // them from the counter-based RNG: element i of a normal parameter is
-  // normal_at(seed, hash_name(name), i) * std, whatever rank or shard holds it.
-  // materialize = false allocates nothing: a sharded layout (FSDP) initialises its own
-  // shards with init_parameter_block and points the views at gathered buffers.
-  // With tp_size > 1 each parameter with a tp_dim holds only block tp_rank of that dim
-  // (local_shape, local_offset; placement Shard(tp_dim) on "tp").
-  ParameterStore(const std::vector<ParameterSpec>& specs, uint64_t seed, bool materialize = true, int tp_rank = 0,
-                 int tp_size = 1);
+  // Declares the parameters in order, replicated (every block is the whole tensor), and
+  // with materialize = true allocates and initialises them (materialize()). Without,
+  // no memory exists yet: parallelize() first places them (split_blocks), then
+  // materialises, or a sharded layout (FSDP) initialises its own shards with
+  // init_parameter_block and points the views at gathered buffers.
+  ParameterStore(const std::vector<ParameterSpec>& specs, uint64_t seed, bool materialize = true);
   uint64_t seed() const { return seed_; }
+
+  // Each parameter whose placements shard it on `axis` keeps only block `rank` of
+  // `size` along that dim (local_shape, local_offset; the dim must divide evenly).
+  // Before materialize() only.
+  void split_blocks(Axis axis, int rank, int size);
+  // Allocates the value arena for the local blocks and initialises each from its
+  // logical position: element i of a normal parameter is normal_at(seed,
+  // hash_name(name), i) * std, whatever rank or shard holds it.
+  void materialize();
+
+  // Units: how many, and where unit u's parameters begin in the arenas (units are
+  // contiguous and in order; a unit without parameters begins where the next one does).
+  int num_units() const { return num_units_; }
+  int64_t unit_arena_begin(int unit) const { return unit_begin_[static_cast<size_t>(unit)]; }
 
   std::vector<Parameter>& params() { return params_; }
   const std::vector<Parameter>& params() const { return params_; }
@@ -86,9 +114,13 @@ class ParameterStore {
  private:
   void point_grads();
 
+  void lay_out_arena();
+
   std::vector<Parameter> params_;
   uint64_t seed_;
   int64_t numel_ = 0;
+  int num_units_ = 0;
+  std::vector<int64_t> unit_begin_;
   Tensor values_;
   Tensor grads_;
 };

@@ -1,6 +1,6 @@
 #include "optim/adamw.h"
 
-#include "kernels/cpu/adamw.h"
+#include "kernels/kernels.h"
 
 namespace ndt {
 
@@ -21,14 +21,14 @@ void AdamW::step(float lr, float grad_scale) {
   float* m = m_.data<float>();
   float* v = v_.data<float>();
   for (Parameter& p : store_.params()) {
-    cpu::AdamWStep s{lr,
+    kernels::AdamWStep s{lr,
                      config_.beta1,
                      config_.beta2,
                      config_.eps,
                      p.spec.weight_decay ? config_.weight_decay : 0.0f,
                      grad_scale,
                      t_};
-    cpu::adamw_update(p.data(), p.grad_data(), m + p.arena_offset, v + p.arena_offset, p.numel(), s);
+    kernels::adamw_update(p.data(), p.grad_data(), m + p.arena_offset, v + p.arena_offset, p.numel(), s);
   }
 }
 

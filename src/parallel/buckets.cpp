@@ -2,6 +2,8 @@
 
 #include "core/error.h"
 
+#include <utility>
+
 namespace ndt {
 
 std::vector<GradientBucket> make_gradient_buckets(const ParameterStore& store, size_t bucket_bytes) {
@@ -18,6 +20,47 @@ std::vector<GradientBucket> make_gradient_buckets(const ParameterStore& store, s
     }
   }
   return buckets;
+}
+
+BucketScheduler::BucketScheduler(std::vector<GradientBucket> buckets, std::function<WorkHandle(size_t)> launch,
+                                 std::function<void(size_t)> completed)
+    : buckets_(std::move(buckets)),
+      launch_(std::move(launch)),
+      completed_(std::move(completed)),
+      in_flight_(buckets_.size()) {}
+
+void BucketScheduler::begin(bool sync) {
+  sync_ = sync;
+  next_ = 0;
+}
+
+void BucketScheduler::grads_ready_from(int64_t arena_offset) {
+  if (!sync_) return;
+  while (next_ < buckets_.size() && buckets_[next_].begin >= arena_offset) {
+    in_flight_[next_] = launch_(next_);
+    ++next_;
+  }
+}
+
+void BucketScheduler::complete(size_t b) {
+  in_flight_[b].reset();
+  if (completed_) completed_(b);
+}
+
+void BucketScheduler::poll() {
+  for (size_t b = 0; b < next_; ++b) {
+    if (in_flight_[b] && in_flight_[b]->test()) complete(b);
+  }
+}
+
+void BucketScheduler::wait_all() {
+  if (!sync_) return;
+  grads_ready_from(0);
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    if (!in_flight_[b]) continue;
+    in_flight_[b]->wait();
+    complete(b);
+  }
 }
 
 }  // namespace ndt

@@ -1,5 +1,6 @@
 #include "parallel/data_parallel.h"
 
+#include "core/timing.h"
 #include "optim/clip.h"
 
 #include <chrono>
@@ -11,40 +12,25 @@ DataParallel::DataParallel(ParameterStore& store, Communicator* dp, size_t bucke
     : store_(store),
       dp_(dp),
       optimizer_(store, adamw),
-      buckets_(make_gradient_buckets(store, bucket_bytes)),
-      in_flight_(buckets_.size()) {}
+      scheduler_(make_gradient_buckets(store, bucket_bytes), [this](size_t b) { return launch(b); }, nullptr) {}
 
-void DataParallel::begin_backward(bool sync) {
-  sync_ = sync;
-  next_bucket_ = 0;
-}
+void DataParallel::begin_backward(bool sync) { scheduler_.begin(sync && dp_ != nullptr && dp_->size() > 1); }
 
-void DataParallel::launch(size_t b) {
-  const GradientBucket& bucket = buckets_[b];
+WorkHandle DataParallel::launch(size_t b) {
+  const GradientBucket& bucket = scheduler_.buckets()[b];
   float* grads = store_.grads().data<float>() + bucket.begin;
-  in_flight_[b] = dp_->iall_reduce(grads, static_cast<size_t>(bucket.end - bucket.begin), DType::f32, ReduceOp::sum);
+  return dp_->iall_reduce(grads, static_cast<size_t>(bucket.end - bucket.begin), DType::f32, ReduceOp::sum);
 }
 
-void DataParallel::grads_ready_from(int64_t arena_offset) {
-  if (!communicates()) return;
-  while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].begin >= arena_offset) launch(next_bucket_++);
-}
+void DataParallel::after_backward(int unit) { scheduler_.grads_ready_from(store_.unit_arena_begin(unit)); }
 
-void DataParallel::poll() {
-  for (size_t b = 0; b < next_bucket_; ++b) {
-    if (in_flight_[b] && in_flight_[b]->test()) in_flight_[b].reset();
-  }
-}
+void DataParallel::poll() { scheduler_.poll(); }
 
 void DataParallel::finish_backward() {
-  if (!communicates()) return;
-  grads_ready_from(0);
+  if (!scheduler_.syncing()) return;
   const auto t0 = std::chrono::steady_clock::now();
-  for (WorkHandle& work : in_flight_) {
-    if (work) work->wait();
-    work.reset();
-  }
-  exposed_wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  scheduler_.wait_all();
+  exposed_wait_seconds_ += seconds_since(t0);
 }
 
 double DataParallel::grad_norm() {

@@ -29,34 +29,30 @@ class DataParallel : public GradientSync {
   DataParallel(ParameterStore& store, Communicator* dp, size_t bucket_bytes, const AdamWConfig& adamw);
 
   void begin_backward(bool sync) override;
-  void grads_ready_from(int64_t arena_offset) override;
+  void after_backward(int unit) override;
   void poll() override;
   void finish_backward() override;
   double grad_norm() override;
   int64_t optimizer_steps() const override { return optimizer_.steps_taken(); }
   void set_optimizer_steps(int64_t steps) override { optimizer_.set_steps_taken(steps); }
   void step(float lr, float grad_scale) override;
-  size_t bucket_count() const override { return buckets_.size(); }
+  size_t bucket_count() const override { return scheduler_.buckets().size(); }
   void zero_grads() override { store_.zero_grads(); }
   std::vector<float> full_parameters() override;
   double exposed_wait_seconds() const override { return exposed_wait_seconds_; }
 
-  const std::vector<GradientBucket>& buckets() const { return buckets_; }
+  const std::vector<GradientBucket>& buckets() const { return scheduler_.buckets(); }
 
  protected:
   std::vector<StateSlice> layout_state_slices() override;
 
  private:
-  bool communicates() const { return sync_ && dp_ != nullptr && dp_->size() > 1; }
-  void launch(size_t bucket);
+  WorkHandle launch(size_t bucket);
 
   ParameterStore& store_;
   Communicator* dp_;
   AdamW optimizer_;
-  std::vector<GradientBucket> buckets_;
-  std::vector<WorkHandle> in_flight_;  // one slot per bucket
-  size_t next_bucket_ = 0;             // buckets [0, next) have been launched
-  bool sync_ = true;
+  BucketScheduler scheduler_;
   double exposed_wait_seconds_ = 0;
 };
 

@@ -2,48 +2,47 @@
 
 #include "core/error.h"
 #include "core/timing.h"
-#include "kernels/cpu/elementwise.h"
+#include "kernels/kernels.h"
 
+#include <algorithm>
 #include <chrono>
-#include <cstring>
-#include <string>
 
 namespace ndt {
 
-namespace {
-
-// "blocks.<l>.<rest>" belongs to unit 1 + l; everything else to the root, unit 0.
-size_t unit_of(const std::string& name) {
-  if (name.rfind("blocks.", 0) != 0) return 0;
-  return 1 + std::stoul(name.substr(7, name.find('.', 7) - 7));
-}
-
-}  // namespace
-
 FullyShardedDataParallel::FullyShardedDataParallel(ParameterStore& store, DeviceMesh& mesh, int stage,
-                                                   const AdamWConfig& adamw, bool reshard_after_forward, bool prefetch)
+                                                   const AdamWConfig& adamw, const std::vector<FsdpGroup>& groups,
+                                                   bool prefetch)
     : store_(store),
-      shard_comm_(mesh.axis("dp_shard")),
-      replicate_comm_(mesh.axis("dp_replicate")),
+      shard_comm_(mesh.axis(Axis::dp_shard)),
+      replicate_comm_(mesh.axis(Axis::dp_replicate)),
       stage_(stage),
-      reshard_after_forward_(reshard_after_forward),
       prefetch_(prefetch),
       layout_(store, shard_comm_.rank(), shard_comm_.size()),
       optimizer_(store, layout_, adamw) {
+  group_of_unit_.assign(static_cast<size_t>(store.num_units()), groups.size());
+  for (size_t g = 0; g < groups.size(); ++g) {
+    NDT_CHECK(!groups[g].units.empty(), "FSDP group {} has no units", g);
+    Group group;
+    group.first_unit = *std::min_element(groups[g].units.begin(), groups[g].units.end());
+    group.reshard_after_forward = groups[g].reshard_after_forward;
+    groups_.push_back(std::move(group));
+    for (int u : groups[g].units) {
+      NDT_CHECK(u >= 0 && u < store.num_units() && group_of_unit_[static_cast<size_t>(u)] == groups.size(),
+                "FSDP groups: unit {} is out of range or in two groups", u);
+      group_of_unit_[static_cast<size_t>(u)] = g;
+    }
+  }
+  for (size_t g : group_of_unit_) NDT_CHECK(g < groups.size(), "FSDP groups: a unit of the model is in no group");
   auto& params = store.params();
   for (size_t p = 0; p < params.size(); ++p) {
-    const size_t u = unit_of(params[p].name());
-    if (u >= units_.size()) units_.resize(u + 1);
-    Unit& unit = units_[u];
-    unit.slots.params.push_back(p);
-    unit.slots.offsets.push_back(unit.numel);
-    unit.arena.params.push_back(p);
-    unit.arena.offsets.push_back(params[p].arena_offset);
-    unit.numel += params[p].numel();
-    // FSDP shards the tensor-parallel block (if any) further along its dim 0.
-    if (shards_parameters()) params[p].placements.push_back(Placement{"dp_shard", Placement::Kind::shard, 0});
+    Group& group = group_of(params[p].unit());
+    group.slots.params.push_back(p);
+    group.slots.offsets.push_back(group.numel);
+    group.arena.params.push_back(p);
+    group.arena.offsets.push_back(params[p].arena_offset);
+    group.numel += params[p].numel();
   }
-  for (Unit& u : units_) u.segment = layout_.segment_numel(u.slots);
+  for (Group& g : groups_) g.segment = layout_.segment_numel(g.slots);
   NDT_CHECK(stage == 2 || stage == 3, "parallel.zero_stage = {}: this class implements stages 2 and 3", stage);
   store.release_grads();  // gradients live in per-unit buffers during backward
   grad_shards_ = Tensor::zeros({layout_.arena_numel()}, DType::f32, MemTag::grads);
@@ -71,130 +70,133 @@ FullyShardedDataParallel::FullyShardedDataParallel(ParameterStore& store, Device
   }
 }
 
-void FullyShardedDataParallel::point_values(Unit& u, bool gathered) {
-  for (size_t i = 0; i < u.slots.params.size(); ++i) {
-    Parameter& p = store_.params()[u.slots.params[i]];
-    p.value = gathered ? u.values.slice(u.slots.offsets[i], u.slots.offsets[i] + p.numel()).view(p.local_shape)
+void FullyShardedDataParallel::point_values(Group& g, bool gathered) {
+  for (size_t i = 0; i < g.slots.params.size(); ++i) {
+    Parameter& p = store_.params()[g.slots.params[i]];
+    p.value = gathered ? g.values.slice(g.slots.offsets[i], g.slots.offsets[i] + p.numel()).view(p.local_shape)
                        : Tensor();
   }
 }
 
-void FullyShardedDataParallel::point_grads(Unit& u, bool allocated) {
-  for (size_t i = 0; i < u.slots.params.size(); ++i) {
-    Parameter& p = store_.params()[u.slots.params[i]];
-    p.grad = allocated ? u.grads.slice(u.slots.offsets[i], u.slots.offsets[i] + p.numel()).view(p.local_shape)
+void FullyShardedDataParallel::point_grads(Group& g, bool allocated) {
+  for (size_t i = 0; i < g.slots.params.size(); ++i) {
+    Parameter& p = store_.params()[g.slots.params[i]];
+    p.grad = allocated ? g.grads.slice(g.slots.offsets[i], g.slots.offsets[i] + p.numel()).view(p.local_shape)
                        : Tensor();
   }
 }
 
-void FullyShardedDataParallel::start_gather(Unit& u) {
-  if (u.values.defined() || u.gather) return;
+void FullyShardedDataParallel::start_gather(Group& g) {
+  if (g.values.defined() || g.gather) return;
   const int n = layout_.ranks();
-  u.gather_send = Tensor::empty({u.segment}, DType::f32, MemTag::comm);
-  u.gather_recv = Tensor::empty({n * u.segment}, DType::f32, MemTag::comm);
-  float* send = u.gather_send.data<float>();
-  for (size_t p : u.slots.params) {  // own shards, already padded, in unit order
+  g.gather_send = Tensor::empty({g.segment}, DType::f32, MemTag::comm);
+  g.gather_recv = Tensor::empty({n * g.segment}, DType::f32, MemTag::comm);
+  float* send = g.gather_send.data<float>();
+  for (size_t p : g.slots.params) {  // own shards, already padded, in group order
     const ParameterShard& s = layout_.shard(p);
-    std::memcpy(send, param_shards_.data<float>() + s.shard_offset, static_cast<size_t>(s.padded_numel()) * 4);
+    kernels::copy(send, param_shards_.data<float>() + s.shard_offset, s.padded_numel());
     send += s.padded_numel();
   }
-  u.gather = shard_comm_.iall_gather(u.gather_send.data<float>(), u.gather_recv.data<float>(),
-                                     static_cast<size_t>(u.segment), DType::f32);
+  g.gather = shard_comm_.iall_gather(g.gather_send.data<float>(), g.gather_recv.data<float>(),
+                                     static_cast<size_t>(g.segment), DType::f32);
 }
 
-void FullyShardedDataParallel::finish_gather(Unit& u) {
-  if (u.values.defined()) return;
-  start_gather(u);
+void FullyShardedDataParallel::finish_gather(Group& g) {
+  if (g.values.defined()) return;
+  start_gather(g);
   const auto t0 = std::chrono::steady_clock::now();
-  u.gather->wait();
+  g.gather->wait();
   gather_wait_seconds_ += seconds_since(t0);
-  u.gather.reset();
-  u.values = Tensor::empty({u.numel}, DType::f32, MemTag::params);
-  layout_.unpack_all(u.gather_recv.data<float>(), u.slots, u.values.data<float>());
-  u.gather_send = Tensor();
-  u.gather_recv = Tensor();
-  point_values(u, true);
+  g.gather.reset();
+  g.values = Tensor::empty({g.numel}, DType::f32, MemTag::params);
+  layout_.unpack_all(g.gather_recv.data<float>(), g.slots, g.values.data<float>());
+  g.gather_send = Tensor();
+  g.gather_recv = Tensor();
+  point_values(g, true);
 }
 
-void FullyShardedDataParallel::release(Unit& u) {
-  if (u.gather) u.gather->wait(), u.gather.reset();  // a prefetch nobody used
-  u.gather_send = Tensor();
-  u.gather_recv = Tensor();
-  u.values = Tensor();
-  point_values(u, false);
+void FullyShardedDataParallel::release(Group& g) {
+  if (g.gather) g.gather->wait(), g.gather.reset();  // a prefetch nobody used
+  g.gather_send = Tensor();
+  g.gather_recv = Tensor();
+  g.values = Tensor();
+  point_values(g, false);
 }
 
-void FullyShardedDataParallel::before_forward(int hook_unit) {
+void FullyShardedDataParallel::before_forward(int unit) {
   if (!shards_parameters()) return;
-  Unit& u = unit(hook_unit);
-  start_gather(u);
-  // Prefetch the next block (after the root: block 0) while this unit computes.
-  if (prefetch_ && hook_unit + 2 < static_cast<int>(units_.size())) start_gather(unit(hook_unit + 1));
-  finish_gather(u);
+  Group& g = group_of(unit);
+  start_gather(g);
+  // Prefetch the next unit's group while this one computes.
+  if (prefetch_ && unit + 1 < store_.num_units()) start_gather(group_of(unit + 1));
+  finish_gather(g);
 }
 
-void FullyShardedDataParallel::after_forward(int hook_unit) {
+void FullyShardedDataParallel::after_forward(int unit) {
+  Group& g = group_of(unit);
+  if (shards_parameters() && g.reshard_after_forward) release(g);
+}
+
+void FullyShardedDataParallel::after_forward_only() {
   if (!shards_parameters()) return;
-  if (hook_unit == kRootUnit) {  // end of a forward-only pass: nothing stays gathered
-    for (Unit& u : units_) release(u);
-  } else if (reshard_after_forward_) {
-    release(unit(hook_unit));
-  }
+  for (Group& g : groups_) release(g);  // nothing stays gathered
 }
 
-void FullyShardedDataParallel::before_backward(int hook_unit) {
-  Unit& u = unit(hook_unit);
-  // Backward visits the root first, then blocks from the last: prefetch in that order.
-  const int next = hook_unit == kRootUnit ? static_cast<int>(units_.size()) - 2 : hook_unit - 1;
+void FullyShardedDataParallel::before_backward(int unit) {
+  Group& g = group_of(unit);
+  // Backward visits the units from the last: prefetch in that order.
   if (shards_parameters()) {
-    start_gather(u);
-    if (prefetch_ && next >= 0) start_gather(unit(next));
-    finish_gather(u);
+    start_gather(g);
+    if (prefetch_ && unit > 0) start_gather(group_of(unit - 1));
+    finish_gather(g);
   }
-  u.grads = Tensor::zeros({u.numel}, DType::f32, MemTag::grads);
-  point_grads(u, true);
+  if (!g.grads.defined()) {  // the group's first unit in backward order
+    g.grads = Tensor::zeros({g.numel}, DType::f32, MemTag::grads);
+    point_grads(g, true);
+  }
 }
 
-void FullyShardedDataParallel::after_backward(int hook_unit) {
-  Unit& u = unit(hook_unit);
+void FullyShardedDataParallel::after_backward(int unit) {
+  Group& g = group_of(unit);
+  if (unit != g.first_unit) return;  // the group's gradients are final after its first unit
   const int n = layout_.ranks();
-  u.reduce_send = Tensor::empty({n * u.segment}, DType::f32, MemTag::comm);
-  u.reduce_recv = Tensor::empty({u.segment}, DType::f32, MemTag::comm);
+  g.reduce_send = Tensor::empty({n * g.segment}, DType::f32, MemTag::comm);
+  g.reduce_recv = Tensor::empty({g.segment}, DType::f32, MemTag::comm);
   for (int r = 0; r < n; ++r) {
-    layout_.pack(u.grads.data<float>(), u.slots, r, u.reduce_send.data<float>() + r * u.segment);
+    layout_.pack(g.grads.data<float>(), g.slots, r, g.reduce_send.data<float>() + r * g.segment);
   }
-  u.reduce = shard_comm_.ireduce_scatter(u.reduce_send.data<float>(), u.reduce_recv.data<float>(),
-                                         static_cast<size_t>(u.segment), DType::f32, ReduceOp::sum);
-  u.grads = Tensor();
-  point_grads(u, false);
+  g.reduce = shard_comm_.ireduce_scatter(g.reduce_send.data<float>(), g.reduce_recv.data<float>(),
+                                         static_cast<size_t>(g.segment), DType::f32, ReduceOp::sum);
+  g.grads = Tensor();
+  point_grads(g, false);
   if (!shards_parameters()) return;
-  release(u);
-  if (hook_unit == kRootUnit) {  // the end of backward: every block was released already
-    for (Unit& other : units_) release(other);
+  release(g);
+  if (unit == 0) {  // the end of backward: nothing stays gathered
+    for (Group& other : groups_) release(other);
   }
 }
 
 void FullyShardedDataParallel::poll() {
-  for (Unit& u : units_) {
-    if (u.gather) u.gather->test();
+  for (Group& g : groups_) {
+    if (g.gather) g.gather->test();
     // A finished reduce-scatter is folded into the shards at once, freeing its buffers.
-    if (u.reduce && u.reduce->test()) finish_reduce(u);
+    if (g.reduce && g.reduce->test()) finish_reduce(g);
   }
 }
 
-void FullyShardedDataParallel::finish_reduce(Unit& u) {
-  if (!u.reduce) return;
-  u.reduce->wait();
-  u.reduce.reset();
+void FullyShardedDataParallel::finish_reduce(Group& g) {
+  if (!g.reduce) return;
+  g.reduce->wait();
+  g.reduce.reset();
   // Sum into the gradient shards (micro-steps accumulate here).
-  float* shard = u.reduce_recv.data<float>();
-  for (size_t p : u.slots.params) {
+  float* shard = g.reduce_recv.data<float>();
+  for (size_t p : g.slots.params) {
     const ParameterShard& s = layout_.shard(p);
-    cpu::add_inplace(grad_shards_.data<float>() + s.shard_offset, shard, s.padded_numel());
+    kernels::add_inplace(grad_shards_.data<float>() + s.shard_offset, shard, s.padded_numel());
     shard += s.padded_numel();
   }
-  u.reduce_send = Tensor();
-  u.reduce_recv = Tensor();
+  g.reduce_send = Tensor();
+  g.reduce_recv = Tensor();
 }
 
 void FullyShardedDataParallel::zero_grads() { grad_shards_.zero_(); }
@@ -203,7 +205,7 @@ void FullyShardedDataParallel::begin_backward(bool sync) { sync_ = sync; }
 
 void FullyShardedDataParallel::finish_backward() {
   const auto t0 = std::chrono::steady_clock::now();
-  for (Unit& u : units_) finish_reduce(u);
+  for (Group& g : groups_) finish_reduce(g);
   if (sync_ && replicate_comm_.size() > 1) {  // HSDP: shards are replicated over dp_replicate
     replicate_comm_.all_reduce(grad_shards_.data<float>(), static_cast<size_t>(layout_.arena_numel()), DType::f32,
                                ReduceOp::sum);
@@ -224,7 +226,7 @@ void FullyShardedDataParallel::step(float lr, float grad_scale) {
   }
   // Stage 2: update the owned rows of the whole parameters, then share them.
   optimizer_.step_whole_parameters(grad_shards_.data<float>(), lr, grad_scale);
-  for (const Unit& u : units_) all_gather_updated_rows(layout_, u.arena, store_.values().data<float>(), shard_comm_);
+  for (const Group& g : groups_) all_gather_updated_rows(layout_, g.arena, store_.values().data<float>(), shard_comm_);
 }
 
 std::vector<StateSlice> FullyShardedDataParallel::layout_state_slices() {

@@ -3,21 +3,24 @@
 // and the parameter itself (stage 3), along dim 0 over dp_shard
 // (parallel/shard_layout.h; placement Shard(0) on dp_shard), replicated over
 // dp_replicate.
-// Communicates, per unit (each block, and the root: embeddings, final norm, output
-// layer): after its backward, a reduce-scatter of its gradients (then, for HSDP, an
+// Communicates, per group of units (parallelize() makes each block a group, and the
+// embedding with the head the root group, as torchtitan wraps each block and then the
+// whole model): after the group's backward, a reduce-scatter of its gradients (then, for HSDP, an
 // all-reduce of the shards over dp_replicate on the last micro-step). Stage 3 also
 // all-gathers a unit's parameters just before its forward and again before its
 // backward, the next unit's all-gather started first (prefetch): about 1.5x DDP's
 // volume. Stage 2 keeps parameters whole and all-gathers the updated rows after the
 // optimizer step: DDP's volume.
 //
-// A unit's gradients live in a buffer allocated just before its backward and freed
-// once they are packed for the reduce-scatter, so no rank ever holds all gradients:
-// that is the ZeRO-2 saving, in backward as well as between steps. Stage 3 frees a
-// block's gathered parameters after its forward (reshard_after_forward; off keeps
-// them until its backward: one all-gather less per block, more memory) and after its
-// backward; the root stays gathered from the start of forward to the end of backward
-// (it is used at both ends), as torchtitan leaves its root module.
+// A group's gradients live in a buffer allocated just before its first unit's backward
+// and freed once they are packed for the reduce-scatter after its last, so no rank
+// ever holds all gradients: that is the ZeRO-2 saving, in backward as well as between
+// steps. Stage 3 frees a block's gathered parameters after its forward
+// (reshard_after_forward; off keeps them until its backward: one all-gather less per
+// block, more memory) and after its backward; the root group stays gathered from the
+// start of forward to the end of backward (it is used at both ends, and a tied output
+// layer is the embedding), as torchtitan leaves its root module.
+// Which group a parameter belongs to is read from its unit (Parameter::unit).
 // Memory of model states per rank after a step (n = dp_shard, padded shards):
 //   stage 2: params 4 Psi + grads 4 Psi / n + moments 8 Psi / n
 //   stage 3: 16 Psi / n
@@ -36,15 +39,25 @@
 
 namespace ndt {
 
+// Units whose parameters are gathered and whose gradients are reduced together.
+struct FsdpGroup {
+  std::vector<int> units;
+  // Stage 3: free the gathered parameters after each of its units' forward (else they
+  // stay until the end of the group's backward).
+  bool reshard_after_forward = true;
+};
+
 class FullyShardedDataParallel : public GradientSync {
  public:
-  // stage 2 or 3. Stage 2 needs the store's parameters materialised; stage 3 takes
-  // them over if they are, or initialises its shards itself if not.
+  // stage 2 or 3; every unit of the store in exactly one group. Stage 2 needs the
+  // store's parameters materialised; stage 3 takes them over if they are, or
+  // initialises its shards itself if not.
   FullyShardedDataParallel(ParameterStore& store, DeviceMesh& mesh, int stage, const AdamWConfig& adamw,
-                           bool reshard_after_forward, bool prefetch);
+                           const std::vector<FsdpGroup>& groups, bool prefetch);
 
   void before_forward(int unit) override;
   void after_forward(int unit) override;
+  void after_forward_only() override;
   void before_backward(int unit) override;
   void after_backward(int unit) override;
   void poll() override;
@@ -54,7 +67,7 @@ class FullyShardedDataParallel : public GradientSync {
   void finish_backward() override;
   double grad_norm() override;
   void step(float lr, float grad_scale) override;
-  size_t bucket_count() const override { return units_.size(); }
+  size_t bucket_count() const override { return groups_.size(); }
   double exposed_wait_seconds() const override { return exposed_wait_seconds_; }
   std::vector<float> full_parameters() override;
   int64_t optimizer_steps() const override { return optimizer_.steps_taken(); }
@@ -67,7 +80,9 @@ class FullyShardedDataParallel : public GradientSync {
   std::vector<StateSlice> layout_state_slices() override;
 
  private:
-  struct Unit {
+  struct Group {
+    int first_unit = 0;     // its lowest unit: the last to run backward
+    bool reshard_after_forward = true;
     ParamSlots slots;       // its parameters, at their offsets in a gathered buffer
     ParamSlots arena;       // the same parameters at their offsets in the store's arenas
     int64_t numel = 0;      // elements of the gathered buffer
@@ -79,23 +94,24 @@ class FullyShardedDataParallel : public GradientSync {
     Tensor reduce_send, reduce_recv;
     WorkHandle reduce;
   };
-  Unit& unit(int hook_unit) { return units_[static_cast<size_t>(hook_unit + 1)]; }
+  Group& group_of(int unit) { return groups_[group_of_unit_[static_cast<size_t>(unit)]]; }
   bool shards_parameters() const { return stage_ == 3; }
-  void start_gather(Unit& u);
-  void finish_gather(Unit& u);
-  void release(Unit& u);
-  void point_values(Unit& u, bool gathered);
-  void point_grads(Unit& u, bool allocated);
-  void finish_reduce(Unit& u);
+  void start_gather(Group& g);
+  void finish_gather(Group& g);
+  void release(Group& g);
+  void point_values(Group& g, bool gathered);
+  void point_grads(Group& g, bool allocated);
+  void finish_reduce(Group& g);
 
   ParameterStore& store_;
   Communicator& shard_comm_;
   Communicator& replicate_comm_;
   int stage_;
-  bool reshard_after_forward_, prefetch_;
+  bool prefetch_;
   ShardLayout layout_;
   ShardedAdamW optimizer_;
-  std::vector<Unit> units_;  // [0] = root, [1 + l] = block l
+  std::vector<Group> groups_;
+  std::vector<size_t> group_of_unit_;
   Tensor param_shards_, grad_shards_;
   bool sync_ = true;
   double exposed_wait_seconds_ = 0, gather_wait_seconds_ = 0;

@@ -1,40 +1,21 @@
 // GradientSync: how the data-parallel ranks combine gradients and apply the optimizer
 // for one training step. The trainer drives every layout through this one interface:
-//   zero_grads() -> begin_backward(sync) -> model forward/backward (hooks: grads_ready_from, poll) ->
-//   finish_backward() -> grad_norm() -> step(lr, clip factor)
-// Implementations: DataParallel (replicated; one rank is the case dp = 1),
-// ZeroDataParallel (ZeRO stage 1, HSDP) and FullyShardedDataParallel (ZeRO stages 2 and
-// 3 / FSDP, HSDP).
+//   zero_grads() -> begin_backward(sync) -> units' forward/backward (hooks around each
+//   unit, poll between kernels) -> finish_backward() -> grad_norm() -> step(lr, clip factor)
+// Implementations: DataParallel (replicated; one rank is the case dp = 1), ZeroStage1
+// (ZeRO stage 1, HSDP) and FullyShardedDataParallel (ZeRO stages 2 and 3 / FSDP, HSDP).
+// parallelize() (parallel/parallelize.h) picks and builds one.
 #pragma once
 
-#include "model/transformer.h"
-#include "optim/adamw.h"
-#include "parallel/tensor_parallel.h"
-
-#include <memory>
+#include "model/hooks.h"
+#include "model/parameter.h"
+#include "parallel/state_slice.h"
+#include "parallel/tp_regions.h"
 
 #include <cstddef>
 #include <vector>
 
 namespace ndt {
-
-// A box of training state this rank holds, for checkpoints: rows [row_begin, row_end)
-// (dim 0) of this rank's tensor-parallel block of a parameter, as its value or one of
-// its AdamW moments, contiguous at data. saved: this rank writes it (state replicated
-// over ranks is written by one of them); every rank reads all of its slices on load.
-struct StateSlice {
-  enum Kind { value, exp_avg, exp_avg_sq };
-  Kind kind;
-  const Parameter* param;
-  int64_t row_begin, row_end;
-  float* data;
-  bool saved;
-  // The checkpoint's tensor name: the parameter's, or "optim.exp_avg.<name>" / "optim.exp_avg_sq.<name>".
-  std::string tensor_name() const;
-  // The box in the logical tensor.
-  Shape offset() const;
-  Shape shape() const;
-};
 
 class GradientSync : public ModelHooks {
  public:
@@ -56,9 +37,10 @@ class GradientSync : public ModelHooks {
   // under tensor parallelism, this rank's tp blocks (gather_tensor_parallel joins them).
   virtual std::vector<float> full_parameters() = 0;
 
-  // Tensor parallelism: the norm adds the squares of tp-split gradients over tp and
-  // counts those of parameters replicated over tp (the same gradient on every tp rank)
-  // on tp rank 0 only.
+  // Tensor parallelism, read from the placements: the norm adds the squares of
+  // gradients sharded on tp over tp and counts those of parameters replicated over tp
+  // (the same gradient on every tp rank) on tp rank 0 only; checkpoints save the
+  // replicated ones from tp rank 0.
   void set_tensor_parallel(const ParameterStore& store, const TensorParallel& tp);
 
   // Checkpoints: every slice of parameters and moments this rank holds (of state
@@ -80,21 +62,5 @@ class GradientSync : public ModelHooks {
   TensorParallel tp_;
   std::vector<char> counted_;
 };
-
-class DeviceMesh;
-
-struct DataParallelOptions {
-  int zero_stage = 0;  // 0: DDP, 1-2: ZeRO, 3: FSDP
-  size_t bucket_bytes = 25u << 20;
-  bool reshard_after_forward = true;
-  bool prefetch = true;
-  AdamWConfig adamw;
-  TensorParallel tp;  // the model's tensor-parallel group (for the gradient norm)
-};
-
-// The GradientSync for a stage over the mesh's dp axes (mesh == nullptr: one rank, DDP
-// without communication).
-std::unique_ptr<GradientSync> make_gradient_sync(ParameterStore& store, DeviceMesh* mesh,
-                                                 const DataParallelOptions& options);
 
 }  // namespace ndt

@@ -1,9 +1,9 @@
 #include "parallel/shard_layout.h"
 
 #include "core/error.h"
+#include "kernels/kernels.h"
 
 #include <algorithm>
-#include <cstring>
 
 namespace ndt {
 
@@ -44,8 +44,8 @@ void ShardLayout::pack(const float* full, const ParamSlots& slots, int r, float*
     const int64_t begin = std::min(s.rows, r * s.rows_per_rank);
     const int64_t end = std::min(s.rows, (r + 1) * s.rows_per_rank);
     const int64_t real = (end - begin) * s.row_numel;
-    std::memcpy(out, full + slots.offsets[i] + begin * s.row_numel, static_cast<size_t>(real) * sizeof(float));
-    std::memset(out + real, 0, static_cast<size_t>(s.padded_numel() - real) * sizeof(float));
+    kernels::copy(out, full + slots.offsets[i] + begin * s.row_numel, real);
+    kernels::zero(out + real, s.padded_numel() - real);
     out += s.padded_numel();
   }
 }
@@ -56,8 +56,7 @@ void ShardLayout::unpack_all(const float* in, const ParamSlots& slots, float* fu
       const ParameterShard& s = shards_[slots.params[i]];
       const int64_t begin = std::min(s.rows, r * s.rows_per_rank);
       const int64_t end = std::min(s.rows, (r + 1) * s.rows_per_rank);
-      std::memcpy(full + slots.offsets[i] + begin * s.row_numel, in,
-                  static_cast<size_t>((end - begin) * s.row_numel) * sizeof(float));
+      kernels::copy(full + slots.offsets[i] + begin * s.row_numel, in, (end - begin) * s.row_numel);
       in += s.padded_numel();
     }
   }

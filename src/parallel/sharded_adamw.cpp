@@ -1,6 +1,6 @@
 #include "parallel/sharded_adamw.h"
 
-#include "kernels/cpu/adamw.h"
+#include "kernels/kernels.h"
 #include "optim/clip.h"
 
 #include <cmath>
@@ -21,9 +21,9 @@ void ShardedAdamW::step(const float* grad_shards, const std::function<float*(siz
   for (size_t p = 0; p < params.size(); ++p) {
     const ParameterShard& s = layout_.shard(p);
     if (s.owned_numel() == 0) continue;  // more ranks than rows: this rank owns none
-    const cpu::AdamWStep step{lr, config_.beta1, config_.beta2, config_.eps,
+    const kernels::AdamWStep step{lr, config_.beta1, config_.beta2, config_.eps,
                               params[p].spec.weight_decay ? config_.weight_decay : 0.0f, grad_scale, t_};
-    cpu::adamw_update(owned_rows(p), grad_shards + s.shard_offset, m_.data<float>() + s.shard_offset,
+    kernels::adamw_update(owned_rows(p), grad_shards + s.shard_offset, m_.data<float>() + s.shard_offset,
                       v_.data<float>() + s.shard_offset, s.owned_numel(), step);
   }
 }

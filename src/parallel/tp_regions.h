@@ -18,20 +18,11 @@
 #pragma once
 
 #include "comm/communicator.h"
+#include "model/tensor_parallel_regions.h"
 
 #include <cstdint>
 
 namespace ndt {
-
-// The shape of tensor parallelism, without the group: enough to size buffers and
-// predict memory.
-struct TpLayout {
-  int size = 1;
-  bool sequence_parallel = false;
-  bool splits_rows() const { return size > 1 && sequence_parallel; }
-  // Rows a rank holds outside the regions, of `rows` in all.
-  int64_t local_rows(int64_t rows) const { return splits_rows() ? rows / size : rows; }
-};
 
 // The tensor-parallel group a model runs on. comm == nullptr means tp = 1 (every
 // operator is then the identity).

@@ -15,7 +15,6 @@
 #pragma once
 
 #include "comm/device_mesh.h"
-#include "model/transformer.h"
 #include "optim/adamw.h"
 #include "parallel/buckets.h"
 #include "parallel/gradient_sync.h"
@@ -26,12 +25,12 @@
 
 namespace ndt {
 
-class ZeroDataParallel : public GradientSync {
+class ZeroStage1 : public GradientSync {
  public:
-  ZeroDataParallel(ParameterStore& store, DeviceMesh& mesh, size_t bucket_bytes, const AdamWConfig& adamw);
+  ZeroStage1(ParameterStore& store, DeviceMesh& mesh, size_t bucket_bytes, const AdamWConfig& adamw);
 
   void begin_backward(bool sync) override;
-  void grads_ready_from(int64_t arena_offset) override;
+  void after_backward(int unit) override;
   void poll() override;
   // Completes the reduce-scatters (and, for HSDP, the all-reduce of the shards over
   // replicas).
@@ -42,7 +41,7 @@ class ZeroDataParallel : public GradientSync {
   void set_optimizer_steps(int64_t steps) override { optimizer_.set_steps_taken(steps); }
   // AdamW on this rank's rows, then the all-gather of the updated parameters.
   void step(float lr, float grad_scale) override;
-  size_t bucket_count() const override { return buckets_.size(); }
+  size_t bucket_count() const override { return scheduler_.buckets().size(); }
   void zero_grads() override { store_.zero_grads(); }
   std::vector<float> full_parameters() override;
   double exposed_wait_seconds() const override { return exposed_wait_seconds_; }
@@ -51,24 +50,18 @@ class ZeroDataParallel : public GradientSync {
   std::vector<StateSlice> layout_state_slices() override;
 
  private:
-  void launch(size_t bucket);
+  WorkHandle launch(size_t bucket);
   float* shard_segment(const GradientBucket& b);
 
   ParameterStore& store_;
   Communicator& shard_comm_;
   Communicator& replicate_comm_;
   ShardLayout layout_;
-  std::vector<GradientBucket> buckets_;
-  std::vector<ParamSlots> slots_;  // the parameters of each bucket
-  Tensor grad_shards_;  // [layout.arena_numel()]
+  BucketScheduler scheduler_;
+  std::vector<ParamSlots> slots_;     // the parameters of each bucket
+  std::vector<Tensor> staging_;       // each bucket's packed reduce-scatter input, while in flight
+  Tensor grad_shards_;                // [layout.arena_numel()]
   ShardedAdamW optimizer_;
-  struct InFlight {
-    WorkHandle work;
-    Tensor staging;  // the packed reduce-scatter input
-  };
-  std::vector<InFlight> in_flight_;
-  size_t next_bucket_ = 0;
-  bool sync_ = true;
   double exposed_wait_seconds_ = 0;
 };
 

@@ -293,7 +293,7 @@ MeshShape RunConfig::resolve_mesh(int world_size) const {
     m.dp_replicate = static_cast<int>(world_size / others);
   }
   m.validate(world_size);
-  const int dp = m.size("dp");
+  const int dp = m.size(Axis::dp);
   NDT_CHECK(batch_size % dp == 0, "train.batch_size = {} does not split over the data-parallel size {}",
             batch_size, dp);
   NDT_CHECK(micro_batch_size == 0 || batch_size % (micro_batch_size * dp) == 0,

@@ -1,7 +1,7 @@
 #include "train/flops.h"
 
 #include "core/timing.h"
-#include "kernels/cpu/gemm.h"
+#include "kernels/kernels.h"
 
 #include <fmt/format.h>
 #include <omp.h>
@@ -84,11 +84,11 @@ PeakFlops resolve_peak_flops(double configured_gflops, int threads) {
 double measure_sgemm_flops(int M, int N, int K, int repeats) {
   std::vector<float> a(static_cast<size_t>(M) * K, 0.01f), b(static_cast<size_t>(K) * N, 0.02f),
       c(static_cast<size_t>(M) * N, 0.0f);
-  cpu::gemm(false, true, M, N, K, 1.0f, a.data(), K, b.data(), K, 0.0f, c.data(), N);  // warm up
+  kernels::gemm(false, true, M, N, K, 1.0f, a.data(), K, b.data(), K, 0.0f, c.data(), N);  // warm up
   std::vector<double> rates;
   for (int r = 0; r < repeats; ++r) {
     auto t0 = std::chrono::steady_clock::now();
-    cpu::gemm(false, true, M, N, K, 1.0f, a.data(), K, b.data(), K, 0.0f, c.data(), N);
+    kernels::gemm(false, true, M, N, K, 1.0f, a.data(), K, b.data(), K, 0.0f, c.data(), N);
     rates.push_back(2.0 * M * N * K / seconds_since(t0));
   }
   std::sort(rates.begin(), rates.end());

@@ -1,10 +1,11 @@
 #include "train/trainer.h"
 
 #include "parallel/memory_model.h"
+#include "parallel/parallelize.h"
 
 #include "core/memory.h"
 #include "core/timing.h"
-#include "kernels/cpu/threads.h"
+#include "kernels/kernels.h"
 #include "optim/clip.h"
 #include "train/generate.h"
 
@@ -71,24 +72,21 @@ Trainer::Trainer(const RunConfig& config, DeviceMesh* mesh, std::ostream* log)
     const MeshShape expected = config_.resolve_mesh(mesh_->world().size());
     NDT_CHECK(mesh_->shape().str() == expected.str(), "the mesh {} does not match the config's {}",
               mesh_->shape().str(), expected.str());
-    dp_size_ = mesh_->size("dp");
-    dp_rank_ = mesh_->coord("dp");
+    dp_size_ = mesh_->size(Axis::dp);
+    dp_rank_ = mesh_->coord(Axis::dp);
   } else {
     config_.resolve_mesh(1);
   }
   rows_per_rank_ = config_.batch_size / dp_size_;
   if (config_.micro_batch_size == 0) config_.micro_batch_size = rows_per_rank_;
   if (config_.threads == 0) config_.threads = automatic_threads(mesh_ ? mesh_->world().size() : 1);
-  cpu::set_num_threads(config_.threads);
-  // FSDP (stage 3) initialises each rank's shards directly: the whole model never
-  // exists on a rank.
-  const TensorParallel tp = mesh_ ? TensorParallel{&mesh_->axis("tp"), config_.sequence_parallel} : TensorParallel{};
+  kernels::set_num_threads(config_.threads);
+  // Built without parameter memory: parallelize() places the parameters first.
   model_ = std::make_unique<Transformer>(config_.model, config_.seed, config_.loss_chunk_rows,
-                                         /*materialize_parameters=*/config_.zero_stage != 3, tp);
-  sync_ = make_gradient_sync(model_->store(), mesh_,
-                             {config_.zero_stage, static_cast<size_t>(config_.bucket_mb * 1024 * 1024),
-                              config_.reshard_after_forward, config_.prefetch, config_.adamw, tp});
-  model_->set_hooks(sync_.get());
+                                         /*materialize_parameters=*/false);
+  sync_ = parallelize(*model_, mesh_,
+                      {config_.zero_stage, static_cast<size_t>(config_.bucket_mb * 1024 * 1024),
+                       config_.reshard_after_forward, config_.prefetch, config_.sequence_parallel, config_.adamw});
   checkpoints_ = std::make_unique<TrainingCheckpoints>(config_, mesh_, log_);
   if (!config_.val_data.empty()) {
     val_data_ = std::make_unique<TokenDataset>(std::vector<std::string>{config_.val_data});
@@ -140,14 +138,14 @@ std::string Trainer::describe_sync() const {
 double Trainer::mean_over_dp(double local) {
   if (dp_size_ == 1) return local;
   float value = static_cast<float>(local);
-  mesh_->axis("dp").all_reduce(&value, 1, DType::f32, ReduceOp::avg);
+  mesh_->axis(Axis::dp).all_reduce(&value, 1, DType::f32, ReduceOp::avg);
   return value;
 }
 
 nlohmann::json Trainer::comm_record() const {
   nlohmann::json record = nlohmann::json::object();
   if (!mesh_) return record;
-  for (std::string_view axis : {"dp", "dp_shard", "dp_replicate", "tp"}) {
+  for (Axis axis : {Axis::dp, Axis::dp_shard, Axis::dp_replicate, Axis::tp}) {
     const CommStats& stats = mesh_->axis(axis).stats();
     nlohmann::json ops = nlohmann::json::object();
     for (size_t op = 0; op < kNumCommOps; ++op) {
@@ -156,7 +154,7 @@ nlohmann::json Trainer::comm_record() const {
       ops[std::string(comm_op_name(static_cast<CommOp>(op)))] = {
           {"calls", c.calls}, {"wire_bytes", c.wire_bytes}, {"wait_s", c.wait_seconds}};
     }
-    if (!ops.empty()) record[std::string(axis)] = ops;
+    if (!ops.empty()) record[std::string(axis_name(axis))] = ops;
   }
   return record;
 }
@@ -167,7 +165,7 @@ void Trainer::print_header() {
   const int64_t activations = Transformer::predict_activation_bytes(m, config_.micro_batch_size, config_.seq_len,
                                                                     config_.loss_chunk_rows, tp);
   const ModelStateBytes states = predict_model_states(local_parameter_specs(model_parameter_specs(m), tp.size),
-                                                      mesh_ ? mesh_->size("dp_shard") : 1, config_.zero_stage);
+                                                      mesh_ ? mesh_->size(Axis::dp_shard) : 1, config_.zero_stage);
   fmt::print(*log_, "ndtrain: {} model, {} layers, d_model {}, {} heads, vocab {}: {:.2f}M parameters\n",
              arch_name(m.arch), m.n_layer, m.d_model, m.n_head, m.vocab_size,
              static_cast<double>(count_parameters(m)) / 1e6);
@@ -207,7 +205,8 @@ StepStats Trainer::step() {
     train_loader_.train_batch(step_, dp_rank_ * rows_per_rank_ + m * micro, micro, inputs_.data(),
                               targets_.data());
     sync_->begin_backward(/*sync=*/m == accum - 1);
-    loss += model_->forward_backward(inputs_.data(), targets_.data(), micro, T, grad_scale);
+    model_->prepare(ctx_, inputs_.data(), targets_.data(), micro, T, grad_scale, /*forward_only=*/false);
+    loss += run_forward_backward(*model_, ctx_, sync_.get());
     sync_->finish_backward();
   }
   loss = mean_over_dp(loss / accum);
@@ -238,7 +237,8 @@ double Trainer::evaluate() {
   double total = 0;
   for (int b = 0; b < config_.eval_batches; ++b) {
     val_loader_->eval_batch(b, dp_rank_ * micro, micro, inputs_.data(), targets_.data());
-    total += model_->evaluate(inputs_.data(), targets_.data(), micro, T);
+    model_->prepare(ctx_, inputs_.data(), targets_.data(), micro, T, 0.0f, /*forward_only=*/true);
+    total += run_forward(*model_, ctx_, sync_.get());
   }
   return mean_over_dp(total / config_.eval_batches);
 }
@@ -318,10 +318,10 @@ RunSummary Trainer::run() {
     fmt::print(*log_, "throughput: median {:.0f} tokens/s, MFU {:.1f}%\n", summary.median_tokens_per_s,
                100.0 * summary.median_mfu);
     if (world_size() > 1) {
-      for (std::string_view axis : {"dp", "dp_shard", "dp_replicate", "tp"}) {
+      for (Axis axis : {Axis::dp, Axis::dp_shard, Axis::dp_replicate, Axis::tp}) {
         const CommStats& stats = mesh_->axis(axis).stats();
         if (stats.total_wire_bytes() == 0) continue;
-        fmt::print(*log_, "communication on {} (rank 0): {:.1f} MiB sent, {:.2f} s waiting\n", axis,
+        fmt::print(*log_, "communication on {} (rank 0): {:.1f} MiB sent, {:.2f} s waiting\n", axis_name(axis),
                    mib(static_cast<size_t>(stats.total_wire_bytes())), stats.total_wait_seconds());
       }
       fmt::print(*log_, "gradient communication backward did not hide: {:.2f} s\n", sync_->exposed_wait_seconds());

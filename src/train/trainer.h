@@ -9,6 +9,7 @@
 #include "data/loader.h"
 #include "model/transformer.h"
 #include "parallel/gradient_sync.h"
+#include "parallel/tensor_parallel.h"
 #include "train/checkpointing.h"
 #include "train/config.h"
 #include "train/flops.h"
@@ -57,7 +58,8 @@ class Trainer {
   // Every parameter's whole (logical) value, in store order (collective over the mesh).
   std::vector<float> full_parameters() {
     const std::vector<float> local = sync_->full_parameters();
-    return gather_tensor_parallel(model_->store(), local.data(), model_->tensor_parallel());
+    return gather_tensor_parallel(model_->store(), local.data(),
+                                  TensorParallel{mesh_ ? &mesh_->axis(Axis::tp) : nullptr});
   }
   int64_t steps_done() const { return step_; }
 
@@ -92,6 +94,7 @@ class Trainer {
   std::unique_ptr<TrainingCheckpoints> checkpoints_;
   int64_t step_ = 0;
   std::vector<int32_t> inputs_, targets_;
+  MicroBatchContext ctx_;  // the micro-batch in flight
 };
 
 // Natural-log entropy of the token frequencies (the loss of the best unigram model).

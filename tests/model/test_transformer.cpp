@@ -85,12 +85,13 @@ TEST(Model, GradientsAccumulateAcrossMicroBatches) {
   }
 }
 
-// The contract data parallelism relies on: when backward says gradients from an arena
-// offset on are final, they no longer change before backward ends.
+// The contract data parallelism relies on: when a unit's backward is done, the gradients
+// from its first arena offset on are final and no longer change before backward ends.
 class RecordingObserver : public ModelHooks {
  public:
   explicit RecordingObserver(const ParameterStore& store) : store_(store) {}
-  void grads_ready_from(int64_t offset) override {
+  void after_backward(int unit) override {
+    const int64_t offset = store_.unit_arena_begin(unit);
     const float* g = store_.grads().data<float>();
     offsets.push_back(offset);
     snapshots.emplace_back(g + offset, g + store_.numel());

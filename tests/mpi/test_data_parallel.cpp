@@ -64,9 +64,9 @@ TEST_F(DataParallelTest, CommunicatesRingVolumeOnlyOnTheLastMicroStep) {
   config.steps = 1;
   DeviceMesh mesh(world, config.resolve_mesh(n));
   Trainer trainer(config, &mesh, nullptr);
-  const CommCounter before = mesh.axis("dp").stats()[CommOp::all_reduce];
+  const CommCounter before = mesh.axis(Axis::dp).stats()[CommOp::all_reduce];
   trainer.step();
-  const CommCounter after = mesh.axis("dp").stats()[CommOp::all_reduce];
+  const CommCounter after = mesh.axis(Axis::dp).stats()[CommOp::all_reduce];
 
   const int64_t param_bytes = trainer.model().store().numel() * 4;
   const int64_t buckets = static_cast<int64_t>(

@@ -12,7 +12,7 @@ namespace ndt {
 namespace {
 
 // World ranks of the members of `axis`, in the communicator's rank order.
-std::vector<int> members(DeviceMesh& mesh, std::string_view axis) {
+std::vector<int> members(DeviceMesh& mesh, Axis axis) {
   Communicator& comm = mesh.axis(axis);
   int32_t me = mesh.world().rank();
   std::vector<int32_t> all(comm.size());
@@ -25,11 +25,11 @@ TEST(DeviceMesh, AllDataParallel) {
   DeviceMesh mesh(world, MeshShape{1, world.size(), 1, 1, 1});
   std::vector<int> everyone;
   for (int r = 0; r < world.size(); ++r) everyone.push_back(r);
-  EXPECT_EQ(members(mesh, "dp_replicate"), everyone);
-  EXPECT_EQ(members(mesh, "dp"), everyone);
-  EXPECT_EQ(members(mesh, "tp"), std::vector<int>{world.rank()});
-  EXPECT_EQ(mesh.coord("dp"), world.rank());
-  EXPECT_EQ(mesh.axis("dp").axis(), "dp");
+  EXPECT_EQ(members(mesh, Axis::dp_replicate), everyone);
+  EXPECT_EQ(members(mesh, Axis::dp), everyone);
+  EXPECT_EQ(members(mesh, Axis::tp), std::vector<int>{world.rank()});
+  EXPECT_EQ(mesh.coord(Axis::dp), world.rank());
+  EXPECT_EQ(mesh.axis(Axis::dp).axis(), "dp");
 }
 
 TEST(DeviceMesh, TensorParallelIsInnermost) {
@@ -37,19 +37,19 @@ TEST(DeviceMesh, TensorParallelIsInnermost) {
   if (world.size() != 4) GTEST_SKIP() << "needs 4 ranks";
   const int r = world.rank();
   DeviceMesh mesh(world, MeshShape{1, 2, 1, 1, 2});  // dp_replicate=2 x tp=2
-  EXPECT_EQ(members(mesh, "tp"), (std::vector<int>{r / 2 * 2, r / 2 * 2 + 1}));
-  EXPECT_EQ(members(mesh, "dp_replicate"), (std::vector<int>{r % 2, r % 2 + 2}));
-  EXPECT_EQ(mesh.coord("tp"), r % 2);
-  EXPECT_EQ(mesh.coord("dp_replicate"), r / 2);
+  EXPECT_EQ(members(mesh, Axis::tp), (std::vector<int>{r / 2 * 2, r / 2 * 2 + 1}));
+  EXPECT_EQ(members(mesh, Axis::dp_replicate), (std::vector<int>{r % 2, r % 2 + 2}));
+  EXPECT_EQ(mesh.coord(Axis::tp), r % 2);
+  EXPECT_EQ(mesh.coord(Axis::dp_replicate), r / 2);
 
   DeviceMesh hsdp(world, MeshShape{1, 2, 2, 1, 1});  // dp = dp_replicate x dp_shard
-  EXPECT_EQ(members(hsdp, "dp"), (std::vector<int>{0, 1, 2, 3}));
-  EXPECT_EQ(members(hsdp, "dp_shard"), (std::vector<int>{r / 2 * 2, r / 2 * 2 + 1}));
-  EXPECT_EQ(members(hsdp, "dp_replicate"), (std::vector<int>{r % 2, r % 2 + 2}));
-  EXPECT_EQ(hsdp.coord("dp"), r);
+  EXPECT_EQ(members(hsdp, Axis::dp), (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(members(hsdp, Axis::dp_shard), (std::vector<int>{r / 2 * 2, r / 2 * 2 + 1}));
+  EXPECT_EQ(members(hsdp, Axis::dp_replicate), (std::vector<int>{r % 2, r % 2 + 2}));
+  EXPECT_EQ(hsdp.coord(Axis::dp), r);
 
   DeviceMesh pipeline(world, MeshShape{2, 1, 1, 1, 2});  // pp outermost
-  EXPECT_EQ(members(pipeline, "pp"), (std::vector<int>{r % 2, r % 2 + 2}));
+  EXPECT_EQ(members(pipeline, Axis::pp), (std::vector<int>{r % 2, r % 2 + 2}));
 }
 
 TEST(DeviceMesh, RefusesAMeshThatDoesNotMatchTheWorld) {

@@ -104,9 +104,9 @@ TEST(TensorParallelComm, BytesPerStepMatchTheory) {
     c.steps = 1;
     DeviceMesh mesh(world, c.resolve_mesh(world.size()));
     Trainer trainer(c, &mesh, nullptr);
-    const CommStats before = mesh.axis("tp").stats();
+    const CommStats before = mesh.axis(Axis::tp).stats();
     trainer.step();
-    const CommStats& after = mesh.axis("tp").stats();
+    const CommStats& after = mesh.axis(Axis::tp).stats();
     auto delta = [&](CommOp op) {
       return std::pair{after[op].calls - before[op].calls, after[op].payload_bytes - before[op].payload_bytes};
     };

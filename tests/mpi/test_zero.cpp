@@ -180,8 +180,8 @@ TEST(ZeroCommunication, BytesPerStepEqualDdp) {
     Trainer trainer(config, &mesh, nullptr);
     trainer.step();
     // Gradients and parameters only: the dp axis also carries the 4-byte loss average.
-    return stage == 0 ? mesh.axis("dp").stats()[CommOp::all_reduce].wire_bytes - 2 * (n - 1) * 4 / n
-                      : mesh.axis("dp_shard").stats().total_wire_bytes();
+    return stage == 0 ? mesh.axis(Axis::dp).stats()[CommOp::all_reduce].wire_bytes - 2 * (n - 1) * 4 / n
+                      : mesh.axis(Axis::dp_shard).stats().total_wire_bytes();
   };
   const double ddp = static_cast<double>(wire_bytes(0));
   const int64_t psi_bytes = count_parameters(c.model) * 4;

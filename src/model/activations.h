@@ -1,0 +1,131 @@
+// What one micro-batch in flight holds between its forward and its backward (its
+// context: tokens, the residual stream between units, every unit's saved tensors), and
+// the backward scratch all contexts share (one unit computes at a time). Both are
+// views carved from one arena each, sized from the shapes alone, so the memory model
+// can predict them exactly (Transformer::predict_activation_bytes).
+//
+// Rows: N = B x T tokens; local rows Nl = N / tp under sequence parallel (the residual
+// stream, the norms and the residual adds), else N. Widths NH, NKV, F are this rank's
+// (/ tp).
+#pragma once
+
+#include "core/tensor.h"
+#include "model/config.h"
+#include "model/tensor_parallel_regions.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace ndt {
+
+// Row counts and this rank's widths for a micro-batch of B x T.
+struct BlockDims {
+  int64_t N, Nl, C, F, QD, KD, NH, NKV, HS;
+  BlockDims(const ModelConfig& c, const TpLayout& tp, int B, int T);
+};
+
+// Activations one block saves (views into the context's arena).
+struct BlockActivations {
+  float* ln1 = nullptr;       // [N, C] norm1 output, all rows (the q/k/v input)
+  float* ln1_mean = nullptr;  // [Nl] (LayerNorm only)
+  float* ln1_rstd = nullptr;  // [Nl]
+  float* q_pre = nullptr;     // [N, NH*HS] before QK-norm (qk_norm only)
+  float* k_pre = nullptr;     // [N, NKV*HS]
+  float* q_rstd = nullptr;    // [N*NH]
+  float* k_rstd = nullptr;    // [N*NKV]
+  float* q = nullptr;         // [N, NH*HS] as fed to attention (after QK-norm, RoPE)
+  float* k = nullptr;         // [N, NKV*HS]
+  float* v = nullptr;         // [N, NKV*HS]
+  float* att = nullptr;       // [B, NH, T, T] probabilities
+  float* lse = nullptr;       // [B, NH, T]
+  float* att_out = nullptr;   // [N, NH*HS]
+  float* x_mid = nullptr;     // [Nl, C]
+  float* ln2 = nullptr;       // [N, C] all rows (the MLP input)
+  float* ln2_mean = nullptr;  // [Nl]
+  float* ln2_rstd = nullptr;  // [Nl]
+  float* ff_pre = nullptr;    // [N, F] fc output (gpt2) or gate (llama)
+  float* ff_up = nullptr;     // [N, F] up projection (llama only)
+  float* ff_act = nullptr;    // [N, F] activation output
+};
+
+// What the head saves: the final norm's output for all rows (the output layer's input),
+// its statistics on the local rows, and each token's loss.
+struct HeadActivations {
+  float* lnf = nullptr;       // [N, C]
+  float* lnf_mean = nullptr;  // [Nl]
+  float* lnf_rstd = nullptr;  // [Nl]
+  float* losses = nullptr;    // [N]
+};
+
+// One micro-batch in flight, owned by whoever schedules the units (one per micro-batch
+// alive at once); Transformer::prepare sizes it and copies its tokens in.
+struct MicroBatchContext {
+  int B = 0, T = 0;
+  // Backward computes the gradient of grad_scale x (sum of the token losses).
+  float grad_scale = 0;
+  // No backward will follow (evaluation, generation): the head computes the loss in
+  // forward (when there are targets).
+  bool forward_only = false;
+  std::vector<int32_t> inputs, targets;  // [N]
+  std::vector<int32_t> positions;        // [N] each token's position in its sequence
+  Tensor arena;                          // everything below (ledger tag activations)
+  std::vector<float*> stream;            // [n_layer + 1] residual stream [Nl, C]: stream[l] is block l's input
+  std::vector<BlockActivations> blocks;  // [n_layer]
+  HeadActivations head;
+  double loss_sum = 0;  // the sum of the token losses, set by the head's forward
+  int64_t rows() const { return int64_t{B} * T; }
+};
+
+// Backward scratch shared by all blocks and all contexts; forward uses dln and
+// dln_local as temporaries.
+struct BlockScratch {
+  float* dln = nullptr;        // [N, C] region input gradient; in forward, a row-parallel partial sum
+  float* dln_local = nullptr;  // [Nl, C] sequence parallel only: reduce-scattered dln; in forward, a norm output
+  float* dout_full = nullptr;  // [N, C] sequence parallel only: an all-gathered output gradient
+  float* dq = nullptr;         // [N, NH*HS]
+  float* dq2 = nullptr;        // [N, NH*HS]
+  float* dk = nullptr;         // [N, NKV*HS]
+  float* dk2 = nullptr;        // [N, NKV*HS]
+  float* dv = nullptr;         // [N, NKV*HS]
+  float* datt_out = nullptr;   // [N, NH*HS]
+  float* dff_a = nullptr;      // [N, F]
+  float* dff_b = nullptr;      // [N, F]
+  float* dff_c = nullptr;      // [N, F] (llama only)
+};
+
+// The scratch of every unit, carved for the micro-batch about to run: the blocks'
+// scratch, the gradient of the residual stream flowing backward through the units, the
+// final norm's input gradient and one chunk of logits with the loss's work.
+class Workspace {
+ public:
+  Workspace(const ModelConfig& config, int loss_chunk_rows) : c_(config), chunk_rows_(loss_chunk_rows) {}
+  void set_layout(const TpLayout& tp) { tp_ = tp, B_ = T_ = 0; }
+  // Carves the buffers for B x T (growing the arena first if it is too small).
+  void fit(int B, int T);
+  int loss_chunk_rows() const { return chunk_rows_; }
+
+  BlockScratch block;
+  float* dstream = nullptr;    // [Nl, C] dL/d(residual stream) between units
+  float* dlnf = nullptr;       // [N, C] the output layer's input gradient
+  float* logits = nullptr;     // [chunk, V / tp]
+  float* loss_work = nullptr;  // [3 x chunk] (vocab-parallel loss)
+
+ private:
+  const ModelConfig& c_;
+  int chunk_rows_;
+  TpLayout tp_;
+  int B_ = 0, T_ = 0;  // carved for
+  Tensor arena_;
+};
+
+// Floats of a context's arena and of the workspace's for B x T on one rank, and the
+// floats of one block's saved activations (of those, the local rows').
+int64_t context_floats(const ModelConfig& c, const TpLayout& tp, int B, int T);
+int64_t workspace_floats(const ModelConfig& c, const TpLayout& tp, int B, int T, int loss_chunk_rows);
+int64_t block_activation_floats(const ModelConfig& c, const TpLayout& tp, int B, int T);
+int64_t block_local_row_floats(const ModelConfig& c, const TpLayout& tp, int B, int T);
+
+// Points the context's views into its arena (allocated or grown here) for B x T.
+void carve_context(MicroBatchContext& ctx, const ModelConfig& c, const TpLayout& tp, int B, int T);
+
+}  // namespace ndt

@@ -1,0 +1,72 @@
+#include "parallel/parallelize.h"
+
+#include "core/error.h"
+#include "parallel/data_parallel.h"
+#include "parallel/fsdp.h"
+#include "parallel/tensor_parallel.h"
+#include "parallel/zero_stage1.h"
+
+namespace ndt {
+
+namespace {
+
+// Every parameter's placements and the axes its gradient is Partial over.
+void place_parameters(ParameterStore& store, const MeshShape& mesh, const ParallelOptions& o) {
+  for (Parameter& p : store.params()) {
+    p.placements.clear();
+    p.grad_partial.clear();
+    if (const auto tp = tensor_parallel_placement(p.spec, mesh.tp)) p.placements.push_back(*tp);
+    // FSDP shards the tensor-parallel block (if any) further along its dim 0.
+    if (o.zero_stage == 3) p.placements.push_back(Placement{Axis::dp_shard, Placement::Kind::shard, 0});
+    if (tensor_parallel_grad_partial(p.spec, mesh.tp, o.sequence_parallel)) p.grad_partial.push_back(Axis::tp);
+    // Each data-parallel rank computes the gradient of its part of the batch.
+    if (mesh.dp_replicate > 1) p.grad_partial.push_back(Axis::dp_replicate);
+    if (mesh.dp_shard > 1) p.grad_partial.push_back(Axis::dp_shard);
+  }
+}
+
+// torchtitan's wrapping: each block its own group, then the rest (the embedding and
+// the head, which a tied output layer shares) as the root group, first.
+std::vector<FsdpGroup> fsdp_groups(int units, bool reshard_after_forward) {
+  std::vector<FsdpGroup> groups = {{{0, units - 1}, false}};
+  for (int u = 1; u < units - 1; ++u) groups.push_back({{u}, reshard_after_forward});
+  return groups;
+}
+
+}  // namespace
+
+std::unique_ptr<GradientSync> parallelize(Transformer& model, DeviceMesh* mesh, const ParallelOptions& o) {
+  NDT_CHECK(o.zero_stage >= 0 && o.zero_stage <= 3, "parallel.zero_stage = {} must be 0, 1, 2 or 3", o.zero_stage);
+  NDT_CHECK(o.zero_stage == 0 || mesh != nullptr, "parallel.zero_stage = {} needs a job launched with mpirun",
+            o.zero_stage);
+  const MeshShape shape = mesh ? mesh->shape() : MeshShape{};
+  validate_tensor_parallel(model.config(), shape.tp, false, 1);
+  const TensorParallel tp = mesh ? TensorParallel{&mesh->axis(Axis::tp), o.sequence_parallel} : TensorParallel{};
+  ParameterStore& store = model.store();
+
+  place_parameters(store, shape, o);
+  if (tp.active()) {
+    NDT_CHECK(!store.values().defined(),
+              "parallelize: parallel.tp = {} needs the model built without materialising its parameters", tp.size());
+    store.split_blocks(Axis::tp, tp.rank(), tp.size());
+    model.set_tensor_parallel(std::make_unique<MegatronRegions>(tp));
+  }
+  // FSDP (stage 3) initialises each rank's shards itself: the whole model never exists on a rank.
+  if (o.zero_stage != 3 && !store.values().defined()) store.materialize();
+
+  std::unique_ptr<GradientSync> sync;
+  if (o.zero_stage >= 2) {
+    sync = std::make_unique<FullyShardedDataParallel>(store, *mesh, o.zero_stage, o.adamw,
+                                                      fsdp_groups(model.num_units(), o.reshard_after_forward),
+                                                      o.prefetch);
+  } else if (o.zero_stage == 1) {
+    sync = std::make_unique<ZeroStage1>(store, *mesh, o.bucket_bytes, o.adamw);
+  } else {
+    sync = std::make_unique<DataParallel>(store, mesh ? &mesh->axis(Axis::dp) : nullptr, o.bucket_bytes, o.adamw);
+  }
+  sync->set_tensor_parallel(store, tp);
+  model.set_hooks(sync.get());
+  return sync;
+}
+
+}  // namespace ndt

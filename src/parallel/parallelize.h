@@ -1,0 +1,44 @@
+// parallelize(): applies a layout to a model from outside, in the spirit of
+// torchtitan's parallelize functions. The model declares its units and parameters
+// (with what tensor parallelism would do to each) and knows nothing of meshes; this
+// one function, called by the trainer and the benchmarks alike:
+//   1. writes every parameter's placements (Shard(dim) on tp for Megatron layers,
+//      Shard(0) on dp_shard under FSDP) and the axes its gradient is Partial over
+//      (tp for replicated parameters that each tp rank sees in part; the data-parallel
+//      axes for every parameter), the one description that gradient reduction, the
+//      norm, checkpoints and the memory model read;
+//   2. keeps each rank's tp block of every parameter sharded on tp and installs the
+//      Megatron region operators (sequence parallel or not) into the model's units;
+//   3. materialises the parameters (FSDP initialises its own shards instead) and builds
+//      the data-parallel strategy: DDP, ZeRO stage 1, or FSDP (stages 2 and 3) with each
+//      block its own group and the embedding with the head as the root group.
+// A new axis plugs in here: it adds its placements and installs its strategy into the
+// units it changes.
+#pragma once
+
+#include "comm/device_mesh.h"
+#include "model/transformer.h"
+#include "optim/adamw.h"
+#include "parallel/gradient_sync.h"
+
+#include <cstddef>
+#include <memory>
+
+namespace ndt {
+
+struct ParallelOptions {
+  int zero_stage = 0;  // 0: DDP, 1: ZeRO-1, 2: ZeRO-2, 3: FSDP
+  size_t bucket_bytes = 25u << 20;
+  bool reshard_after_forward = true;
+  bool prefetch = true;
+  bool sequence_parallel = false;
+  AdamWConfig adamw;
+};
+
+// mesh == nullptr: one rank, no communication. The model must be built without
+// materialising its parameters when the mesh has tp > 1 (its blocks change). The
+// returned strategy is also installed as the model's hooks (Transformer::set_hooks);
+// it must outlive the model's use.
+std::unique_ptr<GradientSync> parallelize(Transformer& model, DeviceMesh* mesh, const ParallelOptions& options);
+
+}  // namespace ndt
