@@ -20,7 +20,7 @@
 #include "parallel/memory_model.h"
 #include "parallel/parallelize.h"
 #include "parallel/tensor_parallel.h"
-#include "train/flops.h"
+#include "train/peak_flops.h"
 
 #include <fmt/format.h>
 

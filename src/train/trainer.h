@@ -12,7 +12,7 @@
 #include "parallel/tensor_parallel.h"
 #include "train/checkpointing.h"
 #include "train/config.h"
-#include "train/flops.h"
+#include "train/peak_flops.h"
 #include "train/metrics.h"
 
 #include <cstdint>

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <memory>
 #include <vector>
 
 namespace ndt {
@@ -82,6 +83,61 @@ TEST(Model, GradientsAccumulateAcrossMicroBatches) {
   const float* b = parts.store().grads().data<float>();
   for (int64_t i = 0; i < whole.store().numel(); ++i) {
     ASSERT_NEAR(a[i], b[i], 1e-6f + 1e-4f * std::fabs(a[i])) << "element " << i;
+  }
+}
+
+// What pipeline schedules need: a micro-batch's context holds everything between its
+// forward and its backward, so forward A, forward B, backward B, backward A through the
+// units gives the gradients of running B and then A one after the other, bit for bit
+// (gradients accumulate in the order of the backwards), and those of A then B to float
+// rounding.
+TEST(Units, InterleavedMicroBatchContextsGiveTheSameGradients) {
+  for (const auto& [arch, qk_norm] : {std::pair{Arch::gpt2, false}, std::pair{Arch::llama, true}}) {
+    const ModelConfig c = tiny(arch, qk_norm);
+    const int B = 2, T = 7;
+    const float scale = 1.0f / (2 * B * T);
+    const auto in = tokens(2 * B * T, c.vocab_size, 21), target = tokens(2 * B * T, c.vocab_size, 22);
+    const int32_t *in_a = in.data(), *in_b = in.data() + B * T;
+    const int32_t *target_a = target.data(), *target_b = target.data() + B * T;
+
+    auto one_after_the_other = [&](bool b_first, double* loss_a, double* loss_b) {
+      auto model = std::make_unique<Transformer>(c, 5, /*loss_chunk_rows=*/6);
+      model->store().zero_grads();
+      MicroBatchContext ctx;
+      for (bool b : {b_first, !b_first}) {
+        model->prepare(ctx, b ? in_b : in_a, b ? target_b : target_a, B, T, scale, false);
+        (b ? *loss_b : *loss_a) = run_forward_backward(*model, ctx, nullptr);
+      }
+      return model;
+    };
+    double loss_a = 0, loss_b = 0, unused_a = 0, unused_b = 0;
+    auto b_then_a = one_after_the_other(true, &loss_a, &loss_b);
+    auto a_then_b = one_after_the_other(false, &unused_a, &unused_b);
+
+    Transformer interleaved(c, 5, /*loss_chunk_rows=*/6);
+    interleaved.store().zero_grads();
+    MicroBatchContext a, b;
+    interleaved.prepare(a, in_a, target_a, B, T, scale, false);
+    interleaved.prepare(b, in_b, target_b, B, T, scale, false);
+    const int units = interleaved.num_units();
+    ASSERT_EQ(units, c.n_layer + 2);
+    for (int u = 0; u < units; ++u) interleaved.unit(u).forward(a);
+    for (int u = 0; u < units; ++u) interleaved.unit(u).forward(b);
+    for (int u = units - 1; u >= 0; --u) interleaved.unit(u).backward(b, nullptr);
+    for (int u = units - 1; u >= 0; --u) interleaved.unit(u).backward(a, nullptr);
+
+    EXPECT_EQ(a.loss_sum / (B * T), loss_a) << arch_name(arch);
+    EXPECT_EQ(b.loss_sum / (B * T), loss_b) << arch_name(arch);
+    const float* expected = b_then_a->store().grads().data<float>();
+    const float* rounded = a_then_b->store().grads().data<float>();
+    const float* got = interleaved.store().grads().data<float>();
+    int nonzero = 0;
+    for (int64_t i = 0; i < interleaved.store().numel(); ++i) {
+      ASSERT_EQ(got[i], expected[i]) << arch_name(arch) << ", gradient element " << i;
+      ASSERT_NEAR(got[i], rounded[i], 1e-6f + 1e-5f * std::fabs(rounded[i])) << arch_name(arch) << ", element " << i;
+      nonzero += got[i] != 0.0f;
+    }
+    EXPECT_GT(nonzero, interleaved.store().numel() / 2);
   }
 }
 

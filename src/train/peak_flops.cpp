@@ -1,4 +1,4 @@
-#include "train/flops.h"
+#include "train/peak_flops.h"
 
 #include "core/timing.h"
 #include "kernels/kernels.h"
