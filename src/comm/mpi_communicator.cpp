@@ -2,111 +2,34 @@
 // counts itself, then calls MPI: the blocking form under a CommWaitGuard, the
 // non-blocking form returning an MpiWork that waits under one. Work that must follow
 // completion (avg's division, checking a received length) runs once, in whichever of
-// the blocking call, Work::test or Work::wait sees the operation complete.
+// the blocking call, Work::test or Work::wait sees the operation complete. The MPI
+// datatypes and ops are in mpi_types.cpp, the ring reduce-scatter in ring_reduce_scatter.cpp.
 #include "comm/mpi_communicator.h"
 
-#include "comm/watchdog.h"
+#include "comm/mpi_types.h"
+#include "comm/ring_reduce_scatter.h"
 #include "core/error.h"
-#include "core/tensor.h"
 
-#include <fmt/format.h>
-
-#include <algorithm>
-#include <chrono>
 #include <climits>
-#include <cstring>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
 
 namespace ndt {
 
-MPI_Datatype mpi_datatype(DType dtype) {
-  switch (dtype) {
-    case DType::f32: return MPI_FLOAT;
-    case DType::i32: return MPI_INT32_T;
-    case DType::u16:
-    case DType::bf16:
-    case DType::f16: return MPI_UINT16_T;
-    case DType::e4m3:
-    case DType::e5m2: return MPI_UINT8_T;
-  }
-  fail("invalid dtype value {}", static_cast<int>(dtype));
-}
+using mpi_detail::check_mpi;
+using mpi_detail::divide;
+using mpi_detail::reduction;
+using mpi_detail::RingReduceScatterWork;
+using mpi_detail::TimedWait;
+using mpi_detail::use_ring_reduce_scatter;
+using mpi_detail::where;
 
 namespace {
 
 // ---------------------------------------------------------------------------------------------
-// bf16 / f16 reductions: widen a chunk of both operands to f32, combine, round back.
-
-template <DType D, bool kMax>
-void half_reduce(void* in, void* inout, int* len, MPI_Datatype*) {
-  constexpr int kChunk = 1024;
-  float a[kChunk], b[kChunk];
-  auto* src = static_cast<const uint16_t*>(in);
-  auto* dst = static_cast<uint16_t*>(inout);
-  for (int first = 0; first < *len; first += kChunk) {
-    const int n = std::min(kChunk, *len - first);
-    convert(src + first, D, a, DType::f32, static_cast<size_t>(n));
-    convert(dst + first, D, b, DType::f32, static_cast<size_t>(n));
-    for (int i = 0; i < n; ++i) b[i] = kMax ? std::max(a[i], b[i]) : a[i] + b[i];
-    convert(b, DType::f32, dst + first, D, static_cast<size_t>(n));
-  }
-}
-
-struct HalfOps {
-  MPI_Op bf16_sum, bf16_max, f16_sum, f16_max;
-};
-
-// Created on first use (after MPI_Init), never freed: MPI_Finalize releases them.
-const HalfOps& half_ops() {
-  static const HalfOps ops = [] {
-    HalfOps o{};
-    MPI_Op_create(&half_reduce<DType::bf16, false>, 1, &o.bf16_sum);
-    MPI_Op_create(&half_reduce<DType::bf16, true>, 1, &o.bf16_max);
-    MPI_Op_create(&half_reduce<DType::f16, false>, 1, &o.f16_sum);
-    MPI_Op_create(&half_reduce<DType::f16, true>, 1, &o.f16_max);
-    return o;
-  }();
-  return ops;
-}
-
-std::string_view reduce_op_name(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::sum: return "sum";
-    case ReduceOp::avg: return "avg";
-    case ReduceOp::max: return "max";
-  }
-  return "?";
-}
-
-// ---------------------------------------------------------------------------------------------
-// Argument checks. `where` is "all_reduce on mesh axis \"dp\"", prefixed to every message.
-
-std::string where(CommOp op, const std::string& axis) {
-  return fmt::format("{} on mesh axis \"{}\"", comm_op_name(op), axis);
-}
-
-// The MPI op for a reduction, or an error for a dtype/op pair we do not reduce.
-MPI_Op reduction(CommOp what, const std::string& axis, DType dtype, ReduceOp op) {
-  switch (dtype) {
-    case DType::f32:
-      return op == ReduceOp::max ? MPI_MAX : MPI_SUM;
-    case DType::i32:
-      NDT_CHECK(op != ReduceOp::avg, "{}: ReduceOp::avg is not supported for i32 (an integer average "
-                "would truncate); use sum and divide", where(what, axis));
-      return op == ReduceOp::max ? MPI_MAX : MPI_SUM;
-    case DType::bf16:
-      return op == ReduceOp::max ? half_ops().bf16_max : half_ops().bf16_sum;
-    case DType::f16:
-      return op == ReduceOp::max ? half_ops().f16_max : half_ops().f16_sum;
-    case DType::u16:
-    case DType::e4m3:
-    case DType::e5m2: break;
-  }
-  fail("{}: reduction ({}) on dtype {} is not supported: {} is for data movement only; reduce in f32, "
-       "bf16 or f16", where(what, axis), reduce_op_name(op), dtype_name(dtype), dtype_name(dtype));
-}
+// Argument checks. `where` (mpi_types.h) is "all_reduce on mesh axis \"dp\"", prefixed to every
+// message.
 
 // Element counts go to MPI as int (MPI 3; Open MPI 4.1 has no large-count functions).
 int mpi_count(CommOp what, const std::string& axis, size_t count) {
@@ -160,32 +83,6 @@ void check_tag(CommOp what, const std::string& axis, int tag) {
             where(what, axis), tag, tag_upper_bound());
 }
 
-void check_mpi(int rc, CommOp what, const std::string& axis) {
-  if (rc == MPI_SUCCESS) return;
-  char text[MPI_MAX_ERROR_STRING];
-  int len = 0;
-  MPI_Error_string(rc, text, &len);
-  fail("{}: MPI error {}: {}", where(what, axis), rc, std::string_view(text, static_cast<size_t>(len)));
-}
-
-// ReduceOp::avg: the sum divided by the group size, in f32 for the 16-bit types.
-void divide(void* buf, size_t count, DType dtype, int n) {
-  if (dtype == DType::f32) {
-    auto* p = static_cast<float*>(buf);
-    for (size_t i = 0; i < count; ++i) p[i] /= static_cast<float>(n);
-    return;
-  }
-  constexpr size_t kChunk = 1024;
-  float tmp[kChunk];
-  auto* p = static_cast<uint16_t*>(buf);
-  for (size_t first = 0; first < count; first += kChunk) {
-    const size_t len = std::min(kChunk, count - first);
-    convert(p + first, dtype, tmp, DType::f32, len);
-    for (size_t i = 0; i < len; ++i) tmp[i] /= static_cast<float>(n);
-    convert(tmp, DType::f32, p + first, dtype, len);
-  }
-}
-
 void check_received(const MPI_Status& status, MPI_Datatype type, size_t expected, DType dtype, int src,
                     int tag, const std::string& axis) {
   int got = 0;
@@ -194,21 +91,6 @@ void check_received(const MPI_Status& status, MPI_Datatype type, size_t expected
             "{}: expected {} elements of {} from rank {} (tag {}) but the message held {}",
             where(CommOp::recv, axis), expected, dtype_name(dtype), src, tag, got);
 }
-
-// A blocking call's wait: watched by the watchdog and added to the counter's wait time.
-class TimedWait {
- public:
-  TimedWait(CommCounter& counter, CommOp op, std::string_view axis, int64_t bytes, DType dtype)
-      : counter_(counter), guard_(op, axis, bytes, dtype), start_(std::chrono::steady_clock::now()) {}
-  ~TimedWait() {
-    counter_.wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-  }
-
- private:
-  CommCounter& counter_;
-  CommWaitGuard guard_;
-  std::chrono::steady_clock::time_point start_;
-};
 
 // A non-blocking MPI operation. Holds what MPI needs until completion (v-counts), and
 // what runs after it (finish).
@@ -277,109 +159,6 @@ class MpiWork final : public Work {
   MPI_Status status_{};
   bool done_ = false;
 };
-
-// Reduce-scatter of f32 sums as a ring of point-to-point steps. Open MPI 4.1's
-// reduce_scatter_block (every tuned algorithm, and libnbc's) is several times slower
-// than its all-reduce on shared memory (measured: 64 MiB over 2 ranks, 55-58 ms
-// against 17 ms for this ring, which sends the same (n-1)/n of the buffer).
-// Step s (0 .. n-2): send the running partial of block (r - s - 1) mod n to rank r + 1,
-// receive the partial of block (r - s - 2) mod n from rank r - 1 and add this rank's
-// part of it; after n - 1 steps the partial is block r, summed over all ranks. Each
-// ring uses its own tag (from a per-communicator sequence, the same on every rank as
-// collectives are called in the same order), so several rings may be in flight.
-class RingReduceScatterWork final : public Work {
- public:
-  RingReduceScatterWork(CommCounter& counter, const std::string& axis, MPI_Comm comm, int rank, int size, int tag,
-                        const float* send, float* recv, size_t block, bool average)
-      : counter_(counter), axis_(axis), comm_(comm), rank_(rank), size_(size), tag_(tag), send_(send), recv_(recv),
-        block_(block), average_(average),
-        incoming_(Tensor::empty({static_cast<int64_t>(block)}, DType::f32, MemTag::comm)) {
-    // The running partial lives in recv (which does not overlap send).
-    std::memcpy(recv_, own_block(1), block_ * sizeof(float));
-    if (size_ == 1) {
-      finish();
-      return;
-    }
-    post();
-  }
-
-  ~RingReduceScatterWork() override {
-    if (done_) return;
-    int finalized = 0;
-    MPI_Finalized(&finalized);
-    if (!finalized) wait();
-  }
-
-  bool test() override {
-    while (!done_) {
-      int flag = 0;
-      check_mpi(MPI_Testall(2, requests_, &flag, MPI_STATUSES_IGNORE), CommOp::reduce_scatter, axis_);
-      if (!flag) return false;
-      advance();
-    }
-    return true;
-  }
-
-  void wait() override {
-    if (done_) return;
-    TimedWait timed(counter_, CommOp::reduce_scatter, axis_, static_cast<int64_t>(block_ * size_ * 4), DType::f32);
-    while (!done_) {
-      check_mpi(MPI_Waitall(2, requests_, MPI_STATUSES_IGNORE), CommOp::reduce_scatter, axis_);
-      advance();
-    }
-  }
-
- private:
-  // This rank's part of block (rank - step - offset) mod n.
-  const float* own_block(int offset) const {
-    const int b = ((rank_ - step_ - offset) % size_ + size_) % size_;
-    return send_ + static_cast<size_t>(b) * block_;
-  }
-
-  void post() {
-    const int next = (rank_ + 1) % size_, prev = (rank_ - 1 + size_) % size_;
-    const int count = static_cast<int>(block_);
-    check_mpi(MPI_Irecv(incoming_.data<float>(), count, MPI_FLOAT, prev, tag_, comm_, &requests_[0]),
-              CommOp::reduce_scatter, axis_);
-    check_mpi(MPI_Isend(recv_, count, MPI_FLOAT, next, tag_, comm_, &requests_[1]),
-              CommOp::reduce_scatter, axis_);
-  }
-
-  // Both messages of the current step are done: fold the incoming partial into ours.
-  void advance() {
-    const float* mine = own_block(2);
-    float* partial = recv_;
-    const float* incoming = incoming_.data<float>();
-#pragma omp parallel for simd schedule(static) if (block_ >= 65536)
-    for (size_t i = 0; i < block_; ++i) partial[i] = mine[i] + incoming[i];
-    if (++step_ < size_ - 1) return post();
-    finish();
-  }
-
-  void finish() {
-    if (average_) divide(recv_, block_, DType::f32, size_);
-    incoming_ = Tensor();
-    done_ = true;
-  }
-
-  CommCounter& counter_;
-  std::string axis_;
-  MPI_Comm comm_;
-  int rank_, size_, tag_;
-  const float* send_;
-  float* recv_;
-  size_t block_;
-  bool average_;
-  Tensor incoming_;
-  MPI_Request requests_[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
-  int step_ = 0;
-  bool done_ = false;
-};
-
-// The ring wins from a few MiB on (at 1 MiB Open MPI's own call is slightly faster).
-bool use_ring_reduce_scatter(DType dtype, ReduceOp op, int64_t payload_bytes) {
-  return dtype == DType::f32 && op != ReduceOp::max && payload_bytes >= (int64_t{2} << 20);
-}
 
 void count_call(CommCounter& c, int64_t payload, int64_t wire) {
   c.calls += 1;

@@ -22,6 +22,7 @@
 
 #include "comm/communicator.h"
 #include "comm/mpi_headers.h"
+#include "comm/mpi_types.h"  // mpi_datatype
 
 
 #include <functional>
@@ -29,8 +30,6 @@
 #include <string>
 
 namespace ndt {
-
-MPI_Datatype mpi_datatype(DType dtype);
 
 class MpiCommunicator final : public Communicator {
  public:
