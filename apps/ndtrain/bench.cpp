@@ -12,7 +12,7 @@
 #include "comm/mpi_communicator.h"
 #include "core/memory.h"
 #include "core/rng.h"
-#include "kernels/cpu/threads.h"
+#include "kernels/kernels.h"
 #include "model/transformer.h"
 #include "optim/clip.h"
 #include "parallel/data_parallel.h"
@@ -50,7 +50,7 @@ int run_bench_train(const TrainBenchOptions& o) {
     if (rank == 0) fmt::print("{}", text), std::fflush(stdout);
   };
 
-  cpu::set_num_threads(o.threads);
+  kernels::set_num_threads(o.threads);
   ModelConfig config = ModelConfig::preset(o.preset);
   if (o.vocab > 0) config.vocab_size = o.vocab;
   const int B = o.batch / dp, T = o.seq_len, N = B * T;
@@ -77,6 +77,8 @@ int run_bench_train(const TrainBenchOptions& o) {
                                                     o.zero_stage == 3 && !o.prefetch ? " without prefetch" : ""),
                     o.tp > 1 ? fmt::format(", tp={}{}", o.tp, o.sequence_parallel ? " with sequence parallel" : "")
                              : ""));
+
+  print(fmt::format("  matmuls: {}\n", kernels::gemm_library()));
 
   auto train_step = [&](bool communicate) {
     const auto t0 = std::chrono::steady_clock::now();

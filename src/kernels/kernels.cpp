@@ -6,6 +6,7 @@
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/adamw.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/blas_core.h"
 #include "kernels/cpu/cross_entropy.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/embedding.h"
@@ -13,6 +14,8 @@
 #include "kernels/cpu/norm.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/threads.h"
+
+#include <cstdlib>
 
 #include <atomic>
 
@@ -57,6 +60,14 @@ void set_backend(Backend backend) {
 
 void set_num_threads(int n) { NDT_ROUTE(set_num_threads, n); }
 int num_threads() { NDT_ROUTE(num_threads); }
+std::string gemm_library() {
+  std::string s = "OpenBLAS " + cpu::blas_core_name() + " kernels";
+  // Set by ndtrain when it restarted itself with a better core (apps/ndtrain/main.cpp).
+  if (const char* weaker = std::getenv("NDT_OPENBLAS_CORE_DETECTED")) {
+    s += std::string(" (OpenBLAS chose ") + weaker + " for this CPU; ndtrain set OPENBLAS_CORETYPE)";
+  }
+  return s;
+}
 
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
           const float* B, int ldb, float beta, float* C, int ldc) {

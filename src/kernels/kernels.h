@@ -30,6 +30,7 @@
 #include "kernels/cpu/adamw.h"
 
 #include <cstdint>
+#include <string>
 
 namespace ndt::kernels {
 
@@ -45,6 +46,8 @@ void set_backend(Backend backend);
 // --- Threads of the host backend (one OpenMP pool shared with OpenBLAS).
 void set_num_threads(int n);  // n >= 1
 int num_threads();
+// What runs the GEMMs, for logs: e.g. "OpenBLAS SkylakeX kernels".
+std::string gemm_library();
 
 // --- Matrix multiply and linear layers (gemm.h); bias helpers (elementwise.h).
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,

@@ -179,6 +179,7 @@ void Trainer::print_header() {
   fmt::print(*log_, "mesh: {}; {} thread{} per rank{}\n", mesh_ ? mesh_->shape().str() : std::string("one rank"),
              config_.threads, config_.threads == 1 ? "" : "s",
              dp_size_ > 1 ? "; " + describe_sync() : "");
+  fmt::print(*log_, "matmuls: {}\n", kernels::gemm_library());
   if (tp.size > 1) {
     fmt::print(*log_, "tensor parallel: {} ranks, each {} of {} heads and {} of {} MLP units; sequence parallel {}\n",
                tp.size, m.n_head / tp.size, m.n_head, m.d_ff / tp.size, m.d_ff, tp.sequence_parallel ? "on" : "off");

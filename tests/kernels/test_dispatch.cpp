@@ -8,6 +8,7 @@
 #include "core/tensor.h"
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/blas_core.h"
 #include "kernels/cpu/cross_entropy.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/embedding.h"
@@ -21,6 +22,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -198,6 +200,28 @@ TEST(TensorDevice, CopyFromCopiesAndChecks) {
   Tensor ints = Tensor::zeros({3, 4}, DType::i32, MemTag::other);
   expect_error([&] { ints.copy_from(a); }, {"Tensor::copy_from", "f32", "i32"});
   expect_error([&] { b.copy_from(Tensor()); }, {"Tensor::copy_from", "source", "undefined"});
+}
+
+}  // namespace
+}  // namespace ndt
+
+namespace ndt {
+namespace {
+
+// Catches a BLAS core recommended for a CPU that cannot run it (an illegal instruction
+// in the first GEMM) or one that is not better than OpenBLAS's own choice (a restart loop).
+TEST(BlasCore, RecommendsOnlyAStrongerCoreTheCpuRuns) {
+  const std::optional<std::string> recommended = cpu::recommended_blas_core();
+  EXPECT_FALSE(cpu::blas_core_name().empty());
+  if (!recommended) return;
+  EXPECT_NE(*recommended, cpu::blas_core_name());
+  __builtin_cpu_init();
+  if (*recommended == "SkylakeX") {
+    EXPECT_TRUE(__builtin_cpu_supports("avx512f"));
+  } else {
+    EXPECT_EQ(*recommended, "Haswell");
+    EXPECT_TRUE(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"));
+  }
 }
 
 }  // namespace

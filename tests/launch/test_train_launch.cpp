@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -72,6 +73,13 @@ TEST_F(TrainLaunch, DataParallelRunOnTwoRanks) {
     if (r.output.compare(at, 11, "step     1/") == 0) ++lines;
   }
   EXPECT_EQ(lines, 1u) << r.output;
+  // Catches OpenBLAS left on kernels weaker than the CPU (Debian's 0.3.21 falls back to
+  // Prescott on CPUs it does not know: 5x slower): ndtrain restarts with a better core.
+  EXPECT_NE(r.output.find("matmuls: OpenBLAS "), std::string::npos) << r.output;
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && std::getenv("OPENBLAS_CORETYPE") == nullptr) {
+    EXPECT_EQ(r.output.find("Prescott kernels"), std::string::npos) << r.output;
+  }
   std::ifstream metrics(dir_.file("out/metrics.jsonl"));
   std::string first;
   ASSERT_TRUE(std::getline(metrics, first)) << "no metrics file";
