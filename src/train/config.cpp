@@ -118,7 +118,7 @@ const std::vector<Field>& fields() {
     f.push_back(field<int>("train.seq_len", NDT_REF(seq_len), "Tokens per sequence (at most model.max_seq_len)."));
     f.push_back(field<uint64_t>("train.seed", NDT_REF(seed), "Seed of initialisation, batch order and sampling; the batch of a step depends only on (seed, step)."));
     f.push_back(field<int64_t>("train.eval_every", NDT_REF(eval_every), "Validation loss every this many steps (and at the end); 0: only at the end."));
-    f.push_back(field<int>("train.eval_batches", NDT_REF(eval_batches), "Micro-batches of validation data per evaluation."));
+    f.push_back(field<int>("train.eval_batches", NDT_REF(eval_batches), "Batches of validation data per evaluation, each train.batch_size rows split over the data-parallel ranks like a training batch (the same rows on any mesh)."));
     f.push_back(field<int>("train.loss_chunk_rows", NDT_REF(loss_chunk_rows), "Rows of logits computed at once by the fused output layer and loss (memory: rows x vocab floats)."));
     f.push_back(field<int64_t>("train.log_every", NDT_REF(log_every), "Print a progress line every this many steps (the metrics file gets every step)."));
 

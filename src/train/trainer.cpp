@@ -91,9 +91,8 @@ Trainer::Trainer(const RunConfig& config, DeviceMesh* mesh, std::ostream* log)
   if (!config_.val_data.empty()) {
     val_data_ = std::make_unique<TokenDataset>(std::vector<std::string>{config_.val_data});
   }
-  val_loader_ = std::make_unique<BatchLoader>(val_data_ ? *val_data_ : train_data_,
-                                              config_.micro_batch_size * dp_size_, config_.seq_len,
-                                              config_.seed);
+  val_loader_ = std::make_unique<BatchLoader>(val_data_ ? *val_data_ : train_data_, config_.batch_size,
+                                              config_.seq_len, config_.seed);
   for (int64_t i = 0; i < train_data_.size(); ++i) {
     NDT_CHECK(train_data_.tokens()[i] < config_.model.vocab_size,
               "data.train = \"{}\": token {} at position {} is outside model.vocab_size = {}",
@@ -234,14 +233,19 @@ StepStats Trainer::step() {
 }
 
 double Trainer::evaluate() {
-  const int micro = config_.micro_batch_size, T = config_.seq_len;
+  // The validation set is train.eval_batches global batches of train.batch_size rows,
+  // split over the data-parallel ranks and into micro-batches like a training batch: the
+  // same rows, so the same loss, on any mesh.
+  const int micro = config_.micro_batch_size, T = config_.seq_len, accum = rows_per_rank_ / micro;
   double total = 0;
   for (int b = 0; b < config_.eval_batches; ++b) {
-    val_loader_->eval_batch(b, dp_rank_ * micro, micro, inputs_.data(), targets_.data());
-    model_->prepare(ctx_, inputs_.data(), targets_.data(), micro, T, 0.0f, /*forward_only=*/true);
-    total += run_forward(*model_, ctx_, sync_.get());
+    for (int m = 0; m < accum; ++m) {
+      val_loader_->eval_batch(b, dp_rank_ * rows_per_rank_ + m * micro, micro, inputs_.data(), targets_.data());
+      model_->prepare(ctx_, inputs_.data(), targets_.data(), micro, T, 0.0f, /*forward_only=*/true);
+      total += run_forward(*model_, ctx_, sync_.get());
+    }
   }
-  return mean_over_dp(total / config_.eval_batches);
+  return mean_over_dp(total / (config_.eval_batches * accum));
 }
 
 void Trainer::print_step(const StepStats& s) {

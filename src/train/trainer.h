@@ -51,7 +51,7 @@ class Trainer {
   Trainer(const RunConfig& config, DeviceMesh* mesh, std::ostream* log);
 
   StepStats step();
-  double evaluate();  // mean validation loss over train.eval_batches micro-batches
+  double evaluate();  // mean validation loss over train.eval_batches batches of train.batch_size rows
   RunSummary run();
 
   Transformer& model() { return *model_; }

@@ -52,6 +52,10 @@ class TrainLaunch : public ::testing::Test {
         << "[sample]\ntokens = 20\n[runtime]\npeak_gflops = 100\ncomm_timeout_s = 60\n"
         << "[data]\ntrain = \"" << dir_.file("train.bin") << "\"\n";
   }
+  // The same run as one process (one thread, for the same summation order in kernels).
+  std::string one_rank(const std::string& args) const {
+    return std::string(NDT_BINARY_DIR) + "/ndtrain train " + dir_.file("run.toml") + " --set runtime.threads=1 " + args;
+  }
   std::string mpirun(int ranks, const std::string& args) const {
     return std::string(NDT_MPIRUN) + " -np " + std::to_string(ranks) +
            " --oversubscribe --bind-to none --allow-run-as-root -x OMP_NUM_THREADS=1 " + NDT_BINARY_DIR +
@@ -60,9 +64,48 @@ class TrainLaunch : public ::testing::Test {
   testing::TempDir dir_;
 };
 
+// The loss of `step` (1-based) in a run's metrics file (the last record of it: a
+// resumed run appends).
+double loss_at(const std::string& metrics_path, int step) {
+  std::ifstream in(metrics_path);
+  double loss = -1;
+  for (std::string line; std::getline(in, line);) {
+    const nlohmann::json record = nlohmann::json::parse(line);
+    if (record.contains("loss") && record.value("step", 0) == step) loss = record["loss"].get<double>();
+  }
+  return loss;
+}
+
+// The last validation loss in a run's metrics file.
+double last_val_loss(const std::string& metrics_path) {
+  std::ifstream in(metrics_path);
+  double loss = -1;
+  for (std::string line; std::getline(in, line);) {
+    const nlohmann::json record = nlohmann::json::parse(line);
+    if (record.contains("val_loss")) loss = record["val_loss"].get<double>();
+  }
+  return loss;
+}
+
+// The generated text the run printed after its "== sample" header.
+std::string sample_of(const std::string& output) {
+  const size_t header = output.find("== sample");
+  if (header == std::string::npos) return "";
+  return output.substr(output.find('\n', header) + 1);
+}
+
+// Catches a CLI run on several ranks that trains a different model than one rank would
+// (wrong data split, wrong scale, wrong sampling under a mesh): its validation loss and
+// its sample must be those of the one-rank run.
 TEST_F(TrainLaunch, DataParallelRunOnTwoRanks) {
   const Result r = run(mpirun(2, "--set runtime.out_dir=" + dir_.file("out")));
   ASSERT_EQ(r.exit_code, 0) << r.output;
+  const Result single = run(one_rank("--set runtime.out_dir=" + dir_.file("single")));
+  ASSERT_EQ(single.exit_code, 0) << single.output;
+  const double val = last_val_loss(dir_.file("out/metrics.jsonl"));
+  EXPECT_NEAR(val, last_val_loss(dir_.file("single/metrics.jsonl")), 1e-5 * val);
+  EXPECT_EQ(sample_of(r.output), sample_of(single.output));
+  EXPECT_GE(sample_of(r.output).size(), 20u) << r.output;
   EXPECT_NE(r.output.find("dp_replicate=2"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("2 data-parallel ranks x 2 micro-steps of 2"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("validation loss"), std::string::npos) << r.output;
@@ -92,6 +135,12 @@ TEST_F(TrainLaunch, TensorParallelRunSamplesText) {
   const Result r = run(mpirun(2, "--set parallel.tp=2 --set parallel.sequence_parallel=true --set runtime.out_dir=" +
                                      dir_.file("tp")));
   ASSERT_EQ(r.exit_code, 0) << r.output;
+  // The one-rank run's validation loss and sample.
+  const Result single = run(one_rank("--set runtime.out_dir=" + dir_.file("tp_single")));
+  ASSERT_EQ(single.exit_code, 0) << single.output;
+  const double val = last_val_loss(dir_.file("tp/metrics.jsonl"));
+  EXPECT_NEAR(val, last_val_loss(dir_.file("tp_single/metrics.jsonl")), 1e-5 * val);
+  EXPECT_EQ(sample_of(r.output), sample_of(single.output));
   EXPECT_NE(r.output.find("tensor parallel: 2 ranks, each 2 of 4 heads"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("sequence parallel on"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("communication on tp"), std::string::npos) << r.output;
@@ -111,18 +160,6 @@ TEST_F(TrainLaunch, BatchThatDoesNotSplitOverRanksIsRefused) {
   EXPECT_NE(r.output.find("train.batch_size = 6 is not a multiple of train.micro_batch_size = 2 x data-parallel size 2"),
             std::string::npos)
       << r.output;
-}
-
-// The loss of `step` (1-based) in a run's metrics file (the last record of it: a
-// resumed run appends).
-double loss_at(const std::string& metrics_path, int step) {
-  std::ifstream in(metrics_path);
-  double loss = -1;
-  for (std::string line; std::getline(in, line);) {
-    const nlohmann::json record = nlohmann::json::parse(line);
-    if (record.contains("loss") && record.value("step", 0) == step) loss = record["loss"].get<double>();
-  }
-  return loss;
 }
 
 TEST_F(TrainLaunch, RankKilledDuringAsyncSaveLeavesThePreviousCheckpoint) {
