@@ -8,7 +8,9 @@
 #include <bit>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <optional>
+#include <thread>
 
 namespace ndt::ckpt {
 
@@ -25,6 +27,26 @@ std::optional<int64_t> abort_after_bytes() {
   NDT_CHECK(*end == '\0' && n >= 0, "NDT_CHECKPOINT_ABORT_AFTER_BYTES={} is not a byte count",
             value);
   return n;
+}
+
+// NDT_CHECKPOINT_SLOW_RANK=R:MS: how long `rank` sleeps before writing its index.
+std::chrono::milliseconds slow_rank_delay(int rank) {
+  const char* value = std::getenv("NDT_CHECKPOINT_SLOW_RANK");
+  if (value == nullptr || *value == '\0') return std::chrono::milliseconds(0);
+  auto number = [](const char* begin, const char* end) -> long long {
+    if (begin == end || end - begin > 9) return -1;
+    long long n = 0;
+    for (const char* c = begin; c != end; ++c) {
+      if (*c < '0' || *c > '9') return -1;
+      n = 10 * n + (*c - '0');
+    }
+    return n;
+  };
+  const char* colon = std::strchr(value, ':');
+  const long long slow = colon ? number(value, colon) : -1;
+  const long long ms = colon ? number(colon + 1, value + std::strlen(value)) : -1;
+  NDT_CHECK(slow >= 0 && ms >= 0, "NDT_CHECKPOINT_SLOW_RANK={} is not RANK:MILLISECONDS (e.g. 1:500)", value);
+  return slow == rank ? std::chrono::milliseconds(ms) : std::chrono::milliseconds(0);
 }
 
 void check_block(const TensorBlock& b) {
@@ -44,6 +66,7 @@ WriteStats write_rank_file(const std::filesystem::path& dir, int rank,
   const auto start = std::chrono::steady_clock::now();
   for (const TensorBlock& b : blocks) check_block(b);
   const std::optional<int64_t> abort_after = abort_after_bytes();
+  const std::chrono::milliseconds delay = slow_rank_delay(rank);
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   NDT_CHECK(!ec, "cannot create checkpoint directory {}: {}", dir.string(), ec.message());
@@ -69,6 +92,7 @@ WriteStats write_rank_file(const std::filesystem::path& dir, int rank,
   }
   data.sync();
   data.close();
+  if (delay.count() > 0) std::this_thread::sleep_for(delay);  // test hook: this rank finishes last
   write_file_durably(dir / index_file_name(rank), index.dump(1));
   sync_directory(dir);
   const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;

@@ -12,6 +12,12 @@
 // writer call std::_Exit(86) as soon as N bytes of the data file are written,
 // leaving a partial data file and no index, as a crash mid-save would. N at or
 // past the end of the data has no effect.
+//
+// Test hook: NDT_CHECKPOINT_SLOW_RANK=R:MS (read at every call; R a rank, MS
+// milliseconds, both non-negative integers) makes rank R's writer sleep MS ms after its
+// data is synced and before it writes its index, so rank R is the last to finish and a
+// commit that does not wait for every rank finds its index missing. Other ranks are
+// not affected; a malformed value is an error naming the variable and the value.
 #pragma once
 
 #include "checkpoint/checkpoint.h"

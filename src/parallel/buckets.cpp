@@ -34,11 +34,14 @@ void BucketScheduler::begin(bool sync) {
   next_ = 0;
 }
 
-void BucketScheduler::grads_ready_from(int64_t arena_offset) {
+void BucketScheduler::grads_ready_from(int64_t arena_offset) { launch_ready(arena_offset, launched_in_backward_); }
+
+void BucketScheduler::launch_ready(int64_t arena_offset, int64_t& counter) {
   if (!sync_) return;
   while (next_ < buckets_.size() && buckets_[next_].begin >= arena_offset) {
     in_flight_[next_] = launch_(next_);
     ++next_;
+    ++counter;
   }
 }
 
@@ -55,7 +58,7 @@ void BucketScheduler::poll() {
 
 void BucketScheduler::wait_all() {
   if (!sync_) return;
-  grads_ready_from(0);
+  launch_ready(0, launched_at_finish_);
   for (size_t b = 0; b < buckets_.size(); ++b) {
     if (!in_flight_[b]) continue;
     in_flight_[b]->wait();

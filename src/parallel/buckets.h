@@ -43,9 +43,14 @@ class BucketScheduler {
 
   const std::vector<GradientBucket>& buckets() const { return buckets_; }
   bool syncing() const { return sync_; }
+  // Buckets launched by grads_ready_from (during backward) and by wait_all (at the
+  // end: communication backward did not hide), counted over every micro-step.
+  int64_t launched_in_backward() const { return launched_in_backward_; }
+  int64_t launched_at_finish() const { return launched_at_finish_; }
 
  private:
   void complete(size_t bucket);
+  void launch_ready(int64_t arena_offset, int64_t& counter);
 
   std::vector<GradientBucket> buckets_;
   std::function<WorkHandle(size_t)> launch_;
@@ -53,6 +58,7 @@ class BucketScheduler {
   std::vector<WorkHandle> in_flight_;  // one slot per bucket
   size_t next_ = 0;                    // buckets [0, next) have been launched
   bool sync_ = true;
+  int64_t launched_in_backward_ = 0, launched_at_finish_ = 0;
 };
 
 }  // namespace ndt

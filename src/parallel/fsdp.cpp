@@ -86,6 +86,11 @@ void FullyShardedDataParallel::point_grads(Group& g, bool allocated) {
   }
 }
 
+void FullyShardedDataParallel::need_gather(Group& g) {
+  if (!g.values.defined()) ++(g.gather ? gathers_prefetched_ : gathers_on_demand_);
+  start_gather(g);
+}
+
 void FullyShardedDataParallel::start_gather(Group& g) {
   if (g.values.defined() || g.gather) return;
   const int n = layout_.ranks();
@@ -126,7 +131,7 @@ void FullyShardedDataParallel::release(Group& g) {
 void FullyShardedDataParallel::before_forward(int unit) {
   if (!shards_parameters()) return;
   Group& g = group_of(unit);
-  start_gather(g);
+  need_gather(g);
   // Prefetch the next unit's group while this one computes.
   if (prefetch_ && unit + 1 < store_.num_units()) start_gather(group_of(unit + 1));
   finish_gather(g);
@@ -146,7 +151,7 @@ void FullyShardedDataParallel::before_backward(int unit) {
   Group& g = group_of(unit);
   // Backward visits the units from the last: prefetch in that order.
   if (shards_parameters()) {
-    start_gather(g);
+    need_gather(g);
     if (prefetch_ && unit > 0) start_gather(group_of(unit - 1));
     finish_gather(g);
   }

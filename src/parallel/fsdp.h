@@ -69,6 +69,9 @@ class FullyShardedDataParallel : public GradientSync {
   void step(float lr, float grad_scale) override;
   size_t bucket_count() const override { return groups_.size(); }
   double exposed_wait_seconds() const override { return exposed_wait_seconds_; }
+  // Stage 3's gathers at the moment a unit needs its group (forward, forward-only and
+  // backward): already in flight (prefetched) or started then (on demand). No buckets.
+  OverlapStats overlap_stats() const override { return {0, 0, gathers_prefetched_, gathers_on_demand_}; }
   std::vector<float> full_parameters() override;
   int64_t optimizer_steps() const override { return optimizer_.steps_taken(); }
   void set_optimizer_steps(int64_t steps) override { optimizer_.set_steps_taken(steps); }
@@ -96,6 +99,7 @@ class FullyShardedDataParallel : public GradientSync {
   };
   Group& group_of(int unit) { return groups_[group_of_unit_[static_cast<size_t>(unit)]]; }
   bool shards_parameters() const { return stage_ == 3; }
+  void need_gather(Group& g);  // counts the gather a unit now needs, then starts it
   void start_gather(Group& g);
   void finish_gather(Group& g);
   void release(Group& g);
@@ -115,6 +119,7 @@ class FullyShardedDataParallel : public GradientSync {
   Tensor param_shards_, grad_shards_;
   bool sync_ = true;
   double exposed_wait_seconds_ = 0, gather_wait_seconds_ = 0;
+  int64_t gathers_prefetched_ = 0, gathers_on_demand_ = 0;
 };
 
 }  // namespace ndt

@@ -13,9 +13,35 @@
 #include "parallel/tp_regions.h"
 
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 namespace ndt {
+
+// What must happen for communication to overlap computation, counted over the run
+// (cumulative, every micro-step; plain integer increments). Correctness does not see
+// these: a layout that communicates late or gathers the wrong unit still computes
+// the same numbers, only slower, so tests assert the counts.
+struct OverlapStats {
+  // DDP and ZeRO-1 (BucketScheduler): gradient buckets launched during backward (from
+  // after_backward, as soon as their gradients are final) vs only at the end, in
+  // finish_backward's wait. A sync micro-step launches every bucket during backward
+  // (after unit 0's backward the whole arena is final); a no_sync one launches none,
+  // and neither does a layout with nothing to communicate (one rank).
+  int64_t buckets_in_backward = 0;
+  int64_t buckets_at_finish = 0;
+  // FSDP stage 3: all-gathers a unit needed (before its forward or backward, its group
+  // not gathered) that were already in flight (prefetched by the unit before it) vs
+  // started at that moment (on demand). With the root group (embedding + head) and one
+  // group per block, one forward + backward of L blocks makes 1 on-demand (the root,
+  // at the start of forward) + 2L prefetched gathers with prefetch and
+  // reshard_after_forward on; 1 + 2L on demand without prefetch. Without
+  // reshard_after_forward the blocks stay gathered for their backward: forward's 1 + L
+  // only (L of them prefetched with prefetch on), none in backward. Forward-only passes
+  // (evaluation) count their gathers too: 1 on demand + L prefetched.
+  int64_t gathers_prefetched = 0;
+  int64_t gathers_on_demand = 0;
+};
 
 class GradientSync : public ModelHooks {
  public:
@@ -33,6 +59,8 @@ class GradientSync : public ModelHooks {
   // Seconds spent in finish_backward() waiting for communication, summed over calls:
   // the communication backward did not hide.
   virtual double exposed_wait_seconds() const = 0;
+  // Counters of communication started early enough to overlap (above), over the run.
+  virtual OverlapStats overlap_stats() const = 0;
   // Every parameter's full value, in arena order (collective when parameters are sharded);
   // under tensor parallelism, this rank's tp blocks (gather_tensor_parallel joins them).
   virtual std::vector<float> full_parameters() = 0;

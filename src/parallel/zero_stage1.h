@@ -45,6 +45,9 @@ class ZeroStage1 : public GradientSync {
   void zero_grads() override { store_.zero_grads(); }
   std::vector<float> full_parameters() override;
   double exposed_wait_seconds() const override { return exposed_wait_seconds_; }
+  OverlapStats overlap_stats() const override {
+    return {scheduler_.launched_in_backward(), scheduler_.launched_at_finish(), 0, 0};
+  }
 
  protected:
   std::vector<StateSlice> layout_state_slices() override;

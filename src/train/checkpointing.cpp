@@ -36,6 +36,7 @@ bool any_rank(DeviceMesh* mesh, bool flag) {
 
 void install_stop_handler() { std::signal(SIGTERM, on_sigterm); }
 bool stop_requested() { return g_stop.load(); }
+void clear_stop_request() { g_stop.store(false); }
 
 TrainingCheckpoints::TrainingCheckpoints(const RunConfig& config, DeviceMesh* mesh, std::ostream* log)
     : keep_last_(config.keep_last), mesh_(mesh), log_(log) {

@@ -88,5 +88,7 @@ nlohmann::json training_state(const RunConfig& config, int64_t step, const Gradi
 // saves and exits cleanly). Returns whether one was received.
 void install_stop_handler();
 bool stop_requested();
+// Forgets a stop request (tests that raise SIGTERM in-process, before the next run).
+void clear_stop_request();
 
 }  // namespace ndt

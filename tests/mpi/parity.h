@@ -40,22 +40,32 @@ inline RunConfig tiny_run(const std::string& train, int batch, int micro) {
 
 struct TrainedRun {
   std::vector<double> losses;
+  std::vector<double> grad_norms;  // of each step, before clipping
   std::vector<float> params;
 };
 
 inline TrainedRun train(const RunConfig& config, DeviceMesh* mesh) {
   Trainer trainer(config, mesh, nullptr);
   TrainedRun run;
-  for (int64_t s = 0; s < config.steps; ++s) run.losses.push_back(trainer.step().loss);
+  for (int64_t s = 0; s < config.steps; ++s) {
+    const StepStats stats = trainer.step();
+    run.losses.push_back(stats.loss);
+    run.grad_norms.push_back(stats.grad_norm);
+  }
   run.params = trainer.full_parameters();
   return run;
 }
 
+// Losses and gradient norms of every step within 1e-5 (the norm catches a gradient off
+// by a constant factor, which clipping and AdamW hide from the losses), and the final
+// parameters.
 inline void expect_same_run(const TrainedRun& reference, const TrainedRun& parallel, const char* what) {
   ASSERT_EQ(reference.losses.size(), parallel.losses.size());
   for (size_t i = 0; i < reference.losses.size(); ++i) {
     EXPECT_NEAR(parallel.losses[i], reference.losses[i], 1e-5 * std::fabs(reference.losses[i]))
         << what << ": loss of step " << i;
+    EXPECT_NEAR(parallel.grad_norms[i], reference.grad_norms[i], 1e-5 * std::fabs(reference.grad_norms[i]))
+        << what << ": gradient norm of step " << i;
   }
   // Parameters: relative difference of the whole vector, ||p - p_ref|| / ||p_ref||. (Per
   // element it is ill-conditioned: Adam divides by sqrt(v), so an element whose gradient

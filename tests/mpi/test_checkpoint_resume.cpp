@@ -1,16 +1,26 @@
 // Training checkpoints under mpirun: exact resume on the same mesh (bit-identical
 // losses and parameters), resharding (save on one mesh, resume on others: one rank,
-// DDP, tp, FSDP), and loads that must fail: a flipped byte, a missing file, a model
-// that does not match.
+// DDP, tp, FSDP), loads that must fail: a flipped byte, a missing file, a model that
+// does not match; and commits that must wait for the slowest rank, made the slowest
+// on purpose (NDT_CHECKPOINT_SLOW_RANK, checkpoint/writer.h) rather than left to luck:
+// a sync save, an async save, and an async save still in flight when a stop
+// (SIGTERM) is requested.
+#include "../common/errors.h"
 #include "../common/temp_dir.h"
 #include "../train/test_support.h"
 #include "mpi_env.h"
 #include "parity.h"
 
+#include "checkpoint/directory.h"
+#include "checkpoint/writer.h"
+
 #include <gtest/gtest.h>
 
 #include <unistd.h>
 
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -86,6 +96,13 @@ void expect_close(const std::vector<double>& a, const std::vector<double>& b, si
   }
 }
 
+// A run's parameters alone, for expect_same_run without losses.
+testing::TrainedRun params_only(const testing::TrainedRun& run) {
+  testing::TrainedRun p;
+  p.params = run.params;
+  return p;
+}
+
 TEST_F(CheckpointResume, ExactOnTheSameMesh) {
   Communicator& world = testing::world();
   for (const Layout& l : {Layout{1, 1, 0}, Layout{world.size(), 1, 1}, Layout{world.size(), 1, 3},
@@ -133,7 +150,7 @@ TEST_F(CheckpointResume, ReshardsOntoAnyMesh) {
     const testing::TrainedRun resumed = train(c, &mesh, 20, latest, false);
     expect_close(reference.losses, resumed.losses, 10, ("tp=" + std::to_string(l.tp) + " zero stage " +
                                                         std::to_string(l.zero_stage)).c_str());
-    testing::expect_same_run({{}, reference.params}, {{}, resumed.params}, "resharded parameters");
+    testing::expect_same_run(params_only(reference), params_only(resumed), "resharded parameters");
   }
 }
 
@@ -173,6 +190,167 @@ TEST_F(CheckpointResume, BadCheckpointsFailWithoutLoadingAnything) {
   none.resume = (dir.path() / "nothing").string();
   EXPECT_NE(error_of(none).find("checkpoint path " + none.resume + " does not exist"), std::string::npos)
       << error_of(none);
+}
+
+// Commits that must wait for every rank. Rank 1's writer sleeps kSlowMs before it
+// writes its index (NDT_CHECKPOINT_SLOW_RANK), far longer than rank 0 needs to write
+// its part, so a commit that does not wait for rank 1 finds its index missing every
+// time (and fails) instead of in some runs only.
+constexpr int kSlowRank = 1, kSlowMs = 500;
+
+// Sets an environment variable on this rank for a scope (every rank runs the same
+// test, so all set it). Declare it before the Trainer: the Trainer's destructor joins
+// the writer thread, which reads the variable, before the variable goes.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::string& value) : name_(name) { ::setenv(name, value.c_str(), 1); }
+  ~ScopedEnv() { ::unsetenv(name_); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+};
+
+ScopedEnv slow_rank() {
+  return ScopedEnv("NDT_CHECKPOINT_SLOW_RANK", std::to_string(kSlowRank) + ":" + std::to_string(kSlowMs));
+}
+
+// Checked on every rank once a save has returned: the checkpoint of `step` is committed.
+void expect_committed(const std::filesystem::path& root, int64_t step) {
+  const std::filesystem::path final_dir = root / ckpt::checkpoint_dir_name(step);
+  EXPECT_TRUE(std::filesystem::exists(final_dir / "metadata.json")) << final_dir << " is not committed";
+  EXPECT_FALSE(std::filesystem::exists(root / (ckpt::checkpoint_dir_name(step) + ".tmp"))) << "step " << step;
+}
+
+class CheckpointCommit : public CheckpointResume {
+ protected:
+  static constexpr int64_t kSteps = 8;
+  // The layouts the commit tests run: DDP (each replicated parameter written by rank
+  // i mod n) and FSDP (each rank its shards).
+  static std::vector<Layout> layouts(int n) { return {Layout{1, 1, 0}, Layout{n, 1, 3}}; }
+  // Resumes from the checkpoint of `step` (the newest first: resuming an older one
+  // removes the later ones) and expects the uninterrupted run's losses and parameters.
+  void expect_exact_resume(const RunConfig& c, DeviceMesh& mesh, const std::filesystem::path& root, int64_t step,
+                           const testing::TrainedRun& straight) const {
+    const testing::TrainedRun resumed =
+        train(c, &mesh, kSteps, (root / ckpt::checkpoint_dir_name(step)).string(), false);
+    ASSERT_EQ(resumed.losses.size(), static_cast<size_t>(kSteps - step)) << "resumed from step " << step;
+    for (size_t i = 0; i < resumed.losses.size(); ++i) {
+      EXPECT_EQ(resumed.losses[i], straight.losses[static_cast<size_t>(step) + i])
+          << "resumed from step " << step << ": step " << step + static_cast<int64_t>(i);
+    }
+    EXPECT_EQ(resumed.params, straight.params) << "resumed from step " << step;
+  }
+};
+
+TEST_F(CheckpointCommit, SyncSaveWaitsForTheSlowestRank) {
+  Communicator& world = testing::world();
+  for (const Layout& l : layouts(world.size())) {
+    SCOPED_TRACE("zero stage " + std::to_string(l.zero_stage));
+    SharedDir dir(world);
+    const RunConfig c = config(l, dir.path());
+    DeviceMesh mesh(world, c.resolve_mesh(world.size()));
+    const testing::TrainedRun straight = train(c, &mesh, kSteps, "", false);
+    {
+      const ScopedEnv slow = slow_rank();
+      Trainer trainer(c, &mesh, nullptr);
+      while (trainer.steps_done() < 3) trainer.step();
+      trainer.save_checkpoint(/*async=*/false);  // committed when it returns, rank 1's part included
+      expect_committed(dir.path(), 3);
+    }
+    expect_exact_resume(c, mesh, dir.path(), 3, straight);
+  }
+}
+
+TEST_F(CheckpointCommit, AsyncSaveWaitsForTheSlowestRank) {
+  Communicator& world = testing::world();
+  for (const Layout& l : layouts(world.size())) {
+    SCOPED_TRACE("zero stage " + std::to_string(l.zero_stage));
+    SharedDir dir(world);
+    const RunConfig c = config(l, dir.path());
+    DeviceMesh mesh(world, c.resolve_mesh(world.size()));
+    const testing::TrainedRun straight = train(c, &mesh, kSteps, "", false);
+    {
+      const ScopedEnv slow = slow_rank();
+      Trainer trainer(c, &mesh, nullptr);
+      while (trainer.steps_done() < 3) trainer.step();
+      trainer.save_checkpoint(/*async=*/true);
+      trainer.step();  // training goes on while rank 1 still writes
+      EXPECT_FALSE(std::filesystem::exists(dir.path() / ckpt::checkpoint_dir_name(3)));
+      trainer.finish_checkpoints();  // commits once rank 1 is done too
+      expect_committed(dir.path(), 3);
+      // A second async save, waited for by the next save (which must commit it first).
+      trainer.save_checkpoint(/*async=*/true);
+      trainer.step();
+      trainer.save_checkpoint(/*async=*/false);
+      expect_committed(dir.path(), 4);
+      expect_committed(dir.path(), 5);
+    }
+    expect_exact_resume(c, mesh, dir.path(), 5, straight);
+    expect_exact_resume(c, mesh, dir.path(), 4, straight);
+    expect_exact_resume(c, mesh, dir.path(), 3, straight);
+  }
+}
+
+// The stop path: an async save is still in flight (rank 1 is slow) when a rank asks to
+// stop (SIGTERM), so run()'s poll reports the stop without committing; run() then saves
+// at exit, which first commits the save in flight. Both checkpoints must be committed
+// and resume exactly. The stop request is cleared after each run, so later runs in this
+// binary train to their end.
+TEST_F(CheckpointCommit, StopWhileAnAsyncSaveIsInFlight) {
+  Communicator& world = testing::world();
+  install_stop_handler();
+  for (const Layout& l : layouts(world.size())) {
+    SCOPED_TRACE("zero stage " + std::to_string(l.zero_stage));
+    SharedDir dir(world);
+    RunConfig c = config(l, dir.path());
+    c.steps = kSteps;
+    c.checkpoint_every = 0;
+    c.checkpoint_async = true;
+    c.save_on_exit = true;
+    DeviceMesh mesh(world, c.resolve_mesh(world.size()));
+    const testing::TrainedRun straight = train(c, &mesh, kSteps, "", false);
+    {
+      const ScopedEnv slow = slow_rank();
+      Trainer trainer(c, &mesh, nullptr);
+      while (trainer.steps_done() < 3) trainer.step();
+      trainer.save_checkpoint(/*async=*/true);  // rank 1 writes for kSlowMs more
+      if (world.rank() == world.size() - 1) {  // one rank is asked to stop
+        std::raise(SIGTERM);
+        EXPECT_TRUE(stop_requested());
+      }
+      trainer.run();  // step 4, then the poll sees the stop: saves step 4 at exit
+      clear_stop_request();
+      EXPECT_EQ(trainer.steps_done(), 4);
+      expect_committed(dir.path(), 3);
+      expect_committed(dir.path(), 4);
+    }
+    expect_exact_resume(c, mesh, dir.path(), 4, straight);
+    expect_exact_resume(c, mesh, dir.path(), 3, straight);
+  }
+}
+
+// The hook itself: malformed values are errors naming the variable and the value; a
+// well-formed one delays only the rank it names.
+TEST(CheckpointSlowRankHook, DelaysOnlyItsRankAndRefusesMalformedValues) {
+  testing::TempDir dir;  // each rank its own
+  const std::vector<ckpt::TensorBlock> blocks = {{"w", {2}, {0}, {2}, {1.0f, 2.0f}}};
+  int n = 0;
+  auto write = [&](int rank) { return ckpt::write_rank_file(dir.path() / std::to_string(n++), rank, blocks); };
+  for (const char* bad : {"1", "1:", ":5", "x:5", "1:5ms", "-1:5", "1:-5", "1:5:5", " 1:5"}) {
+    const ScopedEnv env("NDT_CHECKPOINT_SLOW_RANK", bad);
+    testing::expect_error([&] { write(0); }, {std::string("NDT_CHECKPOINT_SLOW_RANK=") + bad});
+  }
+  {
+    const ScopedEnv env("NDT_CHECKPOINT_SLOW_RANK", "3:300");
+    auto t0 = std::chrono::steady_clock::now();
+    write(3);
+    EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(300)) << "rank 3 is the slow one";
+    t0 = std::chrono::steady_clock::now();
+    write(2);
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(300)) << "rank 2 is not";
+  }
 }
 
 }  // namespace

@@ -117,6 +117,7 @@ std::string where(const Communicator& c, DType d, size_t n, const char* how) {
 
 // ---------------------------------------------------------------------------------------------
 
+// Catches: a wrong MPI dtype or op mapping (bf16/f16 sums, avg's division), a split group reducing over the world.
 TEST(Collectives, AllReduceMatchesSerialReference) {
   Groups groups;
   struct Case { DType dtype; ReduceOp op; };
@@ -139,6 +140,7 @@ TEST(Collectives, AllReduceMatchesSerialReference) {
   }
 }
 
+// Catches: reduce-scatter handing a rank another rank's block, or blocking and async paths that differ.
 TEST(Collectives, ReduceScatterMatchesSerialReference) {
   Groups groups;
   struct Case { DType dtype; ReduceOp op; };
@@ -161,6 +163,7 @@ TEST(Collectives, ReduceScatterMatchesSerialReference) {
   }
 }
 
+// Catches: all-gather blocks out of rank order, or the in-place form overwriting this rank's own block.
 TEST(Collectives, AllGatherMatchesSerialReference) {
   Groups groups;
   for (Communicator* c : groups.all()) {
@@ -189,6 +192,7 @@ TEST(Collectives, AllGatherMatchesSerialReference) {
   }
 }
 
+// Catches: all-to-all sending block j to the wrong rank, or transposing send and receive blocks.
 TEST(Collectives, AllToAllMatchesSerialReference) {
   Groups groups;
   for (Communicator* c : groups.all()) {
@@ -216,6 +220,7 @@ TEST(Collectives, AllToAllMatchesSerialReference) {
 // Rank r sends count(r, j) elements to rank j, zero for some pairs (including to itself).
 size_t v_count(int from, int to, size_t scale) { return static_cast<size_t>((from + 2 * to + 1) % 4) * scale; }
 
+// Catches: all-to-all-v displacements computed wrongly for uneven or zero counts (e.g. counts mistaken for offsets).
 TEST(Collectives, AllToAllVUnevenCountsIncludingZeros) {
   Groups groups;
   for (Communicator* c : groups.all()) {
@@ -245,6 +250,7 @@ TEST(Collectives, AllToAllVUnevenCountsIncludingZeros) {
   }
 }
 
+// Catches: broadcast that ignores its root and always sends rank 0's buffer.
 TEST(Collectives, BroadcastFromNonZeroRoot) {
   Groups groups;
   for (Communicator* c : groups.all()) {
@@ -263,6 +269,7 @@ TEST(Collectives, BroadcastFromNonZeroRoot) {
   }
 }
 
+// Catches: point-to-point messages matched to the wrong peer or tag, blocking or non-blocking.
 TEST(PointToPoint, RingExchange) {
   Groups groups;
   for (Communicator* c : groups.all()) {
@@ -293,6 +300,7 @@ TEST(PointToPoint, RingExchange) {
   }
 }
 
+// Catches: a short or truncated message accepted silently instead of raised as an error.
 TEST(PointToPoint, MessageOfWrongLengthIsAnError) {
   Communicator& c = world();
   if (c.size() < 2) GTEST_SKIP() << "needs 2 ranks";
@@ -318,6 +326,7 @@ TEST(PointToPoint, MessageOfWrongLengthIsAnError) {
 
 // ---------------------------------------------------------------------------------------------
 
+// Catches: async operations interfering in flight, needing in-order waits, or skipping avg's division in test().
 TEST(Async, SeveralInFlightWaitedOutOfOrder) {
   Communicator& c = world();
   const int n = c.size(), me = c.rank();
@@ -359,6 +368,7 @@ TEST(Async, SeveralInFlightWaitedOutOfOrder) {
 // Reduce-scatters of 2 MiB and more run as ndtrain's own ring of point-to-point steps:
 // several in flight at once (each with its own tag), completed by test() or by wait()
 // in reverse order, on the world and on a split group.
+// Catches: concurrent ring reduce-scatters sharing a tag (cross-talk), or ring blocks reduced or placed wrongly.
 TEST(Async, RingReduceScattersInFlightTogether) {
   Groups groups;
   for (Communicator* c : groups.all()) {
@@ -389,6 +399,7 @@ TEST(Async, RingReduceScattersInFlightTogether) {
   }
 }
 
+// Catches: a dropped Work handle that abandons its operation, leaving the buffer unreduced.
 TEST(Async, DestroyingAWorkWaitsForIt) {
   Communicator& c = world();
   const size_t count = 1000003;
@@ -399,6 +410,7 @@ TEST(Async, DestroyingAWorkWaitsForIt) {
 
 // ---------------------------------------------------------------------------------------------
 
+// Catches: split ignoring the key order or mixing colors, and a negative color accepted.
 TEST(Split, GroupsRanksByColorOrderedByKey) {
   Communicator& w = world();
   // Reverse order within each color: the highest world rank of a parity gets rank 0.
@@ -420,6 +432,7 @@ TEST(Split, GroupsRanksByColorOrderedByKey) {
 
 // ---------------------------------------------------------------------------------------------
 
+// Catches: a collective not counted, or counted with the wrong payload or wire-byte formula.
 TEST(Counters, CountCallsPayloadAndWireBytesExactly) {
   Communicator& w = world();
   auto c = w.split(0, w.rank(), "counted");  // every rank, fresh counters
@@ -474,6 +487,7 @@ TEST(Counters, CountCallsPayloadAndWireBytesExactly) {
 
 // ---------------------------------------------------------------------------------------------
 
+// Catches: a nested MpiRuntime initialising or finalising MPI a second time.
 TEST(MpiRuntime, ASecondRuntimeLeavesMpiToTheFirst) {
   MpiRuntime nested;  // main() already started MPI
   EXPECT_FALSE(nested.owns_mpi());
@@ -497,6 +511,7 @@ std::string error_of(const std::function<void()>& f) {
   return "(no error)";
 }
 
+// Catches: bad dtypes, ranks, tags, counts or overlapping buffers reaching MPI (or counted) instead of refused.
 TEST(Errors, RefusedReductionsAndArgumentsNameTheProblem) {
   Communicator& c = world();
   const CommStats before = c.stats();

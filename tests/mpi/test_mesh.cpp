@@ -20,6 +20,7 @@ std::vector<int> members(DeviceMesh& mesh, Axis axis) {
   return {all.begin(), all.end()};
 }
 
+// Catches: the dp axes built over the wrong ranks, or tp not collapsing to each rank alone on a pure dp mesh.
 TEST(DeviceMesh, AllDataParallel) {
   Communicator& world = testing::world();
   DeviceMesh mesh(world, MeshShape{1, world.size(), 1, 1, 1});
@@ -32,6 +33,7 @@ TEST(DeviceMesh, AllDataParallel) {
   EXPECT_EQ(mesh.axis(Axis::dp).axis(), "dp");
 }
 
+// Catches: mesh axes split in the wrong order (tp not innermost, pp not outermost), dp not replicate x shard.
 TEST(DeviceMesh, TensorParallelIsInnermost) {
   Communicator& world = testing::world();
   if (world.size() != 4) GTEST_SKIP() << "needs 4 ranks";
@@ -52,6 +54,7 @@ TEST(DeviceMesh, TensorParallelIsInnermost) {
   EXPECT_EQ(members(pipeline, Axis::pp), (std::vector<int>{r % 2, r % 2 + 2}));
 }
 
+// Catches: a mesh larger than the world (or with an axis of 0) accepted silently instead of refused with the sizes.
 TEST(DeviceMesh, RefusesAMeshThatDoesNotMatchTheWorld) {
   Communicator& world = testing::world();
   try {

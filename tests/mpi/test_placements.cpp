@@ -58,6 +58,7 @@ std::vector<int32_t> global_tokens(int rows, int T, int vocab, uint64_t stream) 
 
 class Placements : public ::testing::TestWithParam<Layout> {};
 
+// Catches: a placement disagreeing with a rank's block, its gradient's reduction group, checkpoint slice or the norm.
 TEST_P(Placements, ExplainBlocksReductionsAndCheckpointSlices) {
   Communicator& world = testing::world();
   const int n = world.size();

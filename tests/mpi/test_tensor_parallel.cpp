@@ -23,6 +23,7 @@ struct Shape {
   const char* name;
   bool llama;
   bool sequence_parallel;
+  float grad_clip;  // of MatchesOneRank: 0 (off) or 1e3 (never fires); the default 1.0 clips every step here
 };
 void PrintTo(const Shape& shape, std::ostream* os) { *os << shape.name; }
 
@@ -49,14 +50,19 @@ class TensorParallelTest : public ::testing::TestWithParam<Shape> {
   testing::TempDir dir_;
 };
 
+// Catches: a tp region operator missing or doubled (a gradient off by a factor tp too), or a wrong tp block.
 TEST_P(TensorParallelTest, MatchesOneRank) {
   Communicator& world = testing::world();
-  const testing::TrainedRun reference = train(run(1, 1, 0), nullptr);
+  RunConfig single = run(1, 1, 0);
+  single.grad_clip = GetParam().grad_clip;
+  const testing::TrainedRun reference = train(single, nullptr);
   RunConfig config = run(world.size(), 1, 0);
+  config.grad_clip = GetParam().grad_clip;
   DeviceMesh mesh(world, config.resolve_mesh(world.size()));
   expect_same_run(reference, train(config, &mesh), ("tp=" + std::to_string(world.size())).c_str());
 }
 
+// Catches: dp / ZeRO / FSDP over tp blocks reducing over the wrong group, or splitting the batch over tp peers too.
 TEST_P(TensorParallelTest, ComposesWithDataParallelAndFsdp) {
   Communicator& world = testing::world();
   if (world.size() != 4) GTEST_SKIP() << "dp x tp = 2 x 2 needs 4 ranks";
@@ -80,8 +86,8 @@ TEST_P(TensorParallelTest, ComposesWithDataParallelAndFsdp) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, TensorParallelTest,
-                         ::testing::Values(Shape{"gpt2", false, false}, Shape{"gpt2_sp", false, true},
-                                           Shape{"llama", true, false}, Shape{"llama_sp", true, true}),
+                         ::testing::Values(Shape{"gpt2", false, false, 0.0f}, Shape{"gpt2_sp", false, true, 1e3f},
+                                           Shape{"llama", true, false, 1e3f}, Shape{"llama_sp", true, true, 0.0f}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 // One training step's tp traffic against the theory (GPT-2 shape, no QK-norm, L
@@ -92,6 +98,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, TensorParallelTest,
 //     loss's and the norm's all-reduces; one all-reduce per block of its partial
 //     replicated gradients (norms and row-parallel biases: 6C floats), one for the final
 //     norm (2C), one for the positions (T x C).
+// Catches: an extra, missing or oversized tp collective per step (a gather of the logits, a region reduced twice).
 TEST(TensorParallelComm, BytesPerStepMatchTheory) {
   Communicator& world = testing::world();
   testing::TempDir dir;
@@ -132,6 +139,7 @@ TEST(TensorParallelComm, BytesPerStepMatchTheory) {
 // token-split regions (residual stream, norm statistics, residual adds), less the two
 // scratch buffers it adds (an all-gathered output gradient [N, C], a reduce-scattered
 // input gradient [N / tp, C]); measured within 1% of the non-SP activation bytes.
+// Catches: sequence parallel still holding whole-sequence activations, or a ledger drifting from the prediction.
 TEST(TensorParallelMemory, SequenceParallelSplitsTheTokenRegions) {
   Communicator& world = testing::world();
   testing::TempDir dir;
