@@ -294,6 +294,9 @@ RunSummary Trainer::run() {
   summary.median_tokens_per_s = median(rates);
   summary.median_mfu = median(mfus);
   // Every rank samples (the same tokens): under FSDP the forward pass is collective.
+  // Sampling runs on a context of the model's own: the training context goes first, so
+  // the activation peak stays the training one.
+  ctx_ = MicroBatchContext();
   if (config_.sample_tokens > 0) {
     SampleOptions options{config_.sample_tokens, config_.temperature, config_.top_k, config_.seed};
     summary.sample =

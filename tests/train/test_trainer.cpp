@@ -1,5 +1,6 @@
 // The training loop: bit-identical repeat runs, gradient accumulation equal to the
 // big batch, overfitting a fixed batch, and learning real text (Debian's fortunes).
+#include "core/memory.h"
 #include "core/rng.h"
 #include "data/loader.h"
 #include "data/prepare.h"
@@ -117,6 +118,25 @@ TEST(Trainer, StepZeroGradientNormIsThatOfTheMeanTokenLoss) {
   const double slope = (mean_loss_at(eps) - mean_loss_at(-eps)) / (2 * eps);
   EXPECT_NEAR(slope, norm, 0.02 * norm) << "finite-difference slope of the mean token loss";
   EXPECT_GT(norm, 0.1);
+}
+
+// Catches memory held beyond the prediction over a whole run: training, validation,
+// checkpoint-free sampling. The activation peak of run() is the predicted one.
+TEST(Trainer, ActivationPeakOfAWholeRunIsThePrediction) {
+  testing::TempDir dir;
+  write_shard(dir.file("train.bin"), testing::synthetic_text(20000, 8));
+  RunConfig c = small_run(dir.file("train.bin"), 2);
+  c.sample_tokens = 8;
+  MemoryLedger& ledger = MemoryLedger::instance();
+  const size_t before = ledger.current(MemTag::activations);
+  ledger.reset_peaks();
+  {
+    Trainer trainer(c, nullptr, nullptr);
+    const RunSummary summary = trainer.run();
+    EXPECT_EQ(summary.sample.size(), 8u);
+  }
+  EXPECT_EQ(static_cast<int64_t>(ledger.peak(MemTag::activations) - before),
+            Transformer::predict_activation_bytes(c.model, c.micro_batch_size, c.seq_len, c.loss_chunk_rows));
 }
 
 TEST(Trainer, TinyModelOverfitsAFixedBatch) {
