@@ -10,6 +10,7 @@
 #include "interchange/hf_names.h"
 #include "interchange/llmc.h"
 #include "train/model_checkpoint.h"
+#include "train/model_source.h"
 
 #include <fmt/format.h>
 
@@ -23,48 +24,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
-enum class Format { safetensors, llmc, checkpoint };
-
-Format format_of(const std::string& path) {
-  const fs::path p(path);
-  if (fs::is_directory(p)) return Format::checkpoint;
-  if (p.extension() == ".safetensors") return Format::safetensors;
-  if (p.extension() == ".bin") return Format::llmc;
-  NDT_CHECK(!fs::exists(p), "cannot tell the format of {}: expected *.safetensors, *.bin (llm.c) or a "
-            "checkpoint directory", path);
-  return Format::checkpoint;
-}
-
-const char* format_name(Format format) {
+void write_model(const ModelState& state, const std::string& path, ModelFormat format) {
   switch (format) {
-    case Format::safetensors: return "Hugging Face safetensors";
-    case Format::llmc: return "llm.c checkpoint";
-    case Format::checkpoint: return "ndtrain checkpoint";
-  }
-  return "";
-}
-
-ModelState read_model(const std::string& path, Format format, int n_head) {
-  switch (format) {
-    case Format::safetensors: {
-      std::optional<ModelConfig> hint;
-      if (n_head > 0) {
-        hint.emplace();
-        hint->n_head = hint->n_kv_head = n_head;
-      }
-      return load_safetensors_hf(path, hint);
-    }
-    case Format::llmc: return load_llmc(path);
-    case Format::checkpoint: return read_model_checkpoint(resolve_checkpoint(path));
-  }
-  fail("convert: unknown source format");
-}
-
-void write_model(const ModelState& state, const std::string& path, Format format) {
-  switch (format) {
-    case Format::safetensors: return save_safetensors_hf(state, path);
-    case Format::llmc: return save_llmc(state, path);
-    case Format::checkpoint: return write_model_checkpoint(state, path);
+    case ModelFormat::safetensors: return save_safetensors_hf(state, path);
+    case ModelFormat::llmc: return save_llmc(state, path);
+    case ModelFormat::checkpoint: return write_model_checkpoint(state, path);
   }
 }
 
@@ -74,10 +38,10 @@ int run_convert(const ConvertOptions& o) {
   NDT_CHECK(!launched_by_mpi(), "convert runs in one process: start it without mpirun");
   NDT_CHECK(o.n_head >= 0, "--n-head {} must be positive", o.n_head);
   NDT_CHECK(!fs::exists(o.to), "--to {} already exists: convert does not overwrite", o.to);
-  const Format from = format_of(o.from), to = format_of(o.to);
+  const ModelFormat from = model_format_of(o.from), to = model_format_of(o.to);
 
   const auto t0 = std::chrono::steady_clock::now();
-  const ModelState state = read_model(o.from, from, o.n_head);
+  const ModelState state = read_model_file(o.from, o.n_head);
   const double read_s = seconds_since(t0);
   const auto t1 = std::chrono::steady_clock::now();
   write_model(state, o.to, to);
@@ -87,7 +51,7 @@ int run_convert(const ConvertOptions& o) {
   for (const auto& [name, values] : state.tensors) params += static_cast<int64_t>(values.size());
   const double mb = static_cast<double>(params) * sizeof(float) / 1e6;
   const ModelConfig& c = state.config;
-  fmt::print("converted {} ({}) -> {} ({})\n", o.from, format_name(from), o.to, format_name(to));
+  fmt::print("converted {} ({}) -> {} ({})\n", o.from, model_format_name(from), o.to, model_format_name(to));
   fmt::print("model: {}, {} layers, d_model {}, {} heads ({} kv), d_ff {}, vocab {}, max_seq_len {}\n",
              arch_name(c.arch), c.n_layer, c.d_model, c.n_head, c.kv_heads(), c.d_ff, c.vocab_size,
              c.max_seq_len);

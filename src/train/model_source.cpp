@@ -1,0 +1,53 @@
+#include "train/model_source.h"
+
+#include "core/error.h"
+#include "interchange/hf_names.h"
+#include "interchange/llmc.h"
+#include "train/model_checkpoint.h"
+
+#include <filesystem>
+#include <optional>
+
+namespace ndt {
+
+namespace fs = std::filesystem;
+
+ModelFormat model_format_of(const std::string& path) {
+  const fs::path p(path);
+  if (fs::is_directory(p)) return ModelFormat::checkpoint;
+  if (p.extension() == ".safetensors") return ModelFormat::safetensors;
+  if (p.extension() == ".bin") return ModelFormat::llmc;
+  NDT_CHECK(!fs::exists(p), "cannot tell the format of {}: expected *.safetensors, *.bin (llm.c) or a "
+            "checkpoint directory", path);
+  return ModelFormat::checkpoint;
+}
+
+const char* model_format_name(ModelFormat format) {
+  switch (format) {
+    case ModelFormat::safetensors: return "Hugging Face safetensors";
+    case ModelFormat::llmc: return "llm.c checkpoint";
+    case ModelFormat::checkpoint: return "ndtrain checkpoint";
+  }
+  return "";
+}
+
+ModelState read_model_file(const std::string& path, int n_head) {
+  switch (model_format_of(path)) {
+    case ModelFormat::safetensors: {
+      NDT_CHECK(fs::is_regular_file(path), "{} does not exist", path);
+      std::optional<ModelConfig> hint;
+      if (n_head > 0) {
+        hint.emplace();
+        hint->n_head = hint->n_kv_head = n_head;
+      }
+      return load_safetensors_hf(path, hint);
+    }
+    case ModelFormat::llmc:
+      NDT_CHECK(fs::is_regular_file(path), "{} does not exist", path);
+      return load_llmc(path);
+    case ModelFormat::checkpoint: return read_model_checkpoint(resolve_checkpoint(path));
+  }
+  fail("unknown model format of {}", path);
+}
+
+}  // namespace ndt
