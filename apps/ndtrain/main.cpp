@@ -1,5 +1,5 @@
 // ndtrain: distributed training of transformer language models.
-//   ndtrain train CONFIG [--set section.key=value ...] [--resume [DIR|latest]]
+//   ndtrain train CONFIG [--set section.key=value ...] [--resume [DIR|latest]] [--overwrite]
 //   ndtrain prepare INPUT... --out DIR [--val-fraction F]
 //   ndtrain bench train [--preset NAME] [--batch B] [--seq T] [--threads N] [--steps S] [--zero-stage Z]
 //                       [--tp N] [--sequence-parallel] [--vocab V]
@@ -70,6 +70,10 @@ int main(int argc, char** argv) {
                     "Resume from a checkpoint directory, or \"latest\" (the newest under checkpoint.dir); any mesh")
       ->expected(0, 1)
       ->default_str("latest");
+  bool overwrite = false;
+  train->add_flag("--overwrite", overwrite,
+                  "Allow deleting checkpoints this run does not continue from (an earlier run's, or newer than "
+                  "the resumed step)");
 
   std::vector<std::string> inputs;
   std::string out_dir;
@@ -154,6 +158,7 @@ int main(int argc, char** argv) {
   try {
     if (*train) {
       if (train->count("--resume") > 0) overrides.push_back("checkpoint.resume=" + (resume.empty() ? "latest" : resume));
+      if (overwrite) overrides.push_back("checkpoint.overwrite=true");
       return ndt::run_train(config_path, overrides);
     }
     if (*prepare) return ndt::run_prepare(inputs, out_dir, val_fraction);

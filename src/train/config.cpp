@@ -112,7 +112,7 @@ const std::vector<Field>& fields() {
     f.push_back(field<float>("model.rope_theta", NDT_REF(model.rope_theta), "RoPE base (llama)."));
     f.push_back(field<float>("model.init_std", NDT_REF(model.init_std), "Std of the normal initialisation; residual projections use init_std / sqrt(2 n_layer)."));
 
-    f.push_back(field<int64_t>("train.steps", NDT_REF(steps), "Optimizer steps to run."));
+    f.push_back(field<int64_t>("train.steps", NDT_REF(steps), "Optimizer steps to run. 0: only write the initial state as a checkpoint (after train.init_from, if set) and stop."));
     f.push_back(field<int>("train.batch_size", NDT_REF(batch_size), "Sequences per optimizer step (global batch)."));
     f.push_back(field<int>("train.micro_batch_size", NDT_REF(micro_batch_size), "Sequences per forward/backward on one rank; each rank accumulates batch_size / (micro_batch_size x data-parallel size) micro-steps. 0: batch_size / data-parallel size (no accumulation)."));
     f.push_back(field<int>("train.seq_len", NDT_REF(seq_len), "Tokens per sequence (at most model.max_seq_len)."));
@@ -120,6 +120,7 @@ const std::vector<Field>& fields() {
     f.push_back(field<int64_t>("train.eval_every", NDT_REF(eval_every), "Validation loss every this many steps (and at the end); 0: only at the end."));
     f.push_back(field<int>("train.eval_batches", NDT_REF(eval_batches), "Batches of validation data per evaluation, each train.batch_size rows split over the data-parallel ranks like a training batch (the same rows on any mesh)."));
     f.push_back(field<int>("train.loss_chunk_rows", NDT_REF(loss_chunk_rows), "Rows of logits computed at once by the fused output layer and loss (memory: rows x vocab floats)."));
+    f.push_back(field<std::string>("train.init_from", NDT_REF(init_from), "Start from these weights instead of a random initialisation, on any layout, with fresh optimizer state at step 0 (fine-tuning): a *.safetensors file (Hugging Face names), an llm.c *.bin, or an ndtrain checkpoint (model-only or training; a folder of them or a run folder: its newest). The model.* keys must describe the same model."));
     f.push_back(field<int64_t>("train.log_every", NDT_REF(log_every), "Print a progress line every this many steps (the metrics file gets every step)."));
 
     f.push_back(field<float>("optim.lr", NDT_REF(schedule.max_lr), "Peak learning rate, reached after warmup."));
@@ -156,6 +157,7 @@ const std::vector<Field>& fields() {
     f.push_back(field<bool>("checkpoint.async", NDT_REF(checkpoint_async), "Write periodic saves on a background thread from a host snapshot while training continues (at most one in flight)."));
     f.push_back(field<bool>("checkpoint.save_on_exit", NDT_REF(save_on_exit), "Save at the end of the run, and when a rank receives SIGTERM (the run then stops after the step)."));
     f.push_back(field<std::string>("checkpoint.resume", NDT_REF(resume), "Resume from this checkpoint (a checkpoint directory, a folder of them or a run folder: its newest), or \"latest\" (newest under checkpoint.dir); any mesh, ZeRO stage or tp size (`ndtrain train --resume`)."));
+    f.push_back(field<bool>("checkpoint.overwrite", NDT_REF(overwrite), "Allow this run to delete checkpoints it does not continue from: those of an earlier run when starting afresh in a folder that holds some, or those newer than the step it resumes from (`ndtrain train --overwrite`). Without it such a run stops before step 1 and names both ways forward."));
     f.push_back(field<int>("runtime.threads", NDT_REF(threads), "Compute threads of this rank (OpenMP and OpenBLAS); 0: the node's cores divided among its ranks (at least 1)."));
     f.push_back(field<double>("runtime.peak_gflops", NDT_REF(peak_gflops), "Hardware peak for MFU in GFLOP/s; 0: measure it with the built-in FMA calibration."));
     f.push_back(field<double>("runtime.comm_timeout_s", NDT_REF(comm_timeout_s), "A collective not complete after this many seconds aborts the job, naming the operation, mesh axis, size and step."));
@@ -232,7 +234,7 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::string
 
 void RunConfig::validate() const {
   model.validate();
-  NDT_CHECK(steps > 0, "train.steps = {} must be positive", steps);
+  NDT_CHECK(steps >= 0, "train.steps = {} must not be negative (0: write the initial state and stop)", steps);
   NDT_CHECK(batch_size > 0, "train.batch_size = {} must be positive", batch_size);
   NDT_CHECK(micro_batch_size >= 0, "train.micro_batch_size = {} must not be negative (0: automatic)",
             micro_batch_size);
@@ -252,6 +254,10 @@ void RunConfig::validate() const {
   NDT_CHECK(adamw.eps > 0, "optim.eps = {} must be positive", adamw.eps);
   NDT_CHECK(adamw.weight_decay >= 0, "optim.weight_decay = {} must not be negative", adamw.weight_decay);
   NDT_CHECK(grad_clip >= 0, "optim.grad_clip = {} must not be negative", grad_clip);
+  NDT_CHECK(init_from.empty() || resume.empty(),
+            "train.init_from = \"{}\" and checkpoint.resume = \"{}\" are both set: a resumed run continues "
+            "from its checkpoint; init_from starts a new one",
+            init_from, resume);
   NDT_CHECK(!train_data.empty(), "data.train is not set: give a token shard (see `ndtrain prepare`)");
   NDT_CHECK(std::filesystem::is_regular_file(train_data), "data.train = \"{}\": file does not exist",
             train_data);

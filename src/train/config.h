@@ -28,6 +28,7 @@ struct RunConfig {
   int eval_batches = 8;
   int loss_chunk_rows = 256;
   int64_t log_every = 1;
+  std::string init_from;  // a model file or checkpoint to start from (fresh optimizer, step 0)
 
   // [optim]
   LrSchedule schedule{.decay_steps = 0};  // decay_steps 0: train.steps
@@ -59,6 +60,7 @@ struct RunConfig {
   bool checkpoint_async = true;
   bool save_on_exit = true;  // at the end of the run and on SIGTERM
   std::string resume;        // a checkpoint directory, or "latest"
+  bool overwrite = false;    // may delete checkpoints this run does not continue from
 
   // [runtime]
   int threads = 0;  // 0: the cores of this node divided among its ranks
