@@ -1,6 +1,7 @@
 #include "interchange/llmc.h"
 
 #include "core/error.h"
+#include "core/output_file.h"
 #include "data/shard.h"
 
 #include <array>
@@ -131,21 +132,17 @@ void save_llmc(const ModelState& state, const std::string& path, int padded_voca
   h[5] = c.n_head;
   h[6] = c.d_model;
   h[7] = padded_vocab;
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  NDT_CHECK(out, "cannot open llm.c checkpoint {} for writing: {}", path, std::strerror(errno));
-  out.write(reinterpret_cast<const char*>(h.data()), kHeaderBytes);
+  AtomicFile out(path);
+  out.write(h.data(), kHeaderBytes);
   for (const std::string& name : llmc_order(c.n_layer)) {
     const std::vector<float>& v = state.tensors.at(name);
-    out.write(reinterpret_cast<const char*>(v.data()),
-              static_cast<std::streamsize>(v.size() * sizeof(float)));
+    out.write(v.data(), v.size() * sizeof(float));
     if (name == "wte.weight") {
       const std::vector<float> padding(static_cast<size_t>(padded_vocab - c.vocab_size) * c.d_model, 0.0f);
-      out.write(reinterpret_cast<const char*>(padding.data()),
-                static_cast<std::streamsize>(padding.size() * sizeof(float)));
+      out.write(padding.data(), padding.size() * sizeof(float));
     }
   }
-  out.close();
-  NDT_CHECK(out, "writing llm.c checkpoint {} failed: {}", path, std::strerror(errno));
+  out.commit();
 }
 
 }  // namespace ndt

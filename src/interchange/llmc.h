@@ -22,7 +22,9 @@ inline constexpr int kLlmcHeaderInts = 256;
 ModelState load_llmc(const std::string& path);
 
 // padded_vocab = 0: vocab_size rounded up to a multiple of 128. Throws for a config
-// llm.c cannot express (not gpt2, untied, d_ff != 4 d_model, qk_norm, norm_eps != 1e-5).
+// llm.c cannot express (not gpt2, untied, d_ff != 4 d_model, qk_norm, norm_eps != 1e-5),
+// or naming the file and the reason if it cannot be written; written atomically, so
+// the path holds the whole file or nothing.
 void save_llmc(const ModelState& state, const std::string& path, int padded_vocab = 0);
 
 }  // namespace ndt

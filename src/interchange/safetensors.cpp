@@ -2,6 +2,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/output_file.h"
 
 #include <nlohmann/json.hpp>
 
@@ -155,16 +156,11 @@ void write_safetensors(const std::string& path, const SafetensorsFile& file) {
   text.append((8 - text.size() % 8) % 8, ' ');
   const uint64_t header_bytes = text.size();
 
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  NDT_CHECK(out, "cannot open safetensors {} for writing: {}", path, std::strerror(errno));
-  out.write(reinterpret_cast<const char*>(&header_bytes), 8);
-  out.write(text.data(), static_cast<std::streamsize>(text.size()));
-  for (const auto& [name, t] : file.tensors) {
-    out.write(reinterpret_cast<const char*>(t.values.data()),
-              static_cast<std::streamsize>(t.values.size() * sizeof(float)));
-  }
-  out.close();
-  NDT_CHECK(out, "writing safetensors {} failed: {}", path, std::strerror(errno));
+  AtomicFile out(path);
+  out.write(&header_bytes, 8);
+  out.write(text.data(), text.size());
+  for (const auto& [name, t] : file.tensors) out.write(t.values.data(), t.values.size() * sizeof(float));
+  out.commit();
 }
 
 }  // namespace ndt

@@ -30,8 +30,9 @@ struct SafetensorsFile {
 // outside the buffer or overlapping another tensor's, or a byte size that is not
 // dtype size x shape.
 SafetensorsFile read_safetensors(const std::string& path);
-// Writes every tensor as F32, in name order; throws if a tensor's values do not match
-// its shape or the file cannot be written.
+// Writes every tensor as F32, in name order, atomically (core/output_file.h): the path
+// holds the whole file or, after an error, nothing. Throws if a tensor's values do not
+// match its shape, or naming the file and the reason if it cannot be written.
 void write_safetensors(const std::string& path, const SafetensorsFile& file);
 
 }  // namespace ndt

@@ -3,6 +3,7 @@
 // moments), resolve_checkpoint, and the built `ndtrain convert` and `ndtrain generate`
 // run as a user would: a chain of conversions through every format, sampling, errors.
 #include "../common/errors.h"
+#include "../common/full_disk.h"
 #include "../common/temp_dir.h"
 #include "checkpoint/commit.h"
 #include "checkpoint/directory.h"
@@ -185,6 +186,41 @@ TEST(ConvertCommand, ErrorsExitNonZeroNamingThePath) {
   r = ndtrain("convert --from " + dir.file("missing") + " --to " + dir.file("taken.bin"));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_TRUE(contains(r.output, dir.file("taken.bin") + " already exists")) << r.output;
+}
+
+// Catches: a convert onto a full disk leaving a partial file (or its temporary) that
+// then blocks the rerun, since convert does not overwrite; or the failure reported
+// without the file and the reason.
+TEST(ConvertCommand, FullDiskLeavesNoFileAndTheRerunSucceeds) {
+  TempDir dir;
+  const ModelState state = testing::perturbed_state(ModelConfig::preset("gpt2-tiny"));
+  write_model_checkpoint(state, dir.path() / "run" / "checkpoints" / ckpt::checkpoint_dir_name(5), 5);
+  fs::create_directories(dir.path() / "out");
+  for (const std::string name : {"model.safetensors", "model.bin"}) {
+    const std::string to = dir.file("out/" + name);
+    const std::string convert = "convert --from " + dir.file("run") + " --to " + to;
+    {
+      testing::FullDisk full(1 << 20);  // inherited by the child: the model is about 4 MB
+      const CommandResult r = ndtrain(convert);
+      EXPECT_EQ(r.exit_code, 1) << r.output;
+      EXPECT_TRUE(contains(r.output, "writing " + to + " failed: File too large")) << r.output;
+    }
+    EXPECT_TRUE(testing::entries_of(dir.path() / "out").empty());
+    const CommandResult rerun = ndtrain(convert);
+    EXPECT_EQ(rerun.exit_code, 0) << rerun.output;
+    fs::remove(to);
+  }
+}
+
+// Catches: an unwritable target reported without the reason, or leaving a file.
+TEST(ConvertCommand, UnwritableTargetIsAnErrorNamingItAndTheReason) {
+  TempDir dir;
+  write_model_checkpoint(testing::perturbed_state(ModelConfig::preset("gpt2-tiny")), dir.path() / "model", 1);
+  const std::string to = "/proc/ndtrain-test.safetensors";
+  const CommandResult r = ndtrain("convert --from " + dir.file("model") + " --to " + to);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(contains(r.output, "cannot create " + to + ": No such file or directory")) << r.output;
+  EXPECT_FALSE(fs::exists(to));
 }
 
 TEST(GenerateCommand, PrintsThePromptAndTheSameContinuationForASeed) {
