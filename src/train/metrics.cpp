@@ -14,14 +14,11 @@ MetricsLog::MetricsLog(const std::string& path, bool append) : path_(path) {
     std::filesystem::create_directories(p.parent_path(), ec);
     NDT_CHECK(!ec, "cannot create folder \"{}\": {}", p.parent_path().string(), ec.message());
   }
-  out_.open(path, append ? std::ios::app : std::ios::trunc);
-  NDT_CHECK(out_.good(), "cannot open metrics file \"{}\" for writing", path);
+  out_ = std::make_unique<AppendFile>(path, /*truncate=*/!append);
 }
 
 void MetricsLog::write(const nlohmann::json& record) {
-  if (!out_.is_open()) return;
-  out_ << record.dump() << '\n';
-  out_.flush();
+  if (out_) out_->append(record.dump() + '\n');
 }
 
 }  // namespace ndt

@@ -1,10 +1,14 @@
-// Metrics file: one JSON object per line (JSONL), flushed as written so a crashed or
-// running job can be read.
+// Metrics file: one JSON object per line (JSONL), each record one write(2) as it is
+// made, so a crashed or running job can be read. A failed write (disk full, I/O error)
+// throws ndt::Error naming the file and the reason: a run never goes on, or exits 0,
+// with records silently missing or cut.
 #pragma once
+
+#include "core/output_file.h"
 
 #include <nlohmann/json.hpp>
 
-#include <fstream>
+#include <memory>
 #include <string>
 
 namespace ndt {
@@ -19,7 +23,7 @@ class MetricsLog {
 
  private:
   std::string path_;
-  std::ofstream out_;
+  std::unique_ptr<AppendFile> out_;
 };
 
 }  // namespace ndt
