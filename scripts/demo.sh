@@ -8,8 +8,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/build.sh ndtrain
-if [ ! -f data/fortunes/train.bin ]; then
-  ./build/ndtrain prepare /usr/share/games/fortunes --out data/fortunes
+# Prepared once: prepare refuses to replace shards without --force, so a rerun (or a
+# run interrupted between the two shards) redoes it only when one is missing.
+if [ ! -f data/fortunes/train.bin ] || [ ! -f data/fortunes/val.bin ]; then
+  ./build/ndtrain prepare /usr/share/games/fortunes --out data/fortunes --force
 fi
 ranks="${NDT_RANKS:-2}"
 if [ "$ranks" = 1 ]; then

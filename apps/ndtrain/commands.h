@@ -15,7 +15,8 @@ bool launched_by_mpi();
 int launched_rank();
 
 int run_train(const std::string& config_path, const std::vector<std::string>& overrides);
-int run_prepare(const std::vector<std::string>& inputs, const std::string& out_dir, double val_fraction);
+int run_prepare(const std::vector<std::string>& inputs, const std::string& out_dir, double val_fraction,
+                bool force);
 int run_config_doc();
 
 struct TrainBenchOptions {

@@ -1,6 +1,6 @@
 // ndtrain: distributed training of transformer language models.
 //   ndtrain train CONFIG [--set section.key=value ...] [--resume [DIR|latest]] [--overwrite]
-//   ndtrain prepare INPUT... --out DIR [--val-fraction F]
+//   ndtrain prepare INPUT... --out DIR [--val-fraction F] [--force]
 //   ndtrain bench train [--preset NAME] [--batch B] [--seq T] [--threads N] [--steps S] [--zero-stage Z]
 //                       [--tp N] [--sequence-parallel] [--vocab V]
 //   ndtrain bench checkpoint [--preset NAME] [--dir DIR] [--reps R]
@@ -78,11 +78,16 @@ int main(int argc, char** argv) {
   std::vector<std::string> inputs;
   std::string out_dir;
   double val_fraction = 0.1;
-  auto* prepare = app.add_subcommand("prepare", "Turn text files or folders into byte-level token shards");
+  bool force_prepare = false;
+  auto* prepare = app.add_subcommand(
+      "prepare",
+      "Turn text files or folders into byte-level token shards (train.bin and val.bin need at least 2 tokens "
+      "each; training reads train.seq_len + 1 tokens per row)");
   prepare->add_option("inputs", inputs, "Text files or folders (folders: every text file inside, sorted)")
       ->required();
   prepare->add_option("--out", out_dir, "Folder for train.bin and val.bin")->required();
   prepare->add_option("--val-fraction", val_fraction, "Fraction of the bytes (the end) kept for validation");
+  prepare->add_flag("--force", force_prepare, "Replace train.bin and val.bin if the folder already holds them");
 
   auto* config = app.add_subcommand("config", "Print every config key with its default and meaning");
 
@@ -161,7 +166,7 @@ int main(int argc, char** argv) {
       if (overwrite) overrides.push_back("checkpoint.overwrite=true");
       return ndt::run_train(config_path, overrides);
     }
-    if (*prepare) return ndt::run_prepare(inputs, out_dir, val_fraction);
+    if (*prepare) return ndt::run_prepare(inputs, out_dir, val_fraction, force_prepare);
     if (*config) return ndt::run_config_doc();
     if (*bench_train) return ndt::run_bench_train(bench_options);
     if (*bench_checkpoint) return ndt::run_bench_checkpoint(checkpoint_bench);

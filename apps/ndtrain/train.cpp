@@ -63,7 +63,8 @@ bool is_text_file(const fs::path& path) {
 
 }  // namespace
 
-int run_prepare(const std::vector<std::string>& inputs, const std::string& out_dir, double val_fraction) {
+int run_prepare(const std::vector<std::string>& inputs, const std::string& out_dir, double val_fraction,
+                bool force) {
   std::vector<std::string> files;
   for (const std::string& input : inputs) {
     NDT_CHECK(fs::exists(input), "prepare input \"{}\" does not exist", input);
@@ -79,7 +80,7 @@ int run_prepare(const std::vector<std::string>& inputs, const std::string& out_d
       files.push_back(input);
     }
   }
-  const PrepareResult r = prepare_byte_shards(files, out_dir, val_fraction);
+  const PrepareResult r = prepare_byte_shards(files, out_dir, val_fraction, force);
   fmt::print("prepared {} files: {} training tokens -> {}, {} validation tokens -> {}\n", r.files,
              r.train_tokens, r.train_path, r.val_tokens, r.val_path);
   return 0;

@@ -4,13 +4,15 @@
 #include "core/rng.h"
 #include "data/shard.h"
 
+#include <fmt/ranges.h>
+
 namespace ndt {
 
 namespace {
 const uint64_t kTrainBatchStream = hash_name("train-batch");
 }  // namespace
 
-TokenDataset::TokenDataset(const std::vector<std::string>& shard_paths) {
+TokenDataset::TokenDataset(const std::vector<std::string>& shard_paths) : paths_(shard_paths) {
   NDT_CHECK(!shard_paths.empty(), "TokenDataset: no shard paths given");
   for (const std::string& path : shard_paths) {
     std::vector<uint16_t> shard = read_shard(path);
@@ -26,8 +28,8 @@ BatchLoader::BatchLoader(const TokenDataset& data, int B, int T, uint64_t seed)
     : data_(data), B_(B), T_(T), seed_(seed) {
   NDT_CHECK(B > 0 && T > 0, "batch size B = {} and sequence length T = {} must be positive", B, T);
   NDT_CHECK(data.size() >= static_cast<int64_t>(T) + 1,
-            "dataset has {} tokens, fewer than T + 1 = {} needed for one row", data.size(),
-            static_cast<int64_t>(T) + 1);
+            "token shard {} holds {} tokens, fewer than the sequence length + 1 = {} needed for one row",
+            fmt::join(data.paths(), " + "), data.size(), static_cast<int64_t>(T) + 1);
 }
 
 static void check_rows(const char* what, int row_begin, int rows, int B) {

@@ -18,15 +18,17 @@ class TokenDataset {
   explicit TokenDataset(const std::vector<std::string>& shard_paths);
   int64_t size() const { return static_cast<int64_t>(tokens_.size()); }
   const uint16_t* tokens() const { return tokens_.data(); }
+  const std::vector<std::string>& paths() const { return paths_; }
 
  private:
+  std::vector<std::string> paths_;
   std::vector<uint16_t> tokens_;
 };
 
 class BatchLoader {
  public:
   // B rows of T tokens per global batch. Throws if the dataset has fewer than T + 1
-  // tokens, or if B or T is not positive, naming the sizes. Keeps a reference to `data`,
+  // tokens (naming its shards), or if B or T is not positive, naming the sizes. Keeps a reference to `data`,
   // which must outlive the loader.
   BatchLoader(const TokenDataset& data, int B, int T, uint64_t seed);
 

@@ -1,7 +1,10 @@
 #include "data/prepare.h"
 
 #include "core/error.h"
+#include "core/input_file.h"
 #include "data/shard.h"
+
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -20,6 +23,17 @@ namespace {
 void check_fraction(double val_fraction) {
   NDT_CHECK(val_fraction > 0.0 && val_fraction < 1.0,
             "val_fraction must be in (0, 1), got {}", val_fraction);
+}
+
+// Shards already in the output folder are refused, unless asked: they may be another
+// corpus's, and a training run may be reading them.
+void check_no_shards(const PrepareResult& result) {
+  std::vector<std::string> existing;
+  for (const std::string& path : {result.train_path, result.val_path}) {
+    if (fs::exists(path)) existing.push_back(path);
+  }
+  NDT_CHECK(existing.empty(), "prepare: {} already exist{}: not overwriting them without --force",
+            fmt::join(existing, " and "), existing.size() == 1 ? "s" : "");
 }
 
 // Appends the bytes of `path` to `tokens`, one token per byte.
@@ -41,15 +55,18 @@ void append_file(const std::string& path, std::vector<uint16_t>& tokens) {
 }  // namespace
 
 PrepareResult prepare_byte_shards(const std::vector<std::string>& files, const std::string& out_dir,
-                                  double val_fraction) {
+                                  double val_fraction, bool overwrite) {
   check_fraction(val_fraction);
   NDT_CHECK(!files.empty(), "prepare: the list of input files is empty");
+  PrepareResult result;
+  result.train_path = (fs::path(out_dir) / "train.bin").string();
+  result.val_path = (fs::path(out_dir) / "val.bin").string();
+  if (!overwrite) check_no_shards(result);
   size_t total_hint = files.size();
   for (const std::string& path : files) {
+    const std::string problem = input_file_problem(path);
+    NDT_CHECK(problem.empty(), "input file {} {}", path, problem);
     std::error_code ec;
-    fs::file_status st = fs::status(path, ec);
-    NDT_CHECK(fs::exists(st), "input file {} does not exist", path);
-    NDT_CHECK(fs::is_regular_file(st), "input {} is not a regular file", path);
     total_hint += static_cast<size_t>(fs::file_size(path, ec));
   }
 
@@ -60,21 +77,21 @@ PrepareResult prepare_byte_shards(const std::vector<std::string>& files, const s
     append_file(files[i], tokens);
   }
   const int64_t total = static_cast<int64_t>(tokens.size());
-  NDT_CHECK(total >= 2, "prepare: the input is empty ({} bytes in {} file(s), first {}): need at "
-            "least 2 bytes to split into train and val", total, files.size(), files.front());
-
-  int64_t n_val = std::llround(static_cast<double>(total) * val_fraction);
-  n_val = std::clamp<int64_t>(n_val, 1, total - 1);
+  NDT_CHECK(total > 0, "prepare: the input is empty (0 bytes in {} file(s), first {})", files.size(),
+            files.front());
+  const int64_t n_val = std::llround(static_cast<double>(total) * val_fraction);
   const int64_t n_train = total - n_val;
+  NDT_CHECK(n_train >= kMinShardTokens && n_val >= kMinShardTokens,
+            "prepare: the input is too small to train on: {} bytes in {} file(s) (first {}) split with "
+            "val_fraction {} into {} training and {} validation tokens; each part needs at least {} "
+            "(an input and its target)",
+            total, files.size(), files.front(), val_fraction, n_train, n_val, kMinShardTokens);
 
   std::error_code ec;
   fs::create_directories(out_dir, ec);
   NDT_CHECK(!ec && fs::is_directory(out_dir), "cannot create output folder {}: {}", out_dir,
             ec ? ec.message() : std::string("exists and is not a folder"));
 
-  PrepareResult result;
-  result.train_path = (fs::path(out_dir) / "train.bin").string();
-  result.val_path = (fs::path(out_dir) / "val.bin").string();
   result.train_tokens = n_train;
   result.val_tokens = n_val;
   result.files = static_cast<int>(files.size());
@@ -87,13 +104,14 @@ PrepareResult prepare_byte_shards(const std::vector<std::string>& files, const s
 }
 
 PrepareResult prepare_byte_shards(const std::string& input, const std::string& out_dir,
-                                  double val_fraction) {
+                                  double val_fraction, bool overwrite) {
   check_fraction(val_fraction);
   std::error_code ec;
   fs::file_status st = fs::status(input, ec);
   NDT_CHECK(fs::exists(st), "input {} does not exist", input);
-  if (!fs::is_directory(st)) return prepare_byte_shards(std::vector<std::string>{input}, out_dir,
-                                                        val_fraction);
+  if (!fs::is_directory(st)) {
+    return prepare_byte_shards(std::vector<std::string>{input}, out_dir, val_fraction, overwrite);
+  }
 
   std::vector<std::string> files;
   try {
@@ -107,7 +125,7 @@ PrepareResult prepare_byte_shards(const std::string& input, const std::string& o
   }
   NDT_CHECK(!files.empty(), "input folder {} holds no regular files", input);
   std::sort(files.begin(), files.end());
-  return prepare_byte_shards(files, out_dir, val_fraction);
+  return prepare_byte_shards(files, out_dir, val_fraction, overwrite);
 }
 
 }  // namespace ndt

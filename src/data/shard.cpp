@@ -1,6 +1,8 @@
 #include "data/shard.h"
 
 #include "core/error.h"
+#include "core/input_file.h"
+#include "core/output_file.h"
 
 #include <array>
 #include <bit>
@@ -8,7 +10,6 @@
 #include <climits>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <memory>
 
 namespace ndt {
@@ -37,21 +38,15 @@ void write_shard(const std::string& path, const std::vector<uint16_t>& tokens) {
   header[0] = kShardMagic;
   header[1] = kShardVersion;
   header[2] = static_cast<int32_t>(tokens.size());
-  File f(std::fopen(path.c_str(), "wb"));
-  NDT_CHECK(f != nullptr, "cannot open shard {} for writing: {}", path, std::strerror(errno));
-  bool ok = std::fwrite(header.data(), sizeof(int32_t), header.size(), f.get()) == header.size();
-  if (ok && !tokens.empty()) {
-    ok = std::fwrite(tokens.data(), sizeof(uint16_t), tokens.size(), f.get()) == tokens.size();
-  }
-  NDT_CHECK(ok, "writing shard {} failed: {}", path, std::strerror(errno));
-  std::FILE* raw = f.release();
-  NDT_CHECK(std::fclose(raw) == 0, "closing shard {} failed: {}", path, std::strerror(errno));
+  AtomicFile out(path);
+  out.write(header.data(), header.size() * sizeof(int32_t));
+  out.write(tokens.data(), tokens.size() * sizeof(uint16_t));
+  out.commit();
 }
 
 std::vector<uint16_t> read_shard(const std::string& path) {
-  std::error_code ec;
-  NDT_CHECK(!std::filesystem::is_directory(path, ec), "cannot open shard {}: it is a directory",
-            path);
+  const std::string problem = input_file_problem(path);
+  NDT_CHECK(problem.empty(), "shard {} {}", path, problem);
   File f(std::fopen(path.c_str(), "rb"));
   NDT_CHECK(f != nullptr, "cannot open shard {}: {}", path, std::strerror(errno));
   NDT_CHECK(std::fseek(f.get(), 0, SEEK_END) == 0, "cannot seek in shard {}", path);

@@ -67,6 +67,8 @@ TEST(BatchLoader, ConstructorErrorsNameSizes) {
   CountingData d(100);
   EXPECT_NO_THROW(BatchLoader(*d.data, 4, 99, 1));  // exactly T + 1 tokens is enough
   expect_error([&] { BatchLoader(*d.data, 4, 100, 1); }, {"100", "101"});
+  // Catches: a shard too short for one row reported without its file name.
+  expect_error([&] { BatchLoader(*d.data, 4, 100, 1); }, {d.dir.file("d.bin"), "holds 100 tokens"});
   expect_error([&] { BatchLoader(*d.data, 0, 8, 1); }, {"B", "0"});
   expect_error([&] { BatchLoader(*d.data, 4, -3, 1); }, {"T", "-3"});
 }

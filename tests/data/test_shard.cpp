@@ -79,8 +79,8 @@ TEST(Shard, ExactLlmcLayout) {
 
 TEST(Shard, MissingFile) {
   TempDir dir;
-  expect_read_error(dir.file("nope.bin"), {dir.file("nope.bin"), "cannot open"});
-  expect_read_error(dir.path().string(), {dir.path().string(), "directory"});
+  expect_read_error(dir.file("nope.bin"), {dir.file("nope.bin"), "does not exist"});
+  expect_read_error(dir.path().string(), {dir.path().string(), "is a directory, not a file"});
 }
 
 TEST(Shard, ShorterThanHeader) {

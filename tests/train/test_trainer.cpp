@@ -172,7 +172,7 @@ TEST(Trainer, LearnsFortunesBelowUnigramEntropy) {
     files.push_back(corpus + "/" + name);
   }
   testing::TempDir dir;
-  const PrepareResult prepared = prepare_byte_shards(files, dir.file("data"), 0.1);
+  const PrepareResult prepared = prepare_byte_shards(files, dir.file("data"), 0.1, /*overwrite=*/false);
   RunConfig c = small_run(prepared.train_path, 400);
   c.val_data = prepared.val_path;
   c.model.d_model = 96;
