@@ -14,6 +14,11 @@ Arch arch_from_name(std::string_view name) {
   fail("model.arch = \"{}\" is not a known architecture (gpt2, llama)", name);
 }
 
+void ModelConfig::set_arch(Arch family) {
+  arch = family;
+  tied_embeddings = family == Arch::gpt2;
+}
+
 void ModelConfig::validate() const {
   auto positive = [](const char* key, int value) {
     NDT_CHECK(value > 0, "model.{} = {} must be positive", key, value);
@@ -43,7 +48,7 @@ void ModelConfig::validate() const {
 ModelConfig ModelConfig::preset(std::string_view name) {
   ModelConfig c;
   if (name == "gpt2-124m" || name == "gpt2-350m" || name == "gpt2-tiny") {
-    c.arch = Arch::gpt2;
+    c.set_arch(Arch::gpt2);
     c.vocab_size = 50257;
     c.max_seq_len = 1024;
     if (name == "gpt2-124m") c.n_layer = 12, c.n_head = 12, c.d_model = 768;
@@ -52,12 +57,10 @@ ModelConfig ModelConfig::preset(std::string_view name) {
                              c.d_model = 128;
     c.n_kv_head = c.n_head;
     c.d_ff = 4 * c.d_model;
-    c.tied_embeddings = true;
     return c;
   }
   if (name == "llama-small" || name == "llama-tiny") {
-    c.arch = Arch::llama;
-    c.tied_embeddings = false;
+    c.set_arch(Arch::llama);
     c.norm_eps = 1e-5f;
     if (name == "llama-small") {
       // About 110M parameters with a 32000-token vocabulary.

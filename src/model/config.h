@@ -1,6 +1,8 @@
 // Model shape: a decoder-only transformer in one of two families.
 //   gpt2:  LayerNorm, learned positions, GELU MLP (4x), biases, tied embeddings.
 //   llama: RMSNorm, RoPE, SwiGLU MLP, no biases, untied output, grouped K/V heads.
+// (Tied or untied is a default of the family, set by set_arch() and the presets; either
+// family may override it.)
 // Either may add QK-norm (RMSNorm over each head's query and key vectors).
 #pragma once
 
@@ -33,6 +35,10 @@ struct ModelConfig {
   int head_dim() const { return d_model / n_head; }
   int kv_heads() const { return arch == Arch::gpt2 ? n_head : n_kv_head; }
   bool has_bias() const { return arch == Arch::gpt2; }
+
+  // Sets the family and its defaults for the keys the families differ in by default
+  // (tied_embeddings: gpt2 tied, llama untied); a config sets explicit keys after it.
+  void set_arch(Arch family);
 
   // Throws ndt::Error naming the first invalid field and its value.
   void validate() const;

@@ -3,12 +3,14 @@
 #include "parallel/tensor_parallel.h"
 
 #include "core/error.h"
+#include "core/input_file.h"
 
 #include <fmt/format.h>
 #include <toml++/toml.h>
 
+#include <algorithm>
 #include <charconv>
-#include <filesystem>
+#include <cmath>
 #include <functional>
 #include <map>
 
@@ -23,14 +25,21 @@ struct Field {
   std::function<std::string(const RunConfig&)> get;
 };
 
+// The one place numbers are parsed, from the file and from --set alike. nan and
+// infinities are refused here, so no timeout, size or rate can be non-finite and the
+// range checks of validate() need not ask.
 template <typename T>
 T parse_number(const std::string& key, const std::string& text) {
   T value{};
   const char* end = text.data() + text.size();
   auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (ec == std::errc::result_out_of_range) fail("{} = {} is out of range", key, text);
   if (ec != std::errc() || ptr != end) {
     fail("{} = \"{}\" is not a valid {}", key, text,
          std::is_integral_v<T> ? "integer" : "number");
+  }
+  if constexpr (std::is_floating_point_v<T>) {
+    NDT_CHECK(std::isfinite(value), "{} = {} is not a finite number", key, text);
   }
   return value;
 }
@@ -77,6 +86,10 @@ Field field(std::string key, Ref ref, std::string doc) {
   return f;
 }
 
+// parallel.bucket_mb bounds: one float, and 1 TiB (a size that still fits a size_t in bytes).
+constexpr double kSmallestBucketMib = sizeof(float) / (1024.0 * 1024.0);
+constexpr double kLargestBucketMib = 1024.0 * 1024.0;
+
 #define NDT_REF(member) [](RunConfig& c) -> auto& { return c.member; }
 
 const std::vector<Field>& fields() {
@@ -94,9 +107,11 @@ const std::vector<Field>& fields() {
     f.push_back(preset);
     Field arch;
     arch.key = "model.arch";
-    arch.doc = "Architecture family: gpt2 (LayerNorm, learned positions, GELU, biases) or llama "
-               "(RMSNorm, RoPE, SwiGLU, no biases).";
-    arch.set = [](RunConfig& c, const std::string& v) { c.model.arch = arch_from_name(v); };
+    arch.doc = "Architecture family: gpt2 (LayerNorm, learned positions, GELU, biases, tied embeddings) or "
+               "llama (RMSNorm, RoPE, SwiGLU, no biases, untied output layer). Applied after model.preset "
+               "and before the other model.* keys: setting it also sets the family's model.tied_embeddings, "
+               "which an explicit model.tied_embeddings then overrides.";
+    arch.set = [](RunConfig& c, const std::string& v) { c.model.set_arch(arch_from_name(v)); };
     arch.get = [](const RunConfig& c) { return fmt::format("\"{}\"", arch_name(c.model.arch)); };
     f.push_back(arch);
     f.push_back(field<int>("model.vocab_size", NDT_REF(model.vocab_size), "Vocabulary size (256 for byte-level data)."));
@@ -107,7 +122,7 @@ const std::vector<Field>& fields() {
     f.push_back(field<int>("model.d_model", NDT_REF(model.d_model), "Width of the residual stream."));
     f.push_back(field<int>("model.d_ff", NDT_REF(model.d_ff), "Hidden width of the MLP (4 x d_model for gpt2)."));
     f.push_back(field<bool>("model.qk_norm", NDT_REF(model.qk_norm), "RMSNorm on each head's queries and keys before attention."));
-    f.push_back(field<bool>("model.tied_embeddings", NDT_REF(model.tied_embeddings), "Output layer shares the token embedding matrix."));
+    f.push_back(field<bool>("model.tied_embeddings", NDT_REF(model.tied_embeddings), "Output layer shares the token embedding matrix. Default: the family's (model.arch: gpt2 tied, llama untied)."));
     f.push_back(field<float>("model.norm_eps", NDT_REF(model.norm_eps), "Epsilon of LayerNorm/RMSNorm."));
     f.push_back(field<float>("model.rope_theta", NDT_REF(model.rope_theta), "RoPE base (llama)."));
     f.push_back(field<float>("model.init_std", NDT_REF(model.init_std), "Std of the normal initialisation; residual projections use init_std / sqrt(2 n_layer)."));
@@ -130,7 +145,21 @@ const std::vector<Field>& fields() {
     f.push_back(field<float>("optim.beta1", NDT_REF(adamw.beta1), "AdamW first-moment decay."));
     f.push_back(field<float>("optim.beta2", NDT_REF(adamw.beta2), "AdamW second-moment decay."));
     f.push_back(field<float>("optim.eps", NDT_REF(adamw.eps), "AdamW epsilon."));
-    f.push_back(field<float>("optim.weight_decay", NDT_REF(adamw.weight_decay), "Decoupled weight decay on matrices (not on norms, biases, embeddings)."));
+    f.push_back(field<float>("optim.weight_decay", NDT_REF(adamw.weight_decay), "Decoupled weight decay, on the parameters optim.weight_decay_policy names."));
+    Field decay_policy;
+    decay_policy.key = "optim.weight_decay_policy";
+    decay_policy.doc = "Which parameters optim.weight_decay applies to. matrices: linear weight matrices only "
+                       "(attention and MLP projections, an untied output layer), not embeddings, norms or biases. "
+                       "matrices_and_embeddings: every parameter of 2 or more dimensions, embeddings (so a tied "
+                       "output layer) included, as nanoGPT and llm.c's CUDA trainer. all: every parameter, as "
+                       "llm.c's CPU trainer.";
+    decay_policy.set = [](RunConfig& c, const std::string& v) {
+      c.weight_decay_policy = weight_decay_policy_from_name(v);
+    };
+    decay_policy.get = [](const RunConfig& c) {
+      return fmt::format("\"{}\"", weight_decay_policy_name(c.weight_decay_policy));
+    };
+    f.push_back(decay_policy);
     f.push_back(field<float>("optim.grad_clip", NDT_REF(grad_clip), "Clip the global gradient norm to this value; 0 disables."));
 
     f.push_back(field<std::string>("data.train", NDT_REF(train_data), "Training token shard (llm.c format, see `ndtrain prepare`)."));
@@ -200,7 +229,8 @@ void flatten(const toml::table& table, const std::string& prefix,
 RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides) {
   std::vector<std::pair<std::string, std::string>> entries;
   if (!path.empty()) {
-    NDT_CHECK(std::filesystem::is_regular_file(path), "config file \"{}\" does not exist", path);
+    const std::string problem = input_file_problem(path);
+    NDT_CHECK(problem.empty(), "config file \"{}\" {}", path, problem);
     toml::table table;
     try {
       table = toml::parse_file(path);
@@ -219,14 +249,20 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::string
               key, value);
   }
   RunConfig config;
-  // The preset first (file, then the last --set), so explicit model.* keys override it.
-  std::string preset;
-  for (const auto& [key, value] : entries) {
-    if (key == "model.preset") preset = value;
+  // The preset first, then the family (each the file's, then the last --set), so the
+  // family's defaults apply whatever the order and explicit model.* keys override both.
+  const std::vector<std::string> applied_first = {"model.preset", "model.arch"};
+  for (const std::string& first : applied_first) {
+    const std::string* value = nullptr;
+    for (const auto& [key, v] : entries) {
+      if (key == first) value = &v;
+    }
+    if (value != nullptr) find_field(first)->set(config, *value);
   }
-  find_field("model.preset")->set(config, preset);
   for (const auto& [key, value] : entries) {
-    if (key != "model.preset") find_field(key)->set(config, value);
+    if (std::find(applied_first.begin(), applied_first.end(), key) == applied_first.end()) {
+      find_field(key)->set(config, value);
+    }
   }
   config.validate();
   return config;
@@ -259,16 +295,33 @@ void RunConfig::validate() const {
             "from its checkpoint; init_from starts a new one",
             init_from, resume);
   NDT_CHECK(!train_data.empty(), "data.train is not set: give a token shard (see `ndtrain prepare`)");
-  NDT_CHECK(std::filesystem::is_regular_file(train_data), "data.train = \"{}\": file does not exist",
-            train_data);
-  NDT_CHECK(val_data.empty() || std::filesystem::is_regular_file(val_data),
-            "data.val = \"{}\": file does not exist", val_data);
+  for (const auto& [key, path] : {std::pair{"data.train", &train_data}, {"data.val", &val_data}}) {
+    if (path->empty()) continue;
+    const std::string problem = input_file_problem(*path);
+    NDT_CHECK(problem.empty(), "{} = \"{}\" {}", key, *path, problem);
+  }
   NDT_CHECK(sample_tokens >= 0, "sample.tokens = {} must not be negative", sample_tokens);
+  NDT_CHECK(sample_tokens == 0 || !sample_prompt.empty(),
+            "sample.tokens = {} needs a sample.prompt to continue, which is empty (sample.tokens = 0: no sample)",
+            sample_tokens);
+  for (size_t i = 0; i < sample_prompt.size(); ++i) {
+    const int byte = static_cast<unsigned char>(sample_prompt[i]);
+    NDT_CHECK(byte < model.vocab_size,
+              "sample.prompt byte {} (at {}) is outside the vocabulary: prompt tokens are the prompt's bytes, "
+              "and model.vocab_size = {}",
+              byte, i, model.vocab_size);
+  }
   NDT_CHECK(temperature >= 0, "sample.temperature = {} must not be negative", temperature);
   NDT_CHECK(top_k >= 0, "sample.top_k = {} must not be negative", top_k);
   NDT_CHECK(threads >= 0, "runtime.threads = {} must not be negative (0: automatic)", threads);
   NDT_CHECK(comm_timeout_s > 0, "runtime.comm_timeout_s = {} must be positive", comm_timeout_s);
   NDT_CHECK(bucket_mb > 0, "parallel.bucket_mb = {} must be positive", bucket_mb);
+  NDT_CHECK(bucket_mb >= kSmallestBucketMib,
+            "parallel.bucket_mb = {} is smaller than one float (4 bytes): the smallest bucket is {} MiB",
+            bucket_mb, kSmallestBucketMib);
+  NDT_CHECK(bucket_mb <= kLargestBucketMib,
+            "parallel.bucket_mb = {} exceeds {} MiB (1 TiB); any size above the model's gradients is one bucket",
+            bucket_mb, kLargestBucketMib);
   NDT_CHECK(mesh.dp_replicate >= 0, "parallel.dp_replicate = {} must not be negative (0: automatic)",
             mesh.dp_replicate);
   NDT_CHECK(mesh.dp_shard >= 1, "parallel.dp_shard = {} must be at least 1", mesh.dp_shard);
@@ -285,6 +338,10 @@ void RunConfig::validate() const {
   NDT_CHECK(!sequence_parallel || mesh.tp > 1,
             "parallel.sequence_parallel = true needs parallel.tp > 1 (it splits tokens over the tp ranks)");
   NDT_CHECK(checkpoint_every >= 0, "checkpoint.every = {} must not be negative", checkpoint_every);
+  NDT_CHECK(checkpoint_every == 0 || !checkpoint_dir.empty() || !out_dir.empty(),
+            "checkpoint.every = {} saves checkpoints, but there is no folder for them: checkpoint.dir and "
+            "runtime.out_dir are both empty",
+            checkpoint_every);
   NDT_CHECK(keep_last >= 1, "checkpoint.keep_last = {} must be at least 1", keep_last);
   NDT_CHECK(peak_gflops >= 0, "runtime.peak_gflops = {} must not be negative", peak_gflops);
 }

@@ -8,6 +8,7 @@
 #include "model/config.h"
 #include "optim/adamw.h"
 #include "optim/schedule.h"
+#include "optim/weight_decay.h"
 
 #include <cstdint>
 #include <string>
@@ -33,6 +34,7 @@ struct RunConfig {
   // [optim]
   LrSchedule schedule{.decay_steps = 0};  // decay_steps 0: train.steps
   AdamWConfig adamw;
+  WeightDecayPolicy weight_decay_policy = WeightDecayPolicy::matrices;
   float grad_clip = 1.0f;
 
   // [data]

@@ -1,6 +1,7 @@
 #include "train/model_source.h"
 
 #include "core/error.h"
+#include "core/input_file.h"
 #include "interchange/hf_names.h"
 #include "interchange/llmc.h"
 #include "train/model_checkpoint.h"
@@ -31,10 +32,19 @@ const char* model_format_name(ModelFormat format) {
   return "";
 }
 
+namespace {
+
+void check_model_file(const std::string& path) {
+  const std::string problem = input_file_problem(path);
+  NDT_CHECK(problem.empty(), "model file {} {}", path, problem);
+}
+
+}  // namespace
+
 ModelState read_model_file(const std::string& path, int n_head) {
   switch (model_format_of(path)) {
     case ModelFormat::safetensors: {
-      NDT_CHECK(fs::is_regular_file(path), "{} does not exist", path);
+      check_model_file(path);
       std::optional<ModelConfig> hint;
       if (n_head > 0) {
         hint.emplace();
@@ -43,7 +53,7 @@ ModelState read_model_file(const std::string& path, int n_head) {
       return load_safetensors_hf(path, hint);
     }
     case ModelFormat::llmc:
-      NDT_CHECK(fs::is_regular_file(path), "{} does not exist", path);
+      check_model_file(path);
       return load_llmc(path);
     case ModelFormat::checkpoint: return read_model_checkpoint(resolve_checkpoint(path));
   }

@@ -113,6 +113,94 @@ TEST_F(ConfigTest, MissingFiles) {
   EXPECT_ERROR_MENTIONS(error_of({}, "missing.toml"), "missing.toml");
 }
 
+// Catches: a folder given as an input file reported as "does not exist".
+TEST_F(ConfigTest, APathThatIsAFolderIsNamedAsSuch) {
+  EXPECT_ERROR_MENTIONS(error_of({"data.train=" + dir_.path().string()}),
+                        "data.train = \"" + dir_.path().string() + "\" is a directory, not a file");
+  EXPECT_ERROR_MENTIONS(error_of({"data.val=" + dir_.path().string()}),
+                        "data.val = \"" + dir_.path().string() + "\" is a directory, not a file");
+  EXPECT_ERROR_MENTIONS(error_of({}, "."), "is a directory, not a file");
+  EXPECT_ERROR_MENTIONS(error_of({"data.val=/dev/null"}), "data.val = \"/dev/null\" is not a regular file");
+  EXPECT_ERROR_MENTIONS(error_of({"data.val=" + dir_.file("gone.bin")}), "gone.bin\" does not exist");
+}
+
+// Catches: nan or infinity accepted for a float key (optim.lr = inf trained to NaN).
+TEST_F(ConfigTest, NonFiniteNumbersAreRefused) {
+  for (const std::string key : {"optim.lr", "optim.weight_decay", "optim.grad_clip", "model.init_std",
+                                "sample.temperature", "parallel.bucket_mb", "runtime.comm_timeout_s",
+                                "runtime.peak_gflops"}) {
+    for (const std::string value : {"nan", "inf", "-inf", "infinity"}) {
+      EXPECT_ERROR_MENTIONS(error_of({key + "=" + value}), key + " = " + value + " is not a finite number");
+    }
+  }
+  write_file("inf.toml", "[optim]\nlr = inf\n");
+  EXPECT_ERROR_MENTIONS(error_of({}, "inf.toml"), "optim.lr = inf is not a finite number");
+  EXPECT_ERROR_MENTIONS(error_of({"runtime.comm_timeout_s=1e999"}), "runtime.comm_timeout_s = 1e999 is out of range");
+}
+
+// Catches: a bucket smaller than one float passing as "positive" and then failing
+// (or dividing by zero) when the buckets are made.
+TEST_F(ConfigTest, BucketOfLessThanOneFloatNamesTheSmallest) {
+  EXPECT_ERROR_MENTIONS(error_of({"parallel.bucket_mb=1e-9"}),
+                        "parallel.bucket_mb = 1e-09 is smaller than one float (4 bytes): the smallest bucket is "
+                        "3.814697265625e-06 MiB");
+  EXPECT_EQ(error_of({"parallel.bucket_mb=3.814697265625e-06"}), "");
+  EXPECT_ERROR_MENTIONS(error_of({"parallel.bucket_mb=1e300"}), "parallel.bucket_mb = 1e+300 exceeds");
+}
+
+// Catches: checkpoint.every set with nowhere to save, so a long run silently saves nothing.
+TEST_F(ConfigTest, CheckpointEveryNeedsAFolder) {
+  const std::string message = error_of({"checkpoint.every=10", "runtime.out_dir="});
+  EXPECT_ERROR_MENTIONS(message, "checkpoint.every = 10");
+  EXPECT_ERROR_MENTIONS(message, "checkpoint.dir and runtime.out_dir are both empty");
+  EXPECT_EQ(error_of({"checkpoint.every=10", "runtime.out_dir=", "checkpoint.dir=" + dir_.file("ckpt")}), "");
+  EXPECT_EQ(error_of({"checkpoint.every=0", "runtime.out_dir="}), "");
+}
+
+// Catches: a sample that cannot be made found only after training (empty prompt, or a
+// prompt byte the model has no token for).
+TEST_F(ConfigTest, SampleSettingsAreCheckedBeforeTraining) {
+  EXPECT_ERROR_MENTIONS(error_of({"sample.prompt="}), "sample.tokens = 200 needs a sample.prompt");
+  EXPECT_EQ(error_of({"sample.prompt=", "sample.tokens=0"}), "");
+  const std::string message = error_of({"model.vocab_size=100", "sample.prompt=ok z"});
+  EXPECT_ERROR_MENTIONS(message, "sample.prompt byte 111 (at 0)");
+  EXPECT_ERROR_MENTIONS(message, "model.vocab_size = 100");
+  EXPECT_EQ(error_of({"model.vocab_size=100", "sample.prompt=A"}), "");
+}
+
+// Catches: model.arch = "llama" alone keeping gpt2's tied output layer, or the family's
+// default overriding an explicit model.tied_embeddings that came first.
+TEST_F(ConfigTest, ArchSetsTheFamilyDefaultsAndExplicitKeysWin) {
+  EXPECT_FALSE(load_run_config(dir_.file("base.toml"), {"model.arch=llama"}).model.tied_embeddings);
+  EXPECT_TRUE(load_run_config(dir_.file("base.toml"), {"model.arch=llama", "model.tied_embeddings=true"})
+                  .model.tied_embeddings);
+  EXPECT_TRUE(load_run_config(dir_.file("base.toml"), {"model.tied_embeddings=true", "model.arch=llama"})
+                  .model.tied_embeddings);
+  write_file("tied_first.toml", "[model]\ntied_embeddings = true\narch = \"llama\"\n[data]\ntrain = \"" +
+                                    dir_.file("train.bin") + "\"\n");
+  EXPECT_TRUE(load_run_config(dir_.file("tied_first.toml"), {}).model.tied_embeddings);
+  EXPECT_TRUE(load_run_config(dir_.file("tied_first.toml"), {"model.arch=gpt2"}).model.tied_embeddings);
+  EXPECT_FALSE(load_run_config(dir_.file("base.toml"), {"model.arch=llama", "model.arch=llama"}).model.tied_embeddings);
+  // The presets are unchanged.
+  EXPECT_TRUE(load_run_config(dir_.file("base.toml"), {}).model.tied_embeddings);
+  EXPECT_FALSE(load_run_config(dir_.file("base.toml"), {"model.preset=llama-tiny"}).model.tied_embeddings);
+  EXPECT_TRUE(
+      load_run_config(dir_.file("base.toml"), {"model.preset=llama-tiny", "model.tied_embeddings=true"}).model.tied_embeddings);
+  EXPECT_TRUE(load_run_config("", {"data.train=" + dir_.file("train.bin")}).model.tied_embeddings);
+}
+
+// Catches: optim.weight_decay_policy not parsed into the run config, or an unknown
+// policy accepted.
+TEST_F(ConfigTest, WeightDecayPolicy) {
+  EXPECT_EQ(load_run_config(dir_.file("base.toml"), {}).weight_decay_policy, WeightDecayPolicy::matrices);
+  EXPECT_EQ(load_run_config(dir_.file("base.toml"), {"optim.weight_decay_policy=matrices_and_embeddings"})
+                .weight_decay_policy,
+            WeightDecayPolicy::matrices_and_embeddings);
+  EXPECT_ERROR_MENTIONS(error_of({"optim.weight_decay_policy=embeddings"}),
+                        "optim.weight_decay_policy = \"embeddings\" is not a known policy (matrices, "
+                        "matrices_and_embeddings, all)");
+}
+
 TEST(ConfigDocs, EveryKeyIsDocumented) {
   const auto docs = config_field_docs();
   EXPECT_GT(docs.size(), 30u);
