@@ -1,5 +1,7 @@
 #include "checkpoint/checkpoint.h"
 
+#include "checkpoint/checksum.h"
+
 #include <fmt/format.h>
 
 namespace ndt::ckpt {
@@ -17,6 +19,13 @@ void from_json(const nlohmann::json& j, Chunk& chunk) {
   j.at("byte_offset").get_to(chunk.byte_offset);
   j.at("byte_length").get_to(chunk.byte_length);
   j.at("crc32c").get_to(chunk.crc32c);
+}
+
+std::string metadata_checksum(const nlohmann::json& metadata) {
+  nlohmann::json rest = metadata;
+  rest.erase("metadata_crc32c");
+  const std::string text = rest.dump();
+  return fmt::format("{:08x}", crc32c(text.data(), text.size()));
 }
 
 std::string rank_file_name(int rank) { return fmt::format("rank-{:05d}.bin", rank); }

@@ -19,9 +19,15 @@
 namespace ndt::ckpt {
 
 inline constexpr const char* kFormat = "ndtrain-checkpoint";
-inline constexpr int kFormatVersion = 1;
+// Version 2: metadata.json carries "metadata_crc32c", the CRC32C of the rest of it
+// (metadata_checksum below), so an edited or damaged metadata file is refused.
+inline constexpr int kFormatVersion = 2;
 inline constexpr const char* kDType = "f32";
 inline constexpr const char* kMetadataFile = "metadata.json";
+
+// The CRC32C of a metadata object without its "metadata_crc32c" field, over its compact
+// JSON text (nlohmann::json orders keys, so the text is canonical), as 8 hex digits.
+std::string metadata_checksum(const nlohmann::json& metadata);
 
 // One rank's block of a logical tensor: a host snapshot, row-major contiguous f32.
 struct TensorBlock {

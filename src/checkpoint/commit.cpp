@@ -113,9 +113,10 @@ void commit_checkpoint(const std::filesystem::path& tmp_dir, const std::filesyst
     tensors_json[name] = {
         {"logical_shape", t.logical_shape}, {"dtype", t.dtype}, {"chunks", t.chunks}};
   }
-  const nlohmann::json metadata = {{"format", kFormat},         {"version", kFormatVersion},
-                                   {"world_size", world_size},  {"tensors", tensors_json},
-                                   {"state", extra_state}};
+  nlohmann::json metadata = {{"format", kFormat},         {"version", kFormatVersion},
+                             {"world_size", world_size},  {"tensors", tensors_json},
+                             {"state", extra_state}};
+  metadata["metadata_crc32c"] = metadata_checksum(metadata);
   write_file_durably(tmp_dir / kMetadataFile, metadata.dump(1));
   std::error_code ec;
   for (int rank = 0; rank < world_size && !ec; ++rank) {

@@ -83,6 +83,12 @@ std::optional<std::filesystem::path> latest_checkpoint(const std::filesystem::pa
   return found.back().second;
 }
 
+std::vector<int64_t> committed_steps(const std::filesystem::path& root) {
+  std::vector<int64_t> steps;
+  for (const auto& [step, dir] : committed(root)) steps.push_back(step);
+  return steps;
+}
+
 int remove_checkpoints_after(const std::filesystem::path& root, int64_t step) {
   int removed = 0;
   for (const auto& [found_step, dir] : committed(root)) {

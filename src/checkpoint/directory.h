@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace ndt::ckpt {
 
@@ -24,10 +25,12 @@ std::optional<std::filesystem::path> latest_checkpoint(const std::filesystem::pa
 // directory: call it only when no save is in flight, e.g. right after a commit.
 void prune_checkpoints(const std::filesystem::path& root, int keep_last);
 
-// Removes the committed checkpoints with a step above `step` and every *.tmp
-// directory; returns how many committed ones it removed. A run that starts afresh
-// (step -1) or resumes from `step` owns the folder: later checkpoints of an earlier
-// run would otherwise pass for the newest.
+// The steps of the committed checkpoints under root, in increasing order.
+std::vector<int64_t> committed_steps(const std::filesystem::path& root);
+
+// Removes the committed checkpoints with a step above `step` (-1: all) and every *.tmp
+// directory; returns how many committed ones it removed. Callers decide whether the
+// run may (train/checkpointing.h: only when told to, with checkpoint.overwrite).
 int remove_checkpoints_after(const std::filesystem::path& root, int64_t step);
 
 }  // namespace ndt::ckpt

@@ -17,8 +17,17 @@ CheckpointReader::CheckpointReader(const std::filesystem::path& dir) : dir_(dir)
   try {
     const nlohmann::json metadata = nlohmann::json::parse(in);
     NDT_CHECK(metadata.at("format") == kFormat && metadata.at("version") == kFormatVersion,
-              "{} is not an {} version {} metadata file (format {}, version {})", path.string(),
-              kFormat, kFormatVersion, metadata.at("format").dump(), metadata.at("version").dump());
+              "{} is not an {} version {} metadata file (format {}, version {}{})", path.string(),
+              kFormat, kFormatVersion, metadata.at("format").dump(), metadata.at("version").dump(),
+              metadata.at("version") == 1 ? ", written by an earlier ndtrain before metadata checksums" : "");
+    NDT_CHECK(metadata.contains("metadata_crc32c"), "{} has no metadata_crc32c: it was not written by ndtrain's commit",
+              path.string());
+    const std::string stored = metadata.at("metadata_crc32c").get<std::string>();
+    const std::string computed = metadata_checksum(metadata);
+    NDT_CHECK(stored == computed,
+              "{} was changed or damaged after it was written: its checksum is {}, its contents give {} (nothing "
+              "was loaded)",
+              path.string(), stored, computed);
     state_ = metadata.at("state");
     for (const auto& [name, t] : metadata.at("tensors").items()) {
       NDT_CHECK(t.at("dtype") == kDType, "tensor {} in {} has dtype {}; only {} is supported", name,
@@ -36,6 +45,12 @@ const CheckpointReader::SavedTensor& CheckpointReader::tensor(const std::string&
   NDT_CHECK(it != tensors_.end(), "unknown tensor {}: checkpoint {} does not have it", name,
             dir_.string());
   return it->second;
+}
+
+std::vector<std::string> CheckpointReader::tensor_names() const {
+  std::vector<std::string> names;
+  for (const auto& [name, t] : tensors_) names.push_back(name);
+  return names;
 }
 
 const Shape& CheckpointReader::logical_shape(const std::string& name) const {

@@ -29,6 +29,7 @@ class CheckpointReader {
 
   const nlohmann::json& state() const { return state_; }  // the commit's extra_state
   bool has(const std::string& name) const { return tensors_.count(name) > 0; }
+  std::vector<std::string> tensor_names() const;  // sorted
   const Shape& logical_shape(const std::string& name) const;
 
   // Fills `out` (row-major over `shape`) with the box (offset, shape) of tensor

@@ -95,9 +95,34 @@ TEST(CheckpointErrors, RequestNotCovered) {
   const std::filesystem::path dir = Standard().save(root.path(), 10);
   nlohmann::json meta = nlohmann::json::parse(read_bytes((dir / "metadata.json").string()));
   meta["tensors"]["w"]["chunks"].erase(1);
+  meta["metadata_crc32c"] = metadata_checksum(meta);  // an edit that keeps the checksum valid
   write_bytes((dir / "metadata.json").string(), meta.dump());
   expect_error([&] { read_w(dir); },
                {"tensor w", "cover 24 of the 48", "offset [0, 0] shape [6, 8]"});
+}
+
+// Catches: a metadata.json edited or damaged after the commit (a changed step, a
+// removed checksum, a version-1 file) accepted silently.
+TEST(CheckpointErrors, MetadataEditedAfterCommit) {
+  TempDir root;
+  const std::filesystem::path dir = Standard().save(root.path(), 10);
+  const std::string path = (dir / "metadata.json").string();
+  const std::string original = read_bytes(path);
+  nlohmann::json meta = nlohmann::json::parse(original);
+  meta["state"]["step"] = 20;
+  write_bytes(path, meta.dump(1));
+  expect_error([&] { CheckpointReader reader(dir); },
+               {path, "changed or damaged after it was written", "its checksum is", "nothing was loaded"});
+  meta = nlohmann::json::parse(original);
+  meta.erase("metadata_crc32c");
+  write_bytes(path, meta.dump());
+  expect_error([&] { CheckpointReader reader(dir); }, {path, "has no metadata_crc32c"});
+  meta["version"] = 1;
+  write_bytes(path, meta.dump());
+  expect_error([&] { CheckpointReader reader(dir); }, {path, "version 1", "before metadata checksums"});
+  // Whitespace does not matter: the checksum is over the parsed content.
+  write_bytes(path, nlohmann::json::parse(original).dump(4));
+  EXPECT_NO_THROW(CheckpointReader reader(dir));
 }
 
 // --- commit ---

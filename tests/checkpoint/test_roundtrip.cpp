@@ -70,7 +70,8 @@ TEST(CheckpointRoundTrip, MetadataAndState) {
   std::ifstream in(dir / "metadata.json");
   const nlohmann::json meta = nlohmann::json::parse(in);
   EXPECT_EQ(meta["format"], "ndtrain-checkpoint");
-  EXPECT_EQ(meta["version"], 1);
+  EXPECT_EQ(meta["version"], 2);
+  EXPECT_EQ(meta["metadata_crc32c"], metadata_checksum(meta));
   EXPECT_EQ(meta["world_size"], 2);
   EXPECT_EQ(meta["state"]["step"], 10);
   EXPECT_EQ(meta["tensors"]["w"]["logical_shape"].get<Shape>(), (Shape{6, 8}));
