@@ -48,13 +48,14 @@ double DataParallel::grad_norm() {
 void DataParallel::step(float lr, float grad_scale) { optimizer_.step(lr, grad_scale); }
 
 std::vector<StateSlice> DataParallel::layout_state_slices() {
-  // Replicated over dp: parameter i (its value and moments) is written by dp rank
-  // i mod dp, so the ranks share the writing.
+  // Replicated over dp: each parameter (its value and moments) is written by one dp
+  // rank, chosen to balance the bytes (balanced_writers).
   std::vector<StateSlice> slices;
-  const size_t ranks = dp_ ? static_cast<size_t>(dp_->size()) : 1, rank = dp_ ? static_cast<size_t>(dp_->rank()) : 0;
+  const int rank = dp_ ? dp_->rank() : 0;
+  const std::vector<int> writer = balanced_writers(store_.params(), dp_ ? dp_->size() : 1);
   for (size_t i = 0; i < store_.params().size(); ++i) {
     const Parameter& p = store_.params()[i];
-    const bool saved = i % ranks == rank;
+    const bool saved = writer[i] == rank;
     const int64_t rows = p.local_shape[0];
     slices.push_back({StateSlice::value, &p, 0, rows, p.data(), saved});
     slices.push_back({StateSlice::exp_avg, &p, 0, rows, optimizer_.exp_avg() + p.arena_offset, saved});

@@ -235,16 +235,18 @@ void FullyShardedDataParallel::step(float lr, float grad_scale) {
 }
 
 std::vector<StateSlice> FullyShardedDataParallel::layout_state_slices() {
-  // Stage 3: each rank its rows of parameters and moments; stage 2: whole parameter p
-  // written by dp_shard rank p mod dp_shard, moments by rows. Replicas over
-  // dp_replicate hold copies (the first one writes).
+  // Stage 3: each rank its rows of parameters and moments; stage 2: each whole
+  // parameter written by one dp_shard rank, chosen to balance the bytes
+  // (balanced_writers), moments by rows. Replicas over dp_replicate hold copies (the
+  // first one writes).
   const bool first_replica = replicate_comm_.rank() == 0;
   std::vector<StateSlice> slices;
   const auto& params = store_.params();
+  const std::vector<int> writer = balanced_writers(params, shard_comm_.size());
   for (size_t p = 0; p < params.size(); ++p) {
     const ParameterShard& s = layout_.shard(p);
     if (!shards_parameters()) {
-      const bool mine = static_cast<int>(p % static_cast<size_t>(shard_comm_.size())) == shard_comm_.rank();
+      const bool mine = writer[p] == shard_comm_.rank();
       slices.push_back({StateSlice::value, &params[p], 0, params[p].local_shape[0], params[p].data(),
                         first_replica && mine});
     } else if (s.owned_numel() > 0) {

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace ndt {
 
@@ -27,5 +28,11 @@ struct StateSlice {
   Shape offset() const;
   Shape shape() const;
 };
+
+// Which of `ranks` ranks writes each parameter when whole parameters are replicated
+// over them: balanced by size, largest first to the rank with the fewest elements so
+// far (ties: the lowest rank). By index alone (i mod ranks) rank 0 of two got every
+// weight matrix and rank 1 every bias: 98% of the bytes.
+std::vector<int> balanced_writers(const std::vector<Parameter>& params, int ranks);
 
 }  // namespace ndt

@@ -71,14 +71,15 @@ void ZeroStage1::step(float lr, float grad_scale) {
 }
 
 std::vector<StateSlice> ZeroStage1::layout_state_slices() {
-  // Whole parameters (replicated over dp): parameter i is written by dp_shard rank
-  // i mod dp_shard of the first replica; moments: each rank its rows (replicated over
-  // dp_replicate: the first replica writes them).
+  // Whole parameters (replicated over dp): each is written by one dp_shard rank of the
+  // first replica, chosen to balance the bytes (balanced_writers); moments: each rank
+  // its rows (replicated over dp_replicate: the first replica writes them).
   const bool first_replica = replicate_comm_.rank() == 0;
   std::vector<StateSlice> slices;
   const auto& params = store_.params();
+  const std::vector<int> writer = balanced_writers(params, shard_comm_.size());
   for (size_t p = 0; p < params.size(); ++p) {
-    const bool mine = static_cast<int>(p % static_cast<size_t>(shard_comm_.size())) == shard_comm_.rank();
+    const bool mine = writer[p] == shard_comm_.rank();
     slices.push_back({StateSlice::value, &params[p], 0, params[p].local_shape[0], params[p].data(), first_replica && mine});
   }
   optimizer_.append_moment_slices(slices, first_replica);
