@@ -14,11 +14,13 @@ if [ ! -f data/fortunes/train.bin ] || [ ! -f data/fortunes/val.bin ]; then
   ./build/ndtrain prepare /usr/share/games/fortunes --out data/fortunes --force
 fi
 ranks="${NDT_RANKS:-2}"
+# runs/demo belongs to the demo: a rerun starts over, deleting the previous demo's
+# checkpoints (ndtrain refuses that without --overwrite; with --resume it continues).
 if [ "$ranks" = 1 ]; then
-  exec ./build/ndtrain train configs/demo.toml "$@"
+  exec ./build/ndtrain train configs/demo.toml --overwrite "$@"
 fi
 # As root mpirun needs --allow-run-as-root; with more ranks than cores, --oversubscribe.
 # --bind-to none lets each rank's threads use any core; ndtrain picks its thread count
 # from the cores and the ranks on the node (runtime.threads = 0).
 exec mpirun -np "$ranks" --oversubscribe --bind-to none --allow-run-as-root \
-  ./build/ndtrain train configs/demo.toml "$@"
+  ./build/ndtrain train configs/demo.toml --overwrite "$@"

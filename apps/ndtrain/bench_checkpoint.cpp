@@ -58,7 +58,7 @@ int run_bench_checkpoint(const CheckpointBenchOptions& o) {
   train_step();  // warm-up; the moments are now non-zero
 
   TrainingCheckpoints checkpoints(config, nullptr, nullptr);
-  checkpoints.claim(-1);  // a fresh folder: earlier runs' checkpoints would pass for the newest
+  checkpoints.claim(std::nullopt, /*overwrite=*/true);  // the bench's own folder: an earlier bench's saves go
   std::vector<double> sync_blocked, async_blocked, plain_steps, overlapped_steps, write_rates, load_rates;
   int64_t step = 0;
   for (int r = 0; r < o.reps; ++r) {

@@ -47,6 +47,13 @@ int run_generate(const GenerateOptions& o) {
   NDT_CHECK(o.sample.top_k >= 0, "--top-k {} must be 0 (no cut) or positive", o.sample.top_k);
   const std::filesystem::path dir = resolve_checkpoint(o.checkpoint);
   const ModelState state = read_model_checkpoint(dir);
+  // ndtrain never saves a non-finite state, but a checkpoint from elsewhere (or from an
+  // earlier ndtrain) may hold one: its text would be noise, so say so instead.
+  for (const auto& [name, values] : state.tensors) {
+    const auto bad = std::find_if(values.begin(), values.end(), [](float v) { return !std::isfinite(v); });
+    NDT_CHECK(bad == values.end(), "checkpoint {}: tensor {} holds {} at element {}: a model with non-finite weights "
+              "cannot generate text", dir.string(), name, *bad, bad - values.begin());
+  }
   const int vocab = state.config.vocab_size;
   NDT_CHECK(o.raw_tokens || vocab == 256,
             "checkpoint {} has vocab_size {}, but generate's tokenizer is byte-level (vocab 256): pass "

@@ -33,21 +33,24 @@ int launched_rank() {
   return 0;
 }
 
+// The exit code of a run that SIGTERM stopped (after saving): 128 + SIGTERM, as a shell
+// reports a process the signal ended, so scripts can tell it from a finished run.
+constexpr int kStoppedBySigterm = 143;
+
 int run_train(const std::string& config_path, const std::vector<std::string>& overrides) {
   const RunConfig config = load_run_config(config_path, overrides);
   if (!launched_by_mpi()) {
     config.resolve_mesh(1);
     Trainer trainer(config, nullptr, &std::cout);
-    trainer.run();
-    return 0;
+    return trainer.run().stopped_by_signal ? kStoppedBySigterm : 0;
   }
   set_comm_timeout_seconds(config.comm_timeout_s);
   std::unique_ptr<Communicator> world = mpi_world();
   DeviceMesh mesh(*world, config.resolve_mesh(world->size()));
   Trainer trainer(config, &mesh, &std::cout);
-  trainer.run();
+  const RunSummary summary = trainer.run();
   world->barrier();
-  return 0;
+  return summary.stopped_by_signal ? kStoppedBySigterm : 0;
 }
 
 namespace {

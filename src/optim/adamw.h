@@ -1,7 +1,8 @@
 // AdamW over a ParameterStore. The parameters are fp32, so the value arena is the
 // fp32 master copy; the first and second moments are one fp32 buffer each, laid out
-// like the arena. Weight decay applies only to parameters whose spec asks for it
-// (matrices; not norms, biases or embeddings).
+// like the arena. Weight decay applies only to parameters whose spec asks for it (by
+// default the linear weight matrices; optim.weight_decay_policy, optim/weight_decay.h,
+// can widen it).
 #pragma once
 
 #include "core/tensor.h"

@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "core/timing.h"
 #include "interchange/model_state.h"
+#include "train/agreed_error.h"
 #include "train/model_checkpoint.h"
 
 #include <fmt/format.h>
@@ -13,6 +14,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstring>
 
@@ -30,6 +32,21 @@ bool any_rank(DeviceMesh* mesh, bool flag) {
   int32_t value = flag ? 1 : 0;
   mesh->world().all_reduce(&value, 1, DType::i32, ReduceOp::max);
   return value != 0;
+}
+
+// "parameter NAME (its value | AdamW moment) holds NaN at element I", for the first
+// non-finite number among the state this rank holds; empty when all are finite.
+std::string first_non_finite(GradientSync& sync) {
+  for (const StateSlice& s : sync.state_slices()) {
+    const int64_t n = shape_numel(s.shape());
+    for (int64_t i = 0; i < n; ++i) {
+      if (!std::isfinite(s.data[i])) {
+        return fmt::format("{} holds {} at element {} of its rows [{}, {})", s.tensor_name(), s.data[i], i,
+                           s.row_begin, s.row_end);
+      }
+    }
+  }
+  return "";
 }
 
 }  // namespace
@@ -56,25 +73,63 @@ TrainingCheckpoints::~TrainingCheckpoints() {
   }
 }
 
-void TrainingCheckpoints::claim(int64_t step) {
+namespace {
+
+std::string list_steps(const std::vector<int64_t>& steps) {
+  std::string names;
+  for (int64_t step : steps) names += (names.empty() ? "" : ", ") + ckpt::checkpoint_dir_name(step);
+  return names;
+}
+
+}  // namespace
+
+void TrainingCheckpoints::claim(std::optional<int64_t> resumed_step, bool overwrite) {
   if (!enabled()) return;
-  if (rank() == 0 && std::filesystem::exists(root_)) {
-    const int removed = ckpt::remove_checkpoints_after(root_, step);
-    if (removed > 0 && log_) {
-      fmt::print(*log_, "checkpoint: removed {} checkpoint{} of an earlier run from {} ({})\n", removed,
-                 removed == 1 ? "" : "s", root_.string(),
-                 step < 0 ? "this run starts afresh; use --resume to continue one" : "they came after the resumed step");
+  std::string error;
+  if (rank() == 0) {
+    try {
+      std::vector<int64_t> doomed = ckpt::committed_steps(root_);
+      if (resumed_step) std::erase_if(doomed, [&](int64_t step) { return step <= *resumed_step; });
+      if (!doomed.empty() && !overwrite) {
+        if (resumed_step) {
+          fail("{} holds checkpoints newer than the resumed step {} ({}), which this run's saves would replace: "
+               "resume from the newest (--resume latest), or pass --overwrite (checkpoint.overwrite = true) to "
+               "delete them",
+               root_.string(), *resumed_step, list_steps(doomed));
+        }
+        fail("{} holds {} checkpoint{} of an earlier run ({}): continue it with --resume (checkpoint.resume = "
+             "\"latest\"), or start over with --overwrite (checkpoint.overwrite = true), which deletes them",
+             root_.string(), doomed.size(), doomed.size() == 1 ? "" : "s", list_steps(doomed));
+      }
+      const int removed = ckpt::remove_checkpoints_after(root_, resumed_step.value_or(-1));
+      if (removed > 0 && log_) {
+        fmt::print(*log_, "checkpoint: deleted {} checkpoint{} from {} (checkpoint.overwrite): {}\n", removed,
+                   removed == 1 ? "" : "s", root_.string(), list_steps(doomed));
+      }
+    } catch (const Error& e) {
+      error = e.what();
     }
   }
-  if (mesh_) mesh_->world().barrier();
+  throw_if_any_rank_failed(mesh_, error);
 }
 
 void TrainingCheckpoints::save(int64_t step, GradientSync& sync, const nlohmann::json& state, bool async) {
   if (!enabled()) return;
   const auto t0 = std::chrono::steady_clock::now();
   finish();  // at most one save in flight
-  if (rank() == 0) ckpt::make_tmp_checkpoint_dir(root_, step);
-  if (mesh_) mesh_->world().barrier();
+  std::string error = first_non_finite(sync);
+  if (!error.empty()) {
+    error = fmt::format("the checkpoint of step {} was not written: {}; {}", step, error,
+                        last_saved_step_ ? fmt::format("the last one saved is step {}", *last_saved_step_)
+                                         : std::string("no earlier checkpoint of this run was saved"));
+  } else if (rank() == 0) {
+    try {
+      ckpt::make_tmp_checkpoint_dir(root_, step);
+    } catch (const Error& e) {
+      error = e.what();
+    }
+  }
+  throw_if_any_rank_failed(mesh_, error);  // also the barrier before the writes
   // The previous save's buffers are refilled: the same slices, so no allocation.
   std::vector<ckpt::TensorBlock> snapshot = saver_.take_snapshot();
   size_t i = 0;
@@ -103,7 +158,7 @@ void TrainingCheckpoints::save(int64_t step, GradientSync& sync, const nlohmann:
 }
 
 bool TrainingCheckpoints::poll() {
-  if (!enabled()) return false;
+  if (!enabled()) return any_rank(mesh_, stop_requested());
   if (!mesh_ || mesh_->world().size() == 1) {
     if (in_flight_step_ && saver_.done()) commit();
     return stop_requested();
@@ -137,21 +192,14 @@ void TrainingCheckpoints::commit() {
       error = e.what();
     }
   }
-  if (any_rank(mesh_, !error.empty())) {
-    const int64_t step = *in_flight_step_;
-    in_flight_step_.reset();
-    NDT_CHECK(error.empty(), "{}", error);
-    fail("checkpoint of step {}: rank 0 could not commit it", step);
-  }
-  if (rank() == 0) {
-    if (log_) {
-      const ckpt::WriteStats& w = saver_.last_stats();
-      fmt::print(*log_, "checkpoint: step {} saved to {} (rank 0 wrote {:.1f} MB in {:.2f} s, {:.0f} MB/s)\n",
-                 *in_flight_step_, final_dir.string(), w.bytes / 1e6, w.seconds,
-                 w.seconds > 0 ? w.bytes / 1e6 / w.seconds : 0.0);
-    }
-  }
+  const int64_t step = *in_flight_step_;
   in_flight_step_.reset();
+  throw_if_any_rank_failed(mesh_, error.empty() ? "" : fmt::format("checkpoint of step {}: {}", step, error));
+  if (rank() == 0 && log_) {
+    const ckpt::WriteStats& w = saver_.last_stats();
+    fmt::print(*log_, "checkpoint: step {} saved to {} (rank 0 wrote {:.1f} MB in {:.2f} s, {:.0f} MB/s)\n", step,
+               final_dir.string(), w.bytes / 1e6, w.seconds, w.seconds > 0 ? w.bytes / 1e6 / w.seconds : 0.0);
+  }
 }
 
 std::filesystem::path resolve_resume(const std::string& resume, const std::filesystem::path& root) {
@@ -183,28 +231,51 @@ nlohmann::json training_state(const RunConfig& config, int64_t step, const Gradi
           {"config", describe_run_config(config)}};
 }
 
+namespace {
+
+// What the state JSON says must agree with itself and with the folder's name: a step
+// edited in one place only would resume at the wrong batch and learning rate.
+void check_state_consistency(const std::filesystem::path& dir, const nlohmann::json& state) {
+  const int64_t step = state.at("step").get<int64_t>();
+  const int64_t data_step = state.at("data").at("next_step").get<int64_t>();
+  const int64_t optimizer_steps = state.at("optimizer_steps").get<int64_t>();
+  NDT_CHECK(step >= 0 && data_step == step,
+            "checkpoint {} is inconsistent: step {} but the data loader's next step {}", dir.string(), step, data_step);
+  NDT_CHECK(optimizer_steps >= 0 && optimizer_steps <= step,
+            "checkpoint {} is inconsistent: {} optimizer steps after {} training steps", dir.string(), optimizer_steps,
+            step);
+  const std::string name = dir.filename().string();
+  NDT_CHECK(!name.starts_with("step-") || name == ckpt::checkpoint_dir_name(step),
+            "checkpoint {} is inconsistent: its folder is named {} but it holds step {}", dir.string(), name, step);
+}
+
+}  // namespace
+
 nlohmann::json load_training_checkpoint(const std::filesystem::path& dir, GradientSync& sync, const RunConfig& config,
                                         DeviceMesh* mesh) {
-  ckpt::CheckpointReader reader(dir);
-  const nlohmann::json& state = reader.state();
-  NDT_CHECK(state.value("kind", "") == "training",
-            "checkpoint {} holds a model only (kind \"{}\"), no optimizer state to resume from", dir.string(),
-            state.value("kind", ""));
-  const auto saved = state.at("model").get<std::map<std::string, std::string>>();
-  const auto ours = config_fields(config.model);
-  std::string differences;
-  for (const auto& [key, value] : ours) {
-    auto it = saved.find(key);
-    const std::string theirs = it == saved.end() ? "(missing)" : it->second;
-    if (theirs != value) differences += fmt::format("; model.{} = {} in the checkpoint, {} in this run", key, theirs, value);
-  }
-  NDT_CHECK(differences.empty(), "checkpoint {} does not match the model{}", dir.string(), differences);
-
-  // Read everything first; apply only if every rank read all of its slices.
+  // Read and check everything first; apply only if every rank read all of its slices.
   std::vector<StateSlice> slices = sync.state_slices();
   std::vector<std::vector<float>> buffers(slices.size());
+  nlohmann::json state;
   std::string error;
   try {
+    ckpt::CheckpointReader reader(dir);
+    state = reader.state();
+    NDT_CHECK(state.value("kind", "") == "training",
+              "checkpoint {} holds a model only (kind \"{}\"), no optimizer state to resume from (start from its "
+              "weights with train.init_from)",
+              dir.string(), state.value("kind", ""));
+    check_state_consistency(dir, state);
+    const auto saved = state.at("model").get<std::map<std::string, std::string>>();
+    std::string differences;
+    for (const auto& [key, value] : config_fields(config.model)) {
+      auto it = saved.find(key);
+      const std::string theirs = it == saved.end() ? "(missing)" : it->second;
+      if (theirs != value) {
+        differences += fmt::format("; model.{} = {} in the checkpoint, {} in this run", key, theirs, value);
+      }
+    }
+    NDT_CHECK(differences.empty(), "checkpoint {} does not match the model{}", dir.string(), differences);
     for (size_t i = 0; i < slices.size(); ++i) {
       const Shape shape = slices[i].shape();
       buffers[i].resize(static_cast<size_t>(shape_numel(shape)));
@@ -212,12 +283,11 @@ nlohmann::json load_training_checkpoint(const std::filesystem::path& dir, Gradie
                         buffers[i].data());
     }
   } catch (const Error& e) {
-    error = e.what();
+    error = std::string(e.what()) + "; nothing was loaded";
+  } catch (const nlohmann::json::exception& e) {
+    error = fmt::format("checkpoint {}: its state is malformed ({}); nothing was loaded", dir.string(), e.what());
   }
-  if (any_rank(mesh, !error.empty())) {
-    NDT_CHECK(error.empty(), "{}", error);
-    fail("checkpoint {}: another rank could not read its part; nothing was loaded", dir.string());
-  }
+  throw_if_any_rank_failed(mesh, error);
   for (size_t i = 0; i < slices.size(); ++i) {
     std::memcpy(slices[i].data, buffers[i].data(), buffers[i].size() * sizeof(float));
   }

@@ -36,17 +36,22 @@ class TrainingCheckpoints {
   const std::filesystem::path& root() const { return root_; }
 
   // Snapshots this rank's state at `step` and writes it (on a background thread when
-  // async; committed by a later poll() or finish()). Collective.
+  // async; committed by a later poll() or finish()). A state holding a NaN or an
+  // infinity is never written: throws on every rank naming the tensor, and the last
+  // committed checkpoint stays the newest. Collective.
   void save(int64_t step, GradientSync& sync, const nlohmann::json& state, bool async);
   // At a step boundary: commits a save every rank has finished. Returns whether any rank
-  // asked to stop (SIGTERM). Collective (one small all-reduce) when enabled.
+  // asked to stop (SIGTERM). Collective (one small all-reduce) on several ranks.
   bool poll();
   // Waits for the save in flight and commits it. Collective.
   void finish();
 
-  // A run starting at `step` (-1: afresh) owns the folder: removes later checkpoints of
-  // an earlier run (rank 0), saying so in the log. Collective.
-  void claim(int64_t step);
+  // Before step 1 of a run that starts afresh (resumed_step empty) or resumes from
+  // resumed_step: the folder must not hold checkpoints the run would not continue from
+  // (an earlier run's, or newer ones), since its saves and pruning would replace them.
+  // With overwrite they are deleted, and the log says so; without, throws naming them
+  // and both ways forward. Leftover *.tmp saves are removed. Collective (rank 0 looks).
+  void claim(std::optional<int64_t> resumed_step, bool overwrite);
   std::optional<int64_t> last_saved_step() const { return last_saved_step_; }
 
   double blocked_seconds() const { return blocked_seconds_; }  // training stopped by saves

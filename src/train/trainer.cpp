@@ -3,11 +3,16 @@
 #include "parallel/memory_model.h"
 #include "parallel/parallelize.h"
 
+#include "checkpoint/box.h"
+#include "checkpoint/directory.h"
 #include "core/memory.h"
 #include "core/timing.h"
 #include "kernels/kernels.h"
 #include "optim/clip.h"
+#include "optim/weight_decay.h"
+#include "train/agreed_error.h"
 #include "train/generate.h"
+#include "train/model_source.h"
 
 #include <fmt/format.h>
 #include <fmt/ostream.h>
@@ -15,6 +20,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <thread>
@@ -26,8 +32,18 @@ namespace {
 double mib(size_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
 
 RunConfig with_schedule_length(RunConfig config) {
-  if (config.schedule.decay_steps == 0) config.schedule.decay_steps = config.steps;
+  if (config.schedule.decay_steps == 0) config.schedule.decay_steps = std::max<int64_t>(config.steps, 1);
   return config;
+}
+
+// Every token of a shard must index the embedding: checked before step 1, not when the
+// bad row is first drawn (for validation data: at the first evaluation, hours in).
+void check_tokens(const TokenDataset& data, const char* key, const std::string& path, int vocab_size) {
+  const uint16_t* tokens = data.tokens();
+  for (int64_t i = 0; i < data.size(); ++i) {
+    NDT_CHECK(tokens[i] < vocab_size, "{} = \"{}\": token {} at position {} is outside model.vocab_size = {}", key,
+              path, tokens[i], i, vocab_size);
+  }
 }
 
 }  // namespace
@@ -65,8 +81,7 @@ Trainer::Trainer(const RunConfig& config, DeviceMesh* mesh, std::ostream* log)
       mesh_(mesh),
       log_(leads(mesh) ? log : nullptr),
       train_data_({config.train_data}),
-      train_loader_(train_data_, config.batch_size, config.seq_len, config.seed),
-      metrics_(config.out_dir.empty() || !leads(mesh) ? "" : config.out_dir + "/metrics.jsonl", !config.resume.empty()) {
+      train_loader_(train_data_, config.batch_size, config.seq_len, config.seed) {
   config_.validate();
   if (mesh_) {
     const MeshShape expected = config_.resolve_mesh(mesh_->world().size());
@@ -81,32 +96,36 @@ Trainer::Trainer(const RunConfig& config, DeviceMesh* mesh, std::ostream* log)
   if (config_.micro_batch_size == 0) config_.micro_batch_size = rows_per_rank_;
   if (config_.threads == 0) config_.threads = automatic_threads(mesh_ ? mesh_->world().size() : 1);
   kernels::set_num_threads(config_.threads);
-  // Built without parameter memory: parallelize() places the parameters first.
-  model_ = std::make_unique<Transformer>(config_.model, config_.seed, config_.loss_chunk_rows,
-                                         /*materialize_parameters=*/false);
-  sync_ = parallelize(*model_, mesh_,
-                      {config_.zero_stage, static_cast<size_t>(config_.bucket_mb * 1024 * 1024),
-                       config_.reshard_after_forward, config_.prefetch, config_.sequence_parallel, config_.adamw});
-  checkpoints_ = std::make_unique<TrainingCheckpoints>(config_, mesh_, log_);
+  check_tokens(train_data_, "data.train", config_.train_data, config_.model.vocab_size);
   if (!config_.val_data.empty()) {
     val_data_ = std::make_unique<TokenDataset>(std::vector<std::string>{config_.val_data});
+    check_tokens(*val_data_, "data.val", config_.val_data, config_.model.vocab_size);
   }
   val_loader_ = std::make_unique<BatchLoader>(val_data_ ? *val_data_ : train_data_, config_.batch_size,
                                               config_.seq_len, config_.seed);
-  for (int64_t i = 0; i < train_data_.size(); ++i) {
-    NDT_CHECK(train_data_.tokens()[i] < config_.model.vocab_size,
-              "data.train = \"{}\": token {} at position {} is outside model.vocab_size = {}",
-              config_.train_data, train_data_.tokens()[i], i, config_.model.vocab_size);
-  }
+  take_run_folders();
+  checkpoints_ = std::make_unique<TrainingCheckpoints>(config_, mesh_, log_);
+  NDT_CHECK(config_.steps > 0 || checkpoints_->enabled(),
+            "train.steps = 0 writes the initial state as a checkpoint, but there is no checkpoint folder: set "
+            "checkpoint.dir or runtime.out_dir");
+  // Built without parameter memory: parallelize() places the parameters first.
+  model_ = std::make_unique<Transformer>(config_.model, config_.seed, config_.loss_chunk_rows,
+                                         /*materialize_parameters=*/false);
+  apply_weight_decay_policy(model_->store(), config_.weight_decay_policy);
+  sync_ = parallelize(*model_, mesh_,
+                      {config_.zero_stage, static_cast<size_t>(config_.bucket_mb * 1024 * 1024),
+                       config_.reshard_after_forward, config_.prefetch, config_.sequence_parallel, config_.adamw});
   peak_ = resolve_peak_flops(config_.peak_gflops, config_.threads);
   const size_t rows = static_cast<size_t>(config_.micro_batch_size) * config_.seq_len;
   inputs_.resize(rows);
   targets_.resize(rows);
   if (log_) print_header();
+  std::optional<int64_t> resumed_step;
   if (!config_.resume.empty()) {
     const std::filesystem::path dir = resolve_resume(config_.resume, checkpoints_->root());
     const nlohmann::json state = load_training_checkpoint(dir, *sync_, config_, mesh_);
     step_ = state.at("step").get<int64_t>();
+    resumed_step = step_;
     NDT_CHECK(step_ < config_.steps, "checkpoint {} is at step {}: train.steps = {} leaves nothing to train", dir.string(),
               step_, config_.steps);
     if (log_) fmt::print(*log_, "resumed from {} at step {} (saved on mesh {})\n", dir.string(), step_,
@@ -117,8 +136,90 @@ Trainer::Trainer(const RunConfig& config, DeviceMesh* mesh, std::ostream* log)
                  "optim.decay_steps = {} to continue its schedule)\n",
                  config_.schedule.decay_steps, saved_decay, saved_decay);
     }
+  } else if (!config_.init_from.empty()) {
+    load_initial_weights();
   }
-  checkpoints_->claim(config_.resume.empty() ? -1 : step_);
+  checkpoints_->claim(resumed_step, config_.overwrite);
+  metrics_ = std::make_unique<MetricsLog>(config_.out_dir.empty() || !leads(mesh_) ? "" : config_.out_dir + "/metrics.jsonl",
+                                          resumed_step.has_value());
+}
+
+void Trainer::take_run_folders() {
+  std::string error;
+  if (leads(mesh_)) {
+    try {
+      std::vector<std::pair<std::filesystem::path, std::string>> folders;
+      if (!config_.out_dir.empty()) folders.emplace_back(config_.out_dir, "runtime.out_dir");
+      if (!config_.checkpoint_dir.empty()) folders.emplace_back(config_.checkpoint_dir, "checkpoint.dir");
+      else if (!config_.out_dir.empty()) folders.emplace_back(std::filesystem::path(config_.out_dir) / "checkpoints",
+                                                             "runtime.out_dir (its checkpoints folder)");
+      for (const auto& [folder, setting] : folders) {
+        const bool locked = std::any_of(locks_.begin(), locks_.end(), [&](const auto& lock) {
+          return std::filesystem::weakly_canonical(lock->folder()) == std::filesystem::weakly_canonical(folder);
+        });
+        if (locked) continue;  // checkpoint.dir = runtime.out_dir: one folder, one lock
+        locks_.push_back(std::make_unique<RunFolderLock>(folder, setting));
+        const std::optional<std::string>& stale = locks_.back()->stale_owner();
+        if (stale && log_) {
+          fmt::print(*log_, "note: {} was locked by a run that ended without releasing it ({}); taking it over\n",
+                     folder.string(), *stale);
+        }
+      }
+    } catch (const Error& e) {
+      error = e.what();
+    }
+  }
+  throw_if_any_rank_failed(mesh_, error);
+}
+
+void Trainer::load_initial_weights() {
+  // Every rank reads the whole model and keeps the boxes its parameter slices need, so
+  // any layout starts from the same values. The optimizer state stays fresh (zeros, no
+  // steps).
+  std::vector<StateSlice> slices = sync_->state_slices();
+  std::vector<std::vector<float>> buffers(slices.size());
+  std::string error;
+  try {
+    const ModelState source = read_model_file(config_.init_from, config_.model.n_head);
+    // The shapes and the structure must agree; norm_eps and rope_theta are the run's
+    // (safetensors without ndtrain metadata cannot carry them).
+    const auto theirs = config_fields(source.config);
+    std::string differences;
+    for (const auto& [key, value] : config_fields(config_.model)) {
+      if (key == "norm_eps" || key == "rope_theta" || (key == "max_seq_len" && config_.model.arch == Arch::llama)) {
+        continue;
+      }
+      const auto it = theirs.find(key);
+      const std::string other = it == theirs.end() ? "(missing)" : it->second;
+      if (other != value) differences += fmt::format("; model.{} = {} there, {} in this run", key, other, value);
+    }
+    NDT_CHECK(differences.empty(), "train.init_from = \"{}\" does not match the model{}", config_.init_from,
+              differences);
+    for (size_t i = 0; i < slices.size(); ++i) {
+      if (slices[i].kind != StateSlice::value) continue;
+      const Parameter& p = *slices[i].param;
+      const auto it = source.tensors.find(p.name());
+      NDT_CHECK(it != source.tensors.end(), "train.init_from = \"{}\" has no tensor {}", config_.init_from, p.name());
+      const std::vector<float>& whole = it->second;
+      NDT_CHECK(static_cast<int64_t>(whole.size()) == shape_numel(p.spec.logical_shape),
+                "train.init_from = \"{}\": tensor {} has {} values, the model's {} has {}", config_.init_from, p.name(),
+                whole.size(), shape_str(p.spec.logical_shape), shape_numel(p.spec.logical_shape));
+      for (float v : whole) {
+        NDT_CHECK(std::isfinite(v), "train.init_from = \"{}\": tensor {} holds {}", config_.init_from, p.name(), v);
+      }
+      const ckpt::Box box{slices[i].offset(), slices[i].shape()};
+      buffers[i].resize(static_cast<size_t>(ckpt::box_numel(box)));
+      ckpt::copy_region(box, whole.data(), ckpt::Box{Shape(box.offset.size(), 0), p.spec.logical_shape}, 0,
+                        buffers[i].data(), box);
+    }
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  throw_if_any_rank_failed(mesh_, error);
+  for (size_t i = 0; i < slices.size(); ++i) {
+    if (!buffers[i].empty()) std::copy(buffers[i].begin(), buffers[i].end(), slices[i].data);
+  }
+  if (log_) fmt::print(*log_, "initialised from {} (fresh optimizer state, step 0)\n", config_.init_from);
 }
 
 void Trainer::save_checkpoint(bool async) {
@@ -165,9 +266,9 @@ void Trainer::print_header() {
                                                                     config_.loss_chunk_rows, tp);
   const ModelStateBytes states = predict_model_states(local_parameter_specs(model_parameter_specs(m), tp.size),
                                                       mesh_ ? mesh_->size(Axis::dp_shard) : 1, config_.zero_stage);
-  fmt::print(*log_, "ndtrain: {} model, {} layers, d_model {}, {} heads, vocab {}: {:.2f}M parameters\n",
+  fmt::print(*log_, "ndtrain: {} model, {} layers, d_model {}, {} heads, vocab {}, output layer {}: {:.2f}M parameters\n",
              arch_name(m.arch), m.n_layer, m.d_model, m.n_head, m.vocab_size,
-             static_cast<double>(count_parameters(m)) / 1e6);
+             m.tied_embeddings ? "tied to the embedding" : "untied", static_cast<double>(count_parameters(m)) / 1e6);
   fmt::print(*log_, "data: {} training tokens from {}{}\n", train_data_.size(), config_.train_data,
              val_data_ ? fmt::format(", {} validation tokens from {}", val_data_->size(), config_.val_data)
                        : std::string(", validation on training data"));
@@ -187,7 +288,8 @@ void Trainer::print_header() {
              "activations {:.1f} MiB\n",
              mib(states.params), mib(states.grads), mib(states.optimizer), mib(activations));
   fmt::print(*log_, "MFU peak: {:.1f} GFLOP/s ({})\n", peak_.flops_per_s / 1e9, peak_.source);
-  fmt::print(*log_, "metrics: {}\n", metrics_.path().empty() ? "(off)" : metrics_.path());
+  const bool metrics_on = !config_.out_dir.empty();
+  fmt::print(*log_, "metrics: {}\n", metrics_on ? config_.out_dir + "/metrics.jsonl" : std::string("(off)"));
   log_->flush();
 }
 
@@ -212,10 +314,11 @@ StepStats Trainer::step() {
   loss = mean_over_dp(loss / accum);
   const double norm = sync_->grad_norm();
   const float lr = config_.schedule.at(step_);
-  sync_->step(lr, clip_factor(norm, config_.grad_clip));
-
   StepStats s;
-  s.step = step_++;
+  // Both are global (the same on every rank), so every rank decides alike.
+  s.finite = std::isfinite(loss) && std::isfinite(norm);
+  if (s.finite) sync_->step(lr, clip_factor(norm, config_.grad_clip));
+  s.step = s.finite ? step_++ : step_;
   s.loss = loss;
   s.lr = lr;
   s.grad_norm = norm;
@@ -224,11 +327,14 @@ StepStats Trainer::step() {
   s.mfu = model_->flops_per_token(T) * s.tokens_per_s / (peak_.flops_per_s * world_size());
   s.peak_bytes = MemoryLedger::instance().peak_total();
   s.comm_wait_seconds = sync_->exposed_wait_seconds() - exposed_before;
-  nlohmann::json record = {{"step", s.step + 1}, {"loss", s.loss}, {"lr", s.lr}, {"grad_norm", s.grad_norm},
-                           {"step_s", s.seconds}, {"tokens_per_s", s.tokens_per_s}, {"mfu", s.mfu},
-                           {"peak_mem_bytes", s.peak_bytes}};
+  // JSON has no NaN or infinity: a non-finite value is written as its text ("nan", "inf").
+  const auto number = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(fmt::format("{}", v)); };
+  nlohmann::json record = {{"step", s.step + 1}, {"loss", number(s.loss)}, {"lr", s.lr},
+                           {"grad_norm", number(s.grad_norm)}, {"step_s", s.seconds},
+                           {"tokens_per_s", s.tokens_per_s}, {"mfu", s.mfu}, {"peak_mem_bytes", s.peak_bytes}};
+  if (!s.finite) record["update_skipped"] = "non-finite loss or gradient norm";
   if (world_size() > 1) record["comm"] = comm_record(), record["dp_exposed_wait_s"] = s.comm_wait_seconds;
-  metrics_.write(record);
+  metrics_->write(record);
   return s;
 }
 
@@ -258,13 +364,36 @@ void Trainer::print_step(const StepStats& s) {
   log_->flush();
 }
 
+void Trainer::stop_on_non_finite(const StepStats& s) {
+  if (log_) print_step(s);
+  std::string saved = "checkpoints are off, so nothing was saved";
+  if (checkpoints_->enabled()) {
+    checkpoints_->finish();
+    try {
+      // The update was not applied: the state is the one after the last finite step.
+      if (checkpoints_->last_saved_step() != step_) save_checkpoint(/*async=*/false);
+      saved = fmt::format("the state after step {} (the last finite one) is saved in {}", step_,
+                          (checkpoints_->root() / ckpt::checkpoint_dir_name(step_)).string());
+    } catch (const Error& e) {
+      saved = e.what();
+    }
+  }
+  saved[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(saved[0])));
+  fail("step {}: the loss is {} and the gradient norm {}, so training cannot go on; the update was not applied and "
+       "the run stops. {}. A smaller optim.lr (now {}), a longer optim.warmup_steps (now {}) or optim.grad_clip "
+       "(now {}) may help; resume with --resume",
+       s.step + 1, s.loss, s.grad_norm, saved, config_.schedule.max_lr, config_.schedule.warmup_steps,
+       config_.grad_clip);
+}
+
 RunSummary Trainer::run() {
   RunSummary summary;
   summary.unigram_entropy = unigram_entropy(train_data_.tokens(), train_data_.size());
   std::vector<double> rates, mfus;
-  if (checkpoints_->enabled()) install_stop_handler();
+  install_stop_handler();
   while (step_ < config_.steps) {
     const StepStats s = step();
+    if (!s.finite) stop_on_non_finite(s);
     summary.losses.push_back(s.loss);
     // The first step pays for first-touch page faults; leave it out of the medians.
     if (s.step > 0 || config_.steps == 1) rates.push_back(s.tokens_per_s), mfus.push_back(s.mfu);
@@ -272,32 +401,49 @@ RunSummary Trainer::run() {
       save_checkpoint(config_.checkpoint_async);
     }
     if (checkpoints_->poll()) {  // SIGTERM on some rank: save (below) and stop
-      if (log_) fmt::print(*log_, "stop requested (SIGTERM) after step {}: saving and stopping\n", step_);
+      if (log_) {
+        fmt::print(*log_, "stop requested (SIGTERM) after step {}: {}\n", step_,
+                   checkpoints_->enabled() ? "saving and stopping" : "stopping (checkpoints are off: nothing is saved)");
+      }
       if (log_ && s.step % config_.log_every != 0) print_step(s);
       if (rates.empty()) rates.push_back(s.tokens_per_s), mfus.push_back(s.mfu);
+      summary.stopped_by_signal = true;
       break;
     }
     const bool last = step_ == config_.steps;
     if (log_ && (s.step % config_.log_every == 0 || last)) print_step(s);
-    if ((config_.eval_every > 0 && step_ % config_.eval_every == 0) || last) {
+    if (config_.eval_every > 0 && step_ % config_.eval_every == 0 && !last) {
       const double val = evaluate();
       summary.val_losses.emplace_back(step_, val);
-      metrics_.write({{"step", step_}, {"val_loss", val}});
+      metrics_->write({{"step", step_}, {"val_loss", val}});
       if (log_) fmt::print(*log_, "step {:>5}/{} | validation loss {:.4f}\n", step_, config_.steps, val);
     }
   }
-  if (summary.val_losses.empty()) summary.val_losses.emplace_back(step_, evaluate());  // stopped early
+  // The final checkpoint comes before the final evaluation and the sample: an error in
+  // either cannot lose it.
   if (config_.save_on_exit && checkpoints_->enabled() && checkpoints_->last_saved_step() != step_) {
     save_checkpoint(/*async=*/false);
   }
   checkpoints_->finish();
+  if (config_.steps == 0 && log_) {
+    fmt::print(*log_, "train.steps = 0: the initial state is saved in {}\n",
+               (checkpoints_->root() / ckpt::checkpoint_dir_name(0)).string());
+  }
+  // A stopped run (SIGTERM: a scheduler's grace period is short) skips the final
+  // evaluation and the sample.
+  if (!summary.stopped_by_signal) {
+    const double val = evaluate();
+    summary.val_losses.emplace_back(step_, val);
+    metrics_->write({{"step", step_}, {"val_loss", val}});
+    if (log_) fmt::print(*log_, "step {:>5}/{} | validation loss {:.4f}\n", step_, config_.steps, val);
+  }
   summary.median_tokens_per_s = median(rates);
   summary.median_mfu = median(mfus);
   // Every rank samples (the same tokens): under FSDP the forward pass is collective.
   // Sampling runs on a context of the model's own: the training context goes first, so
   // the activation peak stays the training one.
   ctx_ = MicroBatchContext();
-  if (config_.sample_tokens > 0) {
+  if (config_.sample_tokens > 0 && !summary.stopped_by_signal) {
     SampleOptions options{config_.sample_tokens, config_.temperature, config_.top_k, config_.seed};
     summary.sample =
         tokens_to_bytes(generate(*model_, bytes_to_tokens(config_.sample_prompt), options));
@@ -307,10 +453,13 @@ RunSummary Trainer::run() {
   for (size_t t = 0; t < kNumMemTags; ++t) {
     mem[std::string(mem_tag_name(static_cast<MemTag>(t)))] = ledger.peak(static_cast<MemTag>(t));
   }
-  metrics_.write({{"summary",
-                   {{"first_loss", summary.losses.front()},
-                    {"last_loss", summary.losses.back()},
-                    {"val_loss", summary.val_losses.back().second},
+  const bool trained = !summary.losses.empty();  // train.steps = 0 trains nothing
+  const bool validated = !summary.val_losses.empty();
+  metrics_->write({{"summary",
+                   {{"first_loss", trained ? nlohmann::json(summary.losses.front()) : nlohmann::json()},
+                    {"last_loss", trained ? nlohmann::json(summary.losses.back()) : nlohmann::json()},
+                    {"val_loss", validated ? nlohmann::json(summary.val_losses.back().second) : nlohmann::json()},
+                    {"stopped_by_signal", summary.stopped_by_signal},
                     {"unigram_entropy", summary.unigram_entropy},
                     {"median_tokens_per_s", summary.median_tokens_per_s},
                     {"median_mfu", summary.median_mfu},
@@ -320,9 +469,15 @@ RunSummary Trainer::run() {
                     {"comm", comm_record()}}}});
   if (log_) {
     fmt::print(*log_, "\n== summary ==\n");
-    fmt::print(*log_, "loss: first {:.4f}, last {:.4f}; validation {:.4f} (unigram entropy of the data {:.4f})\n",
-               summary.losses.front(), summary.losses.back(), summary.val_losses.back().second,
-               summary.unigram_entropy);
+    const std::string validation =
+        validated ? fmt::format("validation {:.4f}", summary.val_losses.back().second) : "no validation (stopped)";
+    if (!trained) {
+      fmt::print(*log_, "loss: no training steps; {} (unigram entropy of the data {:.4f})\n", validation,
+                 summary.unigram_entropy);
+    } else {
+      fmt::print(*log_, "loss: first {:.4f}, last {:.4f}; {} (unigram entropy of the data {:.4f})\n",
+                 summary.losses.front(), summary.losses.back(), validation, summary.unigram_entropy);
+    }
     fmt::print(*log_, "throughput: median {:.0f} tokens/s, MFU {:.1f}%\n", summary.median_tokens_per_s,
                100.0 * summary.median_mfu);
     if (world_size() > 1) {
@@ -345,6 +500,13 @@ RunSummary Trainer::run() {
     if (!summary.sample.empty()) {
       fmt::print(*log_, "\n== sample (prompt \"{}\") ==\n{}{}\n", config_.sample_prompt, config_.sample_prompt,
                  summary.sample);
+    }
+    if (summary.stopped_by_signal) {
+      fmt::print(*log_, "\nstopped by SIGTERM after step {} of {}: {}\n", step_, config_.steps,
+                 checkpoints_->enabled()
+                     ? fmt::format("the state is saved in {}; continue with --resume",
+                                   (checkpoints_->root() / ckpt::checkpoint_dir_name(step_)).string())
+                     : std::string("checkpoints are off, so the state is lost"));
     }
     log_->flush();
   }

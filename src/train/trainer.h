@@ -14,6 +14,7 @@
 #include "train/config.h"
 #include "train/peak_flops.h"
 #include "train/metrics.h"
+#include "train/run_lock.h"
 
 #include <cstdint>
 #include <memory>
@@ -33,6 +34,10 @@ struct StepStats {
   double mfu = 0;
   size_t peak_bytes = 0;
   double comm_wait_seconds = 0;  // data-parallel all-reduce time backward did not hide
+  // False when the loss or the gradient norm was NaN or infinite: the update was then
+  // not applied and steps_done() did not advance (the same on every rank: both are
+  // global values).
+  bool finite = true;
 };
 
 struct RunSummary {
@@ -42,16 +47,26 @@ struct RunSummary {
   double median_mfu = 0;
   double unigram_entropy = 0;  // nats per token of the training data
   std::string sample;
+  bool stopped_by_signal = false;  // SIGTERM: stopped (and saved) before train.steps
 };
 
 class Trainer {
  public:
   // mesh == nullptr: one rank, no communication. log == nullptr: silent (tests); with a
   // mesh only rank 0 logs and writes <out_dir>/metrics.jsonl.
+  // Everything the run will need is checked here, before step 1: the config, every data
+  // file's tokens, the folders it writes (rank 0 locks them: run_lock.h) and what they
+  // hold (checkpoints of another run are never deleted unless checkpoint.overwrite), the
+  // checkpoint to resume or the weights to start from. Collective; an error on any rank
+  // is thrown on every rank (agreed_error.h).
   Trainer(const RunConfig& config, DeviceMesh* mesh, std::ostream* log);
 
   StepStats step();
   double evaluate();  // mean validation loss over train.eval_batches batches of train.batch_size rows
+  // Trains to train.steps (or a SIGTERM), saves, evaluates and samples. A step whose
+  // loss or gradient norm is not finite ends the run with an ndt::Error after saving
+  // the last finite state (if checkpoints are on). The final checkpoint is written
+  // before the final evaluation and the sample, so neither can lose it.
   RunSummary run();
 
   Transformer& model() { return *model_; }
@@ -71,6 +86,9 @@ class Trainer {
   const TrainingCheckpoints& checkpoints() const { return *checkpoints_; }
 
  private:
+  void take_run_folders();
+  void load_initial_weights();  // train.init_from
+  [[noreturn]] void stop_on_non_finite(const StepStats& s);
   void print_header();
   void print_step(const StepStats& s);
   double mean_over_dp(double local);
@@ -89,7 +107,8 @@ class Trainer {
   BatchLoader train_loader_;
   std::unique_ptr<BatchLoader> val_loader_;
   PeakFlops peak_;
-  MetricsLog metrics_;
+  std::vector<std::unique_ptr<RunFolderLock>> locks_;  // rank 0; released last
+  std::unique_ptr<MetricsLog> metrics_;  // opened once the run owns its folder
   std::unique_ptr<GradientSync> sync_;  // DDP (or one rank), or ZeRO
   std::unique_ptr<TrainingCheckpoints> checkpoints_;
   int64_t step_ = 0;

@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <string>
 
 namespace ndt {
@@ -263,6 +264,18 @@ TEST(GenerateCommand, ErrorsExitNonZero) {
   r = ndtrain("generate --checkpoint " + dir.file("model") + " --raw-tokens --prompt '1,299,300' --tokens 2");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_TRUE(contains(r.output, "'300' is not a token id in [0, 300)")) << r.output;
+}
+
+// Catches: generate printing noise from a checkpoint with non-finite weights (one
+// written elsewhere, or by an ndtrain from before the non-finite guard) without a word.
+TEST(GenerateCommand, NonFiniteWeightsAreAnError) {
+  TempDir dir;
+  ModelState state = testing::perturbed_state(ModelConfig::preset("gpt2-tiny"));
+  state.tensors.at("blocks.0.mlp.fc.weight")[3] = std::numeric_limits<float>::quiet_NaN();
+  write_model_checkpoint(state, dir.path() / "model");
+  const CommandResult r = ndtrain("generate --checkpoint " + dir.file("model") + " --prompt hi");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(contains(r.output, "tensor blocks.0.mlp.fc.weight holds nan at element 3")) << r.output;
 }
 
 }  // namespace

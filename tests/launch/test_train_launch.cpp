@@ -207,10 +207,36 @@ TEST_F(TrainLaunch, SigtermSavesACheckpointAndStops) {
   const std::filesystem::path saved = std::filesystem::path(out) / "checkpoints" / ckpt::checkpoint_dir_name(step);
   EXPECT_EQ(ckpt::latest_checkpoint(std::filesystem::path(out) / "checkpoints"), saved) << r.output;
   EXPECT_NE(r.output.find("== summary =="), std::string::npos) << r.output;
+  // Said at the end, and told apart from a finished run by the exit code (ranks exit 143).
+  EXPECT_NE(r.output.find("stopped by SIGTERM after step " + std::to_string(step) + " of 1000000: the state is saved in " +
+                          saved.string() + "; continue with --resume"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.exit_code, 0) << r.output;
+
+  // Forgetting --resume: refused on both ranks before step 1, the checkpoint kept.
+  const Result fresh = run(mpirun(2, args + " --set train.steps=" + std::to_string(step + 2)));
+  EXPECT_NE(fresh.exit_code, 0) << fresh.output;
+  EXPECT_NE(fresh.output.find("of an earlier run (" + ckpt::checkpoint_dir_name(step) + "): continue it with --resume"),
+            std::string::npos)
+      << fresh.output;
+  EXPECT_EQ(fresh.output.find("step     1/"), std::string::npos) << fresh.output;
+  EXPECT_EQ(ckpt::latest_checkpoint(std::filesystem::path(out) / "checkpoints"), saved);
 
   const Result resumed = run(mpirun(2, args + " --set train.steps=" + std::to_string(step + 2) + " --resume"));
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("at step " + std::to_string(step)), std::string::npos) << resumed.output;
+}
+
+// Catches: a diverged job that trains on to exit 0 with NaN checkpoints: both ranks stop
+// at the first non-finite step with a message, and the job's exit code says so.
+TEST_F(TrainLaunch, DivergedRunStopsWithAnErrorOnTwoRanks) {
+  const Result r = run(mpirun(2, "--set runtime.out_dir=" + dir_.file("diverged") +
+                                     " --set optim.lr=1e6 --set optim.warmup_steps=0 --set optim.grad_clip=0"
+                                     " --set train.steps=40 --set checkpoint.every=1"));
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("so training cannot go on; the update was not applied"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("== summary =="), std::string::npos) << r.output;
 }
 
 }  // namespace

@@ -1,0 +1,30 @@
+#include "train/agreed_error.h"
+
+#include "core/error.h"
+
+#include <cstdint>
+
+namespace ndt {
+
+void throw_if_any_rank_failed(DeviceMesh* mesh, const std::string& error) {
+  if (mesh == nullptr || mesh->world().size() == 1) {
+    NDT_CHECK(error.empty(), "{}", error);
+    return;
+  }
+  Communicator& world = mesh->world();
+  // The lowest failing rank r as the maximum of size - r (0: none failed).
+  int32_t score = error.empty() ? 0 : world.size() - world.rank();
+  world.all_reduce(&score, 1, DType::i32, ReduceOp::max);
+  if (score == 0) return;
+  const int first = world.size() - score;
+  int32_t length = static_cast<int32_t>(error.size());
+  world.broadcast(&length, 1, DType::i32, first);
+  // The message travels as 16-bit words (the smallest type the communicator has).
+  std::string message = world.rank() == first ? error : std::string(static_cast<size_t>(length), ' ');
+  message.resize(static_cast<size_t>(length + 1) / 2 * 2, '\0');
+  world.broadcast(message.data(), message.size() / 2, DType::u16, first);
+  message.resize(static_cast<size_t>(length));
+  fail("rank {}: {}", first, message);
+}
+
+}  // namespace ndt
