@@ -63,6 +63,9 @@ int run_bench_train(const TrainBenchOptions& o) {
   options.prefetch = o.prefetch;
   options.sequence_parallel = o.sequence_parallel;
   std::unique_ptr<GradientSync> sync = parallelize(model, mesh.get(), options);
+  const ActivationCheckpointing checkpointing{checkpoint_mode_from_name(o.activation_checkpointing),
+                                              o.checkpointing_every};
+  model.set_activation_checkpointing(checkpointing);
   auto* fsdp = dynamic_cast<FullyShardedDataParallel*>(sync.get());
   std::vector<int32_t> tokens(static_cast<size_t>(N) + 1);
   for (size_t i = 0; i < tokens.size(); ++i) {
@@ -79,6 +82,12 @@ int run_bench_train(const TrainBenchOptions& o) {
                              : ""));
 
   print(fmt::format("  matmuls: {}\n", kernels::gemm_library()));
+  if (checkpointing.mode != CheckpointMode::none) {
+    print(fmt::format("  activation checkpointing: {}{} (recompute adds {:.1f}% to the model's FLOPs)\n",
+                      o.activation_checkpointing,
+                      o.checkpointing_every > 1 ? fmt::format(" of every {}th block", o.checkpointing_every) : "",
+                      100.0 * model.recompute_flops_per_token(T) / model.flops_per_token(T)));
+  }
 
   auto train_step = [&](bool communicate) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -113,8 +122,10 @@ int run_bench_train(const TrainBenchOptions& o) {
   const double peak = measure_fma_peak(o.threads);
   const ModelStateBytes states = predict_model_states(local_parameter_specs(model_parameter_specs(config), o.tp),
                                                       mesh ? mesh->size(Axis::dp_shard) : 1, o.zero_stage);
-  const double predicted_total =
-      static_cast<double>(states.total() + Transformer::predict_activation_bytes(config, B, T, 256, model.tensor_parallel().layout()));
+  const TpLayout tp_layout = model.tensor_parallel().layout();
+  const int64_t predicted_activations =
+      Transformer::predict_activation_bytes(config, B, T, 256, tp_layout, checkpointing);
+  const double predicted_total = static_cast<double>(states.total() + predicted_activations);
   const MemoryLedger& ledger = MemoryLedger::instance();
   const double rss_used = static_cast<double>(process_peak_rss_bytes()) - rss_before;
   const double gib = 1024.0 * 1024.0 * 1024.0;
@@ -123,8 +134,9 @@ int run_bench_train(const TrainBenchOptions& o) {
                     tokens_per_s, model_flops / ranks / 1e9));
   print(fmt::format("  sgemm {}x{}x{} (one call, median of 5): {:.1f} GFLOP/s -> step at {:.1f}% of sgemm\n", N,
                     config.d_ff, config.d_model, sgemm / 1e9, 100.0 * model_flops / ranks / sgemm));
-  print(fmt::format("  FMA peak {:.1f} GFLOP/s per rank -> MFU {:.1f}%\n", peak / 1e9,
-                    100.0 * model_flops / ranks / peak));
+  const double hardware_flops = model_flops * (1.0 + model.recompute_flops_per_token(T) / model.flops_per_token(T));
+  print(fmt::format("  FMA peak {:.1f} GFLOP/s per rank -> MFU {:.1f}%, HFU {:.1f}%\n", peak / 1e9,
+                    100.0 * model_flops / ranks / peak, 100.0 * hardware_flops / ranks / peak));
   print(fmt::format("  memory (rank 0): predicted {:.3f} GiB (model states after a step {:.3f} GiB), ledger peak "
                     "{:.3f} GiB, process RSS growth {:.3f} GiB (RSS / prediction {:.3f}; {:.3f} GiB of freed blocks "
                     "kept for reuse)\n",
@@ -136,6 +148,18 @@ int run_bench_train(const TrainBenchOptions& o) {
     if (ledger.peak(tag) > 0) by_tag += fmt::format(" {} {:.3f}", mem_tag_name(tag), ledger.peak(tag) / gib);
   }
   print(fmt::format("  ledger peak by tag (GiB, each tag's own peak):{}\n", by_tag));
+  print(fmt::format("  activations: ledger peak {:.3f} GiB, predicted {:.3f} GiB\n",
+                    ledger.peak(MemTag::activations) / gib, predicted_activations / gib));
+  // The largest batch per rank whose predicted memory (model states after a step and
+  // activations, held to the ledger by tests) fits the budget.
+  int fits = 0;
+  for (int b = 1; b <= 4096; ++b) {
+    const int64_t bytes = states.total() + Transformer::predict_activation_bytes(config, b, T, 256, tp_layout, checkpointing);
+    if (static_cast<double>(bytes) > o.memory_budget_gib * gib) break;
+    fits = b;
+  }
+  print(fmt::format("  largest batch per rank in {:.1f} GiB (memory model): {} sequences of {}\n", o.memory_budget_gib,
+                    fits, T));
   if (o.zero_stage == 3) print(fmt::format("  FSDP: median all-gather wait per step {:.3f} s\n", median(gather_waits)));
   if (o.tp > 1) {
     const CommStats& stats = mesh->axis(Axis::tp).stats();

@@ -30,6 +30,9 @@ struct TrainBenchOptions {
   int tp = 1;          // under mpirun: tensor-parallel group size (the other ranks: data parallel)
   bool sequence_parallel = false;
   int vocab = 0;       // 0: the preset's vocabulary
+  std::string activation_checkpointing = "none";
+  int checkpointing_every = 1;
+  double memory_budget_gib = 4;  // for the largest batch that fits, by the memory model
 };
 int run_bench_train(const TrainBenchOptions& options);
 
@@ -64,6 +67,18 @@ struct CheckpointBenchOptions {
   int reps = 3;
 };
 int run_bench_checkpoint(const CheckpointBenchOptions& options);
+
+// `ndtrain bench recompute` (apps/ndtrain/bench_recompute.cpp): activation checkpointing
+// policies interleaved step by step in one process.
+struct RecomputeBenchOptions {
+  std::string preset = "gpt2-124m";
+  int batch = 8;
+  int seq_len = 256;
+  int threads = 2;
+  int rounds = 5;
+  double memory_budget_gib = 4;
+};
+int run_bench_recompute(const RecomputeBenchOptions& options);
 
 // `ndtrain convert` (apps/ndtrain/convert.cpp): a whole model from one format to another.
 struct ConvertOptions {

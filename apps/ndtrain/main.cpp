@@ -2,8 +2,10 @@
 //   ndtrain train CONFIG [--set section.key=value ...] [--resume [DIR|latest]] [--overwrite]
 //   ndtrain prepare INPUT... --out DIR [--val-fraction F] [--force]
 //   ndtrain bench train [--preset NAME] [--batch B] [--seq T] [--threads N] [--steps S] [--zero-stage Z]
-//                       [--tp N] [--sequence-parallel] [--vocab V]
+//                       [--tp N] [--sequence-parallel] [--vocab V] [--activation-checkpointing P]
+//                       [--checkpointing-every K] [--memory-budget-gib G]
 //   ndtrain bench checkpoint [--preset NAME] [--dir DIR] [--reps R]
+//   ndtrain bench recompute [--preset NAME] [--batch B] [--seq T] [--threads N] [--rounds R] [--memory-budget-gib G]
 //   mpirun -np N ndtrain bench comm [--max-bytes B] [--iters I] [--async]
 //   mpirun -np N ndtrain bench overlap [--bytes B] [--poll-ms MS]
 //   ndtrain config
@@ -105,6 +107,12 @@ int main(int argc, char** argv) {
   bench_train->add_flag("!--no-prefetch", bench_options.prefetch, "FSDP: do not prefetch the next block's all-gather");
   bench_train->add_option("--tp", bench_options.tp, "Under mpirun: tensor-parallel ranks per group");
   bench_train->add_flag("--sequence-parallel", bench_options.sequence_parallel, "With --tp: sequence parallel");
+  bench_train->add_option("--activation-checkpointing", bench_options.activation_checkpointing,
+                          "none, full or selective (train.activation_checkpointing)");
+  bench_train->add_option("--checkpointing-every", bench_options.checkpointing_every,
+                          "With full: recompute every k-th block (train.activation_checkpointing_every)");
+  bench_train->add_option("--memory-budget-gib", bench_options.memory_budget_gib,
+                          "Report the largest batch whose predicted memory fits this budget (GiB per rank)");
   bench_train->add_option("--vocab", bench_options.vocab,
                           "Override the preset's vocabulary size (gpt2's 50257 does not split over tp; 50304 does)");
 
@@ -116,6 +124,17 @@ int main(int argc, char** argv) {
   bench_checkpoint->add_option("--seq", checkpoint_bench.seq_len, "Tokens per sequence");
   bench_checkpoint->add_option("--threads", checkpoint_bench.threads, "Compute threads");
   bench_checkpoint->add_option("--reps", checkpoint_bench.reps, "Repetitions (medians reported)");
+
+  ndt::RecomputeBenchOptions recompute_bench;
+  auto* bench_recompute =
+      bench->add_subcommand("recompute", "Activation checkpointing policies interleaved: step time, memory, FLOPs");
+  bench_recompute->add_option("--preset", recompute_bench.preset, "Model preset");
+  bench_recompute->add_option("--batch", recompute_bench.batch, "Sequences per step");
+  bench_recompute->add_option("--seq", recompute_bench.seq_len, "Tokens per sequence");
+  bench_recompute->add_option("--threads", recompute_bench.threads, "Compute threads");
+  bench_recompute->add_option("--rounds", recompute_bench.rounds, "Rounds of one step per policy (medians reported)");
+  bench_recompute->add_option("--memory-budget-gib", recompute_bench.memory_budget_gib,
+                              "Report the largest batch whose predicted memory fits this budget");
 
   // bench comm / bench overlap (apps/ndtrain/bench_comm.cpp)
   ndt::CommBenchOptions comm_bench;
@@ -170,6 +189,7 @@ int main(int argc, char** argv) {
     if (*config) return ndt::run_config_doc();
     if (*bench_train) return ndt::run_bench_train(bench_options);
     if (*bench_checkpoint) return ndt::run_bench_checkpoint(checkpoint_bench);
+    if (*bench_recompute) return ndt::run_bench_recompute(recompute_bench);
     if (*bench_comm) return ndt::run_bench_comm(comm_bench);
     if (*bench_overlap) return ndt::run_bench_overlap(overlap_bench);
     if (*convert) return ndt::run_convert(convert_options);

@@ -11,6 +11,47 @@ BlockDims::BlockDims(const ModelConfig& c, const TpLayout& tp, int B, int T)
       QD(int64_t{c.d_model} / tp.size), KD(int64_t{c.kv_heads()} / tp.size * c.head_dim()),
       NH(c.n_head / tp.size), NKV(c.kv_heads() / tp.size), HS(c.head_dim()) {}
 
+std::string_view checkpoint_mode_name(CheckpointMode mode) {
+  switch (mode) {
+    case CheckpointMode::none: return "none";
+    case CheckpointMode::full: return "full";
+    case CheckpointMode::selective: return "selective";
+  }
+  return "?";
+}
+
+CheckpointMode checkpoint_mode_from_name(std::string_view name) {
+  for (CheckpointMode mode : {CheckpointMode::none, CheckpointMode::full, CheckpointMode::selective}) {
+    if (name == checkpoint_mode_name(mode)) return mode;
+  }
+  fail("train.activation_checkpointing = \"{}\" is not a policy: none, full or selective", name);
+}
+
+CheckpointMode ActivationCheckpointing::of_block(int layer) const {
+  if (mode == CheckpointMode::full && layer % every != 0) return CheckpointMode::none;
+  return mode;
+}
+
+namespace {
+
+// Every view of BlockActivations, for with_recompute_area.
+constexpr float* BlockActivations::*kBlockViews[] = {
+    &BlockActivations::ln1,   &BlockActivations::ln1_mean, &BlockActivations::ln1_rstd, &BlockActivations::q_pre,
+    &BlockActivations::k_pre, &BlockActivations::q_rstd,   &BlockActivations::k_rstd,   &BlockActivations::q,
+    &BlockActivations::k,     &BlockActivations::v,        &BlockActivations::att,      &BlockActivations::lse,
+    &BlockActivations::att_out, &BlockActivations::x_mid,  &BlockActivations::ln2,      &BlockActivations::ln2_mean,
+    &BlockActivations::ln2_rstd, &BlockActivations::ff_pre, &BlockActivations::ff_up,   &BlockActivations::ff_act};
+
+}  // namespace
+
+BlockActivations with_recompute_area(const BlockActivations& saved, const BlockActivations& area) {
+  BlockActivations a = saved;
+  for (float* BlockActivations::*view : kBlockViews) {
+    if (a.*view == nullptr) a.*view = area.*view;
+  }
+  return a;
+}
+
 namespace {
 
 // Hands out consecutive pieces of one float buffer; with base == nullptr it only counts.
@@ -29,36 +70,54 @@ class Carver {
   int64_t used_ = 0;
 };
 
+// Carves the views of one block that a block saving `saves` keeps (complement: those
+// it does not keep, for the workspace's recompute area). Selective recompute drops the
+// norm outputs, the attention probabilities and log-sum-exp, and the MLP activation.
+class BlockCarver {
+ public:
+  BlockCarver(CheckpointMode saves, bool complement, Carver& m) : saves_(saves), complement_(complement), m_(m) {}
+  void take(float*& view, int64_t n, bool selective_recomputes = false) {
+    const bool kept = saves_ == CheckpointMode::none || (saves_ == CheckpointMode::selective && !selective_recomputes);
+    if (kept != complement_) view = m_.take(n);
+  }
+
+ private:
+  CheckpointMode saves_;
+  bool complement_;
+  Carver& m_;
+};
+
 // The activations of the local rows (split by sequence parallel), first.
-void carve_local_row_acts(const ModelConfig& c, const BlockDims& d, BlockActivations& a, Carver& m) {
-  if (c.arch == Arch::gpt2) a.ln1_mean = m.take(d.Nl);
-  a.ln1_rstd = m.take(d.Nl);
-  a.x_mid = m.take(d.Nl * d.C);
-  if (c.arch == Arch::gpt2) a.ln2_mean = m.take(d.Nl);
-  a.ln2_rstd = m.take(d.Nl);
+void carve_local_row_acts(const ModelConfig& c, const BlockDims& d, BlockActivations& a, BlockCarver& m) {
+  if (c.arch == Arch::gpt2) m.take(a.ln1_mean, d.Nl);
+  m.take(a.ln1_rstd, d.Nl);
+  m.take(a.x_mid, d.Nl * d.C);
+  if (c.arch == Arch::gpt2) m.take(a.ln2_mean, d.Nl);
+  m.take(a.ln2_rstd, d.Nl);
 }
 
-BlockActivations carve_block(const ModelConfig& c, const TpLayout& tp, int B, int T, Carver& m) {
+BlockActivations carve_block(const ModelConfig& c, const TpLayout& tp, int B, int T, BlockCarver& m) {
   const BlockDims d(c, tp, B, T);
+  const bool recomputed = true;  // by selective recompute
   BlockActivations a;
   carve_local_row_acts(c, d, a, m);
-  a.ln1 = m.take(d.N * d.C);
+  m.take(a.ln1, d.N * d.C, recomputed);
   if (c.qk_norm) {
-    a.q_pre = m.take(d.N * d.QD);
-    a.k_pre = m.take(d.N * d.KD);
-    a.q_rstd = m.take(d.N * d.NH);
-    a.k_rstd = m.take(d.N * d.NKV);
+    m.take(a.q_pre, d.N * d.QD);
+    m.take(a.k_pre, d.N * d.KD);
+    m.take(a.q_rstd, d.N * d.NH);
+    m.take(a.k_rstd, d.N * d.NKV);
   }
-  a.q = m.take(d.N * d.QD);
-  a.k = m.take(d.N * d.KD);
-  a.v = m.take(d.N * d.KD);
-  a.att = m.take(int64_t{B} * d.NH * T * T);
-  a.lse = m.take(int64_t{B} * d.NH * T);
-  a.att_out = m.take(d.N * d.QD);
-  a.ln2 = m.take(d.N * d.C);
-  a.ff_pre = m.take(d.N * d.F);
-  if (c.arch == Arch::llama) a.ff_up = m.take(d.N * d.F);
-  a.ff_act = m.take(d.N * d.F);
+  m.take(a.q, d.N * d.QD);
+  m.take(a.k, d.N * d.KD);
+  m.take(a.v, d.N * d.KD);
+  m.take(a.att, int64_t{B} * d.NH * T * T, recomputed);
+  m.take(a.lse, int64_t{B} * d.NH * T, recomputed);
+  m.take(a.att_out, d.N * d.QD);
+  m.take(a.ln2, d.N * d.C, recomputed);
+  m.take(a.ff_pre, d.N * d.F);
+  if (c.arch == Arch::llama) m.take(a.ff_up, d.N * d.F);
+  m.take(a.ff_act, d.N * d.F, recomputed);
   return a;
 }
 
@@ -83,12 +142,16 @@ BlockScratch carve_scratch(const ModelConfig& c, const TpLayout& tp, int B, int 
 }
 
 // The context's layout: residual stream, the blocks' activations, the head's.
-void carve_context_views(MicroBatchContext* ctx, const ModelConfig& c, const TpLayout& tp, int B, int T, Carver& m) {
+void carve_context_views(MicroBatchContext* ctx, const ModelConfig& c, const TpLayout& tp, int B, int T,
+                         const ActivationCheckpointing& policy, Carver& m) {
   const int64_t N = int64_t{B} * T, Nl = tp.local_rows(N), C = c.d_model;
   std::vector<float*> stream(static_cast<size_t>(c.n_layer) + 1);
   for (float*& s : stream) s = m.take(Nl * C);
   std::vector<BlockActivations> blocks;
-  for (int l = 0; l < c.n_layer; ++l) blocks.push_back(carve_block(c, tp, B, T, m));
+  for (int l = 0; l < c.n_layer; ++l) {
+    BlockCarver saved(policy.of_block(l), /*complement=*/false, m);
+    blocks.push_back(carve_block(c, tp, B, T, saved));
+  }
   HeadActivations head;
   head.lnf = m.take(N * C);
   head.lnf_mean = m.take(Nl);
@@ -98,9 +161,10 @@ void carve_context_views(MicroBatchContext* ctx, const ModelConfig& c, const TpL
 }
 
 // The workspace's layout: block scratch, residual-stream gradient, the output layer's
-// input gradient, one logits chunk and the loss's work.
+// input gradient, one logits chunk and the loss's work, then the recompute area (what
+// the policy's blocks do not save; full: a whole block's activations).
 void carve_workspace_views(Workspace* ws, const ModelConfig& c, const TpLayout& tp, int B, int T, int chunk_rows,
-                           Carver& m) {
+                           const ActivationCheckpointing& policy, Carver& m) {
   const int64_t N = int64_t{B} * T, Nl = tp.local_rows(N), C = c.d_model;
   const int64_t chunk = std::min<int64_t>(chunk_rows, N);
   BlockScratch block = carve_scratch(c, tp, B, T, m);
@@ -108,7 +172,12 @@ void carve_workspace_views(Workspace* ws, const ModelConfig& c, const TpLayout& 
   float* dlnf = m.take(N * C);
   float* logits = m.take(chunk * (c.vocab_size / tp.size));
   float* loss_work = m.take(3 * chunk);
-  if (ws) ws->block = block, ws->dstream = dstream, ws->dlnf = dlnf, ws->logits = logits, ws->loss_work = loss_work;
+  BlockCarver recomputed(policy.mode, /*complement=*/true, m);
+  const BlockActivations recompute = carve_block(c, tp, B, T, recomputed);
+  if (ws) {
+    ws->block = block, ws->dstream = dstream, ws->dlnf = dlnf, ws->logits = logits, ws->loss_work = loss_work;
+    ws->recompute = recompute;
+  }
 }
 
 void check_shape(const ModelConfig& c, const TpLayout& tp, int B, int T) {
@@ -130,43 +199,48 @@ void reserve(Tensor& arena, int64_t floats) {
 
 int64_t block_activation_floats(const ModelConfig& c, const TpLayout& tp, int B, int T) {
   Carver m(nullptr);
-  carve_block(c, tp, B, T, m);
+  BlockCarver all(CheckpointMode::none, /*complement=*/false, m);
+  carve_block(c, tp, B, T, all);
   return m.used();
 }
 
 int64_t block_local_row_floats(const ModelConfig& c, const TpLayout& tp, int B, int T) {
   Carver m(nullptr);
+  BlockCarver all(CheckpointMode::none, /*complement=*/false, m);
   BlockActivations a;
-  carve_local_row_acts(c, BlockDims(c, tp, B, T), a, m);
+  carve_local_row_acts(c, BlockDims(c, tp, B, T), a, all);
   return m.used();
 }
 
-int64_t context_floats(const ModelConfig& c, const TpLayout& tp, int B, int T) {
+int64_t context_floats(const ModelConfig& c, const TpLayout& tp, int B, int T, const ActivationCheckpointing& policy) {
   Carver m(nullptr);
-  carve_context_views(nullptr, c, tp, B, T, m);
+  carve_context_views(nullptr, c, tp, B, T, policy, m);
   return m.used();
 }
 
-int64_t workspace_floats(const ModelConfig& c, const TpLayout& tp, int B, int T, int loss_chunk_rows) {
+int64_t workspace_floats(const ModelConfig& c, const TpLayout& tp, int B, int T, int loss_chunk_rows,
+                         const ActivationCheckpointing& policy) {
   Carver m(nullptr);
-  carve_workspace_views(nullptr, c, tp, B, T, loss_chunk_rows, m);
+  carve_workspace_views(nullptr, c, tp, B, T, loss_chunk_rows, policy, m);
   return m.used();
 }
 
-void carve_context(MicroBatchContext& ctx, const ModelConfig& c, const TpLayout& tp, int B, int T) {
+void carve_context(MicroBatchContext& ctx, const ModelConfig& c, const TpLayout& tp, int B, int T,
+                   const ActivationCheckpointing& policy) {
   check_shape(c, tp, B, T);
-  reserve(ctx.arena, context_floats(c, tp, B, T));
+  reserve(ctx.arena, context_floats(c, tp, B, T, policy));
   Carver m(ctx.arena.data<float>());
-  carve_context_views(&ctx, c, tp, B, T, m);
+  carve_context_views(&ctx, c, tp, B, T, policy, m);
   ctx.B = B, ctx.T = T;
+  ctx.checkpointing = policy;
 }
 
 void Workspace::fit(int B, int T) {
   if (B == B_ && T == T_) return;
   check_shape(c_, tp_, B, T);
-  reserve(arena_, workspace_floats(c_, tp_, B, T, chunk_rows_));
+  reserve(arena_, workspace_floats(c_, tp_, B, T, chunk_rows_, policy_));
   Carver m(arena_.data<float>());
-  carve_workspace_views(this, c_, tp_, B, T, chunk_rows_, m);
+  carve_workspace_views(this, c_, tp_, B, T, chunk_rows_, policy_, m);
   B_ = B, T_ = T;
 }
 

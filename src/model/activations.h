@@ -14,6 +14,7 @@
 #include "model/tensor_parallel_regions.h"
 
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
 namespace ndt {
@@ -24,7 +25,29 @@ struct BlockDims {
   BlockDims(const ModelConfig& c, const TpLayout& tp, int B, int T);
 };
 
-// Activations one block saves (views into the context's arena).
+// Activation checkpointing (train.activation_checkpointing, docs/activation_checkpointing.md):
+// which of its activations a block's context keeps until backward. What it does not
+// keep lives in the workspace's recompute area (one block's worth, shared) while the
+// block computes, and the block recomputes it at the start of its backward with the
+// same kernels on the same inputs, so gradients are bitwise those without recompute.
+//   none: everything.
+//   full: nothing but the block's input (the residual stream, which the context keeps
+//     anyway); backward reruns the whole block forward.
+//   selective: everything but the norm outputs, the attention probabilities and their
+//     log-sum-exp, and the MLP activation; backward reruns the norms, the attention
+//     core (scores, softmax, weighted sum) and the activation function.
+enum class CheckpointMode { none, full, selective };
+std::string_view checkpoint_mode_name(CheckpointMode mode);
+CheckpointMode checkpoint_mode_from_name(std::string_view name);  // throws naming the setting
+
+struct ActivationCheckpointing {
+  CheckpointMode mode = CheckpointMode::none;
+  int every = 1;  // full: only the blocks l with l % every == 0; the others keep everything
+  CheckpointMode of_block(int layer) const;
+};
+
+// Activations one block saves (views into the context's arena; a null view is kept in
+// the workspace's recompute area instead: with_recompute_area).
 struct BlockActivations {
   float* ln1 = nullptr;       // [N, C] norm1 output, all rows (the q/k/v input)
   float* ln1_mean = nullptr;  // [Nl] (LayerNorm only)
@@ -57,6 +80,10 @@ struct HeadActivations {
   float* losses = nullptr;    // [N]
 };
 
+// The views a block computes with: those its context saved, the others from the
+// workspace's recompute area.
+BlockActivations with_recompute_area(const BlockActivations& saved, const BlockActivations& area);
+
 // One micro-batch in flight, owned by whoever schedules the units (one per micro-batch
 // alive at once); Transformer::prepare sizes it and copies its tokens in.
 struct MicroBatchContext {
@@ -72,6 +99,7 @@ struct MicroBatchContext {
   std::vector<float*> stream;            // [n_layer + 1] residual stream [Nl, C]: stream[l] is block l's input
   std::vector<BlockActivations> blocks;  // [n_layer]
   HeadActivations head;
+  ActivationCheckpointing checkpointing;  // what the blocks saved (set by carve_context)
   double loss_sum = 0;  // the sum of the token losses, set by the head's forward
   int64_t rows() const { return int64_t{B} * T; }
 };
@@ -100,6 +128,7 @@ class Workspace {
  public:
   Workspace(const ModelConfig& config, int loss_chunk_rows) : c_(config), chunk_rows_(loss_chunk_rows) {}
   void set_layout(const TpLayout& tp) { tp_ = tp, B_ = T_ = 0; }
+  void set_checkpointing(const ActivationCheckpointing& policy) { policy_ = policy, B_ = T_ = 0; }
   // Carves the buffers for B x T (growing the arena first if it is too small).
   void fit(int B, int T);
   int loss_chunk_rows() const { return chunk_rows_; }
@@ -109,23 +138,30 @@ class Workspace {
   float* dlnf = nullptr;       // [N, C] the output layer's input gradient
   float* logits = nullptr;     // [chunk, V / tp]
   float* loss_work = nullptr;  // [3 x chunk] (vocab-parallel loss)
+  // The activations blocks recompute instead of saving (none: all null).
+  BlockActivations recompute;
 
  private:
   const ModelConfig& c_;
   int chunk_rows_;
   TpLayout tp_;
+  ActivationCheckpointing policy_;
   int B_ = 0, T_ = 0;  // carved for
   Tensor arena_;
 };
 
-// Floats of a context's arena and of the workspace's for B x T on one rank, and the
-// floats of one block's saved activations (of those, the local rows').
-int64_t context_floats(const ModelConfig& c, const TpLayout& tp, int B, int T);
-int64_t workspace_floats(const ModelConfig& c, const TpLayout& tp, int B, int T, int loss_chunk_rows);
+// Floats of a context's arena and of the workspace's for B x T on one rank under a
+// checkpointing policy, and the floats of one block's saved activations (of those, the
+// local rows') when it saves everything.
+int64_t context_floats(const ModelConfig& c, const TpLayout& tp, int B, int T,
+                       const ActivationCheckpointing& policy = {});
+int64_t workspace_floats(const ModelConfig& c, const TpLayout& tp, int B, int T, int loss_chunk_rows,
+                         const ActivationCheckpointing& policy = {});
 int64_t block_activation_floats(const ModelConfig& c, const TpLayout& tp, int B, int T);
 int64_t block_local_row_floats(const ModelConfig& c, const TpLayout& tp, int B, int T);
 
 // Points the context's views into its arena (allocated or grown here) for B x T.
-void carve_context(MicroBatchContext& ctx, const ModelConfig& c, const TpLayout& tp, int B, int T);
+void carve_context(MicroBatchContext& ctx, const ModelConfig& c, const TpLayout& tp, int B, int T,
+                   const ActivationCheckpointing& policy = {});
 
 }  // namespace ndt

@@ -77,6 +77,31 @@ const Parameter* Block::find(const ParameterStore& store, const std::string& suf
   return &store.get(prefix_ + suffix);
 }
 
+BlockActivations Block::activations(const MicroBatchContext& ctx) const {
+  return with_recompute_area(ctx.blocks[static_cast<size_t>(layer_)], ws_.recompute);
+}
+
+// The pieces of forward that selective recompute reruns: a norm (on the local rows,
+// all-gathered into `out` under sequence parallel), the attention core, the activation.
+void Block::norm(float* out, float* mean, float* rstd, const float* x, const Parameter& w, const Parameter* b,
+                 const BlockDims& d) {
+  float* local = tp_->splits_rows() ? ws_.block.dln_local : out;
+  norm_forward(c_, local, mean, rstd, x, w, b, d.Nl);
+  tp_->column_input_forward(local, out, d.Nl, d.C);
+}
+
+void Block::attention_core(const BlockActivations& a, int B, int T, const BlockDims& d) {
+  kernels::attention_forward(a.att_out, a.lse, a.att, a.q, a.k, a.v, B, T, d.NH, d.NKV, d.HS);
+}
+
+void Block::activation(const BlockActivations& a, const BlockDims& d) {
+  if (c_.arch == Arch::gpt2) {
+    kernels::gelu_forward(a.ff_act, a.ff_pre, d.N * d.F);
+  } else {
+    kernels::swiglu_forward(a.ff_act, a.ff_pre, a.ff_up, d.N * d.F);
+  }
+}
+
 void Block::forward(MicroBatchContext& ctx) {
   const int B = ctx.B, T = ctx.T;
   ws_.fit(B, T);
@@ -84,14 +109,10 @@ void Block::forward(MicroBatchContext& ctx) {
   const BlockDims d(c_, tp.layout(), B, T);
   const float* x_in = ctx.stream[static_cast<size_t>(layer_)];
   float* x_out = ctx.stream[static_cast<size_t>(layer_) + 1];
-  BlockActivations& a = ctx.blocks[static_cast<size_t>(layer_)];
+  const BlockActivations a = activations(ctx);
   BlockScratch& s = ws_.block;
   // Attention: norm on the local rows, then the region (this rank's heads) on all rows.
-  // Under sequence parallel the norm writes a scratch that is all-gathered into ln1.
-  float* ln1_local = tp.splits_rows() ? s.dln_local : a.ln1;
-  norm_forward(c_, ln1_local, a.ln1_mean, a.ln1_rstd, x_in, *ln1_w_, ln1_b_, d.Nl);
-  tp.column_input_forward(ln1_local, a.ln1, d.Nl, d.C);
-
+  norm(a.ln1, a.ln1_mean, a.ln1_rstd, x_in, *ln1_w_, ln1_b_, d);
   float* q_dst = c_.qk_norm ? a.q_pre : a.q;
   float* k_dst = c_.qk_norm ? a.k_pre : a.k;
   wq_.forward(q_dst, a.ln1, d.N);
@@ -106,23 +127,36 @@ void Block::forward(MicroBatchContext& ctx) {
     kernels::rope_forward(a.q, a.q, B, T, d.NH, d.HS, 0, c_.rope_theta);
     kernels::rope_forward(a.k, a.k, B, T, d.NKV, d.HS, 0, c_.rope_theta);
   }
-  kernels::attention_forward(a.att_out, a.lse, a.att, a.q, a.k, a.v, B, T, d.NH, d.NKV, d.HS);
+  attention_core(a, B, T, d);
   wo_.forward(tp, a.x_mid, tp.splits_rows() ? s.dln : a.x_mid, a.att_out, d.N);
   kernels::add_inplace(a.x_mid, x_in, d.Nl * d.C);
 
   // MLP, the same way.
-  float* ln2_local = tp.splits_rows() ? s.dln_local : a.ln2;
-  norm_forward(c_, ln2_local, a.ln2_mean, a.ln2_rstd, a.x_mid, *ln2_w_, ln2_b_, d.Nl);
-  tp.column_input_forward(ln2_local, a.ln2, d.Nl, d.C);
+  norm(a.ln2, a.ln2_mean, a.ln2_rstd, a.x_mid, *ln2_w_, ln2_b_, d);
   fc_.forward(a.ff_pre, a.ln2, d.N);
-  if (c_.arch == Arch::gpt2) {
-    kernels::gelu_forward(a.ff_act, a.ff_pre, d.N * d.F);
-  } else {
-    up_.forward(a.ff_up, a.ln2, d.N);
-    kernels::swiglu_forward(a.ff_act, a.ff_pre, a.ff_up, d.N * d.F);
-  }
+  if (c_.arch == Arch::llama) up_.forward(a.ff_up, a.ln2, d.N);
+  activation(a, d);
   proj_.forward(tp, x_out, tp.splits_rows() ? s.dln : x_out, a.ff_act, d.N);
   kernels::add_inplace(x_out, a.x_mid, d.Nl * d.C);
+}
+
+void Block::recompute(MicroBatchContext& ctx, const BlockActivations& a, const BlockDims& d) {
+  switch (ctx.checkpointing.of_block(layer_)) {
+    case CheckpointMode::none: return;
+    case CheckpointMode::full:
+      // The whole forward again, into the recompute area; it also rewrites the block's
+      // output (the next block's input) with the same values.
+      forward(ctx);
+      return;
+    case CheckpointMode::selective: {
+      const float* x_in = ctx.stream[static_cast<size_t>(layer_)];
+      norm(a.ln1, a.ln1_mean, a.ln1_rstd, x_in, *ln1_w_, ln1_b_, d);
+      attention_core(a, ctx.B, ctx.T, d);  // also rewrites att_out, with the same values
+      norm(a.ln2, a.ln2_mean, a.ln2_rstd, a.x_mid, *ln2_w_, ln2_b_, d);
+      activation(a, d);
+      return;
+    }
+  }
 }
 
 void Block::backward(MicroBatchContext& ctx, ModelHooks* hooks) {
@@ -132,7 +166,8 @@ void Block::backward(MicroBatchContext& ctx, ModelHooks* hooks) {
   const BlockDims d(c_, tp.layout(), B, T);
   float* dres = ws_.dstream;
   const float* x_in = ctx.stream[static_cast<size_t>(layer_)];
-  const BlockActivations& a = ctx.blocks[static_cast<size_t>(layer_)];
+  const BlockActivations a = activations(ctx);
+  recompute(ctx, a, d);
   BlockScratch& s = ws_.block;
   const int N = static_cast<int>(d.N);
   auto poll = [hooks] {

@@ -1,12 +1,15 @@
 // One transformer block, a unit (model/unit.h) with explicit forward and backward:
 //   x_mid = x + Wo · attention(norm1(x))        (q, k, v projections; QK-norm; RoPE)
 //   x_out = x_mid + MLP(norm2(x_mid))           (GELU 4x for gpt2, SwiGLU for llama)
-// It saves what backward needs in the context's BlockActivations. Under tensor
+// It saves what backward needs in the context's BlockActivations, or, under activation
+// checkpointing (model/activations.h), part of it, and recomputes the rest at the start
+// of its backward. Under tensor
 // parallelism each rank computes its own heads and MLP hidden units between the region
 // operators (model/tensor_parallel_regions.h); with sequence parallel the residual
 // stream, the norms and the residual adds hold rows / tp rows and the regions all rows.
 #pragma once
 
+#include "model/activations.h"
 #include "model/config.h"
 #include "model/parameter.h"
 #include "model/tp_layers.h"
@@ -32,6 +35,13 @@ class Block : public Unit {
 
  private:
   const Parameter* find(const ParameterStore& store, const std::string& suffix, bool required = true);
+  BlockActivations activations(const MicroBatchContext& ctx) const;
+  void norm(float* out, float* mean, float* rstd, const float* x, const Parameter& w, const Parameter* b,
+            const BlockDims& d);
+  void attention_core(const BlockActivations& a, int B, int T, const BlockDims& d);
+  void activation(const BlockActivations& a, const BlockDims& d);
+  // What the context's checkpointing policy left out of this block's saved activations.
+  void recompute(MicroBatchContext& ctx, const BlockActivations& a, const BlockDims& d);
   const ModelConfig& c_;
   int layer_;
   std::string prefix_;

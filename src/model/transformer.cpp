@@ -77,9 +77,33 @@ double Transformer::flops_per_token(int T) const {
          12.0 * config_.n_layer * config_.d_model * static_cast<double>(T);
 }
 
+double Transformer::recompute_flops_per_token(int T) const {
+  const double attention_core = 4.0 * config_.d_model * static_cast<double>(T);
+  double flops = 0;
+  for (int l = 0; l < config_.n_layer; ++l) {
+    switch (checkpointing_.of_block(l)) {
+      case CheckpointMode::none: break;
+      case CheckpointMode::selective: flops += attention_core; break;
+      case CheckpointMode::full: {
+        int64_t block_params = 0;
+        for (const ParameterSpec& spec : block_parameter_specs(config_, l)) block_params += shape_numel(spec.logical_shape);
+        flops += 2.0 * static_cast<double>(block_params) + attention_core;
+        break;
+      }
+    }
+  }
+  return flops;
+}
+
+void Transformer::set_activation_checkpointing(const ActivationCheckpointing& policy) {
+  NDT_CHECK(policy.every >= 1, "train.activation_checkpointing_every = {} must be at least 1", policy.every);
+  checkpointing_ = policy;
+  workspace_.set_checkpointing(policy);
+}
+
 int64_t Transformer::predict_activation_bytes(const ModelConfig& c, int B, int T, int loss_chunk_rows,
-                                              const TpLayout& tp) {
-  return (context_floats(c, tp, B, T) + workspace_floats(c, tp, B, T, loss_chunk_rows)) * 4;
+                                              const TpLayout& tp, const ActivationCheckpointing& policy) {
+  return (context_floats(c, tp, B, T, policy) + workspace_floats(c, tp, B, T, loss_chunk_rows, policy)) * 4;
 }
 
 int64_t Transformer::predict_local_row_activation_bytes(const ModelConfig& c, int B, int T, const TpLayout& tp) {
@@ -90,7 +114,7 @@ int64_t Transformer::predict_local_row_activation_bytes(const ModelConfig& c, in
 
 void Transformer::prepare(MicroBatchContext& ctx, const int32_t* inputs, const int32_t* targets, int B, int T,
                           float grad_scale, bool forward_only) {
-  carve_context(ctx, config_, tp_->layout(), B, T);
+  carve_context(ctx, config_, tp_->layout(), B, T, checkpointing_);
   workspace_.fit(B, T);
   const int64_t N = ctx.rows();
   ctx.inputs.assign(inputs, inputs + N);

@@ -42,6 +42,10 @@ class Transformer {
   void set_tensor_parallel(std::unique_ptr<TensorParallelRegions> tp);
   const TensorParallelRegions& tensor_parallel() const { return *tp_; }
 
+  // What the blocks of every context prepared from now on save (default: everything).
+  void set_activation_checkpointing(const ActivationCheckpointing& policy);
+  const ActivationCheckpointing& activation_checkpointing() const { return checkpointing_; }
+
   // Sizes ctx for a micro-batch of B rows of T tokens and copies its tokens in (targets
   // may be null when no loss is wanted). Backward will compute the gradient of
   // grad_scale x (sum of token losses); forward_only: no backward follows.
@@ -61,6 +65,11 @@ class Transformer {
   // used in matmuls) + 12 x n_layer x d_model x T (attention scores and weighted sum,
   // forward and backward, counted in full).
   double flops_per_token(int T) const;
+  // FLOPs per token that activation checkpointing adds by recomputing (matmuls only, as
+  // flops_per_token counts them): full recompute reruns a block's forward, 2 x its
+  // matmul parameters + 4 x d_model x T; selective reruns the attention core, 4 x
+  // d_model x T. Hardware FLOPs utilisation counts them, model FLOPs utilisation not.
+  double recompute_flops_per_token(int T) const;
   // Parameters in matmuls (logical, whole model): all except lookup-only tables
   // (positions; untied input embedding).
   int64_t matmul_params() const;
@@ -69,7 +78,7 @@ class Transformer {
   // workspace, from the shapes alone: saved activations, backward scratch and one logits
   // chunk. (Model states: parallel/memory_model.h.)
   static int64_t predict_activation_bytes(const ModelConfig& config, int B, int T, int loss_chunk_rows,
-                                          const TpLayout& tp = {});
+                                          const TpLayout& tp = {}, const ActivationCheckpointing& policy = {});
   // Of those, the bytes of the local rows: the residual stream, the norms' statistics and
   // the residual adds, which sequence parallel splits by tp.
   static int64_t predict_local_row_activation_bytes(const ModelConfig& config, int B, int T, const TpLayout& tp = {});
@@ -79,6 +88,7 @@ class Transformer {
   ParameterStore store_;
   std::unique_ptr<TensorParallelRegions> tp_;
   Workspace workspace_;
+  ActivationCheckpointing checkpointing_;
   std::vector<std::unique_ptr<Unit>> units_;
   Head* head_ = nullptr;
   ModelHooks* hooks_ = nullptr;

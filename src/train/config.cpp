@@ -136,6 +136,23 @@ const std::vector<Field>& fields() {
     f.push_back(field<int>("train.eval_batches", NDT_REF(eval_batches), "Batches of validation data per evaluation, each train.batch_size rows split over the data-parallel ranks like a training batch (the same rows on any mesh)."));
     f.push_back(field<int>("train.loss_chunk_rows", NDT_REF(loss_chunk_rows), "Rows of logits computed at once by the fused output layer and loss (memory: rows x vocab floats)."));
     f.push_back(field<std::string>("train.init_from", NDT_REF(init_from), "Start from these weights instead of a random initialisation, on any layout, with fresh optimizer state at step 0 (fine-tuning): a *.safetensors file (Hugging Face names), an llm.c *.bin, or an ndtrain checkpoint (model-only or training; a folder of them or a run folder: its newest). The model.* keys must describe the same model."));
+    Field checkpointing;
+    checkpointing.key = "train.activation_checkpointing";
+    checkpointing.doc = "What each block keeps for backward (docs/activation_checkpointing.md). none: everything. "
+                        "full: only its input; backward reruns the block's forward (about a third more compute, "
+                        "most of the activation memory saved). selective: everything but the norm outputs, the "
+                        "attention probabilities and the MLP activation, which backward recomputes (the attention "
+                        "core: a few percent more compute). Gradients are bitwise those of none. With gradient "
+                        "accumulation the saving is per micro-batch: a smaller train.micro_batch_size and "
+                        "checkpointing both cut activations, and recompute costs the same fraction of each step.";
+    checkpointing.set = [](RunConfig& c, const std::string& v) {
+      c.activation_checkpointing.mode = checkpoint_mode_from_name(v);
+    };
+    checkpointing.get = [](const RunConfig& c) {
+      return fmt::format("\"{}\"", checkpoint_mode_name(c.activation_checkpointing.mode));
+    };
+    f.push_back(checkpointing);
+    f.push_back(field<int>("train.activation_checkpointing_every", NDT_REF(activation_checkpointing.every), "With activation_checkpointing = \"full\": recompute only the blocks whose index is a multiple of this (1: every block; 2: blocks 0, 2, 4, ...); the others keep everything."));
     f.push_back(field<int64_t>("train.log_every", NDT_REF(log_every), "Print a progress line every this many steps (the metrics file gets every step)."));
 
     f.push_back(field<float>("optim.lr", NDT_REF(schedule.max_lr), "Peak learning rate, reached after warmup."));
@@ -284,6 +301,12 @@ void RunConfig::validate() const {
   NDT_CHECK(eval_batches > 0, "train.eval_batches = {} must be positive", eval_batches);
   NDT_CHECK(loss_chunk_rows > 0, "train.loss_chunk_rows = {} must be positive", loss_chunk_rows);
   NDT_CHECK(log_every > 0, "train.log_every = {} must be positive", log_every);
+  NDT_CHECK(activation_checkpointing.every >= 1, "train.activation_checkpointing_every = {} must be at least 1",
+            activation_checkpointing.every);
+  NDT_CHECK(activation_checkpointing.every == 1 || activation_checkpointing.mode == CheckpointMode::full,
+            "train.activation_checkpointing_every = {} applies to full recompute, but train.activation_checkpointing "
+            "= \"{}\"",
+            activation_checkpointing.every, checkpoint_mode_name(activation_checkpointing.mode));
   schedule.validate();
   NDT_CHECK(adamw.beta1 >= 0 && adamw.beta1 < 1, "optim.beta1 = {} must be in [0, 1)", adamw.beta1);
   NDT_CHECK(adamw.beta2 >= 0 && adamw.beta2 < 1, "optim.beta2 = {} must be in [0, 1)", adamw.beta2);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "comm/device_mesh.h"
+#include "model/activations.h"
 #include "model/config.h"
 #include "optim/adamw.h"
 #include "optim/schedule.h"
@@ -30,6 +31,7 @@ struct RunConfig {
   int loss_chunk_rows = 256;
   int64_t log_every = 1;
   std::string init_from;  // a model file or checkpoint to start from (fresh optimizer, step 0)
+  ActivationCheckpointing activation_checkpointing;  // what blocks save for backward
 
   // [optim]
   LrSchedule schedule{.decay_steps = 0};  // decay_steps 0: train.steps

@@ -112,6 +112,7 @@ Trainer::Trainer(const RunConfig& config, DeviceMesh* mesh, std::ostream* log)
   model_ = std::make_unique<Transformer>(config_.model, config_.seed, config_.loss_chunk_rows,
                                          /*materialize_parameters=*/false);
   apply_weight_decay_policy(model_->store(), config_.weight_decay_policy);
+  model_->set_activation_checkpointing(config_.activation_checkpointing);
   sync_ = parallelize(*model_, mesh_,
                       {config_.zero_stage, static_cast<size_t>(config_.bucket_mb * 1024 * 1024),
                        config_.reshard_after_forward, config_.prefetch, config_.sequence_parallel, config_.adamw});
@@ -263,7 +264,8 @@ void Trainer::print_header() {
   const ModelConfig& m = config_.model;
   const TpLayout tp = model_->tensor_parallel().layout();
   const int64_t activations = Transformer::predict_activation_bytes(m, config_.micro_batch_size, config_.seq_len,
-                                                                    config_.loss_chunk_rows, tp);
+                                                                    config_.loss_chunk_rows, tp,
+                                                                    config_.activation_checkpointing);
   const ModelStateBytes states = predict_model_states(local_parameter_specs(model_parameter_specs(m), tp.size),
                                                       mesh_ ? mesh_->size(Axis::dp_shard) : 1, config_.zero_stage);
   fmt::print(*log_, "ndtrain: {} model, {} layers, d_model {}, {} heads, vocab {}, output layer {}: {:.2f}M parameters\n",
@@ -287,6 +289,12 @@ void Trainer::print_header() {
   fmt::print(*log_, "memory predicted per rank: params {:.1f} MiB, grads {:.1f} MiB, optimizer {:.1f} MiB (after a step), "
              "activations {:.1f} MiB\n",
              mib(states.params), mib(states.grads), mib(states.optimizer), mib(activations));
+  if (recomputes()) {
+    const ActivationCheckpointing& ac = config_.activation_checkpointing;
+    fmt::print(*log_, "activation checkpointing: {}{}; the recompute adds {:.1f}% to the model's FLOPs (HFU counts it)\n",
+               checkpoint_mode_name(ac.mode), ac.every > 1 ? fmt::format(" of every {}th block", ac.every) : "",
+               100.0 * model_->recompute_flops_per_token(config_.seq_len) / model_->flops_per_token(config_.seq_len));
+  }
   fmt::print(*log_, "MFU peak: {:.1f} GFLOP/s ({})\n", peak_.flops_per_s / 1e9, peak_.source);
   const bool metrics_on = !config_.out_dir.empty();
   fmt::print(*log_, "metrics: {}\n", metrics_on ? config_.out_dir + "/metrics.jsonl" : std::string("(off)"));
@@ -325,13 +333,15 @@ StepStats Trainer::step() {
   s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   s.tokens_per_s = static_cast<double>(config_.batch_size) * T / s.seconds;
   s.mfu = model_->flops_per_token(T) * s.tokens_per_s / (peak_.flops_per_s * world_size());
+  s.hfu = s.mfu * (1.0 + model_->recompute_flops_per_token(T) / model_->flops_per_token(T));
   s.peak_bytes = MemoryLedger::instance().peak_total();
   s.comm_wait_seconds = sync_->exposed_wait_seconds() - exposed_before;
   // JSON has no NaN or infinity: a non-finite value is written as its text ("nan", "inf").
   const auto number = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(fmt::format("{}", v)); };
   nlohmann::json record = {{"step", s.step + 1}, {"loss", number(s.loss)}, {"lr", s.lr},
                            {"grad_norm", number(s.grad_norm)}, {"step_s", s.seconds},
-                           {"tokens_per_s", s.tokens_per_s}, {"mfu", s.mfu}, {"peak_mem_bytes", s.peak_bytes}};
+                           {"tokens_per_s", s.tokens_per_s}, {"mfu", s.mfu}, {"hfu", s.hfu},
+                           {"peak_mem_bytes", s.peak_bytes}};
   if (!s.finite) record["update_skipped"] = "non-finite loss or gradient norm";
   if (world_size() > 1) record["comm"] = comm_record(), record["dp_exposed_wait_s"] = s.comm_wait_seconds;
   metrics_->write(record);
@@ -356,10 +366,10 @@ double Trainer::evaluate() {
 
 void Trainer::print_step(const StepStats& s) {
   fmt::print(*log_,
-             "step {:>5}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:>8.0f} tok/s | MFU {:5.1f}% | "
+             "step {:>5}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:>8.0f} tok/s | MFU {:5.1f}%{} | "
              "peak mem {:.1f} MiB | {:.0f} ms{}\n",
              s.step + 1, config_.steps, s.loss, s.lr, s.grad_norm, s.tokens_per_s, 100.0 * s.mfu,
-             mib(s.peak_bytes), 1e3 * s.seconds,
+             recomputes() ? fmt::format(" HFU {:5.1f}%", 100.0 * s.hfu) : "", mib(s.peak_bytes), 1e3 * s.seconds,
              dp_size_ > 1 ? fmt::format(" (comm wait {:.0f} ms)", 1e3 * s.comm_wait_seconds) : "");
   log_->flush();
 }
@@ -389,14 +399,14 @@ void Trainer::stop_on_non_finite(const StepStats& s) {
 RunSummary Trainer::run() {
   RunSummary summary;
   summary.unigram_entropy = unigram_entropy(train_data_.tokens(), train_data_.size());
-  std::vector<double> rates, mfus;
+  std::vector<double> rates, mfus, hfus;
   install_stop_handler();
   while (step_ < config_.steps) {
     const StepStats s = step();
     if (!s.finite) stop_on_non_finite(s);
     summary.losses.push_back(s.loss);
     // The first step pays for first-touch page faults; leave it out of the medians.
-    if (s.step > 0 || config_.steps == 1) rates.push_back(s.tokens_per_s), mfus.push_back(s.mfu);
+    if (s.step > 0 || config_.steps == 1) rates.push_back(s.tokens_per_s), mfus.push_back(s.mfu), hfus.push_back(s.hfu);
     if (config_.checkpoint_every > 0 && step_ % config_.checkpoint_every == 0 && step_ < config_.steps) {
       save_checkpoint(config_.checkpoint_async);
     }
@@ -406,7 +416,7 @@ RunSummary Trainer::run() {
                    checkpoints_->enabled() ? "saving and stopping" : "stopping (checkpoints are off: nothing is saved)");
       }
       if (log_ && s.step % config_.log_every != 0) print_step(s);
-      if (rates.empty()) rates.push_back(s.tokens_per_s), mfus.push_back(s.mfu);
+      if (rates.empty()) rates.push_back(s.tokens_per_s), mfus.push_back(s.mfu), hfus.push_back(s.hfu);
       summary.stopped_by_signal = true;
       break;
     }
@@ -439,6 +449,7 @@ RunSummary Trainer::run() {
   }
   summary.median_tokens_per_s = median(rates);
   summary.median_mfu = median(mfus);
+  summary.median_hfu = median(hfus);
   // Every rank samples (the same tokens): under FSDP the forward pass is collective.
   // Sampling runs on a context of the model's own: the training context goes first, so
   // the activation peak stays the training one.
@@ -463,6 +474,7 @@ RunSummary Trainer::run() {
                     {"unigram_entropy", summary.unigram_entropy},
                     {"median_tokens_per_s", summary.median_tokens_per_s},
                     {"median_mfu", summary.median_mfu},
+                    {"median_hfu", summary.median_hfu},
                     {"peak_mem_bytes", ledger.peak_total()},
                     {"peak_mem_by_tag", mem},
                     {"peak_rss_bytes", process_peak_rss_bytes()},
@@ -478,8 +490,8 @@ RunSummary Trainer::run() {
       fmt::print(*log_, "loss: first {:.4f}, last {:.4f}; {} (unigram entropy of the data {:.4f})\n",
                  summary.losses.front(), summary.losses.back(), validation, summary.unigram_entropy);
     }
-    fmt::print(*log_, "throughput: median {:.0f} tokens/s, MFU {:.1f}%\n", summary.median_tokens_per_s,
-               100.0 * summary.median_mfu);
+    fmt::print(*log_, "throughput: median {:.0f} tokens/s, MFU {:.1f}%, HFU {:.1f}% (with the recomputed forward)\n",
+               summary.median_tokens_per_s, 100.0 * summary.median_mfu, 100.0 * summary.median_hfu);
     if (world_size() > 1) {
       for (Axis axis : {Axis::dp, Axis::dp_shard, Axis::dp_replicate, Axis::tp}) {
         const CommStats& stats = mesh_->axis(axis).stats();

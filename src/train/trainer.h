@@ -31,7 +31,8 @@ struct StepStats {
   double grad_norm = 0;
   double seconds = 0;
   double tokens_per_s = 0;
-  double mfu = 0;
+  double mfu = 0;  // model FLOPs utilisation: the model's training FLOPs, counted once
+  double hfu = 0;  // hardware FLOPs utilisation: with the FLOPs activation checkpointing recomputes
   size_t peak_bytes = 0;
   double comm_wait_seconds = 0;  // data-parallel all-reduce time backward did not hide
   // False when the loss or the gradient norm was NaN or infinite: the update was then
@@ -45,6 +46,7 @@ struct RunSummary {
   std::vector<std::pair<int64_t, double>> val_losses;  // (steps done, loss)
   double median_tokens_per_s = 0;
   double median_mfu = 0;
+  double median_hfu = 0;
   double unigram_entropy = 0;  // nats per token of the training data
   std::string sample;
   bool stopped_by_signal = false;  // SIGTERM: stopped (and saved) before train.steps
@@ -99,6 +101,7 @@ class Trainer {
   DeviceMesh* mesh_;
   int dp_size_ = 1, dp_rank_ = 0;
   int world_size() const { return mesh_ ? mesh_->world().size() : 1; }
+  bool recomputes() const { return config_.activation_checkpointing.mode != CheckpointMode::none; }
   int rows_per_rank_ = 0;  // of the global batch
   std::ostream* log_;
   std::unique_ptr<Transformer> model_;

@@ -2,6 +2,7 @@
 // GPT-2 and Llama shapes (with and without QK-norm), the memory ledger against the
 // model's own prediction, and the initialisation's independence from layout.
 #include "../common/gradcheck.h"
+#include "tiny_model.h"
 #include "core/memory.h"
 #include "core/rng.h"
 #include "model/transformer.h"
@@ -16,27 +17,8 @@
 namespace ndt {
 namespace {
 
-ModelConfig tiny(Arch arch, bool qk_norm) {
-  ModelConfig c;
-  c.arch = arch;
-  c.vocab_size = 13;
-  c.max_seq_len = 8;
-  c.n_layer = 2;
-  c.n_head = 4;
-  c.n_kv_head = arch == Arch::llama ? 2 : 4;
-  c.d_model = 16;
-  c.d_ff = arch == Arch::llama ? 24 : 64;
-  c.qk_norm = qk_norm;
-  c.tied_embeddings = arch == Arch::gpt2;
-  c.init_std = 0.3f;  // large enough that every path carries a visible gradient
-  return c;
-}
-
-std::vector<int32_t> tokens(int n, int vocab, uint64_t stream) {
-  std::vector<int32_t> t(n);
-  for (int i = 0; i < n; ++i) t[i] = static_cast<int32_t>(philox(3, stream, i)[0] % vocab);
-  return t;
-}
+using testing::tiny;
+using testing::tokens;
 
 class ModelGradient : public ::testing::TestWithParam<std::pair<Arch, bool>> {};
 

@@ -1,7 +1,7 @@
 // Tensor parallelism (with and without sequence parallel) against one rank, for the
 // GPT-2 and the Llama shapes, alone and composed with DDP and FSDP on a 2-D mesh; the
 // tp communication of a step against the theory; activation memory against the
-// prediction.
+// prediction; activation checkpointing on fsdp x tp bitwise equal to none.
 #include "../common/temp_dir.h"
 #include "../train/test_support.h"
 #include "core/memory.h"
@@ -168,6 +168,64 @@ TEST(TensorParallelMemory, SequenceParallelSplitsTheTokenRegions) {
   EXPECT_NEAR(static_cast<double>(measured[0]) - static_cast<double>(measured[1]), expected_saving,
               0.01 * static_cast<double>(measured[0]));
   EXPECT_LT(measured[1], measured[0]);
+}
+
+// Catches: a recompute that under sharded parameters (FSDP gathers a block's parameters
+// for backward, where the recompute runs) or tensor parallel with sequence parallel
+// (the recomputed norms all-gather again) differs in any bit from the saved forward.
+// fsdp=2 x tp=2 with sequence parallel on 4 ranks, tp=2 on 2; GPT-2 and Llama (QK-norm,
+// GQA); every policy against none, losses, gradient norms and parameters bitwise; and
+// the activation ledger equal to the prediction under each.
+TEST(ActivationCheckpointingParallel, EveryPolicyIsBitwiseNoneOnFsdpTimesTp) {
+  Communicator& world = testing::world();
+  testing::TempDir dir;
+  write_shard(dir.file("train.bin"), testing::synthetic_text(30000, 9));
+  const bool four = world.size() == 4;
+  for (bool llama : {false, true}) {
+    RunConfig c = tiny_run(dir.file("train.bin"), 8, 0);
+    c.model.n_layer = 3;
+    if (llama) {
+      c.model.arch = Arch::llama;
+      c.model.tied_embeddings = false;
+      c.model.n_head = 8;
+      c.model.n_kv_head = 4;
+      c.model.d_ff = 96;
+      c.model.qk_norm = true;
+    }
+    c.steps = 3;
+    c.mesh.tp = 2;
+    c.mesh.dp_shard = four ? 2 : 1;
+    c.zero_stage = four ? 3 : 0;
+    c.sequence_parallel = four;
+    DeviceMesh mesh(world, c.resolve_mesh(world.size()));
+    const testing::TrainedRun reference = train(c, &mesh);
+    for (const ActivationCheckpointing& policy : {ActivationCheckpointing{CheckpointMode::full, 1},
+                                                  ActivationCheckpointing{CheckpointMode::full, 2},
+                                                  ActivationCheckpointing{CheckpointMode::selective, 1}}) {
+      const std::string what = std::string(llama ? "llama " : "gpt2 ") + std::string(checkpoint_mode_name(policy.mode)) +
+                                " every " + std::to_string(policy.every);
+      c.activation_checkpointing = policy;
+      MemoryLedger& ledger = MemoryLedger::instance();
+      const size_t before = ledger.current(MemTag::activations);
+      testing::TrainedRun run;
+      {
+        Trainer trainer(c, &mesh, nullptr);
+        for (int64_t s = 0; s < c.steps; ++s) {
+          const StepStats stats = trainer.step();
+          run.losses.push_back(stats.loss);
+          run.grad_norms.push_back(stats.grad_norm);
+        }
+        EXPECT_EQ(static_cast<int64_t>(ledger.current(MemTag::activations) - before),
+                  Transformer::predict_activation_bytes(c.model, c.batch_size / (four ? 2 : 1), c.seq_len,
+                                                        c.loss_chunk_rows, TpLayout{2, four}, policy))
+            << what;
+        run.params = trainer.full_parameters();
+      }
+      EXPECT_EQ(run.losses, reference.losses) << what;
+      EXPECT_EQ(run.grad_norms, reference.grad_norms) << what;
+      EXPECT_EQ(run.params, reference.params) << what;
+    }
+  }
 }
 
 }  // namespace

@@ -107,6 +107,22 @@ TEST_F(ConfigTest, BadValuesAndSyntax) {
   EXPECT_ERROR_MENTIONS(error_of({}, "broken.toml"), "broken.toml");
 }
 
+// Catches: a misspelt policy silently training without checkpointing, and an `every`
+// that cannot mean anything accepted.
+TEST_F(ConfigTest, ActivationCheckpointingSettings) {
+  EXPECT_ERROR_MENTIONS(error_of({"train.activation_checkpointing=partial"}),
+                        "train.activation_checkpointing = \"partial\" is not a policy: none, full or selective");
+  EXPECT_ERROR_MENTIONS(error_of({"train.activation_checkpointing=full", "train.activation_checkpointing_every=0"}),
+                        "train.activation_checkpointing_every = 0 must be at least 1");
+  EXPECT_ERROR_MENTIONS(
+      error_of({"train.activation_checkpointing=selective", "train.activation_checkpointing_every=2"}),
+      "train.activation_checkpointing_every = 2 applies to full recompute, but train.activation_checkpointing = "
+      "\"selective\"");
+  EXPECT_EQ(error_of({"train.activation_checkpointing=full", "train.activation_checkpointing_every=3"}), "");
+  const RunConfig c = load_run_config(dir_.file("base.toml"), {"train.activation_checkpointing=selective"});
+  EXPECT_EQ(c.activation_checkpointing.mode, CheckpointMode::selective);
+}
+
 TEST_F(ConfigTest, MissingFiles) {
   EXPECT_ERROR_MENTIONS(error_of({"data.train=/nonexistent/train.bin"}), "data.train = \"/nonexistent/train.bin\"");
   EXPECT_ERROR_MENTIONS(error_of({"data.val=/nonexistent/val.bin"}), "data.val = \"/nonexistent/val.bin\"");

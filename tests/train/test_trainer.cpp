@@ -120,6 +120,30 @@ TEST(Trainer, StepZeroGradientNormIsThatOfTheMeanTokenLoss) {
   EXPECT_GT(norm, 0.1);
 }
 
+// Catches: HFU that does not count the recompute (or MFU that does). Full recompute of
+// every block adds each block's forward: 2 x its parameters + 4 x d_model x T per
+// token, against 6 x the matmul parameters + 12 x n_layer x d_model x T.
+TEST(Trainer, HfuOverMfuIsTheRecomputedShare) {
+  testing::TempDir dir;
+  write_shard(dir.file("train.bin"), testing::synthetic_text(20000, 6));
+  RunConfig c = small_run(dir.file("train.bin"), 2);
+  c.activation_checkpointing = {CheckpointMode::full, 1};
+  Trainer trainer(c, nullptr, nullptr);
+  int64_t blocks = 0, matmul = 0;
+  for (const Parameter& p : trainer.model().store().params()) {
+    if (p.name().starts_with("blocks.")) blocks += p.numel();
+    if (p.name() != "wpe.weight") matmul += p.numel();  // tied: the embedding is the output layer
+  }
+  const double attention = 4.0 * c.model.d_model * c.seq_len;
+  const double model_flops = 6.0 * matmul + 3 * c.model.n_layer * attention;
+  const double recompute = 2.0 * blocks + c.model.n_layer * attention;
+  for (int s = 0; s < 2; ++s) {
+    const StepStats stats = trainer.step();
+    EXPECT_GT(stats.mfu, 0);
+    EXPECT_NEAR(stats.hfu / stats.mfu, (model_flops + recompute) / model_flops, 0.01 * stats.hfu / stats.mfu);
+  }
+}
+
 // Catches memory held beyond the prediction over a whole run: training, validation,
 // checkpoint-free sampling. The activation peak of run() is the predicted one.
 TEST(Trainer, ActivationPeakOfAWholeRunIsThePrediction) {
