@@ -14,6 +14,7 @@
 #include "model/tensor_parallel_regions.h"
 
 #include <cstdint>
+#include <functional>
 #include <string_view>
 #include <vector>
 
@@ -84,6 +85,15 @@ struct HeadActivations {
 // workspace's recompute area.
 BlockActivations with_recompute_area(const BlockActivations& saved, const BlockActivations& area);
 
+// One linear layer's weight gradient, deferred by a split backward (zero-bubble
+// schedules): the output gradient the input half computed, copied (the workspace is
+// reused by the next unit), and what adds dout^T x input to the weight and bias
+// gradients.
+struct DeferredWeightGradient {
+  Tensor dout;  // ledger tag activations
+  std::function<void(const float* dout)> apply;
+};
+
 // One micro-batch in flight, owned by whoever schedules the units (one per micro-batch
 // alive at once); Transformer::prepare sizes it and copies its tokens in.
 struct MicroBatchContext {
@@ -100,6 +110,8 @@ struct MicroBatchContext {
   std::vector<BlockActivations> blocks;  // [n_layer]
   HeadActivations head;
   ActivationCheckpointing checkpointing;  // what the blocks saved (set by carve_context)
+  // Per block: the weight gradients its backward_input left for its backward_weight.
+  std::vector<std::vector<DeferredWeightGradient>> deferred;
   double loss_sum = 0;  // the sum of the token losses, set by the head's forward
   int64_t rows() const { return int64_t{B} * T; }
 };

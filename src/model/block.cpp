@@ -159,7 +159,31 @@ void Block::recompute(MicroBatchContext& ctx, const BlockActivations& a, const B
   }
 }
 
-void Block::backward(MicroBatchContext& ctx, ModelHooks* hooks) {
+void Block::backward(MicroBatchContext& ctx, ModelHooks* hooks) { backward_pass(ctx, hooks, nullptr); }
+
+void Block::backward_input(MicroBatchContext& ctx, ModelHooks* hooks) {
+  NDT_CHECK(ctx.checkpointing.of_block(layer_) == CheckpointMode::none,
+            "block {}: a split backward (zero-bubble) keeps the block's activations until its weight half, which "
+            "activation checkpointing ({}) does not save",
+            layer_, checkpoint_mode_name(ctx.checkpointing.mode));
+  if (ctx.deferred.size() < static_cast<size_t>(c_.n_layer)) ctx.deferred.resize(static_cast<size_t>(c_.n_layer));
+  std::vector<DeferredWeightGradient>& deferred = ctx.deferred[static_cast<size_t>(layer_)];
+  NDT_CHECK(deferred.empty(), "block {}: backward_input twice without backward_weight", layer_);
+  backward_pass(ctx, hooks, &deferred);
+}
+
+void Block::backward_weight(MicroBatchContext& ctx, ModelHooks* hooks) {
+  NDT_CHECK(static_cast<size_t>(layer_) < ctx.deferred.size() && !ctx.deferred[static_cast<size_t>(layer_)].empty(),
+            "block {}: backward_weight without backward_input", layer_);
+  std::vector<DeferredWeightGradient>& deferred = ctx.deferred[static_cast<size_t>(layer_)];
+  for (DeferredWeightGradient& w : deferred) {
+    w.apply(w.dout.data<float>());
+    if (hooks) hooks->poll();
+  }
+  deferred.clear();  // frees the copies
+}
+
+void Block::backward_pass(MicroBatchContext& ctx, ModelHooks* hooks, std::vector<DeferredWeightGradient>* deferred) {
   const int B = ctx.B, T = ctx.T;
   ws_.fit(B, T);
   const TensorParallelRegions& tp = *tp_;
@@ -174,10 +198,28 @@ void Block::backward(MicroBatchContext& ctx, ModelHooks* hooks) {
     if (hooks) hooks->poll();
   };
   partial_.begin();
+  // A linear layer's weight gradient: now (fused), or later, from a copy of its output
+  // gradient (split: the workspace is reused before the weight half runs).
+  auto weight_grad = [deferred](auto apply, const float* dout, int64_t numel) {
+    if (!deferred) return apply(dout);
+    Tensor copy = Tensor::empty({numel}, DType::f32, MemTag::activations);
+    kernels::copy(copy.data<float>(), dout, numel);
+    deferred->push_back({std::move(copy), apply});
+  };
+  auto column = [&](const ColumnParallelLinear& layer, float* dinp, const float* dout, const float* inp) {
+    layer.backward_input(dinp, dout, d.N);
+    weight_grad([&layer, inp, rows = d.N](const float* dy) { layer.backward_weight(dy, inp, rows); }, dout,
+                d.N * layer.weight->local_shape[0]);
+  };
+  auto row = [&](const RowParallelLinear& layer, float* dinp, const float* dout, const float* inp, float* dbias) {
+    const float* dy = layer.backward_input(tp, dinp, s.dout_full, dout, d.N, dbias);
+    weight_grad([&layer, inp, rows = d.N](const float* g) { layer.backward_weight(g, inp, rows); }, dy,
+                d.N * layer.weight->local_shape[0]);
+  };
 
   // MLP: dres is dL/dx_out, which is also dL/d(mlp output).
   kernels::zero(s.dff_a, d.N * d.F);
-  proj_.backward(tp, s.dff_a, s.dout_full, dres, a.ff_act, d.N, partial_.grad(proj_.bias));
+  row(proj_, s.dff_a, dres, a.ff_act, partial_.grad(proj_.bias));
   poll();
   kernels::zero(s.dff_b, d.N * d.F);
   kernels::zero(s.dln, d.N * d.C);
@@ -186,10 +228,10 @@ void Block::backward(MicroBatchContext& ctx, ModelHooks* hooks) {
   } else {
     kernels::zero(s.dff_c, d.N * d.F);
     kernels::swiglu_backward(s.dff_b, s.dff_c, s.dff_a, a.ff_pre, a.ff_up, d.N * d.F);
-    up_.backward(s.dln, s.dff_c, a.ln2, d.N);
+    column(up_, s.dln, s.dff_c, a.ln2);
     poll();
   }
-  fc_.backward(s.dln, s.dff_b, a.ln2, d.N);
+  column(fc_, s.dln, s.dff_b, a.ln2);
   poll();
   // dres becomes dL/dx_mid: the residual path plus the norm2 path.
   const float* dln2 = tp.column_input_backward(s.dln, s.dln_local, d.Nl, d.C);
@@ -198,7 +240,7 @@ void Block::backward(MicroBatchContext& ctx, ModelHooks* hooks) {
 
   // Attention.
   kernels::zero(s.datt_out, d.N * d.QD);
-  wo_.backward(tp, s.datt_out, s.dout_full, dres, a.att_out, d.N, partial_.grad(wo_.bias));
+  row(wo_, s.datt_out, dres, a.att_out, partial_.grad(wo_.bias));
   poll();
   kernels::zero(s.dq, d.N * d.QD);
   kernels::zero(s.dk, d.N * d.KD);
@@ -224,11 +266,11 @@ void Block::backward(MicroBatchContext& ctx, ModelHooks* hooks) {
     std::swap(dk, dk2);
   }
   kernels::zero(s.dln, d.N * d.C);
-  wq_.backward(s.dln, dq, a.ln1, d.N);
+  column(wq_, s.dln, dq, a.ln1);
   poll();
-  wk_.backward(s.dln, dk, a.ln1, d.N);
+  column(wk_, s.dln, dk, a.ln1);
   poll();
-  wv_.backward(s.dln, s.dv, a.ln1, d.N);
+  column(wv_, s.dln, s.dv, a.ln1);
   poll();
   // dres becomes dL/dx_in.
   const float* dln1 = tp.column_input_backward(s.dln, s.dln_local, d.Nl, d.C);

@@ -31,6 +31,11 @@ class Block : public Unit {
   void forward(MicroBatchContext& ctx) override;
   // workspace.dstream: dL/dx_out in, dL/dx_in out.
   void backward(MicroBatchContext& ctx, ModelHooks* hooks) override;
+  // The same in two halves; the weight half runs the linear layers' weight and bias
+  // gradients the input half left in the context. Not with activation checkpointing
+  // (the weight half needs the block's saved activations).
+  void backward_input(MicroBatchContext& ctx, ModelHooks* hooks) override;
+  void backward_weight(MicroBatchContext& ctx, ModelHooks* hooks) override;
   void bind(const TensorParallelRegions& tp) override;
 
  private:
@@ -40,6 +45,8 @@ class Block : public Unit {
             const BlockDims& d);
   void attention_core(const BlockActivations& a, int B, int T, const BlockDims& d);
   void activation(const BlockActivations& a, const BlockDims& d);
+  // The backward; deferred == null: fused, else the weight gradients go there.
+  void backward_pass(MicroBatchContext& ctx, ModelHooks* hooks, std::vector<DeferredWeightGradient>* deferred);
   // What the context's checkpointing policy left out of this block's saved activations.
   void recompute(MicroBatchContext& ctx, const BlockActivations& a, const BlockDims& d);
   const ModelConfig& c_;

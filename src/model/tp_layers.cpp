@@ -20,7 +20,17 @@ void ColumnParallelLinear::forward(float* out, const float* inp, int64_t rows) c
 }
 
 void ColumnParallelLinear::backward(float* dinp, const float* dout, const float* inp, int64_t rows) const {
-  kernels::linear_backward(dinp, weight->grad_data(), bias ? bias->grad_data() : nullptr, dout, inp, weight->data(),
+  backward_input(dinp, dout, rows);
+  backward_weight(dout, inp, rows);
+}
+
+void ColumnParallelLinear::backward_input(float* dinp, const float* dout, int64_t rows) const {
+  kernels::linear_backward(dinp, nullptr, nullptr, dout, nullptr, weight->data(), static_cast<int>(rows),
+                           cols_of(*weight), rows_of(*weight));
+}
+
+void ColumnParallelLinear::backward_weight(const float* dout, const float* inp, int64_t rows) const {
+  kernels::linear_backward(nullptr, weight->grad_data(), bias ? bias->grad_data() : nullptr, dout, inp, nullptr,
                            static_cast<int>(rows), cols_of(*weight), rows_of(*weight));
 }
 
@@ -41,11 +51,21 @@ void RowParallelLinear::forward(const TensorParallelRegions& tp, float* out, flo
 
 void RowParallelLinear::backward(const TensorParallelRegions& tp, float* dinp, float* dout_full, const float* dout,
                                  const float* inp, int64_t rows, float* dbias) const {
+  backward_weight(backward_input(tp, dinp, dout_full, dout, rows, dbias), inp, rows);
+}
+
+const float* RowParallelLinear::backward_input(const TensorParallelRegions& tp, float* dinp, float* dout_full,
+                                               const float* dout, int64_t rows, float* dbias) const {
   const int OC = rows_of(*weight), IC = cols_of(*weight);
   if (dbias) kernels::bias_backward(dbias, dout, tp.local_rows(rows), OC);
   const float* dy = tp.row_output_backward(dout, dout_full, tp.local_rows(rows), OC);
-  kernels::linear_backward(dinp, weight->grad_data(), nullptr, dy, inp, weight->data(), static_cast<int>(rows), IC,
-                           OC);
+  kernels::linear_backward(dinp, nullptr, nullptr, dy, nullptr, weight->data(), static_cast<int>(rows), IC, OC);
+  return dy;
+}
+
+void RowParallelLinear::backward_weight(const float* dy, const float* inp, int64_t rows) const {
+  kernels::linear_backward(nullptr, weight->grad_data(), nullptr, dy, inp, nullptr, static_cast<int>(rows),
+                           cols_of(*weight), rows_of(*weight));
 }
 
 void vocab_parallel_embedding_forward(const TensorParallelRegions& tp, const Parameter& table, const int32_t* ids,

@@ -24,8 +24,11 @@ struct ColumnParallelLinear {
   const Parameter* bias = nullptr;
   // out [rows, OC / tp] = inp [rows, IC] W^T + b.
   void forward(float* out, const float* inp, int64_t rows) const;
-  // dinp += dout W; weight and bias gradients +=.
+  // dinp += dout W; weight and bias gradients +=. The same as backward_input then
+  // backward_weight (zero-bubble schedules run the two apart).
   void backward(float* dinp, const float* dout, const float* inp, int64_t rows) const;
+  void backward_input(float* dinp, const float* dout, int64_t rows) const;   // dinp += dout W
+  void backward_weight(const float* dout, const float* inp, int64_t rows) const;  // dW += dout^T inp; db +=
 };
 
 struct RowParallelLinear {
@@ -39,6 +42,12 @@ struct RowParallelLinear {
   // dout_full is a [rows, OC] scratch for the all-gather of dout (sequence parallel).
   void backward(const TensorParallelRegions& tp, float* dinp, float* dout_full, const float* dout,
                 const float* inp, int64_t rows, float* dbias) const;
+  // The same in two halves: the input half (dbias, dinp) returns the [rows, OC] output
+  // gradient (dout itself, or dout_full under sequence parallel) that the weight half
+  // multiplies with inp.
+  const float* backward_input(const TensorParallelRegions& tp, float* dinp, float* dout_full, const float* dout,
+                              int64_t rows, float* dbias) const;
+  void backward_weight(const float* dy, const float* inp, int64_t rows) const;
 };
 
 // Vocab-parallel embedding of ids [rows] from `table` (this rank's rows of the

@@ -12,9 +12,11 @@
 // each block turns dL/d(output) into dL/d(input) in place, the embedding consumes it.
 // Parameter gradients are added (+=), so micro-batches accumulate.
 //
-// Zero-bubble schedules will split a backward into its input-gradient and
-// weight-gradient halves; the seam is here: a unit would add backward_input and
-// backward_weight, with what the weight half needs kept in the context.
+// Zero-bubble schedules split a backward into its input-gradient half (what the
+// previous unit, or pipeline stage, waits for) and its weight-gradient half (which can
+// wait): backward_input then backward_weight adds exactly the gradients backward adds.
+// Blocks split their linear layers' weight gradients off, keeping what they need in the
+// context; the embedding and the head do all of their backward in the input half.
 #pragma once
 
 #include "model/activations.h"
@@ -29,6 +31,8 @@ class Unit {
   virtual void forward(MicroBatchContext& ctx) = 0;
   // hooks (may be null): poll() is called between kernels.
   virtual void backward(MicroBatchContext& ctx, ModelHooks* hooks) = 0;
+  virtual void backward_input(MicroBatchContext& ctx, ModelHooks* hooks) { backward(ctx, hooks); }
+  virtual void backward_weight(MicroBatchContext& ctx, ModelHooks* hooks) {}
   // The tensor-parallel regions to call from now on (the identity until parallelize()
   // installs others); the parameters' placements are final by then.
   virtual void bind(const TensorParallelRegions& tp) = 0;
