@@ -2,6 +2,7 @@
 // ndt::Error for bad input (caught and printed once in main).
 #pragma once
 
+#include "parallel/pipeline_simulator.h"
 #include "train/generate.h"
 
 #include <cstddef>
@@ -79,6 +80,18 @@ struct RecomputeBenchOptions {
   double memory_budget_gib = 4;
 };
 int run_bench_recompute(const RecomputeBenchOptions& options);
+
+// `ndtrain simulate-pipeline` (apps/ndtrain/simulate_pipeline.cpp): a pipeline
+// schedule timed with per-action costs, as text and optionally SVG.
+struct SimulatePipelineOptions {
+  std::string schedule = "1f1b";  // a parallel.pp_schedule name
+  int pp = 4;
+  int virtual_stages = 1;
+  int micro_batches = 8;
+  PipelineCosts costs;
+  std::string svg;  // empty: no SVG file
+};
+int run_simulate_pipeline(const SimulatePipelineOptions& options);
 
 // `ndtrain convert` (apps/ndtrain/convert.cpp): a whole model from one format to another.
 struct ConvertOptions {

@@ -9,6 +9,9 @@
 //   mpirun -np N ndtrain bench comm [--max-bytes B] [--iters I] [--async]
 //   mpirun -np N ndtrain bench overlap [--bytes B] [--poll-ms MS]
 //   ndtrain config
+//   ndtrain simulate-pipeline --schedule S --pp P [--virtual-stages V] --micro-batches M [--svg FILE]
+//                             [--forward-cost F] [--backward-cost B] [--backward-input-cost BI]
+//                             [--backward-weight-cost BW] [--communication-cost C]
 //   ndtrain convert --from SRC --to DST [--n-head N]
 //   ndtrain generate --checkpoint PATH --prompt TEXT [--tokens N] [--temperature T] [--top-k K] [--seed S]
 //                    [--raw-tokens]
@@ -152,6 +155,25 @@ int main(int argc, char** argv) {
   bench_overlap->add_option("--poll-ms", overlap_bench.poll_ms, "test() interval for polling");
   bench_overlap->add_option("--compute-ms", overlap_bench.compute_ms, "Compute length (0: the all-reduce's)");
 
+  ndt::SimulatePipelineOptions pipeline_options;
+  auto* simulate_pipeline = app.add_subcommand(
+      "simulate-pipeline", "Time a pipeline schedule with per-action costs: timeline, bubble, live activations");
+  simulate_pipeline->add_option("--schedule", pipeline_options.schedule, "gpipe, 1f1b, interleaved_1f1b or zb_h1");
+  simulate_pipeline->add_option("--pp", pipeline_options.pp, "Pipeline ranks");
+  simulate_pipeline->add_option("--virtual-stages", pipeline_options.virtual_stages,
+                                "Chunks per rank (interleaved_1f1b: 2 or more)");
+  simulate_pipeline->add_option("--micro-batches", pipeline_options.micro_batches, "Micro-batches per step");
+  simulate_pipeline->add_option("--svg", pipeline_options.svg, "Also draw the timeline into this SVG file");
+  simulate_pipeline->add_option("--forward-cost", pipeline_options.costs.forward,
+                                "Forward of one micro-batch through one rank's layers");
+  simulate_pipeline->add_option("--backward-cost", pipeline_options.costs.backward, "Fused backward, likewise");
+  simulate_pipeline->add_option("--backward-input-cost", pipeline_options.costs.backward_input,
+                                "Zero bubble: the input-gradient half of the backward");
+  simulate_pipeline->add_option("--backward-weight-cost", pipeline_options.costs.backward_weight,
+                                "Zero bubble: the weight-gradient half of the backward");
+  simulate_pipeline->add_option("--communication-cost", pipeline_options.costs.communication,
+                                "From a boundary tensor's send to its arrival");
+
   ndt::ConvertOptions convert_options;
   auto* convert = app.add_subcommand("convert", "Convert a model between safetensors, llm.c and checkpoints");
   convert->add_option("--from", convert_options.from,
@@ -192,6 +214,7 @@ int main(int argc, char** argv) {
     if (*bench_recompute) return ndt::run_bench_recompute(recompute_bench);
     if (*bench_comm) return ndt::run_bench_comm(comm_bench);
     if (*bench_overlap) return ndt::run_bench_overlap(overlap_bench);
+    if (*simulate_pipeline) return ndt::run_simulate_pipeline(pipeline_options);
     if (*convert) return ndt::run_convert(convert_options);
     if (*generate) return ndt::run_generate(generate_options);
   } catch (const ndt::Error& e) {

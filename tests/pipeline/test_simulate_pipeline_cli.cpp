@@ -1,0 +1,75 @@
+// `ndtrain simulate-pipeline` run as a user would (the built binary): what it prints,
+// the SVG it writes, and its errors.
+#include "../common/temp_dir.h"
+
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <string>
+
+namespace ndt {
+namespace {
+
+using testing::TempDir;
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr
+};
+
+// Runs the built ndtrain with `args`, its output captured in a file of `dir`.
+CommandResult ndtrain(const std::string& args, const TempDir& dir) {
+  const std::string output = dir.file("output.txt");
+  const std::string command = std::string(NDT_BINARY_DIR) + "/ndtrain " + args + " > " + output + " 2>&1";
+  const int status = std::system(command.c_str());
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128, testing::read_bytes(output)};
+}
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+// Catches: the subcommand not wired to the options (costs or shape ignored), the
+// summary missing the bubble against the theory or the peaks, or no SVG written.
+TEST(SimulatePipelineCli, PrintsTimelineBubbleAndPeaksAndWritesSvg) {
+  TempDir dir;
+  const CommandResult r =
+      ndtrain("simulate-pipeline --schedule zb_h1 --pp 4 --micro-batches 8 --svg " + dir.file("zb.svg"), dir);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "schedule zb_h1: pp 4, virtual stages 1, micro-batches 8")) << r.output;
+  EXPECT_TRUE(contains(r.output, "rank  3 |......F0I0F1I1")) << r.output;
+  EXPECT_TRUE(contains(r.output, "mean bubble 11.11%; theory 11.11% from (p-1)(F+BI-BW)")) << r.output;
+  EXPECT_TRUE(contains(r.output, "   0  24         11.1%   4\n")) << r.output;
+  EXPECT_TRUE(contains(testing::read_bytes(dir.file("zb.svg")), "</svg>"));
+
+  const CommandResult costly = ndtrain("simulate-pipeline --schedule 1f1b --pp 2 --micro-batches 1 --forward-cost 2 "
+                                       "--backward-cost 3 --communication-cost 1",
+                                       dir);
+  ASSERT_EQ(costly.exit_code, 0) << costly.output;
+  EXPECT_TRUE(contains(costly.output, "makespan 12\n")) << costly.output;  // 2 + 1 + 2 + 3 + 1 + 3
+  EXPECT_TRUE(contains(costly.output, "the theory assumes no communication time")) << costly.output;
+
+  const CommandResult interleaved =
+      ndtrain("simulate-pipeline --schedule interleaved_1f1b --pp 4 --virtual-stages 2 --micro-batches 8", dir);
+  ASSERT_EQ(interleaved.exit_code, 0) << interleaved.output;
+  EXPECT_TRUE(contains(interleaved.output, "theory 15.79% from (p-1)/(v*m+p-1) = 3/19")) << interleaved.output;
+}
+
+// Catches: bad input accepted, or refused without naming the setting and the value.
+TEST(SimulatePipelineCli, BadInputIsRefusedWithTheValues) {
+  TempDir dir;
+  CommandResult r = ndtrain("simulate-pipeline --schedule zb-h1 --pp 4 --micro-batches 8", dir);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(contains(r.output, "parallel.pp_schedule = \"zb-h1\" is not a known schedule (gpipe, 1f1b, "
+                                 "interleaved_1f1b, zb_h1)"))
+      << r.output;
+  r = ndtrain("simulate-pipeline --schedule interleaved_1f1b --pp 4 --virtual-stages 2 --micro-batches 6", dir);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(contains(r.output, "micro-batches (6) to be a multiple of parallel.pp (4)")) << r.output;
+  r = ndtrain("simulate-pipeline --schedule 1f1b --pp 4 --micro-batches 8 --backward-cost -2", dir);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(contains(r.output, "--backward-cost) = -2")) << r.output;
+}
+
+}  // namespace
+}  // namespace ndt
