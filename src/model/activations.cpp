@@ -143,20 +143,28 @@ BlockScratch carve_scratch(const ModelConfig& c, const TpLayout& tp, int B, int 
 
 // The context's layout: residual stream, the blocks' activations, the head's.
 void carve_context_views(MicroBatchContext* ctx, const ModelConfig& c, const TpLayout& tp, int B, int T,
-                         const ActivationCheckpointing& policy, Carver& m) {
+                         const ActivationCheckpointing& policy, const std::vector<char>& local_units, Carver& m) {
   const int64_t N = int64_t{B} * T, Nl = tp.local_rows(N), C = c.d_model;
-  std::vector<float*> stream(static_cast<size_t>(c.n_layer) + 1);
-  for (float*& s : stream) s = m.take(Nl * C);
-  std::vector<BlockActivations> blocks;
-  for (int l = 0; l < c.n_layer; ++l) {
+  const int L = c.n_layer;
+  auto local = [&](int unit) { return local_units.empty() || local_units[static_cast<size_t>(unit)] != 0; };
+  // Stream slot l is written by unit l (the embedding, or block l - 1) and read by unit l + 1.
+  std::vector<float*> stream(static_cast<size_t>(L) + 1, nullptr);
+  for (int l = 0; l <= L; ++l) {
+    if (local(l) || local(l + 1)) stream[static_cast<size_t>(l)] = m.take(Nl * C);
+  }
+  std::vector<BlockActivations> blocks(static_cast<size_t>(L));
+  for (int l = 0; l < L; ++l) {
+    if (!local(1 + l)) continue;
     BlockCarver saved(policy.of_block(l), /*complement=*/false, m);
-    blocks.push_back(carve_block(c, tp, B, T, saved));
+    blocks[static_cast<size_t>(l)] = carve_block(c, tp, B, T, saved);
   }
   HeadActivations head;
-  head.lnf = m.take(N * C);
-  head.lnf_mean = m.take(Nl);
-  head.lnf_rstd = m.take(Nl);
-  head.losses = m.take(N);
+  if (local(L + 1)) {
+    head.lnf = m.take(N * C);
+    head.lnf_mean = m.take(Nl);
+    head.lnf_rstd = m.take(Nl);
+    head.losses = m.take(N);
+  }
   if (ctx) ctx->stream = std::move(stream), ctx->blocks = std::move(blocks), ctx->head = head;
 }
 
@@ -212,9 +220,10 @@ int64_t block_local_row_floats(const ModelConfig& c, const TpLayout& tp, int B, 
   return m.used();
 }
 
-int64_t context_floats(const ModelConfig& c, const TpLayout& tp, int B, int T, const ActivationCheckpointing& policy) {
+int64_t context_floats(const ModelConfig& c, const TpLayout& tp, int B, int T, const ActivationCheckpointing& policy,
+                       const std::vector<char>& local_units) {
   Carver m(nullptr);
-  carve_context_views(nullptr, c, tp, B, T, policy, m);
+  carve_context_views(nullptr, c, tp, B, T, policy, local_units, m);
   return m.used();
 }
 
@@ -226,11 +235,11 @@ int64_t workspace_floats(const ModelConfig& c, const TpLayout& tp, int B, int T,
 }
 
 void carve_context(MicroBatchContext& ctx, const ModelConfig& c, const TpLayout& tp, int B, int T,
-                   const ActivationCheckpointing& policy) {
+                   const ActivationCheckpointing& policy, const std::vector<char>& local_units) {
   check_shape(c, tp, B, T);
-  reserve(ctx.arena, context_floats(c, tp, B, T, policy));
+  reserve(ctx.arena, context_floats(c, tp, B, T, policy, local_units));
   Carver m(ctx.arena.data<float>());
-  carve_context_views(&ctx, c, tp, B, T, policy, m);
+  carve_context_views(&ctx, c, tp, B, T, policy, local_units, m);
   ctx.B = B, ctx.T = T;
   ctx.checkpointing = policy;
 }

@@ -165,8 +165,11 @@ class Workspace {
 // Floats of a context's arena and of the workspace's for B x T on one rank under a
 // checkpointing policy, and the floats of one block's saved activations (of those, the
 // local rows') when it saves everything.
+// local_units (pipeline parallelism: the units of this rank's stages, one flag per unit
+// as in model/unit.h; empty: all): a context holds the stream slots, block activations
+// and head activations of those units only.
 int64_t context_floats(const ModelConfig& c, const TpLayout& tp, int B, int T,
-                       const ActivationCheckpointing& policy = {});
+                       const ActivationCheckpointing& policy = {}, const std::vector<char>& local_units = {});
 int64_t workspace_floats(const ModelConfig& c, const TpLayout& tp, int B, int T, int loss_chunk_rows,
                          const ActivationCheckpointing& policy = {});
 int64_t block_activation_floats(const ModelConfig& c, const TpLayout& tp, int B, int T);
@@ -174,6 +177,6 @@ int64_t block_local_row_floats(const ModelConfig& c, const TpLayout& tp, int B, 
 
 // Points the context's views into its arena (allocated or grown here) for B x T.
 void carve_context(MicroBatchContext& ctx, const ModelConfig& c, const TpLayout& tp, int B, int T,
-                   const ActivationCheckpointing& policy = {});
+                   const ActivationCheckpointing& policy = {}, const std::vector<char>& local_units = {});
 
 }  // namespace ndt

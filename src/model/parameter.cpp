@@ -88,6 +88,14 @@ void ParameterStore::split_blocks(Axis axis, int rank, int size) {
   lay_out_arena();
 }
 
+void ParameterStore::keep_only(const std::function<bool(const Parameter&)>& held) {
+  NDT_CHECK(!values_.defined(), "keep_only: the parameters are already materialised");
+  for (Parameter& p : params_) {
+    if (!held(p)) p.local_shape[0] = 0, p.local_offset.assign(p.local_offset.size(), 0);
+  }
+  lay_out_arena();
+}
+
 void ParameterStore::materialize() {
   values_ = Tensor::empty({numel_}, DType::f32, MemTag::params);
   for (Parameter& p : params_) {

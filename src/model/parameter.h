@@ -8,6 +8,7 @@
 #include "core/tensor.h"
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,9 @@ struct Parameter {
   // The gradient as backward leaves it on this rank: Partial on each of these axes (a
   // part of the sum over the axis's ranks), which the layout then reduces.
   std::vector<Axis> grad_partial;
+  // Pipeline parallelism: this rank holds the parameter as a copy of another stage's
+  // (a tied embedding on the last stage): kept equal by summing the two gradients.
+  bool pipeline_copy = false;
   Shape local_shape;                  // shape of this rank's block (tp split applied)
   Shape local_offset;                 // where that block starts in the logical tensor
   int64_t arena_offset = 0;           // element offset in the arenas
@@ -82,6 +86,10 @@ class ParameterStore {
   // `size` along that dim (local_shape, local_offset; the dim must divide evenly).
   // Before materialize() only.
   void split_blocks(Axis axis, int rank, int size);
+  // Pipeline parallelism: parameters for which `held` is false are not on this rank
+  // (no elements: local_shape[0] = 0); the others keep their blocks. Before
+  // materialize() only.
+  void keep_only(const std::function<bool(const Parameter&)>& held);
   // Allocates the value arena for the local blocks and initialises each from its
   // logical position: element i of a normal parameter is normal_at(seed,
   // hash_name(name), i) * std, whatever rank or shard holds it.

@@ -102,8 +102,10 @@ void Transformer::set_activation_checkpointing(const ActivationCheckpointing& po
 }
 
 int64_t Transformer::predict_activation_bytes(const ModelConfig& c, int B, int T, int loss_chunk_rows,
-                                              const TpLayout& tp, const ActivationCheckpointing& policy) {
-  return (context_floats(c, tp, B, T, policy) + workspace_floats(c, tp, B, T, loss_chunk_rows, policy)) * 4;
+                                              const TpLayout& tp, const ActivationCheckpointing& policy,
+                                              const std::vector<char>& local_units) {
+  return (context_floats(c, tp, B, T, policy, local_units) + workspace_floats(c, tp, B, T, loss_chunk_rows, policy)) *
+         4;
 }
 
 int64_t Transformer::predict_local_row_activation_bytes(const ModelConfig& c, int B, int T, const TpLayout& tp) {
@@ -114,7 +116,7 @@ int64_t Transformer::predict_local_row_activation_bytes(const ModelConfig& c, in
 
 void Transformer::prepare(MicroBatchContext& ctx, const int32_t* inputs, const int32_t* targets, int B, int T,
                           float grad_scale, bool forward_only) {
-  carve_context(ctx, config_, tp_->layout(), B, T, checkpointing_);
+  carve_context(ctx, config_, tp_->layout(), B, T, checkpointing_, local_units_);
   workspace_.fit(B, T);
   const int64_t N = ctx.rows();
   ctx.inputs.assign(inputs, inputs + N);

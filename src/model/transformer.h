@@ -42,6 +42,16 @@ class Transformer {
   void set_tensor_parallel(std::unique_ptr<TensorParallelRegions> tp);
   const TensorParallelRegions& tensor_parallel() const { return *tp_; }
 
+  // Pipeline parallelism: the units this rank runs (one flag per unit; empty: all).
+  // Contexts prepared from now on hold only their activations.
+  void set_local_units(std::vector<char> units) { local_units_ = std::move(units); }
+  const std::vector<char>& local_units() const { return local_units_; }
+  bool holds_head() const { return local_units_.empty() || local_units_.back() != 0; }
+  // The workspace's residual-stream gradient for B x T (what a pipeline stage receives
+  // before its backward and sends after it).
+  void fit_workspace(int B, int T) { workspace_.fit(B, T); }
+  float* workspace_dstream() { return workspace_.dstream; }
+
   // What the blocks of every context prepared from now on save (default: everything).
   void set_activation_checkpointing(const ActivationCheckpointing& policy);
   const ActivationCheckpointing& activation_checkpointing() const { return checkpointing_; }
@@ -78,7 +88,8 @@ class Transformer {
   // workspace, from the shapes alone: saved activations, backward scratch and one logits
   // chunk. (Model states: parallel/memory_model.h.)
   static int64_t predict_activation_bytes(const ModelConfig& config, int B, int T, int loss_chunk_rows,
-                                          const TpLayout& tp = {}, const ActivationCheckpointing& policy = {});
+                                          const TpLayout& tp = {}, const ActivationCheckpointing& policy = {},
+                                          const std::vector<char>& local_units = {});
   // Of those, the bytes of the local rows: the residual stream, the norms' statistics and
   // the residual adds, which sequence parallel splits by tp.
   static int64_t predict_local_row_activation_bytes(const ModelConfig& config, int B, int T, const TpLayout& tp = {});
@@ -89,6 +100,7 @@ class Transformer {
   std::unique_ptr<TensorParallelRegions> tp_;
   Workspace workspace_;
   ActivationCheckpointing checkpointing_;
+  std::vector<char> local_units_;
   std::vector<std::unique_ptr<Unit>> units_;
   Head* head_ = nullptr;
   ModelHooks* hooks_ = nullptr;

@@ -71,6 +71,12 @@ class GradientSync : public ModelHooks {
   // replicated ones from tp rank 0.
   void set_tensor_parallel(const ParameterStore& store, const TensorParallel& tp);
 
+  // Pipeline parallelism: the norm also sums over the pp ranks (each holds its stages'
+  // parameters); parameters a stage holds as a copy of another stage's
+  // (Parameter::pipeline_copy: a tied embedding on the last stage) are neither counted
+  // nor saved here. After set_tensor_parallel.
+  void set_pipeline(const ParameterStore& store, Communicator* pp);
+
   // Checkpoints: every slice of parameters and moments this rank holds (of state
   // replicated over tp, tp rank 0's copy is the saved one), and AdamW's step count.
   std::vector<StateSlice> state_slices();
@@ -80,7 +86,7 @@ class GradientSync : public ModelHooks {
  protected:
   // One entry per parameter: whether this rank counts its gradient in the norm; null
   // when it counts every parameter (no tensor parallelism).
-  const std::vector<char>* counted_in_norm() const { return tp_.active() ? &counted_ : nullptr; }
+  const std::vector<char>* counted_in_norm() const { return tp_.active() || pp_ ? &counted_ : nullptr; }
   // The global norm from this rank's counted sum of squares (already summed over dp).
   double finish_norm(double sum_of_squares) const;
   // This layout's slices, before the tp rule of state_slices().
@@ -88,6 +94,7 @@ class GradientSync : public ModelHooks {
 
  private:
   TensorParallel tp_;
+  Communicator* pp_ = nullptr;
   std::vector<char> counted_;
 };
 

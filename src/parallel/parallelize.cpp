@@ -45,11 +45,32 @@ std::unique_ptr<GradientSync> parallelize(Transformer& model, DeviceMesh* mesh, 
   ParameterStore& store = model.store();
 
   place_parameters(store, shape, o);
+  const bool pipelined = shape.pp > 1;
+  if (pipelined) {
+    NDT_CHECK(o.zero_stage == 0,
+              "parallel.pp = {} composes with DDP and tensor parallelism so far: parallel.zero_stage = {} under "
+              "pipeline parallelism is not implemented yet",
+              shape.pp, o.zero_stage);
+    NDT_CHECK(static_cast<int>(o.local_units.size()) == model.num_units(),
+              "parallelize: parallel.pp = {} needs this rank's units", shape.pp);
+    model.set_local_units(o.local_units);
+  }
   if (tp.active()) {
     NDT_CHECK(!store.values().defined(),
               "parallelize: parallel.tp = {} needs the model built without materialising its parameters", tp.size());
     store.split_blocks(Axis::tp, tp.rank(), tp.size());
     model.set_tensor_parallel(std::make_unique<MegatronRegions>(tp));
+  }
+  if (pipelined) {
+    NDT_CHECK(!store.values().defined(),
+              "parallelize: parallel.pp = {} needs the model built without materialising its parameters", shape.pp);
+    // A tied output layer is the embedding table: the stage holding the head keeps a copy.
+    const bool head_here = model.holds_head();
+    for (Parameter& p : store.params()) {
+      p.pipeline_copy = head_here && model.config().tied_embeddings && p.name() == "wte.weight" &&
+                        !o.local_units[static_cast<size_t>(p.unit())];
+    }
+    store.keep_only([&](const Parameter& p) { return o.local_units[static_cast<size_t>(p.unit())] || p.pipeline_copy; });
   }
   // FSDP (stage 3) initialises each rank's shards itself: the whole model never exists on a rank.
   if (o.zero_stage != 3 && !store.values().defined()) store.materialize();
@@ -65,6 +86,7 @@ std::unique_ptr<GradientSync> parallelize(Transformer& model, DeviceMesh* mesh, 
     sync = std::make_unique<DataParallel>(store, mesh ? &mesh->axis(Axis::dp) : nullptr, o.bucket_bytes, o.adamw);
   }
   sync->set_tensor_parallel(store, tp);
+  if (pipelined) sync->set_pipeline(store, &mesh->axis(Axis::pp));
   model.set_hooks(sync.get());
   return sync;
 }

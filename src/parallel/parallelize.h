@@ -33,6 +33,10 @@ struct ParallelOptions {
   bool prefetch = true;
   bool sequence_parallel = false;
   AdamWConfig adamw;
+  // Pipeline parallelism (mesh pp > 1): the units this rank runs, one flag per unit
+  // (parallel/pipeline_stages.h). Only their parameters exist here, plus a tied
+  // embedding on the stage holding the head (a pipeline copy). Empty: every unit.
+  std::vector<char> local_units;
 };
 
 // mesh == nullptr: one rank, no communication. The model must be built without

@@ -76,6 +76,10 @@ std::vector<float> gather_tensor_parallel(const ParameterStore& store, const flo
   for (const Parameter& p : store.params()) {
     const float* local = local_values + p.arena_offset;
     const int64_t numel = p.numel();
+    if (numel == 0) {  // not on this pipeline stage: zeros (on every tp rank alike)
+      out += shape_numel(p.spec.logical_shape);
+      continue;
+    }
     const int dim = p.shard_dim(Axis::tp);
     if (!tp.active() || dim < 0) {
       kernels::copy(out, local, numel);

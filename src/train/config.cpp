@@ -1,5 +1,7 @@
 #include "train/config.h"
 
+#include "parallel/pipeline_schedule.h"
+#include "parallel/pipeline_stages.h"
 #include "parallel/tensor_parallel.h"
 
 #include "core/error.h"
@@ -187,7 +189,10 @@ const std::vector<Field>& fields() {
     f.push_back(field<float>("sample.temperature", NDT_REF(temperature), "Sampling temperature; 0 picks the most likely token."));
     f.push_back(field<int>("sample.top_k", NDT_REF(top_k), "Sample among the k most likely tokens; 0: all."));
 
-    f.push_back(field<int>("parallel.pp", NDT_REF(mesh.pp), "Pipeline-parallel stages (mesh axis pp). Only 1 is implemented so far."));
+    f.push_back(field<int>("parallel.pp", NDT_REF(mesh.pp), "Pipeline-parallel ranks (mesh axis pp, outermost): the model's units split into pp x pp_virtual_stages contiguous chunks, chunk c on pp rank c mod pp; the micro-batches of a step (train.batch_size / (train.micro_batch_size x data-parallel size)) flow through them in the order of parallel.pp_schedule. Composes with DDP and tensor parallelism (docs/pipeline.md)."));
+    f.push_back(field<std::string>("parallel.pp_schedule", NDT_REF(pp_schedule), "Pipeline schedule: gpipe (every forward, then every backward; holds m micro-batches' activations), 1f1b (holds at most pp), interleaved_1f1b (pp_virtual_stages >= 2 chunks per rank, the micro-batch count a multiple of pp; bubble / v), zb_h1 (zero bubble: weight gradients deferred into the bubble)."));
+    f.push_back(field<int>("parallel.pp_virtual_stages", NDT_REF(pp_virtual_stages), "Chunks of the model per pp rank (interleaved_1f1b: 2 or more; the other schedules: 1)."));
+    f.push_back(field<std::string>("parallel.pp_layers", NDT_REF(pp_layers), "Blocks of each pipeline chunk, comma-separated (e.g. \"3,3\"); the first chunk also holds the embedding, the last the final norm, output layer and loss. Empty: balanced by a cost model (the training FLOPs of each block and of the output layer)."));
     f.push_back(field<int>("parallel.dp_replicate", NDT_REF(mesh.dp_replicate), "Data-parallel replicas (mesh axis dp_replicate); 0: all ranks the other axes leave."));
     f.push_back(field<int>("parallel.dp_shard", NDT_REF(mesh.dp_shard), "Sharded data-parallel ranks (mesh axis dp_shard): ZeRO shards over them (needs parallel.zero_stage >= 1); with dp_replicate > 1 too, that is HSDP."));
     f.push_back(field<int>("parallel.cp", NDT_REF(mesh.cp), "Context-parallel ranks (mesh axis cp). Only 1 is implemented so far."));
@@ -351,11 +356,26 @@ void RunConfig::validate() const {
   NDT_CHECK(zero_stage >= 0 && zero_stage <= 3, "parallel.zero_stage = {} must be 0, 1, 2 or 3", zero_stage);
   NDT_CHECK(mesh.dp_shard == 1 || zero_stage > 0,
             "parallel.dp_shard = {} shards with ZeRO: set parallel.zero_stage to 1, 2 or 3", mesh.dp_shard);
-  for (auto [key, value] : {std::pair{"pp", mesh.pp}, {"cp", mesh.cp}}) {
-    NDT_CHECK(value >= 1, "parallel.{} = {} must be at least 1", key, value);
-    NDT_CHECK(value == 1,
-              "parallel.{} = {}: only data and tensor parallelism (parallel.dp_replicate, dp_shard, tp) are implemented so far",
-              key, value);
+  NDT_CHECK(mesh.pp >= 1, "parallel.pp = {} must be at least 1", mesh.pp);
+  NDT_CHECK(mesh.cp >= 1, "parallel.cp = {} must be at least 1", mesh.cp);
+  NDT_CHECK(mesh.cp == 1,
+            "parallel.cp = {}: context parallelism is not implemented yet (data, tensor and pipeline parallelism are)",
+            mesh.cp);
+  const PipelineSchedule schedule = pipeline_schedule_from_name(pp_schedule);
+  NDT_CHECK(pp_virtual_stages >= 1, "parallel.pp_virtual_stages = {} must be at least 1", pp_virtual_stages);
+  parse_pipeline_layers(pp_layers);
+  NDT_CHECK(mesh.pp > 1 || (pp_virtual_stages == 1 && pp_layers.empty()),
+            "parallel.pp_virtual_stages and parallel.pp_layers apply with parallel.pp > 1 (parallel.pp = {})", mesh.pp);
+  if (mesh.pp > 1) {
+    NDT_CHECK(zero_stage == 0,
+              "parallel.pp = {} composes with DDP and tensor parallelism so far: parallel.zero_stage = {} under pipeline "
+              "parallelism is not implemented yet",
+              mesh.pp, zero_stage);
+    NDT_CHECK(activation_checkpointing.mode == CheckpointMode::none || schedule != PipelineSchedule::zb_h1,
+              "parallel.pp_schedule = \"zb_h1\" keeps each block's activations until its weight pass: not with "
+              "train.activation_checkpointing = \"{}\"",
+              checkpoint_mode_name(activation_checkpointing.mode));
+    partition_pipeline(model, seq_len, mesh.pp * pp_virtual_stages, parse_pipeline_layers(pp_layers));
   }
   validate_tensor_parallel(model, mesh.tp, sequence_parallel, seq_len);
   NDT_CHECK(!sequence_parallel || mesh.tp > 1,
@@ -385,6 +405,10 @@ MeshShape RunConfig::resolve_mesh(int world_size) const {
   NDT_CHECK(micro_batch_size == 0 || batch_size % (micro_batch_size * dp) == 0,
             "train.batch_size = {} is not a multiple of train.micro_batch_size = {} x data-parallel size {}",
             batch_size, micro_batch_size, dp);
+  if (m.pp > 1) {
+    const int micro_batches = micro_batch_size == 0 ? 1 : batch_size / (micro_batch_size * dp);
+    check_pipeline_shape(pipeline_schedule_from_name(pp_schedule), PipelineShape{m.pp, pp_virtual_stages, micro_batches});
+  }
   return m;
 }
 

@@ -113,9 +113,26 @@ Trainer::Trainer(const RunConfig& config, DeviceMesh* mesh, std::ostream* log)
                                          /*materialize_parameters=*/false);
   apply_weight_decay_policy(model_->store(), config_.weight_decay_policy);
   model_->set_activation_checkpointing(config_.activation_checkpointing);
-  sync_ = parallelize(*model_, mesh_,
-                      {config_.zero_stage, static_cast<size_t>(config_.bucket_mb * 1024 * 1024),
-                       config_.reshard_after_forward, config_.prefetch, config_.sequence_parallel, config_.adamw});
+  ParallelOptions options{config_.zero_stage, static_cast<size_t>(config_.bucket_mb * 1024 * 1024),
+                          config_.reshard_after_forward, config_.prefetch, config_.sequence_parallel, config_.adamw};
+  const int pp = mesh_ ? mesh_->size(Axis::pp) : 1;
+  std::optional<PipelineStages> stages;
+  if (pp > 1) {
+    stages = partition_pipeline(config_.model, config_.seq_len, pp * config_.pp_virtual_stages,
+                                parse_pipeline_layers(config_.pp_layers));
+    options.local_units = stages->local_units(mesh_->coord(Axis::pp), pp);
+  }
+  sync_ = parallelize(*model_, mesh_, options);
+  if (pp > 1) {
+    Communicator& pp_comm = mesh_->axis(Axis::pp);
+    const PipelineShape shape{pp, config_.pp_virtual_stages, rows_per_rank_ / config_.micro_batch_size};
+    pipeline_ = std::make_unique<PipelineRunner>(*model_, pp_comm, pipeline_schedule_from_name(config_.pp_schedule),
+                                                 shape, *stages, sync_.get());
+    if (config_.model.tied_embeddings) {
+      const bool end = pp_comm.rank() == 0 || pp_comm.rank() == pp - 1;
+      tied_pair_ = pp_comm.split(end ? 0 : 1, pp_comm.rank(), "pp");
+    }
+  }
   peak_ = resolve_peak_flops(config_.peak_gflops, config_.threads);
   const size_t rows = static_cast<size_t>(config_.micro_batch_size) * config_.seq_len;
   inputs_.resize(rows);
@@ -223,6 +240,23 @@ void Trainer::load_initial_weights() {
   if (log_) fmt::print(*log_, "initialised from {} (fresh optimizer state, step 0)\n", config_.init_from);
 }
 
+std::vector<float> Trainer::full_parameters() {
+  const std::vector<float> local = sync_->full_parameters();
+  std::vector<float> full =
+      gather_tensor_parallel(model_->store(), local.data(), TensorParallel{mesh_ ? &mesh_->axis(Axis::tp) : nullptr});
+  if (!pipeline_) return full;
+  // Each stage filled its own parameters (zeros elsewhere; a tied embedding's copy on the
+  // last stage cleared): the sum over pp is the whole model.
+  int64_t offset = 0;
+  for (const Parameter& p : model_->store().params()) {
+    const int64_t n = shape_numel(p.spec.logical_shape);
+    if (p.pipeline_copy) std::fill(full.begin() + offset, full.begin() + offset + n, 0.0f);
+    offset += n;
+  }
+  mesh_->axis(Axis::pp).all_reduce(full.data(), full.size(), DType::f32, ReduceOp::sum);
+  return full;
+}
+
 void Trainer::save_checkpoint(bool async) {
   checkpoints_->save(step_, *sync_, training_state(config_, step_, *sync_, mesh_), async);
 }
@@ -263,10 +297,17 @@ nlohmann::json Trainer::comm_record() const {
 void Trainer::print_header() {
   const ModelConfig& m = config_.model;
   const TpLayout tp = model_->tensor_parallel().layout();
+  // Rank 0's share: under pipeline parallelism its stages' parameters, and one context
+  // per micro-batch the schedule keeps in flight (here: per micro-batch).
   const int64_t activations = Transformer::predict_activation_bytes(m, config_.micro_batch_size, config_.seq_len,
                                                                     config_.loss_chunk_rows, tp,
-                                                                    config_.activation_checkpointing);
-  const ModelStateBytes states = predict_model_states(local_parameter_specs(model_parameter_specs(m), tp.size),
+                                                                    config_.activation_checkpointing,
+                                                                    model_->local_units());
+  std::vector<ParameterSpec> specs;
+  for (const Parameter& p : model_->store().params()) {
+    if (p.numel() > 0) specs.push_back(p.spec);
+  }
+  const ModelStateBytes states = predict_model_states(local_parameter_specs(specs, tp.size),
                                                       mesh_ ? mesh_->size(Axis::dp_shard) : 1, config_.zero_stage);
   fmt::print(*log_, "ndtrain: {} model, {} layers, d_model {}, {} heads, vocab {}, output layer {}: {:.2f}M parameters\n",
              arch_name(m.arch), m.n_layer, m.d_model, m.n_head, m.vocab_size,
@@ -282,13 +323,20 @@ void Trainer::print_header() {
              config_.threads, config_.threads == 1 ? "" : "s",
              dp_size_ > 1 ? "; " + describe_sync() : "");
   fmt::print(*log_, "matmuls: {}\n", kernels::gemm_library());
+  if (pipeline_) {
+    const PipelineStages& st = pipeline_->stages();
+    fmt::print(*log_, "pipeline: {} stages, schedule {}, {} chunk{} per rank, {} micro-batches per step; chunks: {}\n",
+               mesh_->size(Axis::pp), config_.pp_schedule, config_.pp_virtual_stages,
+               config_.pp_virtual_stages == 1 ? "" : "s", rows_per_rank_ / config_.micro_batch_size, st.describe());
+  }
   if (tp.size > 1) {
     fmt::print(*log_, "tensor parallel: {} ranks, each {} of {} heads and {} of {} MLP units; sequence parallel {}\n",
                tp.size, m.n_head / tp.size, m.n_head, m.d_ff / tp.size, m.d_ff, tp.sequence_parallel ? "on" : "off");
   }
   fmt::print(*log_, "memory predicted per rank: params {:.1f} MiB, grads {:.1f} MiB, optimizer {:.1f} MiB (after a step), "
-             "activations {:.1f} MiB\n",
-             mib(states.params), mib(states.grads), mib(states.optimizer), mib(activations));
+             "activations {:.1f} MiB{}\n",
+             mib(states.params), mib(states.grads), mib(states.optimizer), mib(activations),
+             pipeline_ ? " per micro-batch in flight" : "");
   if (recomputes()) {
     const ActivationCheckpointing& ac = config_.activation_checkpointing;
     fmt::print(*log_, "activation checkpointing: {}{}; the recompute adds {:.1f}% to the model's FLOPs (HFU counts it)\n",
@@ -311,13 +359,17 @@ StepStats Trainer::step() {
   const double exposed_before = sync_->exposed_wait_seconds();
   sync_->zero_grads();
   double loss = 0;
-  for (int m = 0; m < accum; ++m) {
-    train_loader_.train_batch(step_, dp_rank_ * rows_per_rank_ + m * micro, micro, inputs_.data(),
-                              targets_.data());
-    sync_->begin_backward(/*sync=*/m == accum - 1);
-    model_->prepare(ctx_, inputs_.data(), targets_.data(), micro, T, grad_scale, /*forward_only=*/false);
-    loss += run_forward_backward(*model_, ctx_, sync_.get());
-    sync_->finish_backward();
+  if (pipeline_) {
+    loss = pipeline_step(grad_scale) / (static_cast<double>(micro) * T);
+  } else {
+    for (int m = 0; m < accum; ++m) {
+      train_loader_.train_batch(step_, dp_rank_ * rows_per_rank_ + m * micro, micro, inputs_.data(),
+                                targets_.data());
+      sync_->begin_backward(/*sync=*/m == accum - 1);
+      model_->prepare(ctx_, inputs_.data(), targets_.data(), micro, T, grad_scale, /*forward_only=*/false);
+      loss += run_forward_backward(*model_, ctx_, sync_.get());
+      sync_->finish_backward();
+    }
   }
   loss = mean_over_dp(loss / accum);
   const double norm = sync_->grad_norm();
@@ -348,12 +400,54 @@ StepStats Trainer::step() {
   return s;
 }
 
+double Trainer::pipeline_step(float grad_scale) {
+  const int micro = config_.micro_batch_size, T = config_.seq_len;
+  auto prepare = [&](int mb, MicroBatchContext& ctx, bool forward_only) {
+    train_loader_.train_batch(step_, dp_rank_ * rows_per_rank_ + mb * micro, micro, inputs_.data(), targets_.data());
+    model_->prepare(ctx, inputs_.data(), targets_.data(), micro, T, grad_scale, forward_only);
+  };
+  // Gradients accumulate over the whole schedule; the data-parallel sync follows it.
+  sync_->begin_backward(/*sync=*/false);
+  double loss_sum = pipeline_->train(prepare);
+  sync_->begin_backward(/*sync=*/true);
+  sync_->finish_backward();
+  sum_tied_embedding_gradient();
+  return sum_over_pp(loss_sum);
+}
+
+double Trainer::sum_over_pp(double value) {
+  // Only the rank holding the head has the loss: share it (as f32, like mean_over_dp).
+  float v = static_cast<float>(value);
+  mesh_->axis(Axis::pp).all_reduce(&v, 1, DType::f32, ReduceOp::sum);
+  return v;
+}
+
+void Trainer::sum_tied_embedding_gradient() {
+  if (!tied_pair_ || tied_pair_->size() != 2) return;
+  const int pp = mesh_->size(Axis::pp), rank = mesh_->coord(Axis::pp);
+  if (rank != 0 && rank != pp - 1) return;
+  for (const Parameter& p : model_->store().params()) {
+    if (p.name() != "wte.weight") continue;
+    tied_pair_->all_reduce(p.grad_data(), static_cast<size_t>(p.numel()), DType::f32, ReduceOp::sum);
+  }
+}
+
 double Trainer::evaluate() {
   // The validation set is train.eval_batches global batches of train.batch_size rows,
   // split over the data-parallel ranks and into micro-batches like a training batch: the
   // same rows, so the same loss, on any mesh.
   const int micro = config_.micro_batch_size, T = config_.seq_len, accum = rows_per_rank_ / micro;
   double total = 0;
+  if (pipeline_) {
+    for (int b = 0; b < config_.eval_batches; ++b) {
+      auto prepare = [&](int mb, MicroBatchContext& ctx, bool) {
+        val_loader_->eval_batch(b, dp_rank_ * rows_per_rank_ + mb * micro, micro, inputs_.data(), targets_.data());
+        model_->prepare(ctx, inputs_.data(), targets_.data(), micro, T, 0.0f, /*forward_only=*/true);
+      };
+      total += sum_over_pp(pipeline_->evaluate(accum, prepare)) / (static_cast<double>(micro) * T);
+    }
+    return mean_over_dp(total / (config_.eval_batches * accum));
+  }
   for (int b = 0; b < config_.eval_batches; ++b) {
     for (int m = 0; m < accum; ++m) {
       val_loader_->eval_batch(b, dp_rank_ * rows_per_rank_ + m * micro, micro, inputs_.data(), targets_.data());
@@ -454,7 +548,11 @@ RunSummary Trainer::run() {
   // Sampling runs on a context of the model's own: the training context goes first, so
   // the activation peak stays the training one.
   ctx_ = MicroBatchContext();
-  if (config_.sample_tokens > 0 && !summary.stopped_by_signal) {
+  if (config_.sample_tokens > 0 && pipeline_ && log_) {
+    fmt::print(*log_, "note: no sample: sampling runs the whole model on each rank, which pipeline parallelism "
+               "splits (sample from the final checkpoint with `ndtrain generate`)\n");
+  }
+  if (config_.sample_tokens > 0 && !summary.stopped_by_signal && !pipeline_) {
     SampleOptions options{config_.sample_tokens, config_.temperature, config_.top_k, config_.seed};
     summary.sample =
         tokens_to_bytes(generate(*model_, bytes_to_tokens(config_.sample_prompt), options));

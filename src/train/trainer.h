@@ -9,6 +9,7 @@
 #include "data/loader.h"
 #include "model/transformer.h"
 #include "parallel/gradient_sync.h"
+#include "parallel/pipeline_runner.h"
 #include "parallel/tensor_parallel.h"
 #include "train/checkpointing.h"
 #include "train/config.h"
@@ -73,11 +74,7 @@ class Trainer {
 
   Transformer& model() { return *model_; }
   // Every parameter's whole (logical) value, in store order (collective over the mesh).
-  std::vector<float> full_parameters() {
-    const std::vector<float> local = sync_->full_parameters();
-    return gather_tensor_parallel(model_->store(), local.data(),
-                                  TensorParallel{mesh_ ? &mesh_->axis(Axis::tp) : nullptr});
-  }
+  std::vector<float> full_parameters();
   int64_t steps_done() const { return step_; }
 
   // Checkpoints (train/checkpointing.h): save the state after the steps done so far
@@ -114,6 +111,13 @@ class Trainer {
   std::unique_ptr<MetricsLog> metrics_;  // opened once the run owns its folder
   std::unique_ptr<GradientSync> sync_;  // DDP (or one rank), or ZeRO
   std::unique_ptr<TrainingCheckpoints> checkpoints_;
+  // Pipeline parallelism (parallel.pp > 1): the runner of this rank's chunks, and the
+  // first and last pp ranks' communicator for a tied embedding's gradient.
+  std::unique_ptr<PipelineRunner> pipeline_;
+  std::unique_ptr<Communicator> tied_pair_;
+  double pipeline_step(float grad_scale);  // the step's token-loss sum (shared over pp)
+  double sum_over_pp(double value);
+  void sum_tied_embedding_gradient();
   int64_t step_ = 0;
   std::vector<int32_t> inputs_, targets_;
   MicroBatchContext ctx_;  // the micro-batch in flight

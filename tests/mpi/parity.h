@@ -38,6 +38,17 @@ inline RunConfig tiny_run(const std::string& train, int batch, int micro) {
   return c;
 }
 
+// The Llama shape of the multi-rank tests: untied output, 8 heads on 4 K/V heads (GQA,
+// 2 query heads per K/V head even on 4 tp ranks), QK-norm.
+inline void use_llama(RunConfig& c) {
+  c.model.arch = Arch::llama;
+  c.model.tied_embeddings = false;
+  c.model.n_head = 8;
+  c.model.n_kv_head = 4;
+  c.model.d_ff = 96;
+  c.model.qk_norm = true;
+}
+
 struct TrainedRun {
   std::vector<double> losses;
   std::vector<double> grad_norms;  // of each step, before clipping

@@ -184,14 +184,7 @@ TEST(ActivationCheckpointingParallel, EveryPolicyIsBitwiseNoneOnFsdpTimesTp) {
   for (bool llama : {false, true}) {
     RunConfig c = tiny_run(dir.file("train.bin"), 8, 0);
     c.model.n_layer = 3;
-    if (llama) {
-      c.model.arch = Arch::llama;
-      c.model.tied_embeddings = false;
-      c.model.n_head = 8;
-      c.model.n_kv_head = 4;
-      c.model.d_ff = 96;
-      c.model.qk_norm = true;
-    }
+    if (llama) testing::use_llama(c);
     c.steps = 3;
     c.mesh.tp = 2;
     c.mesh.dp_shard = four ? 2 : 1;

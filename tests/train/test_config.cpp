@@ -63,7 +63,8 @@ TEST_F(ConfigTest, OtherInconsistencies) {
   EXPECT_ERROR_MENTIONS(error_of({"train.seq_len=512"}), "train.seq_len = 512 exceeds model.max_seq_len = 256");
   EXPECT_ERROR_MENTIONS(error_of({"optim.beta2=1.5"}), "optim.beta2 = 1.5");
   EXPECT_ERROR_MENTIONS(error_of({"runtime.threads=-1"}), "runtime.threads = -1");
-  EXPECT_ERROR_MENTIONS(error_of({"parallel.pp=2"}), "parallel.pp = 2: only data and tensor parallelism");
+  EXPECT_ERROR_MENTIONS(error_of({"parallel.cp=2"}), "parallel.cp = 2: context parallelism is not implemented yet");
+  EXPECT_ERROR_MENTIONS(error_of({"parallel.pp=0"}), "parallel.pp = 0 must be at least 1");
   EXPECT_ERROR_MENTIONS(error_of({"parallel.dp_replicate=-1"}), "parallel.dp_replicate = -1");
   EXPECT_ERROR_MENTIONS(error_of({"runtime.comm_timeout_s=0"}), "runtime.comm_timeout_s = 0");
   EXPECT_ERROR_MENTIONS(error_of({"parallel.bucket_mb=0"}), "parallel.bucket_mb = 0");
@@ -121,6 +122,34 @@ TEST_F(ConfigTest, ActivationCheckpointingSettings) {
   EXPECT_EQ(error_of({"train.activation_checkpointing=full", "train.activation_checkpointing_every=3"}), "");
   const RunConfig c = load_run_config(dir_.file("base.toml"), {"train.activation_checkpointing=selective"});
   EXPECT_EQ(c.activation_checkpointing.mode, CheckpointMode::selective);
+}
+
+// Catches: pipeline settings that cannot run accepted until the first step (or never).
+TEST_F(ConfigTest, PipelineSettings) {
+  EXPECT_ERROR_MENTIONS(error_of({"parallel.pp=2", "parallel.pp_schedule=dualpipe"}),
+                        "parallel.pp_schedule = \"dualpipe\"");
+  EXPECT_ERROR_MENTIONS(error_of({"parallel.pp=2", "parallel.zero_stage=3", "parallel.dp_shard=1"}),
+                        "parallel.zero_stage = 3 under pipeline parallelism is not implemented yet");
+  EXPECT_ERROR_MENTIONS(error_of({"parallel.pp=4", "parallel.pp_schedule=interleaved_1f1b", "parallel.pp_virtual_stages=2",
+                                  "model.n_layer=4"}),
+                        "8 chunks need at least 7 blocks");
+  EXPECT_ERROR_MENTIONS(error_of({"parallel.pp_virtual_stages=2"}), "apply with parallel.pp > 1");
+  EXPECT_ERROR_MENTIONS(error_of({"parallel.pp=2", "parallel.pp_layers=1,x"}), "\"x\" is not a number of blocks");
+  EXPECT_ERROR_MENTIONS(error_of({"parallel.pp=2", "parallel.pp_layers=1,5"}), "sums to 6 blocks");
+  EXPECT_ERROR_MENTIONS(error_of({"parallel.pp=2", "parallel.pp_schedule=zb_h1",
+                                  "train.activation_checkpointing=full"}),
+                        "not with train.activation_checkpointing = \"full\"");
+  // The micro-batch count is known once the mesh is: interleaving needs a multiple of pp.
+  const RunConfig c = load_run_config(dir_.file("base.toml"),
+                                      {"parallel.pp=2", "parallel.pp_schedule=interleaved_1f1b",
+                                       "parallel.pp_virtual_stages=2", "model.n_layer=4", "train.batch_size=6",
+                                       "train.micro_batch_size=2"});
+  try {
+    c.resolve_mesh(2);
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_ERROR_MENTIONS(std::string(e.what()), "multiple");
+  }
 }
 
 TEST_F(ConfigTest, MissingFiles) {

@@ -1,0 +1,165 @@
+#include "parallel/pipeline_runner.h"
+
+#include "core/error.h"
+#include "kernels/kernels.h"
+
+#include <algorithm>
+
+namespace ndt {
+
+PipelineRunner::PipelineRunner(Transformer& model, Communicator& pp, PipelineSchedule schedule,
+                               const PipelineShape& shape, PipelineStages stages, ModelHooks* hooks)
+    : model_(model), pp_(pp), schedule_(schedule), shape_(shape), stages_(std::move(stages)), hooks_(hooks) {
+  NDT_CHECK(stages_.chunks() == shape_.chunks(), "pipeline: {} chunks of units for pp x v = {}", stages_.chunks(),
+            shape_.chunks());
+  NDT_CHECK(pp_.size() == shape_.pp, "pipeline: the pp communicator has {} ranks, the schedule {}", pp_.size(),
+            shape_.pp);
+  check_pipeline_shape(schedule_, shape_);
+  actions_ = pipeline_actions(schedule_, shape_, pp_.rank());
+}
+
+MicroBatchContext& PipelineRunner::context(int mb) {
+  std::unique_ptr<MicroBatchContext>& slot = live_[static_cast<size_t>(mb)];
+  if (!slot) {
+    if (free_.empty()) free_.push_back(std::make_unique<MicroBatchContext>());
+    slot = std::move(free_.back());
+    free_.pop_back();
+    (*prepare_)(mb, *slot, /*forward_only=*/false);
+    peak_live_ = std::max(peak_live_, ++live_count_);
+  }
+  return *slot;
+}
+
+void PipelineRunner::release(int mb) {
+  std::unique_ptr<MicroBatchContext>& slot = live_[static_cast<size_t>(mb)];
+  if (model_.holds_head()) loss_sum_ += slot->loss_sum;
+  free_.push_back(std::move(slot));
+  --live_count_;
+}
+
+int64_t PipelineRunner::boundary_floats(const MicroBatchContext& ctx) const {
+  return model_.tensor_parallel().layout().local_rows(ctx.rows()) * model_.config().d_model;
+}
+
+float* PipelineRunner::boundary(MicroBatchContext& ctx, int chunk, bool input) {
+  // Unit u reads stream slot u - 1 and writes slot u.
+  return ctx.stream[static_cast<size_t>(input ? first_unit(chunk) - 1 : end_unit(chunk) - 1)];
+}
+
+void PipelineRunner::forward(int chunk, MicroBatchContext& ctx) {
+  for (int u = first_unit(chunk); u < end_unit(chunk); ++u) {
+    if (hooks_) hooks_->before_forward(u);
+    model_.unit(u).forward(ctx);
+    if (hooks_) hooks_->after_forward(u);
+  }
+}
+
+void PipelineRunner::run(const PipelineAction& a) {
+  const int c = a.chunk;
+  switch (a.kind) {
+    case PipelineActionKind::forward: forward(c, context(a.micro_batch)); return;
+    case PipelineActionKind::backward:
+    case PipelineActionKind::backward_input: {
+      MicroBatchContext& ctx = context(a.micro_batch);
+      const bool split = a.kind == PipelineActionKind::backward_input;
+      for (int u = end_unit(c) - 1; u >= first_unit(c); --u) {
+        if (hooks_) hooks_->before_backward(u);
+        if (split) {
+          model_.unit(u).backward_input(ctx, hooks_);
+        } else {
+          model_.unit(u).backward(ctx, hooks_);
+          if (hooks_) hooks_->after_backward(u);
+        }
+      }
+      return;
+    }
+    case PipelineActionKind::backward_weight: {
+      MicroBatchContext& ctx = context(a.micro_batch);
+      for (int u = end_unit(c) - 1; u >= first_unit(c); --u) {
+        model_.unit(u).backward_weight(ctx, hooks_);
+        if (hooks_) hooks_->after_backward(u);
+      }
+      return;
+    }
+    case PipelineActionKind::send_activation: {
+      MicroBatchContext& ctx = context(a.micro_batch);
+      sends_.push_back(pp_.isend(boundary(ctx, c, /*input=*/false), static_cast<size_t>(boundary_floats(ctx)),
+                                 DType::f32, a.peer, pipeline_message_id(a, shape_)));
+      return;
+    }
+    case PipelineActionKind::recv_activation: {
+      MicroBatchContext& ctx = context(a.micro_batch);
+      pp_.irecv(boundary(ctx, c, /*input=*/true), static_cast<size_t>(boundary_floats(ctx)), DType::f32, a.peer,
+                pipeline_message_id(a, shape_))
+          ->wait();
+      return;
+    }
+    case PipelineActionKind::send_gradient: {
+      // The chunk's backward left dL/d(its input) in the workspace, which the next
+      // backward reuses: send a copy.
+      MicroBatchContext& ctx = context(a.micro_batch);
+      const int64_t n = boundary_floats(ctx);
+      Tensor copy = Tensor::empty({n}, DType::f32, MemTag::comm);
+      kernels::copy(copy.data<float>(), model_.workspace_dstream(), n);
+      sends_.push_back(pp_.isend(copy.data<float>(), static_cast<size_t>(n), DType::f32, a.peer,
+                                 pipeline_message_id(a, shape_)));
+      send_buffers_.push_back(std::move(copy));
+      return;
+    }
+    case PipelineActionKind::recv_gradient: {
+      MicroBatchContext& ctx = context(a.micro_batch);
+      model_.fit_workspace(ctx.B, ctx.T);
+      pp_.irecv(model_.workspace_dstream(), static_cast<size_t>(boundary_floats(ctx)), DType::f32, a.peer,
+                pipeline_message_id(a, shape_))
+          ->wait();
+      return;
+    }
+  }
+}
+
+double PipelineRunner::train(const Prepare& prepare) {
+  prepare_ = &prepare;
+  live_.clear();
+  live_.resize(static_cast<size_t>(shape_.m));
+  live_count_ = 0;
+  loss_sum_ = 0;
+  // A micro-batch's context goes back to the pool after the last action that uses it.
+  std::vector<size_t> last_use(static_cast<size_t>(shape_.m), 0);
+  for (size_t i = 0; i < actions_.size(); ++i) last_use[static_cast<size_t>(actions_[i].micro_batch)] = i;
+  for (size_t i = 0; i < actions_.size(); ++i) {
+    run(actions_[i]);
+    if (i == last_use[static_cast<size_t>(actions_[i].micro_batch)]) release(actions_[i].micro_batch);
+  }
+  for (WorkHandle& send : sends_) send->wait();
+  sends_.clear();
+  send_buffers_.clear();
+  return loss_sum_;
+}
+
+double PipelineRunner::evaluate(int micro_batches, const Prepare& prepare) {
+  const int rank = pp_.rank();
+  double loss = 0;
+  MicroBatchContext ctx;
+  for (int mb = 0; mb < micro_batches; ++mb) {
+    prepare(mb, ctx, /*forward_only=*/true);
+    for (int c = rank; c < shape_.chunks(); c += shape_.pp) {
+      // Chunk c's input comes from chunk c - 1's rank, its output goes to chunk c + 1's.
+      const int tag = 2 * (mb * shape_.chunks() + c);
+      if (c > 0 && shape_.pp > 1) {
+        pp_.irecv(boundary(ctx, c, true), static_cast<size_t>(boundary_floats(ctx)), DType::f32, (c - 1) % shape_.pp, tag)
+            ->wait();
+      }
+      forward(c, ctx);
+      if (c + 1 < shape_.chunks() && shape_.pp > 1) {
+        pp_.isend(boundary(ctx, c, false), static_cast<size_t>(boundary_floats(ctx)), DType::f32, (c + 1) % shape_.pp,
+                  tag + 2)
+            ->wait();
+      }
+    }
+    if (model_.holds_head()) loss += ctx.loss_sum;
+  }
+  if (hooks_) hooks_->after_forward_only();
+  return loss;
+}
+
+}  // namespace ndt

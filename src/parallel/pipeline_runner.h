@@ -1,0 +1,68 @@
+// Pipeline parallelism: runs this rank's chunks of the model (parallel/pipeline_stages.h)
+// in the order of a schedule's action list (parallel/pipeline_schedule.h). It splits
+// the layers over the pp axis and communicates, point to point on pp, each boundary
+// tensor: the residual stream [local rows, d_model] forward (activation) and its
+// gradient backward, a non-blocking send after the action that produced it and a
+// receive right before the action that needs it. One context (model/activations.h)
+// per micro-batch in flight, holding this rank's units' activations only, taken when
+// the micro-batch's first forward runs here and given back after its last backward:
+// the activation memory is the schedule's (GPipe m contexts, 1F1B at most pp).
+// Gradients only accumulate here; the caller syncs them over data parallelism after
+// the whole schedule.
+#pragma once
+
+#include "comm/communicator.h"
+#include "model/transformer.h"
+#include "parallel/pipeline_schedule.h"
+#include "parallel/pipeline_stages.h"
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+namespace ndt {
+
+class PipelineRunner {
+ public:
+  // hooks: called around each unit like run_forward_backward does (may be null).
+  PipelineRunner(Transformer& model, Communicator& pp, PipelineSchedule schedule, const PipelineShape& shape,
+                 PipelineStages stages, ModelHooks* hooks);
+
+  // Fills a context with micro-batch `mb` (Transformer::prepare).
+  using Prepare = std::function<void(int mb, MicroBatchContext& ctx, bool forward_only)>;
+  // Forward and backward of the shape's m micro-batches; returns the sum over them of
+  // the micro-batch's token-loss sum on the rank holding the head, 0 on the others.
+  double train(const Prepare& prepare);
+  // Forward only, micro-batch after micro-batch; the same return value.
+  double evaluate(int micro_batches, const Prepare& prepare);
+
+  int peak_live_contexts() const { return peak_live_; }
+  const PipelineStages& stages() const { return stages_; }
+
+ private:
+  MicroBatchContext& context(int mb);  // this micro-batch's, taken from the pool if new
+  void release(int mb);
+  void run(const PipelineAction& action);
+  void forward(int chunk, MicroBatchContext& ctx);
+  float* boundary(MicroBatchContext& ctx, int chunk, bool input);  // the chunk's input or output stream slot
+  int64_t boundary_floats(const MicroBatchContext& ctx) const;
+  int first_unit(int chunk) const { return stages_.first_unit[static_cast<size_t>(chunk)]; }
+  int end_unit(int chunk) const { return stages_.first_unit[static_cast<size_t>(chunk) + 1]; }
+
+  Transformer& model_;
+  Communicator& pp_;
+  PipelineSchedule schedule_;
+  PipelineShape shape_;
+  PipelineStages stages_;
+  ModelHooks* hooks_;
+  std::vector<PipelineAction> actions_;
+  const Prepare* prepare_ = nullptr;
+  std::vector<std::unique_ptr<MicroBatchContext>> free_;
+  std::vector<std::unique_ptr<MicroBatchContext>> live_;  // [m], null when not live
+  int live_count_ = 0, peak_live_ = 0;
+  double loss_sum_ = 0;
+  std::vector<WorkHandle> sends_;
+  std::vector<Tensor> send_buffers_;  // gradients in flight (the workspace is reused)
+};
+
+}  // namespace ndt

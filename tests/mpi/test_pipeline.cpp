@@ -1,0 +1,180 @@
+// Pipeline parallelism against one rank: every schedule (GPipe, 1F1B, interleaved 1F1B,
+// ZB-H1) on pp = world size, GPT-2 (tied embeddings: the first and the last stage hold
+// the table) and Llama (untied, GQA, QK-norm): the same losses, gradient norms and final
+// parameters; composed with DDP and with tp + SP on 4 ranks; the activation memory the
+// schedule implies (GPipe m contexts, 1F1B at most pp - rank); the bytes sent on pp;
+// a checkpoint saved under pp resumed on one rank.
+#include "../common/temp_dir.h"
+#include "../train/test_support.h"
+#include "core/memory.h"
+#include "mpi_env.h"
+#include "parity.h"
+
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+
+namespace ndt {
+namespace {
+
+using testing::expect_same_run;
+using testing::tiny_run;
+using testing::train;
+using testing::TrainedRun;
+
+class PipelineTest : public ::testing::Test {
+ protected:
+  PipelineTest() { write_shard(dir_.file("train.bin"), testing::synthetic_text(30000, 11)); }
+  // 8 micro-batches of 1 sequence; 8 blocks (interleaving 4 ranks x 2 needs 7).
+  RunConfig run(bool llama) const {
+    RunConfig c = tiny_run(dir_.file("train.bin"), 8, 1);
+    c.model.n_layer = 8;
+    c.steps = 20;
+    c.grad_clip = 0;  // a clip firing every step would hide a gradient off by a factor
+    if (llama) testing::use_llama(c);
+    return c;
+  }
+  testing::TempDir dir_;
+};
+
+struct Schedule {
+  const char* name;
+  int virtual_stages;
+};
+constexpr Schedule kSchedules[] = {{"gpipe", 1}, {"1f1b", 1}, {"interleaved_1f1b", 2}, {"zb_h1", 1}};
+
+// Catches: a boundary tensor sent to the wrong stage or micro-batch, a tied embedding
+// whose two copies drift apart (gradients not summed between the first and the last
+// stage), a loss or gradient norm that misses a stage, a schedule losing or repeating
+// a micro-batch.
+TEST_F(PipelineTest, EveryScheduleMatchesOneRank) {
+  Communicator& world = testing::world();
+  for (bool llama : {false, true}) {
+    RunConfig c = run(llama);
+    const TrainedRun reference = train(c, nullptr);
+    for (const Schedule& s : kSchedules) {
+      const std::string what = std::string(llama ? "llama " : "gpt2 ") + s.name + " pp=" + std::to_string(world.size());
+      c.mesh.pp = world.size();
+      c.pp_schedule = s.name;
+      c.pp_virtual_stages = s.virtual_stages;
+      DeviceMesh mesh(world, c.resolve_mesh(world.size()));
+      expect_same_run(reference, train(c, &mesh), what.c_str());
+    }
+  }
+}
+
+// Catches: pipeline gradients not reduced over data parallelism (or reduced twice), tp
+// boundary tensors of the wrong rows under sequence parallel.
+TEST_F(PipelineTest, ComposesWithDataAndTensorParallel) {
+  Communicator& world = testing::world();
+  if (world.size() != 4) GTEST_SKIP() << "needs 4 ranks";
+  for (bool llama : {false, true}) {
+    RunConfig c = run(llama);
+    c.steps = 10;
+    const TrainedRun reference = train(c, nullptr);
+    c.mesh.pp = 2;
+    {
+      DeviceMesh mesh(world, c.resolve_mesh(4));  // pp=2 x dp=2
+      expect_same_run(reference, train(c, &mesh), llama ? "llama pp=2 x dp=2" : "gpt2 pp=2 x dp=2");
+    }
+    c.mesh.tp = 2;
+    c.sequence_parallel = true;
+    c.micro_batch_size = 2;  // sequence parallel splits a micro-batch's tokens over tp
+    DeviceMesh mesh(world, c.resolve_mesh(4));  // pp=2 x tp=2
+    expect_same_run(reference, train(c, &mesh), llama ? "llama pp=2 x tp=2 + SP" : "gpt2 pp=2 x tp=2 + SP");
+  }
+}
+
+// Catches: a runner keeping every micro-batch's activations whatever the schedule (or
+// freeing them early), and a memory model that does not count a stage's own units.
+TEST_F(PipelineTest, ActivationsFollowTheSchedule) {
+  Communicator& world = testing::world();
+  const int pp = world.size();
+  RunConfig c = run(false);
+  c.mesh.pp = pp;
+  const int m = 8;
+  for (const char* schedule : {"gpipe", "1f1b"}) {
+    c.pp_schedule = schedule;
+    DeviceMesh mesh(world, c.resolve_mesh(pp));
+    MemoryLedger& ledger = MemoryLedger::instance();
+    const size_t before = ledger.current(MemTag::activations);
+    Trainer trainer(c, &mesh, nullptr);
+    trainer.step();
+    const int rank = mesh.coord(Axis::pp);
+    const int live = std::string(schedule) == "gpipe" ? m : std::min(m, pp - rank);
+    const std::vector<char>& units = trainer.model().local_units();
+    const TpLayout tp;
+    const int64_t context = context_floats(c.model, tp, 1, c.seq_len, {}, units) * 4;
+    const int64_t workspace = workspace_floats(c.model, tp, 1, c.seq_len, c.loss_chunk_rows) * 4;
+    // The trainer's own (empty) context and the runner's pool of `live` contexts.
+    EXPECT_EQ(static_cast<int64_t>(ledger.current(MemTag::activations) - before), live * context + workspace)
+        << schedule << " on pp rank " << rank;
+  }
+}
+
+// Catches: boundary tensors sent more often, or larger, than the schedule needs.
+TEST_F(PipelineTest, BytesOnPpAreTheBoundaryTensors) {
+  Communicator& world = testing::world();
+  const int pp = world.size();
+  RunConfig c = run(false);
+  c.mesh.pp = pp;
+  c.eval_every = 0;
+  for (const Schedule& s : kSchedules) {
+    c.pp_schedule = s.name;
+    c.pp_virtual_stages = s.virtual_stages;
+    DeviceMesh mesh(world, c.resolve_mesh(pp));
+    Trainer trainer(c, &mesh, nullptr);
+    mesh.axis(Axis::pp).stats() = {};
+    trainer.step();
+    // Every boundary between chunks (pp x v - 1 of them) carries each micro-batch's
+    // activation forward and its gradient backward: [seq_len, d_model] floats each.
+    const CommStats& stats = mesh.axis(Axis::pp).stats();
+    int32_t sent = static_cast<int32_t>(stats[CommOp::send].payload_bytes);
+    world.all_reduce(&sent, 1, DType::i32, ReduceOp::sum);
+    const int64_t boundaries = int64_t{pp} * s.virtual_stages - 1, m = 8;
+    EXPECT_EQ(sent, 2 * boundaries * m * c.seq_len * c.model.d_model * 4) << s.name;
+  }
+}
+
+// Catches: a pipeline checkpoint missing a stage's parameters or moments, or holding the
+// tied embedding twice.
+TEST_F(PipelineTest, CheckpointSavedUnderPpResumesOnOneRank) {
+  Communicator& world = testing::world();
+  testing::TempDir own;  // each rank's one-rank reference
+  RunConfig c = run(false);
+  c.steps = 10;
+  c.checkpoint_dir = own.file("reference");
+  const TrainedRun reference = train(c, nullptr);
+  // Under pp = world size: 5 steps, saved (rank 0 names the shared folder).
+  int32_t pid = static_cast<int32_t>(::getpid());
+  world.broadcast(&pid, 1, DType::i32, 0);
+  const std::string folder = "/tmp/ndt_pipeline_ckpt_" + std::to_string(pid);
+  RunConfig piped = c;
+  piped.mesh.pp = world.size();
+  piped.checkpoint_dir = folder;
+  piped.overwrite = true;
+  {
+    DeviceMesh mesh(world, piped.resolve_mesh(world.size()));
+    Trainer trainer(piped, &mesh, nullptr);
+    while (trainer.steps_done() < 5) trainer.step();
+    trainer.save_checkpoint(/*async=*/false);
+  }
+  world.barrier();
+  RunConfig resumed = c;
+  resumed.checkpoint_dir = own.file("resumed");
+  resumed.resume = folder + "/step-00000005";
+  Trainer trainer(resumed, nullptr, nullptr);
+  std::vector<double> losses;
+  while (trainer.steps_done() < 10) losses.push_back(trainer.step().loss);
+  for (size_t i = 0; i < losses.size(); ++i) {
+    EXPECT_NEAR(losses[i], reference.losses[5 + i], 1e-5 * reference.losses[5 + i]) << "step " << 5 + i;
+  }
+  world.barrier();
+  if (world.rank() == 0) std::filesystem::remove_all(folder);
+}
+
+}  // namespace
+}  // namespace ndt
