@@ -81,6 +81,19 @@ struct RecomputeBenchOptions {
 };
 int run_bench_recompute(const RecomputeBenchOptions& options);
 
+// `ndtrain bench pipeline` (apps/ndtrain/bench_pipeline.cpp, under mpirun): each
+// schedule's measured bubble against the simulator's.
+struct PipelineBenchOptions {
+  std::string preset = "gpt2-tiny";
+  int layers = 8;
+  int seq_len = 128;
+  int micro_batches = 8;
+  int micro_batch_size = 2;
+  int steps = 5;
+  std::string schedules = "gpipe,1f1b,interleaved_1f1b,zb_h1";
+};
+int run_bench_pipeline(const PipelineBenchOptions& options);
+
 // `ndtrain simulate-pipeline` (apps/ndtrain/simulate_pipeline.cpp): a pipeline
 // schedule timed with per-action costs, as text and optionally SVG.
 struct SimulatePipelineOptions {

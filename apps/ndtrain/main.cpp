@@ -5,6 +5,7 @@
 //                       [--tp N] [--sequence-parallel] [--vocab V] [--activation-checkpointing P]
 //                       [--checkpointing-every K] [--memory-budget-gib G]
 //   ndtrain bench checkpoint [--preset NAME] [--dir DIR] [--reps R]
+//   mpirun -np P ndtrain bench pipeline [--layers L] [--seq T] [--micro-batches M] [--schedules S,...]
 //   ndtrain bench recompute [--preset NAME] [--batch B] [--seq T] [--threads N] [--rounds R] [--memory-budget-gib G]
 //   mpirun -np N ndtrain bench comm [--max-bytes B] [--iters I] [--async]
 //   mpirun -np N ndtrain bench overlap [--bytes B] [--poll-ms MS]
@@ -139,6 +140,17 @@ int main(int argc, char** argv) {
   bench_recompute->add_option("--memory-budget-gib", recompute_bench.memory_budget_gib,
                               "Report the largest batch whose predicted memory fits this budget");
 
+  ndt::PipelineBenchOptions pipeline_bench;
+  auto* bench_pipeline =
+      bench->add_subcommand("pipeline", "Pipeline schedules under mpirun: measured bubble against the simulator's");
+  bench_pipeline->add_option("--preset", pipeline_bench.preset, "Model preset");
+  bench_pipeline->add_option("--layers", pipeline_bench.layers, "Blocks (model.n_layer)");
+  bench_pipeline->add_option("--seq", pipeline_bench.seq_len, "Tokens per sequence");
+  bench_pipeline->add_option("--micro-batches", pipeline_bench.micro_batches, "Micro-batches per step (m)");
+  bench_pipeline->add_option("--micro-batch-size", pipeline_bench.micro_batch_size, "Sequences per micro-batch");
+  bench_pipeline->add_option("--steps", pipeline_bench.steps, "Timed steps per schedule (medians reported)");
+  bench_pipeline->add_option("--schedules", pipeline_bench.schedules, "Comma-separated parallel.pp_schedule names");
+
   // bench comm / bench overlap (apps/ndtrain/bench_comm.cpp)
   ndt::CommBenchOptions comm_bench;
   auto* bench_comm = bench->add_subcommand("comm", "Collective bandwidth of the Communicator vs raw MPI (mpirun)");
@@ -212,6 +224,7 @@ int main(int argc, char** argv) {
     if (*bench_train) return ndt::run_bench_train(bench_options);
     if (*bench_checkpoint) return ndt::run_bench_checkpoint(checkpoint_bench);
     if (*bench_recompute) return ndt::run_bench_recompute(recompute_bench);
+    if (*bench_pipeline) return ndt::run_bench_pipeline(pipeline_bench);
     if (*bench_comm) return ndt::run_bench_comm(comm_bench);
     if (*bench_overlap) return ndt::run_bench_overlap(overlap_bench);
     if (*simulate_pipeline) return ndt::run_simulate_pipeline(pipeline_options);

@@ -1,9 +1,11 @@
 #include "parallel/pipeline_runner.h"
 
 #include "core/error.h"
+#include "core/timing.h"
 #include "kernels/kernels.h"
 
 #include <algorithm>
+#include <chrono>
 
 namespace ndt {
 
@@ -126,11 +128,20 @@ double PipelineRunner::train(const Prepare& prepare) {
   // A micro-batch's context goes back to the pool after the last action that uses it.
   std::vector<size_t> last_use(static_cast<size_t>(shape_.m), 0);
   for (size_t i = 0; i < actions_.size(); ++i) last_use[static_cast<size_t>(actions_[i].micro_batch)] = i;
+  times_ = {};
+  const auto start = std::chrono::steady_clock::now();
   for (size_t i = 0; i < actions_.size(); ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
     run(actions_[i]);
+    if (!is_communication(actions_[i].kind)) {
+      const double seconds = seconds_since(t0);
+      times_.busy += seconds;
+      times_.compute[static_cast<size_t>(actions_[i].kind)].push_back(seconds);
+    }
     if (i == last_use[static_cast<size_t>(actions_[i].micro_batch)]) release(actions_[i].micro_batch);
   }
   for (WorkHandle& send : sends_) send->wait();
+  times_.wall = seconds_since(start);
   sends_.clear();
   send_buffers_.clear();
   return loss_sum_;

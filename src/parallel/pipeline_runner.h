@@ -16,11 +16,21 @@
 #include "parallel/pipeline_schedule.h"
 #include "parallel/pipeline_stages.h"
 
+#include <array>
 #include <functional>
 #include <memory>
 #include <vector>
 
 namespace ndt {
+
+// What the last train() took on this rank: its wall time, the time in compute actions,
+// and each compute action's seconds by kind (forward, backward, backward_input,
+// backward_weight), for the measured bubble and the simulator's costs.
+struct PipelineStepTimes {
+  double wall = 0;
+  double busy = 0;
+  std::array<std::vector<double>, 4> compute;
+};
 
 class PipelineRunner {
  public:
@@ -37,6 +47,7 @@ class PipelineRunner {
   double evaluate(int micro_batches, const Prepare& prepare);
 
   int peak_live_contexts() const { return peak_live_; }
+  const PipelineStepTimes& last_step_times() const { return times_; }
   const PipelineStages& stages() const { return stages_; }
 
  private:
@@ -63,6 +74,7 @@ class PipelineRunner {
   double loss_sum_ = 0;
   std::vector<WorkHandle> sends_;
   std::vector<Tensor> send_buffers_;  // gradients in flight (the workspace is reused)
+  PipelineStepTimes times_;
 };
 
 }  // namespace ndt

@@ -280,7 +280,7 @@ double Trainer::mean_over_dp(double local) {
 nlohmann::json Trainer::comm_record() const {
   nlohmann::json record = nlohmann::json::object();
   if (!mesh_) return record;
-  for (Axis axis : {Axis::dp, Axis::dp_shard, Axis::dp_replicate, Axis::tp}) {
+  for (Axis axis : {Axis::dp, Axis::dp_shard, Axis::dp_replicate, Axis::tp, Axis::pp}) {
     const CommStats& stats = mesh_->axis(axis).stats();
     nlohmann::json ops = nlohmann::json::object();
     for (size_t op = 0; op < kNumCommOps; ++op) {
@@ -591,7 +591,7 @@ RunSummary Trainer::run() {
     fmt::print(*log_, "throughput: median {:.0f} tokens/s, MFU {:.1f}%, HFU {:.1f}% (with the recomputed forward)\n",
                summary.median_tokens_per_s, 100.0 * summary.median_mfu, 100.0 * summary.median_hfu);
     if (world_size() > 1) {
-      for (Axis axis : {Axis::dp, Axis::dp_shard, Axis::dp_replicate, Axis::tp}) {
+      for (Axis axis : {Axis::dp, Axis::dp_shard, Axis::dp_replicate, Axis::tp, Axis::pp}) {
         const CommStats& stats = mesh_->axis(axis).stats();
         if (stats.total_wire_bytes() == 0) continue;
         fmt::print(*log_, "communication on {} (rank 0): {:.1f} MiB sent, {:.2f} s waiting\n", axis_name(axis),

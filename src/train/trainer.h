@@ -76,6 +76,7 @@ class Trainer {
   // Every parameter's whole (logical) value, in store order (collective over the mesh).
   std::vector<float> full_parameters();
   int64_t steps_done() const { return step_; }
+  const PipelineRunner* pipeline() const { return pipeline_.get(); }  // null without pp
 
   // Checkpoints (train/checkpointing.h): save the state after the steps done so far
   // (async: on a background thread, committed at a later step or by finish), and wait

@@ -1,0 +1,134 @@
+// `ndtrain bench pipeline` (under mpirun, parallel.pp = the number of ranks): trains a
+// small model with each pipeline schedule on synthetic tokens and prints, per schedule,
+// the step time, the bubble measured on the ranks (each rank's time outside compute
+// actions, as a fraction of the step's span over all ranks, averaged over the ranks)
+// next to the simulator's prediction from the compute actions' measured mean costs,
+// and the contexts rank 0 kept in flight.
+#include "apps/ndtrain/commands.h"
+#include "comm/device_mesh.h"
+#include "comm/mpi_communicator.h"
+#include "core/error.h"
+#include "core/rng.h"
+#include "core/timing.h"
+#include "data/shard.h"
+#include "parallel/pipeline_simulator.h"
+#include "train/trainer.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <numeric>
+
+namespace ndt {
+
+namespace {
+
+std::vector<std::string> split_names(const std::string& text) {
+  std::vector<std::string> names;
+  size_t begin = 0;
+  while (begin <= text.size()) {
+    const size_t end = std::min(text.find(',', begin), text.size());
+    names.push_back(text.substr(begin, end - begin));
+    begin = end + 1;
+  }
+  return names;
+}
+
+}  // namespace
+
+int run_bench_pipeline(const PipelineBenchOptions& o) {
+  NDT_CHECK(launched_by_mpi(), "bench pipeline runs under mpirun: one rank per pipeline stage");
+  NDT_CHECK(o.steps > 0 && o.micro_batches > 0 && o.micro_batch_size > 0 && o.layers > 0,
+            "--steps {}, --micro-batches {}, --micro-batch-size {} and --layers {} must be positive", o.steps,
+            o.micro_batches, o.micro_batch_size, o.layers);
+  std::unique_ptr<Communicator> world = mpi_world();
+  const int pp = world->size();
+  NDT_CHECK(pp >= 2, "bench pipeline needs at least 2 ranks (mpirun -np P), got {}", pp);
+  // Synthetic tokens in a shard every rank reads (rank 0 writes it).
+  int32_t id = static_cast<int32_t>(::getpid());
+  world->broadcast(&id, 1, DType::i32, 0);
+  const std::string data = fmt::format("/tmp/ndtrain-bench-pipeline-{}.bin", id);
+  if (world->rank() == 0) {
+    std::vector<uint16_t> tokens(200000);
+    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint16_t>(philox(3, 17, i)[0] % 256);
+    write_shard(data, tokens);
+  }
+  world->barrier();
+  auto print = [&](const std::string& text) {
+    if (world->rank() == 0) fmt::print("{}", text), std::fflush(stdout);
+  };
+  print(fmt::format("bench pipeline: {} with {} layers, T={}, pp={}, {} micro-batches of {} per step, {} steps per "
+                    "schedule (after one warm-up), 1 thread per rank\n",
+                    o.preset, o.layers, o.seq_len, pp, o.micro_batches, o.micro_batch_size, o.steps));
+  print("  schedule          | step (median) | tokens/s | bubble measured | simulated (measured costs) | "
+        "contexts on rank 0\n");
+  for (const std::string& name : split_names(o.schedules)) {
+    const PipelineSchedule schedule = pipeline_schedule_from_name(name);
+    const int v = schedule == PipelineSchedule::interleaved_1f1b ? 2 : 1;
+    RunConfig c;
+    c.model = ModelConfig::preset(o.preset);
+    c.model.n_layer = o.layers;
+    c.model.max_seq_len = std::max(c.model.max_seq_len, o.seq_len);
+    c.seq_len = o.seq_len;
+    c.micro_batch_size = o.micro_batch_size;
+    c.batch_size = o.micro_batch_size * o.micro_batches;
+    c.steps = o.steps + 1;
+    c.eval_every = 0;
+    c.sample_tokens = 0;
+    c.threads = 1;
+    c.peak_gflops = 100;
+    c.out_dir = "";
+    c.train_data = data;
+    c.mesh.pp = pp;
+    c.pp_schedule = name;
+    c.pp_virtual_stages = v;
+    DeviceMesh mesh(*world, c.resolve_mesh(pp));
+    Trainer trainer(c, &mesh, nullptr);
+    trainer.step();  // warm-up
+    std::vector<double> steps, measured;
+    std::array<double, 4> cost_sum{}, cost_count{};
+    for (int s = 0; s < o.steps; ++s) {
+      world->barrier();
+      const auto t0 = std::chrono::steady_clock::now();
+      trainer.step();
+      const double step_s = seconds_since(t0);
+      const PipelineStepTimes& t = trainer.pipeline()->last_step_times();
+      float span = static_cast<float>(t.wall);
+      world->all_reduce(&span, 1, DType::f32, ReduceOp::max);
+      float bubble = static_cast<float>(1.0 - t.busy / span);
+      world->all_reduce(&bubble, 1, DType::f32, ReduceOp::avg);
+      float slowest = static_cast<float>(step_s);
+      world->all_reduce(&slowest, 1, DType::f32, ReduceOp::max);
+      steps.push_back(slowest);
+      measured.push_back(bubble);
+      for (size_t k = 0; k < 4; ++k) {
+        cost_sum[k] += std::accumulate(t.compute[k].begin(), t.compute[k].end(), 0.0);
+        cost_count[k] += static_cast<double>(t.compute[k].size());
+      }
+    }
+    // Mean cost of each compute action over all ranks: one chunk's; the simulator takes a
+    // rank's share (v chunks).
+    std::array<float, 8> totals{};
+    for (size_t k = 0; k < 4; ++k) totals[k] = static_cast<float>(cost_sum[k]), totals[4 + k] = static_cast<float>(cost_count[k]);
+    world->all_reduce(totals.data(), totals.size(), DType::f32, ReduceOp::sum);
+    auto mean = [&](size_t k) { return totals[4 + k] > 0 ? v * totals[k] / totals[4 + k] : 0.0; };
+    PipelineCosts costs;
+    costs.forward = mean(0);
+    costs.backward = mean(1) > 0 ? mean(1) : mean(2) + mean(3);
+    costs.backward_input = mean(2) > 0 ? mean(2) : costs.backward / 2;
+    costs.backward_weight = mean(3) > 0 ? mean(3) : costs.backward / 2;
+    const PipelineShape shape{pp, v, o.micro_batches};
+    const double simulated = simulate_pipeline(schedule, shape, costs).mean_bubble;
+    const double step_s = median(steps);
+    print(fmt::format("  {:<17} | {:>11.3f} s | {:>8.0f} | {:>14.1f}% | {:>25.1f}% | {}\n", name, step_s,
+                      c.batch_size * c.seq_len / step_s, 100.0 * median(measured), 100.0 * simulated,
+                      trainer.pipeline()->peak_live_contexts()));
+  }
+  world->barrier();
+  if (world->rank() == 0) std::filesystem::remove(data);
+  return 0;
+}
+
+}  // namespace ndt
