@@ -221,5 +221,37 @@ TEST(ActivationCheckpointingParallel, EveryPolicyIsBitwiseNoneOnFsdpTimesTp) {
   }
 }
 
+// Catches: a policy that breaks under another layout: DDP and ZeRO-2 (gradients
+// reduced as blocks finish, after their recompute), and pipeline stages (several
+// micro-batches' contexts sharing the recompute area). Each against none on the same
+// layout, bitwise.
+TEST(ActivationCheckpointingParallel, EveryPolicyIsBitwiseNoneOnDdpZeroAndPipeline) {
+  Communicator& world = testing::world();
+  testing::TempDir dir;
+  write_shard(dir.file("train.bin"), testing::synthetic_text(30000, 10));
+  const int n = world.size();
+  struct Layout {
+    const char* name;
+    int dp_shard, zero_stage, pp;
+  };
+  for (const Layout& l : {Layout{"ddp", 1, 0, 1}, Layout{"zero-2", n, 2, 1}, Layout{"pp 1f1b", 1, 0, n}}) {
+    RunConfig c = tiny_run(dir.file("train.bin"), 8, 1);
+    c.model.n_layer = 4;
+    c.steps = 3;
+    c.mesh.dp_shard = l.dp_shard;
+    c.zero_stage = l.zero_stage;
+    c.mesh.pp = l.pp;
+    DeviceMesh mesh(world, c.resolve_mesh(n));
+    const testing::TrainedRun reference = train(c, &mesh);
+    for (CheckpointMode mode : {CheckpointMode::full, CheckpointMode::selective}) {
+      c.activation_checkpointing = {mode, 1};
+      const testing::TrainedRun run = train(c, &mesh);
+      const std::string what = std::string(l.name) + ", " + std::string(checkpoint_mode_name(mode));
+      EXPECT_EQ(run.losses, reference.losses) << what;
+      EXPECT_EQ(run.params, reference.params) << what;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ndt
