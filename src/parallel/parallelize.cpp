@@ -47,8 +47,8 @@ std::unique_ptr<GradientSync> parallelize(Transformer& model, DeviceMesh* mesh, 
   place_parameters(store, shape, o);
   const bool pipelined = shape.pp > 1;
   if (pipelined) {
-    NDT_CHECK(o.zero_stage == 0,
-              "parallel.pp = {} composes with DDP and tensor parallelism so far: parallel.zero_stage = {} under "
+    NDT_CHECK(o.zero_stage <= 1,
+              "parallel.pp = {} composes with DDP, ZeRO-1 and tensor parallelism so far: parallel.zero_stage = {} under "
               "pipeline parallelism is not implemented yet",
               shape.pp, o.zero_stage);
     NDT_CHECK(static_cast<int>(o.local_units.size()) == model.num_units(),

@@ -395,6 +395,11 @@ StepStats Trainer::step() {
                            {"tokens_per_s", s.tokens_per_s}, {"mfu", s.mfu}, {"hfu", s.hfu},
                            {"peak_mem_bytes", s.peak_bytes}};
   if (!s.finite) record["update_skipped"] = "non-finite loss or gradient norm";
+  if (pipeline_) {
+    // This rank's measured bubble: its time outside compute actions, over its schedule's time.
+    const PipelineStepTimes& t = pipeline_->last_step_times();
+    record["pp_bubble"] = t.wall > 0 ? 1.0 - t.busy / t.wall : 0.0;
+  }
   if (world_size() > 1) record["comm"] = comm_record(), record["dp_exposed_wait_s"] = s.comm_wait_seconds;
   metrics_->write(record);
   return s;
@@ -406,12 +411,15 @@ double Trainer::pipeline_step(float grad_scale) {
     train_loader_.train_batch(step_, dp_rank_ * rows_per_rank_ + mb * micro, micro, inputs_.data(), targets_.data());
     model_->prepare(ctx, inputs_.data(), targets_.data(), micro, T, grad_scale, forward_only);
   };
-  // Gradients accumulate over the whole schedule; the data-parallel sync follows it.
+  // Gradients accumulate over the whole schedule; the data-parallel sync follows it. A
+  // tied embedding's two copies are summed first (both sums commute), so the sync
+  // reduces whole gradients whatever it does with them (all-reduce, or ZeRO-1's
+  // reduce-scatter).
   sync_->begin_backward(/*sync=*/false);
   double loss_sum = pipeline_->train(prepare);
+  sum_tied_embedding_gradient();
   sync_->begin_backward(/*sync=*/true);
   sync_->finish_backward();
-  sum_tied_embedding_gradient();
   return sum_over_pp(loss_sum);
 }
 

@@ -1,7 +1,7 @@
 // Pipeline parallelism against one rank: every schedule (GPipe, 1F1B, interleaved 1F1B,
 // ZB-H1) on pp = world size, GPT-2 (tied embeddings: the first and the last stage hold
 // the table) and Llama (untied, GQA, QK-norm): the same losses, gradient norms and final
-// parameters; composed with DDP and with tp + SP on 4 ranks; the activation memory the
+// parameters; composed with DDP, ZeRO-1 and tp + SP on 4 ranks; the activation memory the
 // schedule implies (GPipe m contexts, 1F1B at most pp - rank); the bytes sent on pp;
 // a checkpoint saved under pp resumed on one rank.
 #include "../common/temp_dir.h"
@@ -66,8 +66,9 @@ TEST_F(PipelineTest, EveryScheduleMatchesOneRank) {
   }
 }
 
-// Catches: pipeline gradients not reduced over data parallelism (or reduced twice), tp
-// boundary tensors of the wrong rows under sequence parallel.
+// Catches: pipeline gradients not reduced over data parallelism (or reduced twice, or a
+// tied embedding's copies summed after ZeRO-1 sharded them), tp boundary tensors of
+// the wrong rows under sequence parallel.
 TEST_F(PipelineTest, ComposesWithDataAndTensorParallel) {
   Communicator& world = testing::world();
   if (world.size() != 4) GTEST_SKIP() << "needs 4 ranks";
@@ -79,6 +80,13 @@ TEST_F(PipelineTest, ComposesWithDataAndTensorParallel) {
     {
       DeviceMesh mesh(world, c.resolve_mesh(4));  // pp=2 x dp=2
       expect_same_run(reference, train(c, &mesh), llama ? "llama pp=2 x dp=2" : "gpt2 pp=2 x dp=2");
+    }
+    {
+      RunConfig zero = c;  // pp=2 x ZeRO-1 over dp_shard=2
+      zero.mesh.dp_shard = 2;
+      zero.zero_stage = 1;
+      DeviceMesh mesh(world, zero.resolve_mesh(4));
+      expect_same_run(reference, train(zero, &mesh), llama ? "llama pp=2 x ZeRO-1" : "gpt2 pp=2 x ZeRO-1");
     }
     c.mesh.tp = 2;
     c.sequence_parallel = true;
