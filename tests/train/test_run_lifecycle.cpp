@@ -79,7 +79,8 @@ void expect_all_finite(const fs::path& dir) {
 }
 
 // Catches: a diverged run that trains on to exit 0, saving NaN checkpoints and pruning
-// the last finite one (keep_last = 2, a save every step).
+// the last finite one (keep_last = 2, a save every step), or that applies the
+// non-finite update before stopping.
 TEST_F(RunLifecycle, NonFiniteStepStopsTheRunAndKeepsTheLastFiniteCheckpoint) {
   RunConfig c = config();
   c.steps = 40;
@@ -105,6 +106,14 @@ TEST_F(RunLifecycle, NonFiniteStepStopsTheRunAndKeepsTheLastFiniteCheckpoint) {
   EXPECT_MENTIONS(error, "optim.lr (now 1000000)");
   EXPECT_EQ(ckpt::committed_steps(dir_.file("ckpt")), (std::vector<int64_t>{last - 1, last}));
   for (int64_t step : ckpt::committed_steps(dir_.file("ckpt"))) expect_all_finite(ckpt(step));
+  // The non-finite update was not applied: the model is still the last finite state.
+  const ModelState saved = read_model_checkpoint(ckpt(last));
+  std::vector<float> expected;
+  for (const Parameter& p : trainer.model().store().params()) {
+    const std::vector<float>& t = saved.tensors.at(p.name());
+    expected.insert(expected.end(), t.begin(), t.end());
+  }
+  EXPECT_EQ(trainer.full_parameters(), expected);
 }
 
 // Catches: a NaN in the state written to disk whatever produced it (the guard is in
