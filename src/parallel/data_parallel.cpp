@@ -69,4 +69,9 @@ std::vector<float> DataParallel::full_parameters() {
   return {values, values + store_.numel()};
 }
 
+std::pair<float*, int64_t> DataParallel::reduced_gradient(size_t p) {
+  const Parameter& param = store_.params()[p];
+  return {param.grad_data(), param.numel()};
+}
+
 }  // namespace ndt

@@ -11,12 +11,13 @@ namespace ndt {
 
 FullyShardedDataParallel::FullyShardedDataParallel(ParameterStore& store, DeviceMesh& mesh, int stage,
                                                    const AdamWConfig& adamw, const std::vector<FsdpGroup>& groups,
-                                                   bool prefetch)
+                                                   bool prefetch, const std::vector<char>& local_units)
     : store_(store),
       shard_comm_(mesh.axis(Axis::dp_shard)),
       replicate_comm_(mesh.axis(Axis::dp_replicate)),
       stage_(stage),
       prefetch_(prefetch),
+      pipelined_(!local_units.empty()),
       layout_(store, shard_comm_.rank(), shard_comm_.size()),
       optimizer_(store, layout_, adamw) {
   group_of_unit_.assign(static_cast<size_t>(store.num_units()), groups.size());
@@ -24,6 +25,12 @@ FullyShardedDataParallel::FullyShardedDataParallel(ParameterStore& store, Device
     NDT_CHECK(!groups[g].units.empty(), "FSDP group {} has no units", g);
     Group group;
     group.first_unit = *std::min_element(groups[g].units.begin(), groups[g].units.end());
+    if (!local_units.empty()) {  // a pipeline stage: the group's lowest unit on this rank
+      group.first_unit = -1;
+      for (int u : groups[g].units) {
+        if (local_units[static_cast<size_t>(u)] && (group.first_unit < 0 || u < group.first_unit)) group.first_unit = u;
+      }
+    }
     group.reshard_after_forward = groups[g].reshard_after_forward;
     groups_.push_back(std::move(group));
     for (int u : groups[g].units) {
@@ -164,6 +171,18 @@ void FullyShardedDataParallel::before_backward(int unit) {
 void FullyShardedDataParallel::after_backward(int unit) {
   Group& g = group_of(unit);
   if (unit != g.first_unit) return;  // the group's gradients are final after its first unit
+  // A pipeline stage keeps its groups' gradients whole over the step's micro-batches
+  // (whose backward passes interleave, zero-bubble even splits them) and
+  // reduce-scatters them in finish_backward.
+  if (!pipelined_) start_reduce(g);
+  if (!shards_parameters()) return;
+  release(g);
+  if (unit == 0) {  // the end of backward: nothing stays gathered
+    for (Group& other : groups_) release(other);
+  }
+}
+
+void FullyShardedDataParallel::start_reduce(Group& g) {
   const int n = layout_.ranks();
   g.reduce_send = Tensor::empty({n * g.segment}, DType::f32, MemTag::comm);
   g.reduce_recv = Tensor::empty({g.segment}, DType::f32, MemTag::comm);
@@ -174,11 +193,6 @@ void FullyShardedDataParallel::after_backward(int unit) {
                                          static_cast<size_t>(g.segment), DType::f32, ReduceOp::sum);
   g.grads = Tensor();
   point_grads(g, false);
-  if (!shards_parameters()) return;
-  release(g);
-  if (unit == 0) {  // the end of backward: nothing stays gathered
-    for (Group& other : groups_) release(other);
-  }
 }
 
 void FullyShardedDataParallel::poll() {
@@ -210,6 +224,11 @@ void FullyShardedDataParallel::begin_backward(bool sync) { sync_ = sync; }
 
 void FullyShardedDataParallel::finish_backward() {
   const auto t0 = std::chrono::steady_clock::now();
+  if (pipelined_) {
+    for (Group& g : groups_) {
+      if (g.grads.defined()) start_reduce(g);
+    }
+  }
   for (Group& g : groups_) finish_reduce(g);
   if (sync_ && replicate_comm_.size() > 1) {  // HSDP: shards are replicated over dp_replicate
     replicate_comm_.all_reduce(grad_shards_.data<float>(), static_cast<size_t>(layout_.arena_numel()), DType::f32,
@@ -269,6 +288,11 @@ std::vector<float> FullyShardedDataParallel::full_parameters() {
                          DType::f32);
   layout_.unpack_all(all.data(), layout_.arena_slots(0, store_.params().size()), full.data());
   return full;
+}
+
+std::pair<float*, int64_t> FullyShardedDataParallel::reduced_gradient(size_t p) {
+  const ParameterShard& s = layout_.shard(p);
+  return {grad_shards_.data<float>() + s.shard_offset, s.padded_numel()};
 }
 
 }  // namespace ndt

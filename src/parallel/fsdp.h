@@ -52,8 +52,13 @@ class FullyShardedDataParallel : public GradientSync {
   // stage 2 or 3; every unit of the store in exactly one group. Stage 2 needs the
   // store's parameters materialised; stage 3 takes them over if they are, or
   // initialises its shards itself if not.
+  // local_units (pipeline parallelism: the units this rank runs; empty: all): a group's
+  // lowest local unit ends its backward, and its gradients stay whole over the step's
+  // micro-batches (their backward passes interleave) until finish_backward
+  // reduce-scatters them.
   FullyShardedDataParallel(ParameterStore& store, DeviceMesh& mesh, int stage, const AdamWConfig& adamw,
-                           const std::vector<FsdpGroup>& groups, bool prefetch);
+                           const std::vector<FsdpGroup>& groups, bool prefetch,
+                           const std::vector<char>& local_units = {});
 
   void before_forward(int unit) override;
   void after_forward(int unit) override;
@@ -73,6 +78,7 @@ class FullyShardedDataParallel : public GradientSync {
   // backward): already in flight (prefetched) or started then (on demand). No buckets.
   OverlapStats overlap_stats() const override { return {0, 0, gathers_prefetched_, gathers_on_demand_}; }
   std::vector<float> full_parameters() override;
+  std::pair<float*, int64_t> reduced_gradient(size_t p) override;
   int64_t optimizer_steps() const override { return optimizer_.steps_taken(); }
   void set_optimizer_steps(int64_t steps) override { optimizer_.set_steps_taken(steps); }
 
@@ -84,7 +90,7 @@ class FullyShardedDataParallel : public GradientSync {
 
  private:
   struct Group {
-    int first_unit = 0;     // its lowest unit: the last to run backward
+    int first_unit = 0;     // its lowest (local) unit: the last to run backward
     bool reshard_after_forward = true;
     ParamSlots slots;       // its parameters, at their offsets in a gathered buffer
     ParamSlots arena;       // the same parameters at their offsets in the store's arenas
@@ -105,6 +111,7 @@ class FullyShardedDataParallel : public GradientSync {
   void release(Group& g);
   void point_values(Group& g, bool gathered);
   void point_grads(Group& g, bool allocated);
+  void start_reduce(Group& g);  // packs the group's gradients, starts their reduce-scatter, frees them
   void finish_reduce(Group& g);
 
   ParameterStore& store_;
@@ -112,6 +119,7 @@ class FullyShardedDataParallel : public GradientSync {
   Communicator& replicate_comm_;
   int stage_;
   bool prefetch_;
+  bool pipelined_;
   ShardLayout layout_;
   ShardedAdamW optimizer_;
   std::vector<Group> groups_;

@@ -64,6 +64,10 @@ class GradientSync : public ModelHooks {
   // Every parameter's full value, in arena order (collective when parameters are sharded);
   // under tensor parallelism, this rank's tp blocks (gather_tensor_parallel joins them).
   virtual std::vector<float> full_parameters() = 0;
+  // Where parameter p's gradient lives once finish_backward() has reduced it, and how
+  // many elements: the whole gradient (DDP) or this rank's padded shard of it (ZeRO).
+  // Two ranks holding the same parameter with the same layout hold the same part.
+  virtual std::pair<float*, int64_t> reduced_gradient(size_t p) = 0;
 
   // Tensor parallelism, read from the placements: the norm adds the squares of
   // gradients sharded on tp over tp and counts those of parameters replicated over tp

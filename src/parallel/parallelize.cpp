@@ -47,10 +47,6 @@ std::unique_ptr<GradientSync> parallelize(Transformer& model, DeviceMesh* mesh, 
   place_parameters(store, shape, o);
   const bool pipelined = shape.pp > 1;
   if (pipelined) {
-    NDT_CHECK(o.zero_stage <= 1,
-              "parallel.pp = {} composes with DDP, ZeRO-1 and tensor parallelism so far: parallel.zero_stage = {} under "
-              "pipeline parallelism is not implemented yet",
-              shape.pp, o.zero_stage);
     NDT_CHECK(static_cast<int>(o.local_units.size()) == model.num_units(),
               "parallelize: parallel.pp = {} needs this rank's units", shape.pp);
     model.set_local_units(o.local_units);
@@ -79,7 +75,7 @@ std::unique_ptr<GradientSync> parallelize(Transformer& model, DeviceMesh* mesh, 
   if (o.zero_stage >= 2) {
     sync = std::make_unique<FullyShardedDataParallel>(store, *mesh, o.zero_stage, o.adamw,
                                                       fsdp_groups(model.num_units(), o.reshard_after_forward),
-                                                      o.prefetch);
+                                                      o.prefetch, o.local_units);
   } else if (o.zero_stage == 1) {
     sync = std::make_unique<ZeroStage1>(store, *mesh, o.bucket_bytes, o.adamw);
   } else {

@@ -141,6 +141,8 @@ double PipelineRunner::train(const Prepare& prepare) {
     if (i == last_use[static_cast<size_t>(actions_[i].micro_batch)]) release(actions_[i].micro_batch);
   }
   for (WorkHandle& send : sends_) send->wait();
+  // Nothing needs to stay for a backward: a sharded layout frees what it gathered.
+  if (hooks_) hooks_->after_forward_only();
   times_.wall = seconds_since(start);
   sends_.clear();
   send_buffers_.clear();

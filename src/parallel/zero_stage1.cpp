@@ -91,4 +91,9 @@ std::vector<float> ZeroStage1::full_parameters() {
   return {values, values + store_.numel()};
 }
 
+std::pair<float*, int64_t> ZeroStage1::reduced_gradient(size_t p) {
+  const ParameterShard& s = layout_.shard(p);
+  return {grad_shards_.data<float>() + s.shard_offset, s.padded_numel()};
+}
+
 }  // namespace ndt

@@ -189,7 +189,7 @@ const std::vector<Field>& fields() {
     f.push_back(field<float>("sample.temperature", NDT_REF(temperature), "Sampling temperature; 0 picks the most likely token."));
     f.push_back(field<int>("sample.top_k", NDT_REF(top_k), "Sample among the k most likely tokens; 0: all."));
 
-    f.push_back(field<int>("parallel.pp", NDT_REF(mesh.pp), "Pipeline-parallel ranks (mesh axis pp, outermost): the model's units split into pp x pp_virtual_stages contiguous chunks, chunk c on pp rank c mod pp; the micro-batches of a step (train.batch_size / (train.micro_batch_size x data-parallel size)) flow through them in the order of parallel.pp_schedule. Composes with DDP, ZeRO-1 and tensor parallelism (docs/pipeline.md)."));
+    f.push_back(field<int>("parallel.pp", NDT_REF(mesh.pp), "Pipeline-parallel ranks (mesh axis pp, outermost): the model's units split into pp x pp_virtual_stages contiguous chunks, chunk c on pp rank c mod pp; the micro-batches of a step (train.batch_size / (train.micro_batch_size x data-parallel size)) flow through them in the order of parallel.pp_schedule. Composes with DDP, ZeRO-1/2/3 (FSDP, HSDP) and tensor parallelism (docs/pipeline.md)."));
     f.push_back(field<std::string>("parallel.pp_schedule", NDT_REF(pp_schedule), "Pipeline schedule: gpipe (every forward, then every backward; holds m micro-batches' activations), 1f1b (holds at most pp), interleaved_1f1b (pp_virtual_stages >= 2 chunks per rank, the micro-batch count a multiple of pp; bubble / v), zb_h1 (zero bubble: weight gradients deferred into the bubble)."));
     f.push_back(field<int>("parallel.pp_virtual_stages", NDT_REF(pp_virtual_stages), "Chunks of the model per pp rank (interleaved_1f1b: 2 or more; the other schedules: 1)."));
     f.push_back(field<std::string>("parallel.pp_layers", NDT_REF(pp_layers), "Blocks of each pipeline chunk, comma-separated (e.g. \"3,3\"); the first chunk also holds the embedding, the last the final norm, output layer and loss. Empty: balanced by a cost model (the training FLOPs of each block and of the output layer)."));
@@ -367,10 +367,6 @@ void RunConfig::validate() const {
   NDT_CHECK(mesh.pp > 1 || (pp_virtual_stages == 1 && pp_layers.empty()),
             "parallel.pp_virtual_stages and parallel.pp_layers apply with parallel.pp > 1 (parallel.pp = {})", mesh.pp);
   if (mesh.pp > 1) {
-    NDT_CHECK(zero_stage <= 1,
-              "parallel.pp = {} composes with DDP, ZeRO-1 and tensor parallelism so far: parallel.zero_stage = {} under "
-              "pipeline parallelism is not implemented yet",
-              mesh.pp, zero_stage);
     NDT_CHECK(activation_checkpointing.mode == CheckpointMode::none || schedule != PipelineSchedule::zb_h1,
               "parallel.pp_schedule = \"zb_h1\" keeps each block's activations until its weight pass: not with "
               "train.activation_checkpointing = \"{}\"",

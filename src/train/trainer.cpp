@@ -411,15 +411,15 @@ double Trainer::pipeline_step(float grad_scale) {
     train_loader_.train_batch(step_, dp_rank_ * rows_per_rank_ + mb * micro, micro, inputs_.data(), targets_.data());
     model_->prepare(ctx, inputs_.data(), targets_.data(), micro, T, grad_scale, forward_only);
   };
-  // Gradients accumulate over the whole schedule; the data-parallel sync follows it. A
-  // tied embedding's two copies are summed first (both sums commute), so the sync
-  // reduces whole gradients whatever it does with them (all-reduce, or ZeRO-1's
-  // reduce-scatter).
+  // Gradients accumulate over the whole schedule (ZeRO-2/3 reduce-scatter each group's
+  // after its backward, micro-batch by micro-batch); the data-parallel sync follows it.
+  // A tied embedding's two copies are then summed in whatever form the sync left them
+  // (whole, or this rank's shard: the two stages shard it alike), as sums commute.
   sync_->begin_backward(/*sync=*/false);
   double loss_sum = pipeline_->train(prepare);
-  sum_tied_embedding_gradient();
   sync_->begin_backward(/*sync=*/true);
   sync_->finish_backward();
+  sum_tied_embedding_gradient();
   return sum_over_pp(loss_sum);
 }
 
@@ -434,9 +434,11 @@ void Trainer::sum_tied_embedding_gradient() {
   if (!tied_pair_ || tied_pair_->size() != 2) return;
   const int pp = mesh_->size(Axis::pp), rank = mesh_->coord(Axis::pp);
   if (rank != 0 && rank != pp - 1) return;
-  for (const Parameter& p : model_->store().params()) {
-    if (p.name() != "wte.weight") continue;
-    tied_pair_->all_reduce(p.grad_data(), static_cast<size_t>(p.numel()), DType::f32, ReduceOp::sum);
+  const std::vector<Parameter>& params = model_->store().params();
+  for (size_t p = 0; p < params.size(); ++p) {
+    if (params[p].name() != "wte.weight") continue;
+    const auto [grad, numel] = sync_->reduced_gradient(p);
+    tied_pair_->all_reduce(grad, static_cast<size_t>(numel), DType::f32, ReduceOp::sum);
   }
 }
 

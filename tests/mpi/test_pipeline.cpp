@@ -1,7 +1,8 @@
 // Pipeline parallelism against one rank: every schedule (GPipe, 1F1B, interleaved 1F1B,
 // ZB-H1) on pp = world size, GPT-2 (tied embeddings: the first and the last stage hold
 // the table) and Llama (untied, GQA, QK-norm): the same losses, gradient norms and final
-// parameters; composed with DDP, ZeRO-1 and tp + SP on 4 ranks; the activation memory the
+// parameters; composed with DDP, ZeRO-1/2/3 and tp + SP on 4 ranks, and pp x FSDP x tp
+// on 8; the activation memory the
 // schedule implies (GPipe m contexts, 1F1B at most pp - rank); the bytes sent on pp;
 // a checkpoint saved under pp resumed on one rank.
 #include "../common/temp_dir.h"
@@ -66,9 +67,10 @@ TEST_F(PipelineTest, EveryScheduleMatchesOneRank) {
   }
 }
 
-// Catches: pipeline gradients not reduced over data parallelism (or reduced twice, or a
-// tied embedding's copies summed after ZeRO-1 sharded them), tp boundary tensors of
-// the wrong rows under sequence parallel.
+// Catches: pipeline gradients not reduced over data parallelism (or reduced twice, or
+// reduce-scattered while another micro-batch still adds to them), a tied embedding's
+// copies summed in mismatched shards, tp boundary tensors of the wrong rows under
+// sequence parallel.
 TEST_F(PipelineTest, ComposesWithDataAndTensorParallel) {
   Communicator& world = testing::world();
   if (world.size() != 4) GTEST_SKIP() << "needs 4 ranks";
@@ -81,18 +83,43 @@ TEST_F(PipelineTest, ComposesWithDataAndTensorParallel) {
       DeviceMesh mesh(world, c.resolve_mesh(4));  // pp=2 x dp=2
       expect_same_run(reference, train(c, &mesh), llama ? "llama pp=2 x dp=2" : "gpt2 pp=2 x dp=2");
     }
-    {
-      RunConfig zero = c;  // pp=2 x ZeRO-1 over dp_shard=2
+    // pp=2 x ZeRO-1/2/3 over dp_shard=2 (FSDP with the zero-bubble schedule, whose split
+    // backward interleaves micro-batches' gradients most).
+    for (const auto& [stage, schedule] : {std::pair{1, "1f1b"}, {2, "1f1b"}, {3, "zb_h1"}}) {
+      RunConfig zero = c;
       zero.mesh.dp_shard = 2;
-      zero.zero_stage = 1;
+      zero.zero_stage = stage;
+      zero.pp_schedule = schedule;
       DeviceMesh mesh(world, zero.resolve_mesh(4));
-      expect_same_run(reference, train(zero, &mesh), llama ? "llama pp=2 x ZeRO-1" : "gpt2 pp=2 x ZeRO-1");
+      const std::string what = std::string(llama ? "llama" : "gpt2") + " pp=2 x ZeRO-" + std::to_string(stage) + " " +
+                               schedule;
+      expect_same_run(reference, train(zero, &mesh), what.c_str());
     }
     c.mesh.tp = 2;
     c.sequence_parallel = true;
     c.micro_batch_size = 2;  // sequence parallel splits a micro-batch's tokens over tp
     DeviceMesh mesh(world, c.resolve_mesh(4));  // pp=2 x tp=2
     expect_same_run(reference, train(c, &mesh), llama ? "llama pp=2 x tp=2 + SP" : "gpt2 pp=2 x tp=2 + SP");
+  }
+}
+
+// Catches: the axes failing to compose: pp=2 x FSDP (ZeRO-3, dp_shard=2) x tp=2 with
+// sequence parallel on 8 ranks (registered as its own CTest, mpi_8_ranks_pipeline).
+TEST_F(PipelineTest, ThreeDimensionalLayoutOnEightRanks) {
+  Communicator& world = testing::world();
+  if (world.size() != 8) GTEST_SKIP() << "needs 8 ranks";
+  for (bool llama : {false, true}) {
+    RunConfig c = run(llama);
+    c.steps = 6;
+    c.micro_batch_size = 2;  // 2 micro-batches per data-parallel rank; SP splits each over tp
+    const TrainedRun reference = train(c, nullptr);
+    c.mesh.pp = 2;
+    c.mesh.dp_shard = 2;
+    c.mesh.tp = 2;
+    c.zero_stage = 3;
+    c.sequence_parallel = true;
+    DeviceMesh mesh(world, c.resolve_mesh(8));
+    expect_same_run(reference, train(c, &mesh), llama ? "llama pp=2 x fsdp=2 x tp=2" : "gpt2 pp=2 x fsdp=2 x tp=2");
   }
 }
 

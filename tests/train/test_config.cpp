@@ -128,8 +128,6 @@ TEST_F(ConfigTest, ActivationCheckpointingSettings) {
 TEST_F(ConfigTest, PipelineSettings) {
   EXPECT_ERROR_MENTIONS(error_of({"parallel.pp=2", "parallel.pp_schedule=dualpipe"}),
                         "parallel.pp_schedule = \"dualpipe\"");
-  EXPECT_ERROR_MENTIONS(error_of({"parallel.pp=2", "parallel.zero_stage=3", "parallel.dp_shard=1"}),
-                        "parallel.zero_stage = 3 under pipeline parallelism is not implemented yet");
   EXPECT_ERROR_MENTIONS(error_of({"parallel.pp=4", "parallel.pp_schedule=interleaved_1f1b", "parallel.pp_virtual_stages=2",
                                   "model.n_layer=4"}),
                         "8 chunks need at least 7 blocks");
