@@ -2,7 +2,7 @@
 // small model with each pipeline schedule on synthetic tokens and prints, per schedule,
 // the step time, the bubble measured on the ranks (each rank's time outside compute
 // actions, as a fraction of the step's span over all ranks, averaged over the ranks)
-// next to the simulator's prediction from the compute actions' measured mean costs,
+// next to the simulator's prediction from each rank's measured mean action costs,
 // and the contexts rank 0 kept in flight.
 #include "apps/ndtrain/commands.h"
 #include "comm/device_mesh.h"
@@ -108,19 +108,23 @@ int run_bench_pipeline(const PipelineBenchOptions& o) {
         cost_count[k] += static_cast<double>(t.compute[k].size());
       }
     }
-    // Mean cost of each compute action over all ranks: one chunk's; the simulator takes a
-    // rank's share (v chunks).
-    std::array<float, 8> totals{};
-    for (size_t k = 0; k < 4; ++k) totals[k] = static_cast<float>(cost_sum[k]), totals[4 + k] = static_cast<float>(cost_count[k]);
-    world->all_reduce(totals.data(), totals.size(), DType::f32, ReduceOp::sum);
-    auto mean = [&](size_t k) { return totals[4 + k] > 0 ? v * totals[k] / totals[4 + k] : 0.0; };
-    PipelineCosts costs;
-    costs.forward = mean(0);
-    costs.backward = mean(1) > 0 ? mean(1) : mean(2) + mean(3);
-    costs.backward_input = mean(2) > 0 ? mean(2) : costs.backward / 2;
-    costs.backward_weight = mean(3) > 0 ? mean(3) : costs.backward / 2;
+    // Each rank's mean cost of each compute action (one chunk's; the simulator takes a
+    // rank's share, v chunks), gathered: the stages differ.
+    std::array<float, 4> mine{};
+    for (size_t k = 0; k < 4; ++k) mine[k] = cost_count[k] > 0 ? static_cast<float>(v * cost_sum[k] / cost_count[k]) : 0.0f;
+    std::vector<float> all(static_cast<size_t>(4 * pp));
+    world->all_gather(mine.data(), all.data(), 4, DType::f32);
+    std::vector<PipelineCosts> costs(static_cast<size_t>(pp));
+    for (int r = 0; r < pp; ++r) {
+      const float* m = all.data() + 4 * r;
+      PipelineCosts& c_r = costs[static_cast<size_t>(r)];
+      c_r.forward = m[0];
+      c_r.backward = m[1] > 0 ? m[1] : m[2] + m[3];  // zb_h1 ranks > 0 run no fused backward
+      c_r.backward_input = m[2] > 0 ? m[2] : c_r.backward / 2;
+      c_r.backward_weight = m[3] > 0 ? m[3] : c_r.backward / 2;
+    }
     const PipelineShape shape{pp, v, o.micro_batches};
-    const double simulated = simulate_pipeline(schedule, shape, costs).mean_bubble;
+    const double simulated = simulate_pipeline(pipeline_actions_of_all_ranks(schedule, shape), shape, costs).mean_bubble;
     const double step_s = median(steps);
     print(fmt::format("  {:<17} | {:>11.3f} s | {:>8.0f} | {:>14.1f}% | {:>25.1f}% | {}\n", name, step_s,
                       c.batch_size * c.seq_len / step_s, 100.0 * median(measured), 100.0 * simulated,

@@ -20,6 +20,11 @@ PipelineRunner::PipelineRunner(Transformer& model, Communicator& pp, PipelineSch
   actions_ = pipeline_actions(schedule_, shape_, pp_.rank());
 }
 
+void PipelineRunner::poll() {
+  if (hooks_) hooks_->poll();
+  for (WorkHandle& send : sends_) send->test();
+}
+
 MicroBatchContext& PipelineRunner::context(int mb) {
   std::unique_ptr<MicroBatchContext>& slot = live_[static_cast<size_t>(mb)];
   if (!slot) {
@@ -53,6 +58,7 @@ void PipelineRunner::forward(int chunk, MicroBatchContext& ctx) {
     if (hooks_) hooks_->before_forward(u);
     model_.unit(u).forward(ctx);
     if (hooks_) hooks_->after_forward(u);
+    poll();  // forward has no polls of its own
   }
 }
 
@@ -67,9 +73,9 @@ void PipelineRunner::run(const PipelineAction& a) {
       for (int u = end_unit(c) - 1; u >= first_unit(c); --u) {
         if (hooks_) hooks_->before_backward(u);
         if (split) {
-          model_.unit(u).backward_input(ctx, hooks_);
+          model_.unit(u).backward_input(ctx, this);
         } else {
-          model_.unit(u).backward(ctx, hooks_);
+          model_.unit(u).backward(ctx, this);
           if (hooks_) hooks_->after_backward(u);
         }
       }
@@ -78,7 +84,7 @@ void PipelineRunner::run(const PipelineAction& a) {
     case PipelineActionKind::backward_weight: {
       MicroBatchContext& ctx = context(a.micro_batch);
       for (int u = end_unit(c) - 1; u >= first_unit(c); --u) {
-        model_.unit(u).backward_weight(ctx, hooks_);
+        model_.unit(u).backward_weight(ctx, this);
         if (hooks_) hooks_->after_backward(u);
       }
       return;

@@ -32,7 +32,7 @@ struct PipelineStepTimes {
   std::array<std::vector<double>, 4> compute;
 };
 
-class PipelineRunner {
+class PipelineRunner : private ModelHooks {
  public:
   // hooks: called around each unit like run_forward_backward does (may be null).
   PipelineRunner(Transformer& model, Communicator& pp, PipelineSchedule schedule, const PipelineShape& shape,
@@ -51,6 +51,9 @@ class PipelineRunner {
   const PipelineStages& stages() const { return stages_; }
 
  private:
+  // The units get the runner as their hooks: poll() also tests the sends in flight, since
+  // MPI moves a large message (rendezvous) only while its sender is inside an MPI call.
+  void poll() override;
   MicroBatchContext& context(int mb);  // this micro-batch's, taken from the pool if new
   void release(int mb);
   void run(const PipelineAction& action);

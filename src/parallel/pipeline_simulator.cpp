@@ -112,7 +112,14 @@ void check_pipeline_costs(const PipelineCosts& costs) {
 
 PipelineSimulation simulate_pipeline(const std::vector<std::vector<PipelineAction>>& ranks,
                                      const PipelineShape& shape, const PipelineCosts& costs) {
-  check_pipeline_costs(costs);
+  return simulate_pipeline(ranks, shape, std::vector<PipelineCosts>(static_cast<size_t>(shape.pp), costs));
+}
+
+PipelineSimulation simulate_pipeline(const std::vector<std::vector<PipelineAction>>& ranks,
+                                     const PipelineShape& shape, const std::vector<PipelineCosts>& costs_per_rank) {
+  NDT_CHECK(static_cast<int>(costs_per_rank.size()) == shape.pp, "simulate_pipeline: {} costs for {} ranks",
+            costs_per_rank.size(), shape.pp);
+  for (const PipelineCosts& costs : costs_per_rank) check_pipeline_costs(costs);
   check_pipeline_actions(ranks, shape);
   PipelineSimulation s;
   s.shape = shape;
@@ -124,6 +131,7 @@ PipelineSimulation simulate_pipeline(const std::vector<std::vector<PipelineActio
   std::vector<double> arrival(static_cast<size_t>(shape.m) * shape.chunks() * 2, 0);
   replay_pipeline_actions(ranks, shape, [&](int r, size_t i) {
     const PipelineAction& a = ranks[r][i];
+    const PipelineCosts& costs = costs_per_rank[static_cast<size_t>(r)];
     TimedPipelineAction t{clock[r], clock[r], a};
     switch (a.kind) {
       case Kind::send_activation:

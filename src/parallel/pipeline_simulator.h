@@ -50,6 +50,10 @@ struct PipelineSimulation {
 // Checks the lists (check_pipeline_actions) and times them.
 PipelineSimulation simulate_pipeline(const std::vector<std::vector<PipelineAction>>& ranks,
                                      const PipelineShape& shape, const PipelineCosts& costs);
+// The same with each rank's own costs (stages differ: the first holds the embedding,
+// the last the output layer and loss).
+PipelineSimulation simulate_pipeline(const std::vector<std::vector<PipelineAction>>& ranks,
+                                     const PipelineShape& shape, const std::vector<PipelineCosts>& costs_per_rank);
 PipelineSimulation simulate_pipeline(PipelineSchedule schedule, const PipelineShape& shape,
                                      const PipelineCosts& costs = {});
 

@@ -53,11 +53,13 @@ constexpr Schedule kSchedules[] = {{"gpipe", 1}, {"1f1b", 1}, {"interleaved_1f1b
 // a micro-batch.
 TEST_F(PipelineTest, EveryScheduleMatchesOneRank) {
   Communicator& world = testing::world();
-  for (bool llama : {false, true}) {
+  for (const auto& [llama, tied] : {std::pair{false, true}, {true, false}, {true, true}}) {
     RunConfig c = run(llama);
+    c.model.tied_embeddings = tied;
     const TrainedRun reference = train(c, nullptr);
     for (const Schedule& s : kSchedules) {
-      const std::string what = std::string(llama ? "llama " : "gpt2 ") + s.name + " pp=" + std::to_string(world.size());
+      const std::string what = std::string(llama ? "llama " : "gpt2 ") + (tied ? "tied " : "") + s.name +
+                               " pp=" + std::to_string(world.size());
       c.mesh.pp = world.size();
       c.pp_schedule = s.name;
       c.pp_virtual_stages = s.virtual_stages;
@@ -96,10 +98,13 @@ TEST_F(PipelineTest, ComposesWithDataAndTensorParallel) {
       expect_same_run(reference, train(zero, &mesh), what.c_str());
     }
     c.mesh.tp = 2;
-    c.sequence_parallel = true;
     c.micro_batch_size = 2;  // sequence parallel splits a micro-batch's tokens over tp
-    DeviceMesh mesh(world, c.resolve_mesh(4));  // pp=2 x tp=2
-    expect_same_run(reference, train(c, &mesh), llama ? "llama pp=2 x tp=2 + SP" : "gpt2 pp=2 x tp=2 + SP");
+    for (bool sp : {false, true}) {
+      c.sequence_parallel = sp;
+      DeviceMesh mesh(world, c.resolve_mesh(4));  // pp=2 x tp=2
+      const std::string what = std::string(llama ? "llama" : "gpt2") + " pp=2 x tp=2" + (sp ? " + SP" : "");
+      expect_same_run(reference, train(c, &mesh), what.c_str());
+    }
   }
 }
 
@@ -175,7 +180,7 @@ TEST_F(PipelineTest, BytesOnPpAreTheBoundaryTensors) {
 }
 
 // Catches: a pipeline checkpoint missing a stage's parameters or moments, or holding the
-// tied embedding twice.
+// tied embedding twice; resumed on one rank, and on 4 ranks also as pp=4 and pp=2 x tp=2.
 TEST_F(PipelineTest, CheckpointSavedUnderPpResumesOnOneRank) {
   Communicator& world = testing::world();
   testing::TempDir own;  // each rank's one-rank reference
@@ -207,8 +212,27 @@ TEST_F(PipelineTest, CheckpointSavedUnderPpResumesOnOneRank) {
   for (size_t i = 0; i < losses.size(); ++i) {
     EXPECT_NEAR(losses[i], reference.losses[5 + i], 1e-5 * reference.losses[5 + i]) << "step " << 5 + i;
   }
+  // On 4 ranks, also resumed as pp=4 and as pp=2 x tp=2.
+  if (world.size() == 4) {
+    for (const auto& [pp, tp] : {std::pair{4, 1}, {2, 2}}) {
+      RunConfig other = piped;
+      other.mesh.pp = pp;
+      other.mesh.tp = tp;
+      other.checkpoint_dir = folder + "_" + std::to_string(pp);
+      other.resume = folder + "/step-00000005";
+      DeviceMesh mesh(world, other.resolve_mesh(4));
+      Trainer resumed_on(other, &mesh, nullptr);
+      for (int s = 5; s < 10; ++s) {
+        const double loss = resumed_on.step().loss;
+        EXPECT_NEAR(loss, reference.losses[static_cast<size_t>(s)], 1e-5 * reference.losses[static_cast<size_t>(s)])
+            << "pp=" << pp << " tp=" << tp << ", step " << s;
+      }
+    }
+  }
   world.barrier();
-  if (world.rank() == 0) std::filesystem::remove_all(folder);
+  if (world.rank() == 0) {
+    for (const char* suffix : {"", "_4", "_2"}) std::filesystem::remove_all(folder + suffix);
+  }
 }
 
 }  // namespace

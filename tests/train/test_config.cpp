@@ -137,6 +137,13 @@ TEST_F(ConfigTest, PipelineSettings) {
   EXPECT_ERROR_MENTIONS(error_of({"parallel.pp=2", "parallel.pp_schedule=zb_h1",
                                   "train.activation_checkpointing=full"}),
                         "not with train.activation_checkpointing = \"full\"");
+  const RunConfig three = load_run_config(dir_.file("base.toml"), {"parallel.pp=3"});
+  try {
+    three.resolve_mesh(2);
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_ERROR_MENTIONS(std::string(e.what()), "the world size 2 is not a multiple of parallel.pp x dp_shard x cp x tp = 3");
+  }
   // The micro-batch count is known once the mesh is: interleaving needs a multiple of pp.
   const RunConfig c = load_run_config(dir_.file("base.toml"),
                                       {"parallel.pp=2", "parallel.pp_schedule=interleaved_1f1b",
