@@ -105,6 +105,26 @@ TEST(PipelineSimulator, PeakLiveActivationsFollowTheSchedule) {
 // Catches: costs not applied per kind, a chunk not costing 1/v of a stage, or the
 // communication time charged to the sender instead of delaying the receiver. pp = 2,
 // m = 1: F on rank 0, message, F and B on rank 1, message, B on rank 0.
+// Catches: per-rank costs ignored or applied to the wrong rank.
+TEST(PipelineSimulator, EachRankCanHaveItsOwnCosts) {
+  const PipelineShape shape{2, 1, 4};
+  const auto lists = pipeline_actions_of_all_ranks(PipelineSchedule::one_f_one_b, shape);
+  const PipelineSimulation uniform = simulate_pipeline(lists, shape, PipelineCosts{});
+  const PipelineSimulation same = simulate_pipeline(lists, shape, std::vector<PipelineCosts>(2));
+  EXPECT_EQ(same.makespan, uniform.makespan);
+  EXPECT_EQ(same.bubble, uniform.bubble);
+  // The last stage twice as slow: rank 0 waits for it, and the makespan is rank 1's
+  // 4 x (2 + 4) of work, after the first forward it waits for on rank 0 (1), before
+  // rank 0's last backward (2).
+  std::vector<PipelineCosts> slow_last(2);
+  slow_last[1].forward = 2, slow_last[1].backward = 4;
+  const PipelineSimulation slow = simulate_pipeline(lists, shape, slow_last);
+  EXPECT_DOUBLE_EQ(slow.makespan, 1 + 4 * 6.0 + 2);
+  EXPECT_DOUBLE_EQ(slow.busy[0], 4 * 3.0);
+  EXPECT_DOUBLE_EQ(slow.busy[1], 4 * 6.0);
+  expect_error([&] { simulate_pipeline(lists, shape, std::vector<PipelineCosts>(3)); }, {"3 costs for 2 ranks"});
+}
+
 TEST(PipelineSimulator, CostsAndCommunicationTimeDelayTheReceiver) {
   PipelineCosts costs;
   costs.forward = 1.5;
