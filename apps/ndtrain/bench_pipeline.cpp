@@ -2,7 +2,8 @@
 // small model with each pipeline schedule on synthetic tokens and prints, per schedule,
 // the step time, the bubble measured on the ranks (each rank's time outside compute
 // actions, as a fraction of the step's span over all ranks, averaged over the ranks)
-// next to the simulator's prediction from each rank's measured mean action costs,
+// next to the simulator's prediction from each rank's measured mean action costs and a
+// measured boundary-tensor transfer time,
 // and the contexts rank 0 kept in flight.
 #include "apps/ndtrain/commands.h"
 #include "comm/device_mesh.h"
@@ -62,6 +63,27 @@ int run_bench_pipeline(const PipelineBenchOptions& o) {
   print(fmt::format("bench pipeline: {} with {} layers, T={}, pp={}, {} micro-batches of {} per step, {} steps per "
                     "schedule (after one warm-up), 1 thread per rank\n",
                     o.preset, o.layers, o.seq_len, pp, o.micro_batches, o.micro_batch_size, o.steps));
+  // The communication cost of one boundary tensor: half a ping-pong between ranks 0 and
+  // 1 (median of 20).
+  const ModelConfig shape_of = ModelConfig::preset(o.preset);
+  std::vector<float> boundary(static_cast<size_t>(o.micro_batch_size) * o.seq_len * shape_of.d_model);
+  std::vector<double> trips;
+  for (int i = 0; i < 21; ++i) {
+    world->barrier();
+    const auto t0 = std::chrono::steady_clock::now();
+    if (world->rank() == 0) {
+      world->send(boundary.data(), boundary.size(), DType::f32, 1);
+      world->recv(boundary.data(), boundary.size(), DType::f32, 1);
+    } else if (world->rank() == 1) {
+      world->recv(boundary.data(), boundary.size(), DType::f32, 0);
+      world->send(boundary.data(), boundary.size(), DType::f32, 0);
+    }
+    if (i > 0) trips.push_back(seconds_since(t0));  // the first one sets the connection up
+  }
+  float communication = static_cast<float>(median(trips) / 2);
+  world->broadcast(&communication, 1, DType::f32, 0);
+  print(fmt::format("  boundary tensor [{} x {}, {}]: {:.3f} ms from send to arrival (half a ping-pong)\n",
+                    o.micro_batch_size, o.seq_len, shape_of.d_model, 1e3 * communication));
   print("  schedule          | step (median) | tokens/s | bubble measured | simulated (measured costs) | "
         "contexts on rank 0\n");
   for (const std::string& name : split_names(o.schedules)) {
@@ -122,6 +144,7 @@ int run_bench_pipeline(const PipelineBenchOptions& o) {
       c_r.backward = m[1] > 0 ? m[1] : m[2] + m[3];  // zb_h1 ranks > 0 run no fused backward
       c_r.backward_input = m[2] > 0 ? m[2] : c_r.backward / 2;
       c_r.backward_weight = m[3] > 0 ? m[3] : c_r.backward / 2;
+      c_r.communication = communication;
     }
     const PipelineShape shape{pp, v, o.micro_batches};
     const double simulated = simulate_pipeline(pipeline_actions_of_all_ranks(schedule, shape), shape, costs).mean_bubble;
