@@ -11,11 +11,14 @@
 #include "mpi_env.h"
 #include "parity.h"
 
+#include <nlohmann/json.hpp>
+
 #include <gtest/gtest.h>
 
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 namespace ndt {
@@ -153,6 +156,36 @@ TEST_F(PipelineTest, ActivationsFollowTheSchedule) {
     EXPECT_EQ(static_cast<int64_t>(ledger.current(MemTag::activations) - before), live * context + workspace)
         << schedule << " on pp rank " << rank;
   }
+}
+
+// Catches: a metrics record without the pipeline's measured bubble or pp traffic.
+TEST_F(PipelineTest, MetricsCarryTheBubbleAndPpTraffic) {
+  Communicator& world = testing::world();
+  RunConfig c = run(false);
+  c.mesh.pp = world.size();
+  c.steps = 2;
+  int32_t pid = static_cast<int32_t>(::getpid());
+  world.broadcast(&pid, 1, DType::i32, 0);
+  c.out_dir = "/tmp/ndt_pipeline_metrics_" + std::to_string(pid);  // rank 0 owns and writes it
+  c.checkpoint_dir = "";
+  c.save_on_exit = false;
+  {
+    DeviceMesh mesh(world, c.resolve_mesh(world.size()));
+    Trainer trainer(c, &mesh, nullptr);
+    trainer.step();
+  }
+  if (world.rank() == 0) {
+    std::ifstream in(c.out_dir + "/metrics.jsonl");
+    std::string line;
+    ASSERT_TRUE(std::getline(in, line)) << "no metrics record";
+    const nlohmann::json record = nlohmann::json::parse(line);
+    ASSERT_TRUE(record.contains("pp_bubble")) << line;
+    EXPECT_GE(record["pp_bubble"].get<double>(), 0.0);
+    EXPECT_LT(record["pp_bubble"].get<double>(), 1.0);
+    EXPECT_GT(record["comm"]["pp"]["send"]["wire_bytes"].get<int64_t>(), 0) << line;
+    std::filesystem::remove_all(c.out_dir);
+  }
+  world.barrier();
 }
 
 // Catches: boundary tensors sent more often, or larger, than the schedule needs.
