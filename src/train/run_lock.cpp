@@ -1,10 +1,13 @@
 #include "train/run_lock.h"
 
 #include "core/error.h"
+#include "train/agreed_error.h"
 
 #include <fmt/chrono.h>
 #include <fmt/format.h>
+#include <fmt/ostream.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -71,6 +74,37 @@ RunFolderLock::~RunFolderLock() {
   [[maybe_unused]] const int emptied = ::ftruncate(fd_, 0);
   ::flock(fd_, LOCK_UN);
   ::close(fd_);
+}
+
+std::vector<std::unique_ptr<RunFolderLock>> own_run_folders(const RunConfig& config, DeviceMesh* mesh,
+                                                            std::ostream* log) {
+  std::vector<std::unique_ptr<RunFolderLock>> locks;
+  std::string error;
+  if (mesh == nullptr || mesh->world().rank() == 0) {
+    try {
+      std::vector<std::pair<std::filesystem::path, std::string>> folders;
+      if (!config.out_dir.empty()) folders.emplace_back(config.out_dir, "runtime.out_dir");
+      if (!config.checkpoint_dir.empty()) folders.emplace_back(config.checkpoint_dir, "checkpoint.dir");
+      else if (!config.out_dir.empty()) folders.emplace_back(std::filesystem::path(config.out_dir) / "checkpoints",
+                                                             "runtime.out_dir (its checkpoints folder)");
+      for (const auto& [folder, setting] : folders) {
+        const bool locked = std::any_of(locks.begin(), locks.end(), [&](const auto& lock) {
+          return std::filesystem::weakly_canonical(lock->folder()) == std::filesystem::weakly_canonical(folder);
+        });
+        if (locked) continue;  // checkpoint.dir = runtime.out_dir: one folder, one lock
+        locks.push_back(std::make_unique<RunFolderLock>(folder, setting));
+        const std::optional<std::string>& stale = locks.back()->stale_owner();
+        if (stale && log) {
+          fmt::print(*log, "note: {} was locked by a run that ended without releasing it ({}); taking it over\n",
+                     folder.string(), *stale);
+        }
+      }
+    } catch (const Error& e) {
+      error = e.what();
+    }
+  }
+  throw_if_any_rank_failed(mesh, error);
+  return locks;
 }
 
 }  // namespace ndt

@@ -5,9 +5,15 @@
 // taken over (the log says whose it was). Rank 0 takes the locks of a multi-rank job.
 #pragma once
 
+#include "comm/device_mesh.h"
+#include "train/config.h"
+
 #include <filesystem>
+#include <memory>
 #include <optional>
+#include <ostream>
 #include <string>
+#include <vector>
 
 namespace ndt {
 
@@ -32,5 +38,11 @@ class RunFolderLock {
 };
 
 inline constexpr const char* kRunLockFile = ".ndtrain.lock";
+
+// The run's folders (runtime.out_dir and the checkpoint folder, each once), locked by
+// rank 0 of the job (a stale owner is noted in the log); an error on rank 0 is thrown
+// on every rank. Collective.
+std::vector<std::unique_ptr<RunFolderLock>> own_run_folders(const RunConfig& config, DeviceMesh* mesh,
+                                                            std::ostream* log);
 
 }  // namespace ndt

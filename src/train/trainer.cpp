@@ -3,7 +3,6 @@
 #include "parallel/memory_model.h"
 #include "parallel/parallelize.h"
 
-#include "checkpoint/box.h"
 #include "checkpoint/directory.h"
 #include "core/memory.h"
 #include "core/timing.h"
@@ -12,7 +11,7 @@
 #include "optim/weight_decay.h"
 #include "train/agreed_error.h"
 #include "train/generate.h"
-#include "train/model_source.h"
+#include "train/init_from.h"
 
 #include <fmt/format.h>
 #include <fmt/ostream.h>
@@ -103,7 +102,7 @@ Trainer::Trainer(const RunConfig& config, DeviceMesh* mesh, std::ostream* log)
   }
   val_loader_ = std::make_unique<BatchLoader>(val_data_ ? *val_data_ : train_data_, config_.batch_size,
                                               config_.seq_len, config_.seed);
-  take_run_folders();
+  locks_ = own_run_folders(config_, mesh_, log_);
   checkpoints_ = std::make_unique<TrainingCheckpoints>(config_, mesh_, log_);
   NDT_CHECK(config_.steps > 0 || checkpoints_->enabled(),
             "train.steps = 0 writes the initial state as a checkpoint, but there is no checkpoint folder: set "
@@ -155,89 +154,12 @@ Trainer::Trainer(const RunConfig& config, DeviceMesh* mesh, std::ostream* log)
                  config_.schedule.decay_steps, saved_decay, saved_decay);
     }
   } else if (!config_.init_from.empty()) {
-    load_initial_weights();
+    load_initial_weights(config_.init_from, config_.model, *sync_, mesh_);
+    if (log_) fmt::print(*log_, "initialised from {} (fresh optimizer state, step 0)\n", config_.init_from);
   }
   checkpoints_->claim(resumed_step, config_.overwrite);
   metrics_ = std::make_unique<MetricsLog>(config_.out_dir.empty() || !leads(mesh_) ? "" : config_.out_dir + "/metrics.jsonl",
                                           resumed_step.has_value());
-}
-
-void Trainer::take_run_folders() {
-  std::string error;
-  if (leads(mesh_)) {
-    try {
-      std::vector<std::pair<std::filesystem::path, std::string>> folders;
-      if (!config_.out_dir.empty()) folders.emplace_back(config_.out_dir, "runtime.out_dir");
-      if (!config_.checkpoint_dir.empty()) folders.emplace_back(config_.checkpoint_dir, "checkpoint.dir");
-      else if (!config_.out_dir.empty()) folders.emplace_back(std::filesystem::path(config_.out_dir) / "checkpoints",
-                                                             "runtime.out_dir (its checkpoints folder)");
-      for (const auto& [folder, setting] : folders) {
-        const bool locked = std::any_of(locks_.begin(), locks_.end(), [&](const auto& lock) {
-          return std::filesystem::weakly_canonical(lock->folder()) == std::filesystem::weakly_canonical(folder);
-        });
-        if (locked) continue;  // checkpoint.dir = runtime.out_dir: one folder, one lock
-        locks_.push_back(std::make_unique<RunFolderLock>(folder, setting));
-        const std::optional<std::string>& stale = locks_.back()->stale_owner();
-        if (stale && log_) {
-          fmt::print(*log_, "note: {} was locked by a run that ended without releasing it ({}); taking it over\n",
-                     folder.string(), *stale);
-        }
-      }
-    } catch (const Error& e) {
-      error = e.what();
-    }
-  }
-  throw_if_any_rank_failed(mesh_, error);
-}
-
-void Trainer::load_initial_weights() {
-  // Every rank reads the whole model and keeps the boxes its parameter slices need, so
-  // any layout starts from the same values. The optimizer state stays fresh (zeros, no
-  // steps).
-  std::vector<StateSlice> slices = sync_->state_slices();
-  std::vector<std::vector<float>> buffers(slices.size());
-  std::string error;
-  try {
-    const ModelState source = read_model_file(config_.init_from, config_.model.n_head);
-    // The shapes and the structure must agree; norm_eps and rope_theta are the run's
-    // (safetensors without ndtrain metadata cannot carry them).
-    const auto theirs = config_fields(source.config);
-    std::string differences;
-    for (const auto& [key, value] : config_fields(config_.model)) {
-      if (key == "norm_eps" || key == "rope_theta" || (key == "max_seq_len" && config_.model.arch == Arch::llama)) {
-        continue;
-      }
-      const auto it = theirs.find(key);
-      const std::string other = it == theirs.end() ? "(missing)" : it->second;
-      if (other != value) differences += fmt::format("; model.{} = {} there, {} in this run", key, other, value);
-    }
-    NDT_CHECK(differences.empty(), "train.init_from = \"{}\" does not match the model{}", config_.init_from,
-              differences);
-    for (size_t i = 0; i < slices.size(); ++i) {
-      if (slices[i].kind != StateSlice::value) continue;
-      const Parameter& p = *slices[i].param;
-      const auto it = source.tensors.find(p.name());
-      NDT_CHECK(it != source.tensors.end(), "train.init_from = \"{}\" has no tensor {}", config_.init_from, p.name());
-      const std::vector<float>& whole = it->second;
-      NDT_CHECK(static_cast<int64_t>(whole.size()) == shape_numel(p.spec.logical_shape),
-                "train.init_from = \"{}\": tensor {} has {} values, the model's {} has {}", config_.init_from, p.name(),
-                whole.size(), shape_str(p.spec.logical_shape), shape_numel(p.spec.logical_shape));
-      for (float v : whole) {
-        NDT_CHECK(std::isfinite(v), "train.init_from = \"{}\": tensor {} holds {}", config_.init_from, p.name(), v);
-      }
-      const ckpt::Box box{slices[i].offset(), slices[i].shape()};
-      buffers[i].resize(static_cast<size_t>(ckpt::box_numel(box)));
-      ckpt::copy_region(box, whole.data(), ckpt::Box{Shape(box.offset.size(), 0), p.spec.logical_shape}, 0,
-                        buffers[i].data(), box);
-    }
-  } catch (const Error& e) {
-    error = e.what();
-  }
-  throw_if_any_rank_failed(mesh_, error);
-  for (size_t i = 0; i < slices.size(); ++i) {
-    if (!buffers[i].empty()) std::copy(buffers[i].begin(), buffers[i].end(), slices[i].data);
-  }
-  if (log_) fmt::print(*log_, "initialised from {} (fresh optimizer state, step 0)\n", config_.init_from);
 }
 
 std::vector<float> Trainer::full_parameters() {

@@ -86,8 +86,6 @@ class Trainer {
   const TrainingCheckpoints& checkpoints() const { return *checkpoints_; }
 
  private:
-  void take_run_folders();
-  void load_initial_weights();  // train.init_from
   [[noreturn]] void stop_on_non_finite(const StepStats& s);
   void print_header();
   void print_step(const StepStats& s);

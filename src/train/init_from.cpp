@@ -1,0 +1,64 @@
+#include "train/init_from.h"
+
+#include "checkpoint/box.h"
+#include "core/error.h"
+#include "train/agreed_error.h"
+#include "train/model_source.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace ndt {
+
+void load_initial_weights(const std::string& path, const ModelConfig& model, GradientSync& sync, DeviceMesh* mesh) {
+  // Every rank reads the whole model and keeps the boxes its parameter slices need, so
+  // any layout starts from the same values. The optimizer state stays fresh (zeros, no
+  // steps).
+  std::vector<StateSlice> slices = sync.state_slices();
+  std::vector<std::vector<float>> buffers(slices.size());
+  std::string error;
+  try {
+    const ModelState source = read_model_file(path, model.n_head);
+    // The shapes and the structure must agree; norm_eps and rope_theta are the run's
+    // (safetensors without ndtrain metadata cannot carry them).
+    const auto theirs = config_fields(source.config);
+    std::string differences;
+    for (const auto& [key, value] : config_fields(model)) {
+      if (key == "norm_eps" || key == "rope_theta" || (key == "max_seq_len" && model.arch == Arch::llama)) {
+        continue;
+      }
+      const auto it = theirs.find(key);
+      const std::string other = it == theirs.end() ? "(missing)" : it->second;
+      if (other != value) differences += fmt::format("; model.{} = {} there, {} in this run", key, other, value);
+    }
+    NDT_CHECK(differences.empty(), "train.init_from = \"{}\" does not match the model{}", path,
+              differences);
+    for (size_t i = 0; i < slices.size(); ++i) {
+      if (slices[i].kind != StateSlice::value) continue;
+      const Parameter& p = *slices[i].param;
+      const auto it = source.tensors.find(p.name());
+      NDT_CHECK(it != source.tensors.end(), "train.init_from = \"{}\" has no tensor {}", path, p.name());
+      const std::vector<float>& whole = it->second;
+      NDT_CHECK(static_cast<int64_t>(whole.size()) == shape_numel(p.spec.logical_shape),
+                "train.init_from = \"{}\": tensor {} has {} values, the model's {} has {}", path, p.name(),
+                whole.size(), shape_str(p.spec.logical_shape), shape_numel(p.spec.logical_shape));
+      for (float v : whole) {
+        NDT_CHECK(std::isfinite(v), "train.init_from = \"{}\": tensor {} holds {}", path, p.name(), v);
+      }
+      const ckpt::Box box{slices[i].offset(), slices[i].shape()};
+      buffers[i].resize(static_cast<size_t>(ckpt::box_numel(box)));
+      ckpt::copy_region(box, whole.data(), ckpt::Box{Shape(box.offset.size(), 0), p.spec.logical_shape}, 0,
+                        buffers[i].data(), box);
+    }
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  throw_if_any_rank_failed(mesh, error);
+  for (size_t i = 0; i < slices.size(); ++i) {
+    if (!buffers[i].empty()) std::copy(buffers[i].begin(), buffers[i].end(), slices[i].data);
+  }
+}
+
+}  // namespace ndt

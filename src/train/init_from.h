@@ -1,0 +1,20 @@
+// train.init_from: a run that starts from given weights instead of a random
+// initialisation, on any layout, with fresh optimizer state at step 0 (fine-tuning).
+#pragma once
+
+#include "comm/device_mesh.h"
+#include "model/config.h"
+#include "parallel/gradient_sync.h"
+
+#include <string>
+
+namespace ndt {
+
+// Reads the model at `path` (train/model_source.h: safetensors, llm.c or a checkpoint)
+// and copies into every parameter slice `sync` holds its box of the whole tensors. The
+// model keys must describe the same model (every difference is named); norm_eps and
+// rope_theta are the run's, since files without ndtrain metadata cannot carry them.
+// Collective: applies nothing unless every rank read all of its slices.
+void load_initial_weights(const std::string& path, const ModelConfig& model, GradientSync& sync, DeviceMesh* mesh);
+
+}  // namespace ndt
