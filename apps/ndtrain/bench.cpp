@@ -35,6 +35,8 @@ namespace ndt {
 int run_bench_train(const TrainBenchOptions& o) {
   NDT_CHECK(o.batch > 0 && o.seq_len > 0, "--batch {} and --seq {} must be positive", o.batch, o.seq_len);
   NDT_CHECK(o.steps > 0, "--steps {} must be positive", o.steps);
+  NDT_CHECK(std::isfinite(o.memory_budget_gib) && o.memory_budget_gib > 0, "--memory-budget-gib {} must be positive",
+            o.memory_budget_gib);
   std::unique_ptr<Communicator> world = launched_by_mpi() ? mpi_world() : nullptr;
   const int ranks = world ? world->size() : 1, rank = world ? world->rank() : 0;
   NDT_CHECK(o.tp >= 1 && ranks % o.tp == 0, "--tp {} does not divide the {} ranks", o.tp, ranks);
@@ -152,12 +154,8 @@ int run_bench_train(const TrainBenchOptions& o) {
                     ledger.peak(MemTag::activations) / gib, predicted_activations / gib));
   // The largest batch per rank whose predicted memory (model states after a step and
   // activations, held to the ledger by tests) fits the budget.
-  int fits = 0;
-  for (int b = 1; b <= 4096; ++b) {
-    const int64_t bytes = states.total() + Transformer::predict_activation_bytes(config, b, T, 256, tp_layout, checkpointing);
-    if (static_cast<double>(bytes) > o.memory_budget_gib * gib) break;
-    fits = b;
-  }
+  const int fits =
+      largest_batch_in_budget(config, T, 256, tp_layout, checkpointing, states.total(), o.memory_budget_gib * gib);
   print(fmt::format("  largest batch per rank in {:.1f} GiB (memory model): {} sequences of {}\n", o.memory_budget_gib,
                     fits, T));
   if (o.zero_stage == 3) print(fmt::format("  FSDP: median all-gather wait per step {:.3f} s\n", median(gather_waits)));

@@ -18,6 +18,7 @@
 
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 
 namespace ndt {
@@ -26,6 +27,8 @@ int run_bench_recompute(const RecomputeBenchOptions& o) {
   NDT_CHECK(!launched_by_mpi(), "bench recompute runs in one process: start it without mpirun");
   NDT_CHECK(o.batch > 0 && o.seq_len > 0, "--batch {} and --seq {} must be positive", o.batch, o.seq_len);
   NDT_CHECK(o.rounds > 0, "--rounds {} must be positive", o.rounds);
+  NDT_CHECK(std::isfinite(o.memory_budget_gib) && o.memory_budget_gib > 0, "--memory-budget-gib {} must be positive",
+            o.memory_budget_gib);
   kernels::set_num_threads(o.threads);
   const ModelConfig config = ModelConfig::preset(o.preset);
   const int B = o.batch, T = o.seq_len;
@@ -75,12 +78,7 @@ int run_bench_recompute(const RecomputeBenchOptions& o) {
   for (size_t i = 0; i < policies.size(); ++i) {
     model.set_activation_checkpointing(policies[i]);
     const int64_t bytes = Transformer::predict_activation_bytes(config, B, T, 256, {}, policies[i]);
-    int fits = 0;
-    for (int b = 1; b <= 4096; ++b) {
-      const int64_t total = states.total() + Transformer::predict_activation_bytes(config, b, T, 256, {}, policies[i]);
-      if (static_cast<double>(total) > o.memory_budget_gib * gib) break;
-      fits = b;
-    }
+    const int fits = largest_batch_in_budget(config, T, 256, {}, policies[i], states.total(), o.memory_budget_gib * gib);
     fmt::print("  {:<10} | {:>9.3f} s | {:>+6.1f}% | {:>+14.1f}% | {:>17.3f} GiB | {:>+6.1f}% | {} x {}\n",
                checkpoint_mode_name(policies[i].mode), median(seconds[i]),
                100.0 * (median(seconds[i]) / median(seconds[0]) - 1.0),

@@ -1,6 +1,7 @@
 #include "checkpoint/file_io.h"
 
 #include "core/error.h"
+#include "core/output_file.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -41,16 +42,7 @@ PosixFile::~PosixFile() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-void PosixFile::write_all(const void* data, size_t bytes) {
-  const auto* p = static_cast<const char*>(data);
-  while (bytes > 0) {
-    const ssize_t n = ::write(fd_, p, bytes);
-    if (n < 0 && errno == EINTR) continue;
-    NDT_CHECK(n > 0, "writing {} failed: {}", path_.string(), std::strerror(errno));
-    p += n;
-    bytes -= static_cast<size_t>(n);
-  }
-}
+void PosixFile::write_all(const void* data, size_t bytes) { ndt::write_all(fd_, data, bytes, path_); }
 
 void PosixFile::read_at(void* out, size_t bytes, int64_t offset) const {
   auto* p = static_cast<char*>(out);

@@ -14,8 +14,13 @@ namespace ndt {
 
 namespace {
 
-// write(2) until every byte is out; a short write is retried, so an error (ENOSPC,
-// EFBIG, EIO) surfaces on the call that hits it.
+
+std::filesystem::path folder_of(const std::filesystem::path& path) {
+  return path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
+}
+
+}  // namespace
+
 void write_all(int fd, const void* data, size_t bytes, const std::filesystem::path& path) {
   const auto* p = static_cast<const char*>(data);
   while (bytes > 0) {
@@ -26,12 +31,6 @@ void write_all(int fd, const void* data, size_t bytes, const std::filesystem::pa
     bytes -= static_cast<size_t>(n);
   }
 }
-
-std::filesystem::path folder_of(const std::filesystem::path& path) {
-  return path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
-}
-
-}  // namespace
 
 AtomicFile::AtomicFile(std::filesystem::path path)
     : path_(std::move(path)), temporary_(path_.string() + ".tmp-" + std::to_string(::getpid())) {

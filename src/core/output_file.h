@@ -15,6 +15,10 @@
 
 namespace ndt {
 
+// write(2) until every byte is out (retrying short writes and EINTR); throws ndt::Error
+// naming `path` and the system's reason (ENOSPC, EFBIG, EIO) otherwise.
+void write_all(int fd, const void* data, size_t bytes, const std::filesystem::path& path);
+
 class AtomicFile {
  public:
   // Creates "<path>.tmp-<pid>" next to `path` (which need not exist yet).

@@ -1,5 +1,7 @@
 #include "interchange/model_state.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 #include <fmt/ranges.h>
@@ -44,6 +46,18 @@ std::map<std::string, std::string> config_fields(const ModelConfig& c) {
           {"tied_embeddings", flag(c.tied_embeddings)},
           {"norm_eps", fmt::format("{}", c.norm_eps)},
           {"rope_theta", fmt::format("{}", c.rope_theta)}};
+}
+
+std::string config_differences(const std::map<std::string, std::string>& theirs, const ModelConfig& ours,
+                               std::string_view where, const std::vector<std::string>& ignored) {
+  std::string differences;
+  for (const auto& [key, value] : config_fields(ours)) {
+    if (std::find(ignored.begin(), ignored.end(), key) != ignored.end()) continue;
+    const auto it = theirs.find(key);
+    const std::string other = it == theirs.end() ? "(missing)" : it->second;
+    if (other != value) differences += fmt::format("; model.{} = {} {}, {} in this run", key, other, where, value);
+  }
+  return differences;
 }
 
 ModelConfig config_from_fields(const std::map<std::string, std::string>& fields, const std::string& source) {

@@ -10,6 +10,7 @@
 
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace ndt {
@@ -26,6 +27,11 @@ void check_model_state(const ModelState& state);
 // The ModelConfig fields that define a model (all but init_std) as strings, keyed by
 // field name ("arch", "vocab_size", ..., "rope_theta"); floats in shortest round-trip form.
 std::map<std::string, std::string> config_fields(const ModelConfig& config);
+// "; model.KEY = THEIRS <where>, OURS in this run" for every field of `ours` whose
+// value in `theirs` (config_fields of a saved model) differs or is missing, skipping
+// `ignored`; empty when they agree.
+std::string config_differences(const std::map<std::string, std::string>& theirs, const ModelConfig& ours,
+                               std::string_view where, const std::vector<std::string>& ignored = {});
 // The inverse; throws naming `source`, the missing key or the value that does not parse.
 ModelConfig config_from_fields(const std::map<std::string, std::string>& fields, const std::string& source);
 

@@ -10,6 +10,7 @@
 #pragma once
 
 #include "model/parameter.h"
+#include "model/transformer.h"
 
 #include <cstdint>
 #include <vector>
@@ -24,6 +25,12 @@ struct ModelStateBytes {
 };
 
 ModelStateBytes predict_model_states(const std::vector<ParameterSpec>& specs, int dp_shard, int zero_stage);
+
+// The most sequences of T tokens per rank (up to 4096) whose predicted memory, the
+// model states plus one micro-batch's activations (Transformer::predict_activation_bytes
+// with these settings), fits budget_bytes; 0 if not even one does.
+int largest_batch_in_budget(const ModelConfig& config, int T, int loss_chunk_rows, const TpLayout& tp,
+                            const ActivationCheckpointing& policy, int64_t model_state_bytes, double budget_bytes);
 
 // The same from the parameter count alone (no padding): the textbook formulas above.
 ModelStateBytes model_states_from_count(int64_t num_params, int dp_shard, int zero_stage);

@@ -162,16 +162,19 @@ double PipelineRunner::evaluate(int micro_batches, const Prepare& prepare) {
   for (int mb = 0; mb < micro_batches; ++mb) {
     prepare(mb, ctx, /*forward_only=*/true);
     for (int c = rank; c < shape_.chunks(); c += shape_.pp) {
-      // Chunk c's input comes from chunk c - 1's rank, its output goes to chunk c + 1's.
-      const int tag = 2 * (mb * shape_.chunks() + c);
+      // Chunk c's input comes from chunk c - 1's rank, its output goes to chunk c + 1's
+      // (the messages of a schedule's forward, with their ids).
+      const PipelineAction in{PipelineActionKind::recv_activation, mb, c, shape_.rank_of(c - 1)};
+      const PipelineAction out{PipelineActionKind::send_activation, mb, c, shape_.rank_of(c + 1)};
       if (c > 0 && shape_.pp > 1) {
-        pp_.irecv(boundary(ctx, c, true), static_cast<size_t>(boundary_floats(ctx)), DType::f32, (c - 1) % shape_.pp, tag)
+        pp_.irecv(boundary(ctx, c, true), static_cast<size_t>(boundary_floats(ctx)), DType::f32, in.peer,
+                  pipeline_message_id(in, shape_))
             ->wait();
       }
       forward(c, ctx);
       if (c + 1 < shape_.chunks() && shape_.pp > 1) {
-        pp_.isend(boundary(ctx, c, false), static_cast<size_t>(boundary_floats(ctx)), DType::f32, (c + 1) % shape_.pp,
-                  tag + 2)
+        pp_.isend(boundary(ctx, c, false), static_cast<size_t>(boundary_floats(ctx)), DType::f32, out.peer,
+                  pipeline_message_id(out, shape_))
             ->wait();
       }
     }

@@ -36,8 +36,8 @@ bool any_rank(DeviceMesh* mesh, bool flag) {
 
 // "parameter NAME (its value | AdamW moment) holds NaN at element I", for the first
 // non-finite number among the state this rank holds; empty when all are finite.
-std::string first_non_finite(GradientSync& sync) {
-  for (const StateSlice& s : sync.state_slices()) {
+std::string first_non_finite(const std::vector<StateSlice>& slices) {
+  for (const StateSlice& s : slices) {
     const int64_t n = shape_numel(s.shape());
     for (int64_t i = 0; i < n; ++i) {
       if (!std::isfinite(s.data[i])) {
@@ -117,7 +117,8 @@ void TrainingCheckpoints::save(int64_t step, GradientSync& sync, const nlohmann:
   if (!enabled()) return;
   const auto t0 = std::chrono::steady_clock::now();
   finish();  // at most one save in flight
-  std::string error = first_non_finite(sync);
+  const std::vector<StateSlice> slices = sync.state_slices();
+  std::string error = first_non_finite(slices);
   if (!error.empty()) {
     error = fmt::format("the checkpoint of step {} was not written: {}; {}", step, error,
                         last_saved_step_ ? fmt::format("the last one saved is step {}", *last_saved_step_)
@@ -133,7 +134,7 @@ void TrainingCheckpoints::save(int64_t step, GradientSync& sync, const nlohmann:
   // The previous save's buffers are refilled: the same slices, so no allocation.
   std::vector<ckpt::TensorBlock> snapshot = saver_.take_snapshot();
   size_t i = 0;
-  for (const StateSlice& s : sync.state_slices()) {
+  for (const StateSlice& s : slices) {
     if (!s.saved) continue;
     if (i == snapshot.size()) snapshot.emplace_back();
     ckpt::TensorBlock& block = snapshot[i++];
@@ -266,15 +267,8 @@ nlohmann::json load_training_checkpoint(const std::filesystem::path& dir, Gradie
               "weights with train.init_from)",
               dir.string(), state.value("kind", ""));
     check_state_consistency(dir, state);
-    const auto saved = state.at("model").get<std::map<std::string, std::string>>();
-    std::string differences;
-    for (const auto& [key, value] : config_fields(config.model)) {
-      auto it = saved.find(key);
-      const std::string theirs = it == saved.end() ? "(missing)" : it->second;
-      if (theirs != value) {
-        differences += fmt::format("; model.{} = {} in the checkpoint, {} in this run", key, theirs, value);
-      }
-    }
+    const std::string differences = config_differences(
+        state.at("model").get<std::map<std::string, std::string>>(), config.model, "in the checkpoint");
     NDT_CHECK(differences.empty(), "checkpoint {} does not match the model{}", dir.string(), differences);
     for (size_t i = 0; i < slices.size(); ++i) {
       const Shape shape = slices[i].shape();

@@ -23,16 +23,9 @@ void load_initial_weights(const std::string& path, const ModelConfig& model, Gra
     const ModelState source = read_model_file(path, model.n_head);
     // The shapes and the structure must agree; norm_eps and rope_theta are the run's
     // (safetensors without ndtrain metadata cannot carry them).
-    const auto theirs = config_fields(source.config);
-    std::string differences;
-    for (const auto& [key, value] : config_fields(model)) {
-      if (key == "norm_eps" || key == "rope_theta" || (key == "max_seq_len" && model.arch == Arch::llama)) {
-        continue;
-      }
-      const auto it = theirs.find(key);
-      const std::string other = it == theirs.end() ? "(missing)" : it->second;
-      if (other != value) differences += fmt::format("; model.{} = {} there, {} in this run", key, other, value);
-    }
+    std::vector<std::string> ignored = {"norm_eps", "rope_theta"};
+    if (model.arch == Arch::llama) ignored.push_back("max_seq_len");  // no position table to size
+    const std::string differences = config_differences(config_fields(source.config), model, "there", ignored);
     NDT_CHECK(differences.empty(), "train.init_from = \"{}\" does not match the model{}", path,
               differences);
     for (size_t i = 0; i < slices.size(); ++i) {
