@@ -173,7 +173,7 @@ ModelConfig infer_config(const std::map<std::string, SafetensorsTensor>& tensors
 
 }  // namespace
 
-void save_safetensors_hf(const ModelState& state, const std::string& path) {
+void save_safetensors_hf(const ModelState& state, const std::string& path, DType dtype) {
   check_model_state(state);
   SafetensorsFile file;
   file.metadata = config_fields(state.config);
@@ -182,7 +182,7 @@ void save_safetensors_hf(const ModelState& state, const std::string& path) {
   for (const HfTensor& t : hf_tensors(state.config, "transformer.")) {
     file.tensors[t.name] = to_hf(t, state, shapes);
   }
-  write_safetensors(path, file);
+  write_safetensors(path, file, dtype);
 }
 
 ModelState load_safetensors_hf(const std::string& path, std::optional<ModelConfig> config_hint) {

@@ -5,6 +5,7 @@
 // halves as transformers' Llama does. The name tables are in docs/interchange.md.
 #pragma once
 
+#include "core/dtype.h"
 #include "interchange/model_state.h"
 
 #include <optional>
@@ -12,9 +13,10 @@
 
 namespace ndt {
 
-// Writes the Hugging Face tensors (F32) with __metadata__ holding "format": "pt" and
-// the ModelConfig fields (config_fields), so load_safetensors_hf rebuilds the config.
-void save_safetensors_hf(const ModelState& state, const std::string& path);
+// Writes the Hugging Face tensors as `dtype` (f32, bf16 or f16: "F32", "BF16", "F16")
+// with __metadata__ holding "format": "pt" and the ModelConfig fields (config_fields),
+// so load_safetensors_hf rebuilds the config.
+void save_safetensors_hf(const ModelState& state, const std::string& path, DType dtype = DType::f32);
 
 // Reads a Hugging Face safetensors checkpoint. The config comes from the ndtrain
 // metadata when the file has it (config_hint is then unused); otherwise the

@@ -1,8 +1,8 @@
 #include "interchange/safetensors.h"
 
-#include "core/dtype.h"
 #include "core/error.h"
 #include "core/output_file.h"
+#include "interchange/stored_values.h"
 
 #include <nlohmann/json.hpp>
 
@@ -31,10 +31,20 @@ struct Entry {
   uint64_t begin = 0, end = 0;  // bytes, relative to the buffer
 };
 
+// The header's dtype string of each of kStoredDTypes.
+const char* safetensors_dtype(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return "F32";
+    case DType::bf16: return "BF16";
+    case DType::f16: return "F16";
+    default: fail("safetensors stores parameters as {}, not {}", stored_dtype_names(), dtype_name(dtype));
+  }
+}
+
 DType parse_dtype(const std::string& dtype, const std::string& path, const std::string& name) {
-  if (dtype == "F32") return DType::f32;
-  if (dtype == "BF16") return DType::bf16;
-  if (dtype == "F16") return DType::f16;
+  for (DType d : kStoredDTypes) {
+    if (dtype == safetensors_dtype(d)) return d;
+  }
   fail("safetensors {}: tensor {} has unsupported dtype \"{}\" (supported: F32, BF16, F16)", path, name,
        dtype);
 }
@@ -128,17 +138,14 @@ SafetensorsFile read_safetensors(const std::string& path) {
     SafetensorsTensor& t = file.tensors[e.name];
     t.shape = e.shape;
     t.values.resize(static_cast<size_t>(shape_numel(e.shape)));
-    std::vector<char> raw(e.dtype == DType::f32 ? 0 : e.end - e.begin);
-    char* dst = e.dtype == DType::f32 ? reinterpret_cast<char*>(t.values.data()) : raw.data();
     in.seekg(static_cast<std::streamoff>(buffer_start + e.begin));
-    NDT_CHECK(in.read(dst, static_cast<std::streamsize>(e.end - e.begin)),
-              "safetensors {}: reading tensor {} failed", path, e.name);
-    if (e.dtype != DType::f32) convert(raw.data(), e.dtype, t.values.data(), DType::f32, t.values.size());
+    NDT_CHECK(read_values(in, e.dtype, t.values), "safetensors {}: reading tensor {} failed", path, e.name);
   }
   return file;
 }
 
-void write_safetensors(const std::string& path, const SafetensorsFile& file) {
+void write_safetensors(const std::string& path, const SafetensorsFile& file, DType dtype) {
+  const char* dtype_string = safetensors_dtype(dtype);
   json header = json::object();
   if (!file.metadata.empty()) header["__metadata__"] = file.metadata;
   uint64_t offset = 0;
@@ -147,9 +154,10 @@ void write_safetensors(const std::string& path, const SafetensorsFile& file) {
     NDT_CHECK(t.values.size() == static_cast<size_t>(shape_numel(t.shape)),
               "safetensors {}: tensor {} has {} values for shape {}", path, name, t.values.size(),
               shape_str(t.shape));
-    const uint64_t bytes = t.values.size() * sizeof(float);
-    header[name] = {
-        {"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", json::array({offset, offset + bytes})}};
+    const uint64_t bytes = t.values.size() * dtype_size(dtype);
+    header[name] = {{"dtype", dtype_string},
+                    {"shape", t.shape},
+                    {"data_offsets", json::array({offset, offset + bytes})}};
     offset += bytes;
   }
   std::string text = header.dump();
@@ -159,7 +167,7 @@ void write_safetensors(const std::string& path, const SafetensorsFile& file) {
   AtomicFile out(path);
   out.write(&header_bytes, 8);
   out.write(text.data(), text.size());
-  for (const auto& [name, t] : file.tensors) out.write(t.values.data(), t.values.size() * sizeof(float));
+  for (const auto& [name, t] : file.tensors) write_values(out, t.values, dtype);
   out.commit();
 }
 

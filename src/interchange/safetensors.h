@@ -3,10 +3,12 @@
 //   {"<tensor>": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, ...,
 //    "__metadata__": {"<key>": "<string>", ...}}
 // then the byte buffer, with data_offsets relative to its start. Reading accepts F32,
-// BF16 and F16 tensors and converts them to f32; writing produces F32. Names and
-// layouts are the caller's business (see interchange/hf_names.h).
+// BF16 and F16 tensors and widens them to f32 (exactly); writing stores every tensor
+// as one of those, F32 by default (interchange/stored_values.h). Names and layouts are
+// the caller's business (see interchange/hf_names.h).
 #pragma once
 
+#include "core/dtype.h"
 #include "core/tensor.h"
 
 #include <map>
@@ -30,9 +32,11 @@ struct SafetensorsFile {
 // outside the buffer or overlapping another tensor's, or a byte size that is not
 // dtype size x shape.
 SafetensorsFile read_safetensors(const std::string& path);
-// Writes every tensor as F32, in name order, atomically (core/output_file.h): the path
-// holds the whole file or, after an error, nothing. Throws if a tensor's values do not
-// match its shape, or naming the file and the reason if it cannot be written.
-void write_safetensors(const std::string& path, const SafetensorsFile& file);
+// Writes every tensor as `dtype` (f32 -> "F32", bf16 -> "BF16", f16 -> "F16"; values
+// rounded to nearest even), in name order, atomically (core/output_file.h): the path
+// holds the whole file or, after an error, nothing. Throws for another dtype, if a
+// tensor's values do not match its shape, or naming the file and the reason if it
+// cannot be written.
+void write_safetensors(const std::string& path, const SafetensorsFile& file, DType dtype = DType::f32);
 
 }  // namespace ndt

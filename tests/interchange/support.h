@@ -1,14 +1,19 @@
 // Shared by the interchange tests: a model whose every parameter (norms and biases
 // too) holds distinct non-trivial values, its loss on fixed tokens, bit-exact state
-// comparison.
+// comparison, a state rounded to a low-precision dtype, a safetensors file's header.
 #pragma once
 
+#include "../common/temp_dir.h"
+#include "core/dtype.h"
 #include "core/rng.h"
 #include "interchange/model_state.h"
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <cstring>
+#include <set>
+#include <string>
 #include <vector>
 
 namespace ndt::testing {
@@ -58,6 +63,35 @@ inline void expect_same_state(const ModelState& a, const ModelState& b) {
     ASSERT_EQ(values.size(), other.size()) << name;
     EXPECT_EQ(std::memcmp(values.data(), other.data(), values.size() * sizeof(float)), 0) << name;
   }
+}
+
+// `state` with every value rounded to `dtype` (nearest even) and widened back to f32:
+// what a file storing that dtype holds.
+inline ModelState rounded_to(ModelState state, DType dtype) {
+  for (auto& [name, values] : state.tensors) {
+    std::vector<char> stored(values.size() * dtype_size(dtype));
+    convert(values.data(), DType::f32, stored.data(), dtype, values.size());
+    convert(stored.data(), dtype, values.data(), DType::f32, values.size());
+  }
+  return state;
+}
+
+// The JSON header of the safetensors file at `path`.
+inline nlohmann::json safetensors_header(const std::string& path) {
+  const std::string bytes = read_bytes(path);
+  uint64_t header_bytes = 0;
+  std::memcpy(&header_bytes, bytes.data(), 8);
+  return nlohmann::json::parse(bytes.substr(8, header_bytes));
+}
+
+// The dtype strings of a safetensors header's tensors (all but __metadata__), each once.
+inline std::set<std::string> safetensors_dtypes(const std::string& path) {
+  const nlohmann::json header = safetensors_header(path);
+  std::set<std::string> dtypes;
+  for (const auto& [name, entry] : header.items()) {
+    if (name != "__metadata__") dtypes.insert(entry.at("dtype").get<std::string>());
+  }
+  return dtypes;
 }
 
 }  // namespace ndt::testing

@@ -2,12 +2,13 @@
 // back from metadata (GPT-2, Llama, Llama with QK-norm), loss parity through a fresh
 // model, GPT-2's fused and transposed Conv1D layout checked element by element,
 // import without metadata (config hint, unprefixed GPT-2 names, ignored buffers),
-// and the import errors.
+// BF16 and F16 export read back as the rounded weights, and the import errors.
 #include "../common/errors.h"
 #include "../common/temp_dir.h"
 #include "interchange/hf_names.h"
 #include "interchange/safetensors.h"
 #include "support.h"
+#include "train/model_source.h"
 
 #include <gtest/gtest.h>
 
@@ -25,6 +26,24 @@ TEST_P(HfRoundTrip, IsBitExactWithConfigFromMetadata) {
   const ModelState back = load_safetensors_hf(dir.file("m.safetensors"), std::nullopt);
   testing::expect_same_state(state, back);
   EXPECT_EQ(testing::loss_of(back, /*seed=*/99), testing::loss_of(state, /*seed=*/7));
+}
+
+// Catches: a bf16/f16 export that is not the rounded weights (truncated, or labelled
+// F32), or an import path (load_safetensors_hf, read_model_file as train.init_from and
+// convert use it) that does not widen it back exactly.
+TEST_P(HfRoundTrip, Bf16AndF16GiveTheRoundedWeights) {
+  const ModelState state = testing::perturbed_state(GetParam());
+  for (const auto& [dtype, name] : {std::pair{DType::bf16, "BF16"}, std::pair{DType::f16, "F16"}}) {
+    testing::TempDir dir;
+    const std::string path = dir.file("m.safetensors");
+    save_safetensors_hf(state, path, dtype);
+    EXPECT_EQ(testing::safetensors_dtypes(path), std::set<std::string>{name});
+
+    const ModelState rounded = testing::rounded_to(state, dtype);
+    EXPECT_NE(rounded.tensors.at("wte.weight"), state.tensors.at("wte.weight"));  // rounding did something
+    testing::expect_same_state(rounded, load_safetensors_hf(path, std::nullopt));
+    testing::expect_same_state(rounded, read_model_file(path));
+  }
 }
 
 // ndtrain-only variants too: GPT-2 with QK-norm and an untied head, Llama tied.

@@ -1,12 +1,16 @@
 // The safetensors reader and writer: a file assembled byte by byte (BF16, F16, F32),
-// write/read round trip with metadata and header padding, and every header error.
+// write/read round trip with metadata and header padding, BF16 and F16 writing with
+// round-to-nearest-even ties checked by hand, and every header error.
 #include "../common/errors.h"
 #include "../common/temp_dir.h"
 #include "interchange/safetensors.h"
+#include "support.h"
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <string>
 
 namespace ndt {
@@ -72,6 +76,61 @@ TEST(Safetensors, WriteReadRoundTripIsExactAndHeaderPadded) {
     EXPECT_EQ(back.tensors[name].shape, t.shape) << name;
     EXPECT_EQ(std::memcmp(back.tensors[name].values.data(), t.values.data(), t.values.size() * 4), 0) << name;
   }
+}
+
+// Catches: a low-precision writer that truncates instead of rounding to nearest even,
+// labels the bytes F32, or lays them out at 4 bytes a value.
+TEST(Safetensors, WritesBf16AndF16RoundedToNearestEven) {
+  testing::TempDir dir;
+  struct Case {
+    DType dtype;
+    const char* name;
+    std::vector<float> values, expected;
+  };
+  const float nan = std::nanf("");
+  const std::vector<Case> cases = {
+      // bf16 keeps 7 mantissa bits: 1 + 2^-8 is a tie that rounds to even 1, 1 + 3 x 2^-8 a
+      // tie that rounds to even 1 + 2^-6, 1 + 2^-8 + 2^-20 lies above the tie.
+      {DType::bf16, "BF16", {1 + 0x1p-8f, 1 + 0x3p-8f, 1 + 0x1p-8f + 0x1p-20f, -0.0f, nan},
+       {1, 1 + 0x1p-6f, 1 + 0x1p-7f, -0.0f, nan}},
+      // f16 keeps 10: the same ties one level down; 1e6 overflows to inf; 2^-24 is its
+      // smallest subnormal.
+      {DType::f16, "F16", {1 + 0x1p-11f, 1 + 0x3p-11f, 1e6f, -0x1p-24f, nan},
+       {1, 1 + 0x1p-9f, INFINITY, -0x1p-24f, nan}}};
+  for (const Case& c : cases) {
+    const std::string path = dir.file(std::string(c.name) + ".safetensors");
+    SafetensorsFile f;
+    f.tensors["a"] = {{5}, c.values};
+    f.tensors["b"] = {{1, 3}, {0.5f, -2, 3}};
+    f.metadata = {{"format", "pt"}};
+    write_safetensors(path, f, c.dtype);
+
+    const nlohmann::json header = testing::safetensors_header(path);
+    EXPECT_EQ(header["a"]["dtype"], c.name);
+    EXPECT_EQ(header["a"]["data_offsets"], nlohmann::json::array({0, 10}));
+    EXPECT_EQ(header["b"]["dtype"], c.name);
+    EXPECT_EQ(header["b"]["data_offsets"], nlohmann::json::array({10, 16}));
+    EXPECT_EQ(header["__metadata__"]["format"], "pt");
+    uint64_t header_bytes = 0;
+    std::memcpy(&header_bytes, testing::read_bytes(path).data(), 8);
+    EXPECT_EQ(std::filesystem::file_size(path), 8 + header_bytes + 8 * 2) << c.name;
+
+    SafetensorsFile back = read_safetensors(path);
+    EXPECT_EQ(back.tensors["b"].values, (std::vector<float>{0.5f, -2, 3})) << c.name;
+    const std::vector<float>& a = back.tensors["a"].values;
+    ASSERT_EQ(a.size(), c.expected.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (std::isnan(c.expected[i])) {
+        EXPECT_TRUE(std::isnan(a[i])) << c.name << " value " << i;
+      } else {
+        EXPECT_EQ(a[i], c.expected[i]) << c.name << " value " << i;
+        EXPECT_EQ(std::signbit(a[i]), std::signbit(c.expected[i])) << c.name << " value " << i;
+      }
+    }
+  }
+  expect_error([&] { write_safetensors(dir.file("e.safetensors"), SafetensorsFile{}, DType::e4m3); },
+               {"e4m3", "f32, bf16, f16"});
+  EXPECT_FALSE(std::filesystem::exists(dir.file("e.safetensors")));
 }
 
 TEST(Safetensors, HeaderErrorsNameFileAndTensor) {
