@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "core/output_file.h"
 #include "data/shard.h"
+#include "interchange/stored_values.h"
 
 #include <array>
 #include <bit>
@@ -20,6 +21,14 @@ static_assert(std::endian::native == std::endian::little,
 namespace {
 
 constexpr uint64_t kHeaderBytes = kLlmcHeaderInts * sizeof(int32_t);
+
+// The parameters' dtype of a header version; throws naming the file and the version.
+DType llmc_dtype(int32_t version, const std::string& path) {
+  if (version == kLlmcVersionF32) return DType::f32;
+  if (version == kLlmcVersionBf16) return DType::bf16;
+  fail("llm.c checkpoint {} has version {} (supported: {} for f32 and {} for bf16 parameters)", path,
+       version, kLlmcVersionF32, kLlmcVersionBf16);
+}
 
 // ndtrain tensor names in llm.c's order: each group holds its tensors of every layer in turn.
 std::vector<std::string> llmc_order(int n_layer) {
@@ -60,8 +69,7 @@ ModelState load_llmc(const std::string& path) {
             kHeaderBytes);
   NDT_CHECK(h[0] == kLlmcMagic, "llm.c checkpoint {} has bad magic {} (expected {}){}", path, h[0],
             kLlmcMagic, h[0] == kShardMagic ? ": that is a token shard, not a checkpoint" : "");
-  NDT_CHECK(h[1] == kLlmcVersion, "llm.c checkpoint {} has version {} (expected {}, fp32 parameters)", path,
-            h[1], kLlmcVersion);
+  const DType dtype = llmc_dtype(h[1], path);
 
   ModelConfig c;
   c.arch = Arch::gpt2;
@@ -85,30 +93,36 @@ ModelState load_llmc(const std::string& path) {
             "llm.c checkpoint {}: padded vocab size {} is below the vocab size {}", path, padded_vocab,
             c.vocab_size);
   const int64_t params = count_parameters(c) + int64_t{padded_vocab - c.vocab_size} * c.d_model;
-  const uint64_t data_bytes = file_bytes - kHeaderBytes;
-  NDT_CHECK(data_bytes == static_cast<uint64_t>(params) * sizeof(float),
-            "llm.c checkpoint {}: the header's shapes make {} parameters ({} bytes) but the file holds "
-            "{} bytes after the header",
-            path, params, params * sizeof(float), data_bytes);
+  const uint64_t data_bytes = file_bytes - kHeaderBytes, width = dtype_size(dtype);
+  NDT_CHECK(data_bytes == static_cast<uint64_t>(params) * width,
+            "llm.c checkpoint {}: the header's shapes make {} parameters ({} bytes as {}, version {}) but the "
+            "file holds {} bytes after the header",
+            path, params, params * width, dtype_name(dtype), h[1], data_bytes);
 
   ModelState state{c, {}};
   for (const ParameterSpec& spec : model_parameter_specs(c)) {
     state.tensors[spec.name].resize(static_cast<size_t>(shape_numel(spec.logical_shape)));
   }
   for (const std::string& name : llmc_order(c.n_layer)) {
-    std::vector<float>& v = state.tensors.at(name);
-    NDT_CHECK(
-        in.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(v.size() * sizeof(float))),
-        "llm.c checkpoint {}: reading {} failed", path, name);
+    NDT_CHECK(read_values(in, dtype, state.tensors.at(name)), "llm.c checkpoint {}: reading {} failed", path,
+              name);
     if (name == "wte.weight") {
-      in.seekg(static_cast<std::streamoff>((padded_vocab - c.vocab_size) * int64_t{c.d_model} * 4),
+      in.seekg(static_cast<std::streamoff>((padded_vocab - c.vocab_size) * int64_t{c.d_model} * width),
                std::ios::cur);
     }
   }
   return state;
 }
 
-void save_llmc(const ModelState& state, const std::string& path, int padded_vocab) {
+int32_t llmc_version(DType dtype) {
+  if (dtype == DType::f32) return kLlmcVersionF32;
+  if (dtype == DType::bf16) return kLlmcVersionBf16;
+  fail("llm.c checkpoints hold f32 (version {}) or bf16 (version {}) parameters, not {}", kLlmcVersionF32,
+       kLlmcVersionBf16, dtype_name(dtype));
+}
+
+void save_llmc(const ModelState& state, const std::string& path, int padded_vocab, DType dtype) {
+  const int32_t version = llmc_version(dtype);
   check_model_state(state);
   const ModelConfig& c = state.config;
   NDT_CHECK(c.arch == Arch::gpt2, "llm.c checkpoints hold GPT-2 models, not model.arch = {}",
@@ -125,7 +139,7 @@ void save_llmc(const ModelState& state, const std::string& path, int padded_voca
 
   std::array<int32_t, kLlmcHeaderInts> h{};
   h[0] = kLlmcMagic;
-  h[1] = kLlmcVersion;
+  h[1] = version;
   h[2] = c.max_seq_len;
   h[3] = c.vocab_size;
   h[4] = c.n_layer;
@@ -135,11 +149,10 @@ void save_llmc(const ModelState& state, const std::string& path, int padded_voca
   AtomicFile out(path);
   out.write(h.data(), kHeaderBytes);
   for (const std::string& name : llmc_order(c.n_layer)) {
-    const std::vector<float>& v = state.tensors.at(name);
-    out.write(v.data(), v.size() * sizeof(float));
+    write_values(out, state.tensors.at(name), dtype);
     if (name == "wte.weight") {
       const std::vector<float> padding(static_cast<size_t>(padded_vocab - c.vocab_size) * c.d_model, 0.0f);
-      out.write(padding.data(), padding.size() * sizeof(float));
+      write_values(out, padding, dtype);
     }
   }
   out.commit();
