@@ -110,6 +110,7 @@ int run_simulate_pipeline(const SimulatePipelineOptions& options);
 struct ConvertOptions {
   std::string from, to;  // *.safetensors, *.bin (llm.c) or a checkpoint directory
   int n_head = 0;        // config hint for safetensors without ndtrain metadata; 0: none
+  std::string dtype = "f32";  // the destination's parameters: f32, bf16 or f16
 };
 int run_convert(const ConvertOptions& options);
 

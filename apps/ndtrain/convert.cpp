@@ -3,12 +3,14 @@
 // *.bin (an llm.c GPT-2 checkpoint, interchange/llmc.h), or else a checkpoint
 // directory (train/model_checkpoint.h; as a source also a folder of step-* checkpoints
 // or a run folder, resolved to the latest; as a destination a model-only checkpoint).
-// One process; the destination must not exist.
+// --dtype stores the destination's parameters as f32, bf16 or f16 (safetensors; llm.c:
+// f32 or bf16; checkpoints: f32). One process; the destination must not exist.
 #include "apps/ndtrain/commands.h"
 #include "core/error.h"
 #include "core/timing.h"
 #include "interchange/hf_names.h"
 #include "interchange/llmc.h"
+#include "interchange/stored_values.h"
 #include "train/model_checkpoint.h"
 #include "train/model_source.h"
 
@@ -24,10 +26,32 @@ namespace {
 
 namespace fs = std::filesystem;
 
-void write_model(const ModelState& state, const std::string& path, ModelFormat format) {
+// The --dtype value; throws naming the option, the value and the accepted ones.
+DType dtype_option(const std::string& value) {
+  for (DType d : kStoredDTypes) {
+    if (value == dtype_name(d)) return d;
+  }
+  fail("--dtype {} is not supported (accepted: {})", value, stored_dtype_names());
+}
+
+// Throws naming --dtype and what the destination's format can hold, before anything is read.
+void check_dtype_for(ModelFormat format, DType dtype) {
+  if (format == ModelFormat::llmc) {
+    try {
+      llmc_version(dtype);
+    } catch (const Error& e) {
+      fail("--dtype {}: {}", dtype_name(dtype), e.what());
+    }
+  }
+  NDT_CHECK(format != ModelFormat::checkpoint || dtype == DType::f32,
+            "--dtype {}: ndtrain checkpoints hold f32 parameters; write *.safetensors or *.bin (llm.c) instead",
+            dtype_name(dtype));
+}
+
+void write_model(const ModelState& state, const std::string& path, ModelFormat format, DType dtype) {
   switch (format) {
-    case ModelFormat::safetensors: return save_safetensors_hf(state, path);
-    case ModelFormat::llmc: return save_llmc(state, path);
+    case ModelFormat::safetensors: return save_safetensors_hf(state, path, dtype);
+    case ModelFormat::llmc: return save_llmc(state, path, /*padded_vocab=*/0, dtype);
     case ModelFormat::checkpoint: return write_model_checkpoint(state, path);
   }
 }
@@ -38,20 +62,23 @@ int run_convert(const ConvertOptions& o) {
   NDT_CHECK(!launched_by_mpi(), "convert runs in one process: start it without mpirun");
   NDT_CHECK(o.n_head >= 0, "--n-head {} must be positive", o.n_head);
   NDT_CHECK(!fs::exists(o.to), "--to {} already exists: convert does not overwrite", o.to);
+  const DType dtype = dtype_option(o.dtype);
   const ModelFormat from = model_format_of(o.from), to = model_format_of(o.to);
+  check_dtype_for(to, dtype);
 
   const auto t0 = std::chrono::steady_clock::now();
   const ModelState state = read_model_file(o.from, o.n_head);
   const double read_s = seconds_since(t0);
   const auto t1 = std::chrono::steady_clock::now();
-  write_model(state, o.to, to);
+  write_model(state, o.to, to, dtype);
   const double write_s = seconds_since(t1);
 
   int64_t params = 0;
   for (const auto& [name, values] : state.tensors) params += static_cast<int64_t>(values.size());
   const double mb = static_cast<double>(params) * sizeof(float) / 1e6;
   const ModelConfig& c = state.config;
-  fmt::print("converted {} ({}) -> {} ({})\n", o.from, model_format_name(from), o.to, model_format_name(to));
+  fmt::print("converted {} ({}) -> {} ({}, {})\n", o.from, model_format_name(from), o.to, model_format_name(to),
+             dtype_name(dtype));
   fmt::print("model: {}, {} layers, d_model {}, {} heads ({} kv), d_ff {}, vocab {}, max_seq_len {}\n",
              arch_name(c.arch), c.n_layer, c.d_model, c.n_head, c.kv_heads(), c.d_ff, c.vocab_size,
              c.max_seq_len);

@@ -13,7 +13,7 @@
 //   ndtrain simulate-pipeline --schedule S --pp P [--virtual-stages V] --micro-batches M [--svg FILE]
 //                             [--forward-cost F] [--backward-cost B] [--backward-input-cost BI]
 //                             [--backward-weight-cost BW] [--communication-cost C]
-//   ndtrain convert --from SRC --to DST [--n-head N]
+//   ndtrain convert --from SRC --to DST [--n-head N] [--dtype f32|bf16|f16]
 //   ndtrain generate --checkpoint PATH --prompt TEXT [--tokens N] [--temperature T] [--top-k K] [--seed S]
 //                    [--raw-tokens]
 #include "apps/ndtrain/commands.h"
@@ -194,6 +194,8 @@ int main(int argc, char** argv) {
   convert->add_option("--to", convert_options.to, "*.safetensors, *.bin (llm.c) or a new checkpoint directory")
       ->required();
   convert->add_option("--n-head", convert_options.n_head, "Heads, for safetensors without ndtrain metadata");
+  convert->add_option("--dtype", convert_options.dtype,
+                      "Store the parameters as f32 (default), bf16 or f16 (safetensors; llm.c: f32 or bf16)");
 
   ndt::GenerateOptions generate_options;
   auto* generate = app.add_subcommand("generate", "Sample a continuation of a prompt from a checkpoint");

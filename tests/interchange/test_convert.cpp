@@ -1,7 +1,8 @@
 // ndtrain checkpoints as a model format: write_model_checkpoint / read_model_checkpoint
 // round trips (also from a training-style checkpoint split over ranks, with optimizer
 // moments), resolve_checkpoint, and the built `ndtrain convert` and `ndtrain generate`
-// run as a user would: a chain of conversions through every format, sampling, errors.
+// run as a user would: a chain of conversions through every format, --dtype bf16/f16
+// exports read back as the rounded weights, sampling, errors.
 #include "../common/errors.h"
 #include "../common/full_disk.h"
 #include "../common/temp_dir.h"
@@ -10,6 +11,7 @@
 #include "checkpoint/reader.h"
 #include "checkpoint/writer.h"
 #include "interchange/hf_names.h"
+#include "interchange/llmc.h"
 #include "interchange/safetensors.h"
 #include "support.h"
 #include "train/model_checkpoint.h"
@@ -20,6 +22,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <limits>
 #include <string>
@@ -155,6 +158,55 @@ TEST(ConvertCommand, ChainThroughEveryFormatIsBitExact) {
     EXPECT_TRUE(contains(r.output, "MB/s")) << r.output;
   }
   testing::expect_same_state(read_model_checkpoint(dir.path() / "from_llmc"), state);
+}
+
+// Catches: --dtype not reaching the writer (an F32 file, version 3), or an export that
+// does not come back as the rounded weights.
+TEST(ConvertCommand, DtypeExportsTheRoundedWeightsAndTheyComeBack) {
+  TempDir dir;
+  const ModelState state = testing::perturbed_state(ModelConfig::preset("gpt2-tiny"));
+  write_model_checkpoint(state, dir.path() / "model", 3);
+  struct Case {
+    std::string to, dtype, header_dtype, format;
+  };
+  for (const Case& c : {Case{"m.safetensors", "bf16", "BF16", "Hugging Face safetensors"},
+                        Case{"m16.safetensors", "f16", "F16", "Hugging Face safetensors"},
+                        Case{"m.bin", "bf16", "", "llm.c checkpoint"}}) {
+    const std::string to = dir.file(c.to), back = dir.file(c.to + ".back");
+    const CommandResult r = ndtrain("convert --from " + dir.file("model") + " --to " + to + " --dtype " + c.dtype);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_TRUE(contains(r.output, "-> " + to + " (" + c.format + ", " + c.dtype + ")")) << r.output;
+    if (c.header_dtype.empty()) {
+      int32_t version = 0;
+      std::memcpy(&version, testing::read_bytes(to).data() + 4, 4);
+      EXPECT_EQ(version, kLlmcVersionBf16);
+    } else {
+      EXPECT_EQ(testing::safetensors_dtypes(to), std::set<std::string>{c.header_dtype});
+    }
+    const CommandResult imported = ndtrain("convert --from " + to + " --to " + back);
+    ASSERT_EQ(imported.exit_code, 0) << imported.output;
+    EXPECT_TRUE(contains(imported.output, "(ndtrain checkpoint, f32)")) << imported.output;
+    testing::expect_same_state(read_model_checkpoint(back), testing::rounded_to(state, dtype_from_name(c.dtype)));
+  }
+}
+
+TEST(ConvertCommand, DtypeErrorsNameTheOptionTheValueAndWhatIsAccepted) {
+  TempDir dir;
+  write_model_checkpoint(testing::perturbed_state(ModelConfig::preset("gpt2-tiny")), dir.path() / "model", 3);
+  struct Case {
+    std::string to, dtype, message;
+  };
+  for (const Case& c :
+       {Case{"m.safetensors", "fp64", "ndtrain: error: --dtype fp64 is not supported (accepted: f32, bf16, f16)"},
+        Case{"m.safetensors", "e4m3", "--dtype e4m3 is not supported (accepted: f32, bf16, f16)"},
+        Case{"m.bin", "f16", "--dtype f16: llm.c checkpoints hold f32 (version 3) or bf16 (version 5) parameters"},
+        Case{"out", "bf16", "--dtype bf16: ndtrain checkpoints hold f32 parameters"}}) {
+    const CommandResult r =
+        ndtrain("convert --from " + dir.file("model") + " --to " + dir.file(c.to) + " --dtype " + c.dtype);
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_TRUE(contains(r.output, c.message)) << r.output;
+    EXPECT_FALSE(fs::exists(dir.file(c.to))) << c.to;
+  }
 }
 
 // A Hugging Face file from elsewhere has no ndtrain config: --n-head completes it.
