@@ -6,6 +6,7 @@ set -euo pipefail
 packages=(
   gcc g++ cmake ninja-build pkg-config
   libopenblas-openmp-dev        # GEMM (the OpenMP build, linked explicitly)
+  libdnnl-dev                   # oneDNN: bf16 GEMMs on AMX / AVX512-BF16 (OpenMP build)
   libopenmpi-dev openmpi-bin    # communication between ranks
   libgtest-dev libbenchmark-dev # tests and micro-benchmarks
   libtomlplusplus-dev nlohmann-json3-dev libfmt-dev libcli11-dev
