@@ -7,10 +7,12 @@
 #include "kernels/cpu/adamw.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/blas_core.h"
+#include "kernels/cpu/cast.h"
 #include "kernels/cpu/cross_entropy.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/embedding.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/gemm_lowp.h"
 #include "kernels/cpu/norm.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/threads.h"
@@ -81,6 +83,19 @@ void linear_backward(float* dinp, float* dweight, float* dbias, const float* dou
                      const float* weight, int N, int IC, int OC) {
   NDT_ROUTE(linear_backward, dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
 }
+void gemm_lowp(DType dtype, bool trans_a, bool trans_b, int M, int N, int K, const uint16_t* A,
+               int lda, const uint16_t* B, int ldb, float beta, float* C, int ldc) {
+  NDT_ROUTE(gemm_lowp, dtype, trans_a, trans_b, M, N, K, A, lda, B, ldb, beta, C, ldc);
+}
+void linear_forward_lowp(DType dtype, float* out, const uint16_t* inp, const uint16_t* weight,
+                         const float* bias, int N, int IC, int OC) {
+  NDT_ROUTE(linear_forward_lowp, dtype, out, inp, weight, bias, N, IC, OC);
+}
+void linear_backward_lowp(DType dtype, float* dinp, float* dweight, const uint16_t* dout,
+                          const uint16_t* inp, const uint16_t* weight, int N, int IC, int OC) {
+  NDT_ROUTE(linear_backward_lowp, dtype, dinp, dweight, dout, inp, weight, N, IC, OC);
+}
+std::string lowp_gemm_backend(DType dtype) { NDT_ROUTE(lowp_gemm_backend, dtype); }
 void add_bias(float* out, const float* bias, int64_t rows, int64_t C) {
   NDT_ROUTE(add_bias, out, bias, rows, C);
 }
@@ -92,6 +107,14 @@ void add_inplace(float* y, const float* x, int64_t n) { NDT_ROUTE(add_inplace, y
 void zero(float* x, int64_t n) { NDT_ROUTE(zero, x, n); }
 void copy(float* dst, const float* src, int64_t n) { NDT_ROUTE(copy, dst, src, n); }
 void fill(float* x, float value, int64_t n) { NDT_ROUTE(fill, x, value, n); }
+
+void cast_to_lowp(DType dtype, const float* src, uint16_t* dst, int64_t n) {
+  NDT_ROUTE(cast_to_lowp, dtype, src, dst, n);
+}
+void cast_from_lowp(DType dtype, const uint16_t* src, float* dst, int64_t n) {
+  NDT_ROUTE(cast_from_lowp, dtype, src, dst, n);
+}
+void round_to_lowp(DType dtype, float* x, int64_t n) { NDT_ROUTE(round_to_lowp, dtype, x, n); }
 
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                        const float* bias, int N, int C, float eps) {

@@ -14,6 +14,10 @@
 // forward kernels overwrite their outputs; backward kernels add (+=) into their
 // gradients, so a tensor used twice gets the sum and callers zero gradients first.
 //   gemm, linear_*                 kernels/cpu/gemm.h
+//   gemm_lowp, linear_*_lowp,
+//   lowp_gemm_backend              kernels/cpu/gemm_lowp.h
+//   cast_to_lowp, cast_from_lowp,
+//   round_to_lowp                  kernels/cpu/cast.h
 //   add_inplace, zero, copy, fill,
 //   add_bias, bias_backward        kernels/cpu/elementwise.h
 //   layernorm_*, rmsnorm_*         kernels/cpu/norm.h
@@ -27,6 +31,7 @@
 //   set_num_threads, num_threads   kernels/cpu/threads.h
 #pragma once
 
+#include "core/dtype.h"
 #include "kernels/cpu/adamw.h"
 
 #include <cstdint>
@@ -56,6 +61,15 @@ void linear_forward(float* out, const float* inp, const float* weight, const flo
                     int IC, int OC);
 void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      const float* weight, int N, int IC, int OC);
+// bf16/f16 inputs (raw bits), fp32 products, sums and outputs (gemm_lowp.h).
+void gemm_lowp(DType dtype, bool trans_a, bool trans_b, int M, int N, int K, const uint16_t* A,
+               int lda, const uint16_t* B, int ldb, float beta, float* C, int ldc);
+void linear_forward_lowp(DType dtype, float* out, const uint16_t* inp, const uint16_t* weight,
+                         const float* bias, int N, int IC, int OC);
+void linear_backward_lowp(DType dtype, float* dinp, float* dweight, const uint16_t* dout,
+                          const uint16_t* inp, const uint16_t* weight, int N, int IC, int OC);
+// What runs gemm_lowp for dtype, for logs: e.g. "oneDNN brg:avx512_core_amx_bf16".
+std::string lowp_gemm_backend(DType dtype);
 void add_bias(float* out, const float* bias, int64_t rows, int64_t C);           // out += bias per row
 void bias_backward(float* dbias, const float* dout, int64_t rows, int64_t C);    // dbias += row sums
 
@@ -64,6 +78,11 @@ void add_inplace(float* y, const float* x, int64_t n);  // y += x
 void zero(float* x, int64_t n);
 void copy(float* dst, const float* src, int64_t n);     // no overlap
 void fill(float* x, float value, int64_t n);
+
+// --- fp32 <-> bf16/f16 conversions, round to nearest even (cast.h).
+void cast_to_lowp(DType dtype, const float* src, uint16_t* dst, int64_t n);
+void cast_from_lowp(DType dtype, const uint16_t* src, float* dst, int64_t n);
+void round_to_lowp(DType dtype, float* x, int64_t n);  // x = float(dtype(x))
 
 // --- Normalisation (norm.h).
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
