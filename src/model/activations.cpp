@@ -1,6 +1,7 @@
 #include "model/activations.h"
 
 #include "core/error.h"
+#include "kernels/kernels.h"
 
 #include <algorithm>
 
@@ -70,30 +71,60 @@ class Carver {
   int64_t used_ = 0;
 };
 
-// Carves the views of one block that a block saving `saves` keeps (complement: those
-// it does not keep, for the workspace's recompute area). Selective recompute drops the
-// norm outputs, the attention probabilities and log-sum-exp, and the MLP activation.
+// In low precision, what a block keeps in fp32 all the same: the norms' statistics, the
+// softmax's log-sum-exp (small, and what the backward's exponentials depend on), and
+// the residual stream between attention and MLP (the stream stays fp32 throughout).
+bool stays_fp32(float* BlockActivations::*view) {
+  for (float* BlockActivations::*v : {&BlockActivations::ln1_mean, &BlockActivations::ln1_rstd,
+                                      &BlockActivations::ln2_mean, &BlockActivations::ln2_rstd,
+                                      &BlockActivations::q_rstd, &BlockActivations::k_rstd, &BlockActivations::lse,
+                                      &BlockActivations::x_mid}) {
+    if (v == view) return true;
+  }
+  return false;
+}
+
+// Carves the views of one block. For a context: those a block saving `saves` keeps,
+// in low precision the 16-bit ones as packed slots (appended to `packed`). For the
+// workspace's recompute area (complement): those it does not keep, and in low
+// precision every view (packed ones are unpacked there).
+// Selective recompute drops the norm outputs, the attention probabilities and
+// log-sum-exp, and the MLP activation.
 class BlockCarver {
  public:
-  BlockCarver(CheckpointMode saves, bool complement, Carver& m) : saves_(saves), complement_(complement), m_(m) {}
-  void take(float*& view, int64_t n, bool selective_recomputes = false) {
+  BlockCarver(CheckpointMode saves, bool complement, DType compute, Carver& m,
+              std::vector<PackedActivation>* packed = nullptr)
+      : saves_(saves), complement_(complement), low_(compute != DType::f32), m_(m), packed_(packed) {}
+  void take(BlockActivations& a, float* BlockActivations::*view, int64_t n, bool selective_recomputes = false) {
     const bool kept = saves_ == CheckpointMode::none || (saves_ == CheckpointMode::selective && !selective_recomputes);
-    if (kept != complement_) view = m_.take(n);
+    if (complement_) {
+      if (!kept || low_) a.*view = m_.take(n);
+    } else if (kept && low_ && !stays_fp32(view)) {
+      // Two 16-bit elements per float of the arena.
+      float* slot = m_.take((n + 1) / 2);
+      if (packed_) packed_->push_back({view, reinterpret_cast<uint16_t*>(slot), n});
+    } else if (kept) {
+      a.*view = m_.take(n);
+    }
   }
 
  private:
   CheckpointMode saves_;
   bool complement_;
+  bool low_;
   Carver& m_;
+  std::vector<PackedActivation>* packed_;
 };
+
+using A = BlockActivations;
 
 // The activations of the local rows (split by sequence parallel), first.
 void carve_local_row_acts(const ModelConfig& c, const BlockDims& d, BlockActivations& a, BlockCarver& m) {
-  if (c.arch == Arch::gpt2) m.take(a.ln1_mean, d.Nl);
-  m.take(a.ln1_rstd, d.Nl);
-  m.take(a.x_mid, d.Nl * d.C);
-  if (c.arch == Arch::gpt2) m.take(a.ln2_mean, d.Nl);
-  m.take(a.ln2_rstd, d.Nl);
+  if (c.arch == Arch::gpt2) m.take(a, &A::ln1_mean, d.Nl);
+  m.take(a, &A::ln1_rstd, d.Nl);
+  m.take(a, &A::x_mid, d.Nl * d.C);
+  if (c.arch == Arch::gpt2) m.take(a, &A::ln2_mean, d.Nl);
+  m.take(a, &A::ln2_rstd, d.Nl);
 }
 
 BlockActivations carve_block(const ModelConfig& c, const TpLayout& tp, int B, int T, BlockCarver& m) {
@@ -101,23 +132,23 @@ BlockActivations carve_block(const ModelConfig& c, const TpLayout& tp, int B, in
   const bool recomputed = true;  // by selective recompute
   BlockActivations a;
   carve_local_row_acts(c, d, a, m);
-  m.take(a.ln1, d.N * d.C, recomputed);
+  m.take(a, &A::ln1, d.N * d.C, recomputed);
   if (c.qk_norm) {
-    m.take(a.q_pre, d.N * d.QD);
-    m.take(a.k_pre, d.N * d.KD);
-    m.take(a.q_rstd, d.N * d.NH);
-    m.take(a.k_rstd, d.N * d.NKV);
+    m.take(a, &A::q_pre, d.N * d.QD);
+    m.take(a, &A::k_pre, d.N * d.KD);
+    m.take(a, &A::q_rstd, d.N * d.NH);
+    m.take(a, &A::k_rstd, d.N * d.NKV);
   }
-  m.take(a.q, d.N * d.QD);
-  m.take(a.k, d.N * d.KD);
-  m.take(a.v, d.N * d.KD);
-  m.take(a.att, int64_t{B} * d.NH * T * T, recomputed);
-  m.take(a.lse, int64_t{B} * d.NH * T, recomputed);
-  m.take(a.att_out, d.N * d.QD);
-  m.take(a.ln2, d.N * d.C, recomputed);
-  m.take(a.ff_pre, d.N * d.F);
-  if (c.arch == Arch::llama) m.take(a.ff_up, d.N * d.F);
-  m.take(a.ff_act, d.N * d.F, recomputed);
+  m.take(a, &A::q, d.N * d.QD);
+  m.take(a, &A::k, d.N * d.KD);
+  m.take(a, &A::v, d.N * d.KD);
+  m.take(a, &A::att, int64_t{B} * d.NH * T * T, recomputed);
+  m.take(a, &A::lse, int64_t{B} * d.NH * T, recomputed);
+  m.take(a, &A::att_out, d.N * d.QD);
+  m.take(a, &A::ln2, d.N * d.C, recomputed);
+  m.take(a, &A::ff_pre, d.N * d.F);
+  if (c.arch == Arch::llama) m.take(a, &A::ff_up, d.N * d.F);
+  m.take(a, &A::ff_act, d.N * d.F, recomputed);
   return a;
 }
 
@@ -143,7 +174,8 @@ BlockScratch carve_scratch(const ModelConfig& c, const TpLayout& tp, int B, int 
 
 // The context's layout: residual stream, the blocks' activations, the head's.
 void carve_context_views(MicroBatchContext* ctx, const ModelConfig& c, const TpLayout& tp, int B, int T,
-                         const ActivationCheckpointing& policy, const std::vector<char>& local_units, Carver& m) {
+                         const ActivationCheckpointing& policy, const std::vector<char>& local_units, DType compute,
+                         Carver& m) {
   const int64_t N = int64_t{B} * T, Nl = tp.local_rows(N), C = c.d_model;
   const int L = c.n_layer;
   auto local = [&](int unit) { return local_units.empty() || local_units[static_cast<size_t>(unit)] != 0; };
@@ -153,9 +185,10 @@ void carve_context_views(MicroBatchContext* ctx, const ModelConfig& c, const TpL
     if (local(l) || local(l + 1)) stream[static_cast<size_t>(l)] = m.take(Nl * C);
   }
   std::vector<BlockActivations> blocks(static_cast<size_t>(L));
+  std::vector<std::vector<PackedActivation>> packed(static_cast<size_t>(L));
   for (int l = 0; l < L; ++l) {
     if (!local(1 + l)) continue;
-    BlockCarver saved(policy.of_block(l), /*complement=*/false, m);
+    BlockCarver saved(policy.of_block(l), /*complement=*/false, compute, m, &packed[static_cast<size_t>(l)]);
     blocks[static_cast<size_t>(l)] = carve_block(c, tp, B, T, saved);
   }
   HeadActivations head;
@@ -165,26 +198,41 @@ void carve_context_views(MicroBatchContext* ctx, const ModelConfig& c, const TpL
     head.lnf_rstd = m.take(Nl);
     head.losses = m.take(N);
   }
-  if (ctx) ctx->stream = std::move(stream), ctx->blocks = std::move(blocks), ctx->head = head;
+  if (ctx) {
+    ctx->stream = std::move(stream), ctx->blocks = std::move(blocks), ctx->head = head;
+    ctx->packed = std::move(packed), ctx->compute = compute;
+  }
 }
 
 // The workspace's layout: block scratch, residual-stream gradient, the output layer's
 // input gradient, one logits chunk and the loss's work, then the recompute area (what
-// the policy's blocks do not save; full: a whole block's activations).
+// the policy's blocks do not save; full, or low precision: a whole block's
+// activations), then in low precision the matmuls' two 16-bit operand scratches, each
+// as large as the largest operand (a block's [N, max(C, F, QD)], or a loss chunk's
+// [chunk, V / tp] output gradient).
 void carve_workspace_views(Workspace* ws, const ModelConfig& c, const TpLayout& tp, int B, int T, int chunk_rows,
-                           const ActivationCheckpointing& policy, Carver& m) {
+                           const ActivationCheckpointing& policy, DType compute, Carver& m) {
   const int64_t N = int64_t{B} * T, Nl = tp.local_rows(N), C = c.d_model;
-  const int64_t chunk = std::min<int64_t>(chunk_rows, N);
+  const int64_t chunk = std::min<int64_t>(chunk_rows, N), V = c.vocab_size / tp.size;
   BlockScratch block = carve_scratch(c, tp, B, T, m);
   float* dstream = m.take(Nl * C);
   float* dlnf = m.take(N * C);
-  float* logits = m.take(chunk * (c.vocab_size / tp.size));
+  float* logits = m.take(chunk * V);
   float* loss_work = m.take(3 * chunk);
-  BlockCarver recomputed(policy.mode, /*complement=*/true, m);
+  BlockCarver recomputed(policy.mode, /*complement=*/true, compute, m);
   const BlockActivations recompute = carve_block(c, tp, B, T, recomputed);
+  MatmulPrecision matmul{compute};
+  if (compute != DType::f32) {
+    const BlockDims d(c, tp, B, T);
+    matmul.capacity = std::max({N * std::max({d.C, d.F, d.QD}), chunk * std::max(C, V)});
+    matmul.capacity += matmul.capacity % 2;  // whole floats of the arena
+    matmul.a = reinterpret_cast<uint16_t*>(m.take(matmul.capacity / 2));
+    matmul.b = reinterpret_cast<uint16_t*>(m.take(matmul.capacity / 2));
+  }
   if (ws) {
     ws->block = block, ws->dstream = dstream, ws->dlnf = dlnf, ws->logits = logits, ws->loss_work = loss_work;
     ws->recompute = recompute;
+    ws->matmul = matmul;
   }
 }
 
@@ -207,39 +255,39 @@ void reserve(Tensor& arena, int64_t floats) {
 
 int64_t block_activation_floats(const ModelConfig& c, const TpLayout& tp, int B, int T) {
   Carver m(nullptr);
-  BlockCarver all(CheckpointMode::none, /*complement=*/false, m);
+  BlockCarver all(CheckpointMode::none, /*complement=*/false, DType::f32, m);
   carve_block(c, tp, B, T, all);
   return m.used();
 }
 
 int64_t block_local_row_floats(const ModelConfig& c, const TpLayout& tp, int B, int T) {
   Carver m(nullptr);
-  BlockCarver all(CheckpointMode::none, /*complement=*/false, m);
+  BlockCarver all(CheckpointMode::none, /*complement=*/false, DType::f32, m);
   BlockActivations a;
   carve_local_row_acts(c, BlockDims(c, tp, B, T), a, all);
   return m.used();
 }
 
 int64_t context_floats(const ModelConfig& c, const TpLayout& tp, int B, int T, const ActivationCheckpointing& policy,
-                       const std::vector<char>& local_units) {
+                       const std::vector<char>& local_units, DType compute) {
   Carver m(nullptr);
-  carve_context_views(nullptr, c, tp, B, T, policy, local_units, m);
+  carve_context_views(nullptr, c, tp, B, T, policy, local_units, compute, m);
   return m.used();
 }
 
 int64_t workspace_floats(const ModelConfig& c, const TpLayout& tp, int B, int T, int loss_chunk_rows,
-                         const ActivationCheckpointing& policy) {
+                         const ActivationCheckpointing& policy, DType compute) {
   Carver m(nullptr);
-  carve_workspace_views(nullptr, c, tp, B, T, loss_chunk_rows, policy, m);
+  carve_workspace_views(nullptr, c, tp, B, T, loss_chunk_rows, policy, compute, m);
   return m.used();
 }
 
 void carve_context(MicroBatchContext& ctx, const ModelConfig& c, const TpLayout& tp, int B, int T,
-                   const ActivationCheckpointing& policy, const std::vector<char>& local_units) {
+                   const ActivationCheckpointing& policy, const std::vector<char>& local_units, DType compute) {
   check_shape(c, tp, B, T);
-  reserve(ctx.arena, context_floats(c, tp, B, T, policy, local_units));
+  reserve(ctx.arena, context_floats(c, tp, B, T, policy, local_units, compute));
   Carver m(ctx.arena.data<float>());
-  carve_context_views(&ctx, c, tp, B, T, policy, local_units, m);
+  carve_context_views(&ctx, c, tp, B, T, policy, local_units, compute, m);
   ctx.B = B, ctx.T = T;
   ctx.checkpointing = policy;
 }
@@ -247,10 +295,22 @@ void carve_context(MicroBatchContext& ctx, const ModelConfig& c, const TpLayout&
 void Workspace::fit(int B, int T) {
   if (B == B_ && T == T_) return;
   check_shape(c_, tp_, B, T);
-  reserve(arena_, workspace_floats(c_, tp_, B, T, chunk_rows_, policy_));
+  reserve(arena_, workspace_floats(c_, tp_, B, T, chunk_rows_, policy_, matmul.dtype));
   Carver m(arena_.data<float>());
-  carve_workspace_views(this, c_, tp_, B, T, chunk_rows_, policy_, m);
+  carve_workspace_views(this, c_, tp_, B, T, chunk_rows_, policy_, matmul.dtype, m);
   B_ = B, T_ = T;
+}
+
+void pack_block_activations(const MicroBatchContext& ctx, int layer, const BlockActivations& area) {
+  for (const PackedActivation& p : ctx.packed[static_cast<size_t>(layer)]) {
+    kernels::cast_to_lowp(ctx.compute, area.*(p.view), p.data, p.numel);
+  }
+}
+
+void unpack_block_activations(const MicroBatchContext& ctx, int layer, const BlockActivations& area) {
+  for (const PackedActivation& p : ctx.packed[static_cast<size_t>(layer)]) {
+    kernels::cast_from_lowp(ctx.compute, p.data, area.*(p.view), p.numel);
+  }
 }
 
 }  // namespace ndt

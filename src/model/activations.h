@@ -11,6 +11,7 @@
 
 #include "core/tensor.h"
 #include "model/config.h"
+#include "model/matmul.h"
 #include "model/tensor_parallel_regions.h"
 
 #include <cstdint>
@@ -85,6 +86,15 @@ struct HeadActivations {
 // workspace's recompute area.
 BlockActivations with_recompute_area(const BlockActivations& saved, const BlockActivations& area);
 
+// Low-precision compute (model/precision.h): a saved activation kept in the compute
+// dtype. The block computes it in fp32 in the workspace's recompute area, packs it here
+// at the end of its forward and unpacks it there at the start of its backward.
+struct PackedActivation {
+  float* BlockActivations::*view = nullptr;
+  uint16_t* data = nullptr;  // in the context's arena
+  int64_t numel = 0;
+};
+
 // One linear layer's weight gradient, deferred by a split backward (zero-bubble
 // schedules): the output gradient the input half computed, copied (the workspace is
 // reused by the next unit), and what adds dout^T x input to the weight and bias
@@ -108,6 +118,10 @@ struct MicroBatchContext {
   Tensor arena;                          // everything below (ledger tag activations)
   std::vector<float*> stream;            // [n_layer + 1] residual stream [Nl, C]: stream[l] is block l's input
   std::vector<BlockActivations> blocks;  // [n_layer]
+  // Low precision: per block, the saved activations kept in the compute dtype (their
+  // views in `blocks` are null: they live in the recompute area while the block runs).
+  std::vector<std::vector<PackedActivation>> packed;
+  DType compute = DType::f32;
   HeadActivations head;
   ActivationCheckpointing checkpointing;  // what the blocks saved (set by carve_context)
   // Per block: the weight gradients its backward_input left for its backward_weight.
@@ -141,6 +155,7 @@ class Workspace {
   Workspace(const ModelConfig& config, int loss_chunk_rows) : c_(config), chunk_rows_(loss_chunk_rows) {}
   void set_layout(const TpLayout& tp) { tp_ = tp, B_ = T_ = 0; }
   void set_checkpointing(const ActivationCheckpointing& policy) { policy_ = policy, B_ = T_ = 0; }
+  void set_compute_dtype(DType dtype) { matmul.dtype = dtype, B_ = T_ = 0; }
   // Carves the buffers for B x T (growing the arena first if it is too small).
   void fit(int B, int T);
   int loss_chunk_rows() const { return chunk_rows_; }
@@ -150,8 +165,11 @@ class Workspace {
   float* dlnf = nullptr;       // [N, C] the output layer's input gradient
   float* logits = nullptr;     // [chunk, V / tp]
   float* loss_work = nullptr;  // [3 x chunk] (vocab-parallel loss)
-  // The activations blocks recompute instead of saving (none: all null).
+  // The activations blocks recompute instead of saving (none: all null), and in low
+  // precision those they pack (then: a whole block's).
   BlockActivations recompute;
+  // The compute dtype and, in low precision, the matmul operands' 16-bit scratch.
+  MatmulPrecision matmul;
 
  private:
   const ModelConfig& c_;
@@ -163,20 +181,28 @@ class Workspace {
 };
 
 // Floats of a context's arena and of the workspace's for B x T on one rank under a
-// checkpointing policy, and the floats of one block's saved activations (of those, the
-// local rows') when it saves everything.
+// checkpointing policy and compute dtype (a 16-bit element counts half), and the floats
+// of one block's saved activations (of those, the local rows') when it saves everything
+// in fp32.
 // local_units (pipeline parallelism: the units of this rank's stages, one flag per unit
 // as in model/unit.h; empty: all): a context holds the stream slots, block activations
 // and head activations of those units only.
 int64_t context_floats(const ModelConfig& c, const TpLayout& tp, int B, int T,
-                       const ActivationCheckpointing& policy = {}, const std::vector<char>& local_units = {});
+                       const ActivationCheckpointing& policy = {}, const std::vector<char>& local_units = {},
+                       DType compute = DType::f32);
 int64_t workspace_floats(const ModelConfig& c, const TpLayout& tp, int B, int T, int loss_chunk_rows,
-                         const ActivationCheckpointing& policy = {});
+                         const ActivationCheckpointing& policy = {}, DType compute = DType::f32);
 int64_t block_activation_floats(const ModelConfig& c, const TpLayout& tp, int B, int T);
 int64_t block_local_row_floats(const ModelConfig& c, const TpLayout& tp, int B, int T);
 
 // Points the context's views into its arena (allocated or grown here) for B x T.
 void carve_context(MicroBatchContext& ctx, const ModelConfig& c, const TpLayout& tp, int B, int T,
-                   const ActivationCheckpointing& policy = {}, const std::vector<char>& local_units = {});
+                   const ActivationCheckpointing& policy = {}, const std::vector<char>& local_units = {},
+                   DType compute = DType::f32);
+
+// Low precision: the packed activations of block `layer` from the recompute area into
+// the context (end of its forward), and back (start of its backward).
+void pack_block_activations(const MicroBatchContext& ctx, int layer, const BlockActivations& area);
+void unpack_block_activations(const MicroBatchContext& ctx, int layer, const BlockActivations& area);
 
 }  // namespace ndt

@@ -65,6 +65,8 @@ Block::Block(const ModelConfig& config, int layer, const ParameterStore& store, 
   fc_ = {find(store, gpt2 ? "mlp.fc.weight" : "mlp.gate.weight"), find(store, "mlp.fc.bias", bias)};
   up_ = {find(store, "mlp.up.weight", !gpt2), nullptr};
   proj_ = {find(store, gpt2 ? "mlp.proj.weight" : "mlp.down.weight"), find(store, "mlp.proj.bias", bias)};
+  for (ColumnParallelLinear* l : {&wq_, &wk_, &wv_, &fc_, &up_}) l->precision = &ws_.matmul;
+  for (RowParallelLinear* l : {&wo_, &proj_}) l->precision = &ws_.matmul;
 }
 
 void Block::bind(const TensorParallelRegions& tp) {
@@ -92,6 +94,11 @@ void Block::norm(float* out, float* mean, float* rstd, const float* x, const Par
 
 void Block::attention_core(const BlockActivations& a, int B, int T, const BlockDims& d) {
   kernels::attention_forward(a.att_out, a.lse, a.att, a.q, a.k, a.v, B, T, d.NH, d.NKV, d.HS);
+  round_to_compute(a.att, int64_t{B} * d.NH * T * T);
+}
+
+void Block::round_to_compute(float* x, int64_t n) const {
+  if (ws_.matmul.dtype != DType::f32) kernels::round_to_lowp(ws_.matmul.dtype, x, n);
 }
 
 void Block::activation(const BlockActivations& a, const BlockDims& d) {
@@ -118,6 +125,11 @@ void Block::forward(MicroBatchContext& ctx) {
   wq_.forward(q_dst, a.ln1, d.N);
   wk_.forward(k_dst, a.ln1, d.N);
   wv_.forward(a.v, a.ln1, d.N);
+  // Low precision: what backward reads is rounded where it is made, so forward computes
+  // with the very values the context keeps (or recompute rebuilds).
+  round_to_compute(q_dst, d.N * d.QD);
+  round_to_compute(k_dst, d.N * d.KD);
+  round_to_compute(a.v, d.N * d.KD);
   const int N = static_cast<int>(d.N);
   if (c_.qk_norm) {
     kernels::rmsnorm_forward(a.q, a.q_rstd, a.q_pre, q_norm_->data(), N * d.NH, d.HS, c_.norm_eps);
@@ -127,6 +139,10 @@ void Block::forward(MicroBatchContext& ctx) {
     kernels::rope_forward(a.q, a.q, B, T, d.NH, d.HS, 0, c_.rope_theta);
     kernels::rope_forward(a.k, a.k, B, T, d.NKV, d.HS, 0, c_.rope_theta);
   }
+  if (c_.qk_norm || c_.arch == Arch::llama) {
+    round_to_compute(a.q, d.N * d.QD);
+    round_to_compute(a.k, d.N * d.KD);
+  }
   attention_core(a, B, T, d);
   wo_.forward(tp, a.x_mid, tp.splits_rows() ? s.dln : a.x_mid, a.att_out, d.N);
   kernels::add_inplace(a.x_mid, x_in, d.Nl * d.C);
@@ -134,10 +150,15 @@ void Block::forward(MicroBatchContext& ctx) {
   // MLP, the same way.
   norm(a.ln2, a.ln2_mean, a.ln2_rstd, a.x_mid, *ln2_w_, ln2_b_, d);
   fc_.forward(a.ff_pre, a.ln2, d.N);
-  if (c_.arch == Arch::llama) up_.forward(a.ff_up, a.ln2, d.N);
+  round_to_compute(a.ff_pre, d.N * d.F);
+  if (c_.arch == Arch::llama) {
+    up_.forward(a.ff_up, a.ln2, d.N);
+    round_to_compute(a.ff_up, d.N * d.F);
+  }
   activation(a, d);
   proj_.forward(tp, x_out, tp.splits_rows() ? s.dln : x_out, a.ff_act, d.N);
   kernels::add_inplace(x_out, a.x_mid, d.Nl * d.C);
+  pack_block_activations(ctx, layer_, ws_.recompute);
 }
 
 void Block::recompute(MicroBatchContext& ctx, const BlockActivations& a, const BlockDims& d) {
@@ -191,6 +212,7 @@ void Block::backward_pass(MicroBatchContext& ctx, ModelHooks* hooks, std::vector
   float* dres = ws_.dstream;
   const float* x_in = ctx.stream[static_cast<size_t>(layer_)];
   const BlockActivations a = activations(ctx);
+  unpack_block_activations(ctx, layer_, ws_.recompute);
   recompute(ctx, a, d);
   BlockScratch& s = ws_.block;
   const int N = static_cast<int>(d.N);

@@ -45,6 +45,8 @@ class Block : public Unit {
             const BlockDims& d);
   void attention_core(const BlockActivations& a, int B, int T, const BlockDims& d);
   void activation(const BlockActivations& a, const BlockDims& d);
+  // In low precision, x rounded to the compute dtype in place (fp32: nothing).
+  void round_to_compute(float* x, int64_t n) const;
   // The backward; deferred == null: fused, else the weight gradients go there.
   void backward_pass(MicroBatchContext& ctx, ModelHooks* hooks, std::vector<DeferredWeightGradient>* deferred);
   // What the context's checkpointing policy left out of this block's saved activations.

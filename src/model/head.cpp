@@ -40,12 +40,12 @@ double Head::output_layer_and_loss(MicroBatchContext& ctx, float grad_scale) {
   if (backward) kernels::zero(ws_.dlnf, int64_t{N} * C);
   for (int r0 = 0; r0 < N; r0 += chunk) {
     const int rows = std::min(chunk, N - r0);
-    kernels::linear_forward(ws_.logits, lnf + int64_t{r0} * C, w.data(), nullptr, rows, C, V_local);
+    matmul_forward(ws_.matmul, ws_.logits, lnf + int64_t{r0} * C, w, nullptr, rows);
     vocab_parallel_cross_entropy(*tp_, ws_.logits, losses + r0, ctx.targets.data() + r0, rows, V_local,
                                  w.local_offset[0], grad_scale, ws_.loss_work);
     if (backward) {
-      kernels::linear_backward(ws_.dlnf + int64_t{r0} * C, w.grad_data(), nullptr, ws_.logits, lnf + int64_t{r0} * C,
-                               w.data(), rows, C, V_local);
+      matmul_backward(ws_.matmul, ws_.dlnf + int64_t{r0} * C, /*weight_grad=*/true, nullptr, ws_.logits,
+                      lnf + int64_t{r0} * C, w, rows);
     }
   }
   double sum = 0;
@@ -71,7 +71,7 @@ void Head::row_logits(const MicroBatchContext& ctx, int64_t row, float* logits) 
   const Parameter& w = weight();
   const int64_t V_local = w.local_shape[0];
   std::vector<float> local(static_cast<size_t>(V_local));
-  kernels::linear_forward(local.data(), ctx.head.lnf + row * C, w.data(), nullptr, 1, C, static_cast<int>(V_local));
+  matmul_forward(ws_.matmul, local.data(), ctx.head.lnf + row * C, w, nullptr, 1);
   tp_->all_gather(local.data(), logits, V_local);
 }
 

@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "kernels/kernels.h"
 
 #include <algorithm>
 
@@ -102,6 +103,30 @@ void ParameterStore::materialize() {
     p.value = values_.slice(p.arena_offset, p.arena_offset + p.numel()).view(p.local_shape);
     init_parameter_block(p.data(), p.spec, p.local_shape, p.local_offset, seed_);
   }
+  allocate_compute();
+}
+
+void ParameterStore::set_compute_dtype(DType dtype) {
+  NDT_CHECK(dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f16,
+            "parameters compute in f32, bf16 or f16, not {}", dtype_name(dtype));
+  compute_dtype_ = dtype;
+  allocate_compute();
+}
+
+void ParameterStore::allocate_compute() {
+  compute_ = Tensor();
+  if (compute_dtype_ == DType::f32 || !values_.defined()) {
+    for (Parameter& p : params_) p.compute = Tensor();
+    return;
+  }
+  compute_ = Tensor::empty({numel_}, compute_dtype_, MemTag::params);
+  for (Parameter& p : params_) p.compute = compute_.slice(p.arena_offset, p.arena_offset + p.numel()).view(p.local_shape);
+  refresh_compute();
+}
+
+void ParameterStore::refresh_compute() {
+  if (!compute_.defined()) return;
+  kernels::cast_to_lowp(compute_dtype_, values_.data<float>(), static_cast<uint16_t*>(compute_.raw()), numel_);
 }
 
 void ParameterStore::point_grads() {
@@ -121,7 +146,8 @@ void ParameterStore::zero_grads() {
 
 void ParameterStore::release_values() {
   values_ = Tensor();
-  for (Parameter& p : params_) p.value = Tensor();
+  compute_ = Tensor();
+  for (Parameter& p : params_) p.value = Tensor(), p.compute = Tensor();
 }
 
 void ParameterStore::release_grads() {

@@ -60,12 +60,16 @@ struct Parameter {
   int64_t arena_offset = 0;           // element offset in the arenas
   Tensor value;                       // view into the value arena
   Tensor grad;                        // view into the gradient arena
+  // Low-precision compute (model/precision.h): the value rounded to the compute dtype
+  // (bf16 or f16 bits), what the matmuls read; undefined in fp32.
+  Tensor compute;
 
   const std::string& name() const { return spec.name; }
   int unit() const { return spec.unit; }
   int64_t numel() const { return shape_numel(local_shape); }
   float* data() const { return value.data<float>(); }
   float* grad_data() const { return grad.data<float>(); }
+  const uint16_t* compute_data() const { return static_cast<const uint16_t*>(compute.raw()); }
   // The tensor dim split over `axis`, or -1 if the value is not sharded there.
   int shard_dim(Axis axis) const;
   bool sharded_on(Axis axis) const { return shard_dim(axis) >= 0; }
@@ -116,13 +120,23 @@ class ParameterStore {
   void release_grads();
   bool has_grads() const { return grads_.defined(); }
   // Frees the value arena (FSDP keeps parameter shards elsewhere and points each
-  // parameter's value view at gathered buffers while it computes).
+  // parameter's value view at gathered buffers while it computes), and the compute arena.
   void release_values();
+
+  // Low-precision compute (model/precision.h): with dtype bf16 or f16 a compute arena
+  // (2 bytes per element, ledger tag params) holds every value rounded to it, and each
+  // parameter's compute view points into it. refresh_compute() recasts the arena from
+  // the values: whoever changes values (an optimizer step, a load) calls it before the
+  // next forward; the trainer does so at the start of each step. FSDP, which frees the
+  // arenas, fills the compute views of the parameters it gathers itself.
+  void set_compute_dtype(DType dtype);
+  DType compute_dtype() const { return compute_dtype_; }
+  void refresh_compute();
 
  private:
   void point_grads();
-
   void lay_out_arena();
+  void allocate_compute();
 
   std::vector<Parameter> params_;
   uint64_t seed_;
@@ -131,6 +145,8 @@ class ParameterStore {
   std::vector<int64_t> unit_begin_;
   Tensor values_;
   Tensor grads_;
+  DType compute_dtype_ = DType::f32;
+  Tensor compute_;
 };
 
 // Fills a parameter block from its logical position (used at construction; exposed so

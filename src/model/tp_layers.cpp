@@ -10,13 +10,11 @@ namespace ndt {
 namespace {
 
 int rows_of(const Parameter& p) { return static_cast<int>(p.local_shape[0]); }
-int cols_of(const Parameter& p) { return static_cast<int>(p.local_shape[1]); }
 
 }  // namespace
 
 void ColumnParallelLinear::forward(float* out, const float* inp, int64_t rows) const {
-  kernels::linear_forward(out, inp, weight->data(), bias ? bias->data() : nullptr, static_cast<int>(rows),
-                          cols_of(*weight), rows_of(*weight));
+  matmul_forward(*precision, out, inp, *weight, bias ? bias->data() : nullptr, rows);
 }
 
 void ColumnParallelLinear::backward(float* dinp, const float* dout, const float* inp, int64_t rows) const {
@@ -25,25 +23,24 @@ void ColumnParallelLinear::backward(float* dinp, const float* dout, const float*
 }
 
 void ColumnParallelLinear::backward_input(float* dinp, const float* dout, int64_t rows) const {
-  kernels::linear_backward(dinp, nullptr, nullptr, dout, nullptr, weight->data(), static_cast<int>(rows),
-                           cols_of(*weight), rows_of(*weight));
+  matmul_backward(*precision, dinp, /*weight_grad=*/false, nullptr, dout, nullptr, *weight, rows);
 }
 
 void ColumnParallelLinear::backward_weight(const float* dout, const float* inp, int64_t rows) const {
-  kernels::linear_backward(nullptr, weight->grad_data(), bias ? bias->grad_data() : nullptr, dout, inp, nullptr,
-                           static_cast<int>(rows), cols_of(*weight), rows_of(*weight));
+  matmul_backward(*precision, nullptr, /*weight_grad=*/true, bias ? bias->grad_data() : nullptr, dout, inp, *weight,
+                  rows);
 }
 
 void RowParallelLinear::forward(const TensorParallelRegions& tp, float* out, float* partial, const float* inp,
                                 int64_t rows) const {
-  const int OC = rows_of(*weight), IC = cols_of(*weight);
+  const int OC = rows_of(*weight);
   const float* b = bias ? bias->data() : nullptr;
   if (!tp.active()) {
-    kernels::linear_forward(out, inp, weight->data(), b, static_cast<int>(rows), IC, OC);
+    matmul_forward(*precision, out, inp, *weight, b, rows);
     return;
   }
   const int64_t local_rows = tp.local_rows(rows);
-  kernels::linear_forward(partial, inp, weight->data(), nullptr, static_cast<int>(rows), IC, OC);
+  matmul_forward(*precision, partial, inp, *weight, nullptr, rows);
   const float* y = tp.row_output_forward(partial, out, local_rows, OC);
   if (y != out) kernels::copy(out, y, local_rows * OC);
   if (b) kernels::add_bias(out, b, local_rows, OC);
@@ -56,16 +53,15 @@ void RowParallelLinear::backward(const TensorParallelRegions& tp, float* dinp, f
 
 const float* RowParallelLinear::backward_input(const TensorParallelRegions& tp, float* dinp, float* dout_full,
                                                const float* dout, int64_t rows, float* dbias) const {
-  const int OC = rows_of(*weight), IC = cols_of(*weight);
+  const int OC = rows_of(*weight);
   if (dbias) kernels::bias_backward(dbias, dout, tp.local_rows(rows), OC);
   const float* dy = tp.row_output_backward(dout, dout_full, tp.local_rows(rows), OC);
-  kernels::linear_backward(dinp, nullptr, nullptr, dy, nullptr, weight->data(), static_cast<int>(rows), IC, OC);
+  matmul_backward(*precision, dinp, /*weight_grad=*/false, nullptr, dy, nullptr, *weight, rows);
   return dy;
 }
 
 void RowParallelLinear::backward_weight(const float* dy, const float* inp, int64_t rows) const {
-  kernels::linear_backward(nullptr, weight->grad_data(), nullptr, dy, inp, nullptr, static_cast<int>(rows),
-                           cols_of(*weight), rows_of(*weight));
+  matmul_backward(*precision, nullptr, /*weight_grad=*/true, nullptr, dy, inp, *weight, rows);
 }
 
 void vocab_parallel_embedding_forward(const TensorParallelRegions& tp, const Parameter& table, const int32_t* ids,

@@ -9,6 +9,7 @@
 // and the gradients of replicated parameters that each tp rank computes only in part.
 #pragma once
 
+#include "model/matmul.h"
 #include "model/parameter.h"
 #include "model/tensor_parallel_regions.h"
 
@@ -22,6 +23,7 @@ namespace ndt {
 struct ColumnParallelLinear {
   const Parameter* weight = nullptr;
   const Parameter* bias = nullptr;
+  const MatmulPrecision* precision = nullptr;  // the workspace's (model/matmul.h)
   // out [rows, OC / tp] = inp [rows, IC] W^T + b.
   void forward(float* out, const float* inp, int64_t rows) const;
   // dinp += dout W; weight and bias gradients +=. The same as backward_input then
@@ -34,6 +36,7 @@ struct ColumnParallelLinear {
 struct RowParallelLinear {
   const Parameter* weight = nullptr;
   const Parameter* bias = nullptr;
+  const MatmulPrecision* precision = nullptr;
   // out [local_rows, OC] = sum over ranks (inp [rows, IC / tp] W^T) + bias. partial is
   // a [rows, OC] scratch (unused without tp; may be out itself without sequence parallel).
   void forward(const TensorParallelRegions& tp, float* out, float* partial, const float* inp, int64_t rows) const;

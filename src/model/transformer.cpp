@@ -101,10 +101,17 @@ void Transformer::set_activation_checkpointing(const ActivationCheckpointing& po
   workspace_.set_checkpointing(policy);
 }
 
+void Transformer::set_precision(const Precision& precision) {
+  precision_ = precision;
+  store_.set_compute_dtype(precision.compute);
+  workspace_.set_compute_dtype(precision.compute);
+}
+
 int64_t Transformer::predict_activation_bytes(const ModelConfig& c, int B, int T, int loss_chunk_rows,
                                               const TpLayout& tp, const ActivationCheckpointing& policy,
-                                              const std::vector<char>& local_units) {
-  return (context_floats(c, tp, B, T, policy, local_units) + workspace_floats(c, tp, B, T, loss_chunk_rows, policy)) *
+                                              const std::vector<char>& local_units, DType compute) {
+  return (context_floats(c, tp, B, T, policy, local_units, compute) +
+          workspace_floats(c, tp, B, T, loss_chunk_rows, policy, compute)) *
          4;
 }
 
@@ -116,7 +123,7 @@ int64_t Transformer::predict_local_row_activation_bytes(const ModelConfig& c, in
 
 void Transformer::prepare(MicroBatchContext& ctx, const int32_t* inputs, const int32_t* targets, int B, int T,
                           float grad_scale, bool forward_only) {
-  carve_context(ctx, config_, tp_->layout(), B, T, checkpointing_, local_units_);
+  carve_context(ctx, config_, tp_->layout(), B, T, checkpointing_, local_units_, precision_.compute);
   workspace_.fit(B, T);
   const int64_t N = ctx.rows();
   ctx.inputs.assign(inputs, inputs + N);

@@ -11,6 +11,7 @@
 #include "model/config.h"
 #include "model/hooks.h"
 #include "model/parameter.h"
+#include "model/precision.h"
 #include "model/tensor_parallel_regions.h"
 #include "model/unit.h"
 
@@ -56,6 +57,13 @@ class Transformer {
   void set_activation_checkpointing(const ActivationCheckpointing& policy);
   const ActivationCheckpointing& activation_checkpointing() const { return checkpointing_; }
 
+  // The precision policy (model/precision.h; default fp32): the parameters' compute
+  // copies (ParameterStore::set_compute_dtype), the matmuls' dtype and the dtype of the
+  // activations contexts prepared from now on keep. After changing parameter values,
+  // store().refresh_compute() before the next forward.
+  void set_precision(const Precision& precision);
+  const Precision& precision() const { return precision_; }
+
   // Sizes ctx for a micro-batch of B rows of T tokens and copies its tokens in (targets
   // may be null when no loss is wanted). Backward will compute the gradient of
   // grad_scale x (sum of token losses); forward_only: no backward follows.
@@ -89,7 +97,7 @@ class Transformer {
   // chunk. (Model states: parallel/memory_model.h.)
   static int64_t predict_activation_bytes(const ModelConfig& config, int B, int T, int loss_chunk_rows,
                                           const TpLayout& tp = {}, const ActivationCheckpointing& policy = {},
-                                          const std::vector<char>& local_units = {});
+                                          const std::vector<char>& local_units = {}, DType compute = DType::f32);
   // Of those, the bytes of the local rows: the residual stream, the norms' statistics and
   // the residual adds, which sequence parallel splits by tp.
   static int64_t predict_local_row_activation_bytes(const ModelConfig& config, int B, int T, const TpLayout& tp = {});
@@ -100,6 +108,7 @@ class Transformer {
   std::unique_ptr<TensorParallelRegions> tp_;
   Workspace workspace_;
   ActivationCheckpointing checkpointing_;
+  Precision precision_;
   std::vector<char> local_units_;
   std::vector<std::unique_ptr<Unit>> units_;
   Head* head_ = nullptr;

@@ -53,11 +53,7 @@ Result interleaved_run(const ModelConfig& c, const ActivationCheckpointing& poli
   MicroBatchContext a, b;
   model.prepare(a, in.data(), target.data(), B, T, 0.25f, false);
   model.prepare(b, in.data() + B * T, target.data() + B * T, B, T, 0.25f, false);
-  const int units = model.num_units();
-  for (int u = 0; u < units; ++u) model.unit(u).forward(a);
-  for (int u = 0; u < units; ++u) model.unit(u).forward(b);
-  for (int u = units - 1; u >= 0; --u) model.unit(u).backward(b, nullptr);
-  for (int u = units - 1; u >= 0; --u) model.unit(u).backward(a, nullptr);
+  testing::run_interleaved(model, a, b);
   Result r;
   r.losses = {a.loss_sum, b.loss_sum};
   // One more micro-batch through the convenience path, accumulating.

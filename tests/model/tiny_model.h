@@ -3,6 +3,7 @@
 
 #include "core/rng.h"
 #include "model/config.h"
+#include "model/transformer.h"
 
 #include <cstdint>
 #include <vector>
@@ -30,6 +31,16 @@ inline std::vector<int32_t> tokens(int n, int vocab, uint64_t stream) {
   std::vector<int32_t> t(n);
   for (int i = 0; i < n; ++i) t[i] = static_cast<int32_t>(philox(3, stream, i)[0] % vocab);
   return t;
+}
+
+// Two micro-batches in flight, as a pipeline schedule runs them: forward a, forward b,
+// backward b, backward a (parameter gradients accumulate).
+inline void run_interleaved(Transformer& model, MicroBatchContext& a, MicroBatchContext& b) {
+  const int units = model.num_units();
+  for (int u = 0; u < units; ++u) model.unit(u).forward(a);
+  for (int u = 0; u < units; ++u) model.unit(u).forward(b);
+  for (int u = units - 1; u >= 0; --u) model.unit(u).backward(b, nullptr);
+  for (int u = units - 1; u >= 0; --u) model.unit(u).backward(a, nullptr);
 }
 
 }  // namespace ndt::testing

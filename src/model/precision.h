@@ -1,0 +1,24 @@
+// The precision policy (config precision.compute; docs/precision.md says what runs in
+// which dtype): parameters, gradients, AdamW moments, the loss and every reduction stay
+// fp32; with a low compute dtype (bf16 or f16) the matmuls read their inputs and
+// weights rounded to it (products exact, sums in fp32), and blocks keep the
+// activations they save for backward in it (model/activations.h).
+#pragma once
+
+#include "core/dtype.h"
+
+#include <string_view>
+
+namespace ndt {
+
+struct Precision {
+  DType compute = DType::f32;  // f32, bf16 or f16
+  bool low() const { return compute != DType::f32; }
+};
+
+// precision.compute's names: "fp32", "bf16", "fp16".
+std::string_view compute_dtype_config_name(DType dtype);
+// Throws naming the setting (key) and the choices.
+DType compute_dtype_from_config_name(std::string_view name, std::string_view key = "precision.compute");
+
+}  // namespace ndt

@@ -1,0 +1,190 @@
+// Low-precision compute on one rank (model/precision.h): bf16 and fp16 forward and
+// backward stay close to fp32 (the loss, and every gradient in L2), on both GEMM
+// backends, which differ only in the order of fp32 sums; the values a block computes
+// with are those it keeps, so activation checkpointing and two micro-batches in flight
+// give bitwise the gradients of saving everything; the matmuls read the parameters'
+// compute copies, which refresh_compute() recasts; the ledger equals the memory model
+// and a block's saved activations take about half the fp32 bytes. The mesh
+// invariance of low precision is in tests/mpi/test_precision.cpp, the training curves
+// in tests/train/test_precision.cpp.
+#include "core/memory.h"
+#include "kernels/cpu/gemm_lowp.h"
+#include "model/transformer.h"
+#include "tiny_model.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+namespace ndt {
+namespace {
+
+using testing::tokens;
+
+ModelConfig tiny(Arch arch) {
+  ModelConfig c = testing::tiny(arch, /*qk_norm=*/arch == Arch::llama);
+  c.n_layer = 3;
+  return c;
+}
+
+struct Result {
+  double loss = 0;
+  std::vector<float> grads;
+};
+
+Result run(const ModelConfig& c, DType compute, const ActivationCheckpointing& policy = {}) {
+  const int B = 2, T = 7;
+  const auto in = tokens(B * T, c.vocab_size, 1), target = tokens(B * T, c.vocab_size, 2);
+  Transformer model(c, 11, /*loss_chunk_rows=*/5);
+  model.set_precision({compute});
+  model.set_activation_checkpointing(policy);
+  model.store().zero_grads();
+  Result r;
+  r.loss = model.forward_backward(in.data(), target.data(), B, T, 1.0f / (B * T));
+  const float* g = model.store().grads().data<float>();
+  r.grads.assign(g, g + model.store().numel());
+  return r;
+}
+
+double relative_l2(const std::vector<float>& a, const std::vector<float>& b) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff += (a[i] - b[i]) * double(a[i] - b[i]), norm += double(b[i]) * b[i];
+  return std::sqrt(diff / norm);
+}
+
+const char* name(DType d) { return d == DType::bf16 ? "bf16" : "fp16"; }
+
+// Catches: a low-precision path that computes something else (a wrong operand, a
+// missing rounding step that changes magnitudes, a transposed weight), which shows as
+// far more than the rounding error of 8 (bf16) or 11 (fp16) mantissa bits.
+TEST(Precision, LowPrecisionStaysCloseToFp32) {
+  for (Arch arch : {Arch::gpt2, Arch::llama}) {
+    const ModelConfig c = tiny(arch);
+    const Result fp32 = run(c, DType::f32);
+    for (DType d : {DType::bf16, DType::f16}) {
+      const Result low = run(c, d);
+      std::printf("%s %s: loss %.2e relative, gradients %.2e relative L2\n", arch_name(arch).data(), name(d),
+                  std::fabs(low.loss - fp32.loss) / fp32.loss, relative_l2(low.grads, fp32.grads));
+      // Measured (gpt2 / llama): bf16 loss 7.0e-4 / 2.5e-3 relative, gradients 9.9e-3 / 2.2e-2
+      // in L2; fp16 8.0e-5 / 1.3e-5 and 9.3e-4 / 3.1e-3 (3 more mantissa bits: 8x finer).
+      const double tol = d == DType::bf16 ? 1 : 0.125;
+      EXPECT_NEAR(low.loss, fp32.loss, 1e-2 * tol * fp32.loss) << arch_name(arch) << " " << name(d);
+      EXPECT_LT(relative_l2(low.grads, fp32.grads), 5e-2 * tol) << arch_name(arch) << " " << name(d);
+      EXPECT_GT(relative_l2(low.grads, fp32.grads), 0) << "nothing was rounded: " << arch_name(arch) << " " << name(d);
+    }
+  }
+}
+
+// Catches: a backend that differs by more than summation order (for example one that
+// rounds its fp32 output or accumulates in bf16).
+TEST(Precision, BothGemmBackendsAgree) {
+  if (cpu::onednn_lowp_impl(DType::bf16).empty()) GTEST_SKIP() << "oneDNN has no native bf16 matmul on this CPU";
+  const ModelConfig c = tiny(Arch::llama);
+  cpu::set_lowp_gemm_backend(DType::bf16, cpu::LowpGemmBackend::fallback);
+  const Result fallback = run(c, DType::bf16);
+  cpu::set_lowp_gemm_backend(DType::bf16, cpu::LowpGemmBackend::onednn);
+  const Result onednn = run(c, DType::bf16);
+  cpu::set_lowp_gemm_backend(DType::bf16, cpu::choose_lowp_gemm_backend(DType::bf16, std::getenv("NDT_LOWP_GEMM")));
+  EXPECT_NEAR(onednn.loss, fallback.loss, 1e-5 * fallback.loss);
+  // A different sum order can flip a rounding to bf16 of a linear output, one bf16
+  // ulp (2^-8): the gradients agree to about that.
+  EXPECT_LT(relative_l2(onednn.grads, fallback.grads), 1e-2);
+}
+
+// Catches: forward computing with values other than those backward reads (a missing
+// rounding of a kept tensor), and packed activations leaking between micro-batches.
+TEST(Precision, CheckpointingAndInterleavedMicroBatchesAreBitwise) {
+  for (Arch arch : {Arch::gpt2, Arch::llama}) {
+    const ModelConfig c = tiny(arch);
+    const Result all = run(c, DType::bf16);
+    for (const ActivationCheckpointing& p :
+         {ActivationCheckpointing{CheckpointMode::full, 1}, {CheckpointMode::full, 2}, {CheckpointMode::selective, 1}}) {
+      const Result r = run(c, DType::bf16, p);
+      EXPECT_EQ(r.loss, all.loss) << arch_name(arch) << " " << checkpoint_mode_name(p.mode) << " " << p.every;
+      EXPECT_EQ(r.grads, all.grads) << arch_name(arch) << " " << checkpoint_mode_name(p.mode) << " " << p.every;
+    }
+    // Two micro-batches in flight (forward A, forward B, backward B, backward A): each
+    // backward reloads the shared area from its own context's packed copy, so the
+    // gradients equal those of recomputing everything (nothing packed to mix up).
+    const int B = 2, T = 7;
+    const auto in = tokens(2 * B * T, c.vocab_size, 1), target = tokens(2 * B * T, c.vocab_size, 2);
+    std::vector<float> packed, recomputed;
+    for (CheckpointMode mode : {CheckpointMode::none, CheckpointMode::full}) {
+      Transformer model(c, 11, 5);
+      model.set_precision({DType::bf16});
+      model.set_activation_checkpointing({mode, 1});
+      model.store().zero_grads();
+      MicroBatchContext a, b;
+      model.prepare(a, in.data(), target.data(), B, T, 0.25f, false);
+      model.prepare(b, in.data() + B * T, target.data() + B * T, B, T, 0.25f, false);
+      testing::run_interleaved(model, a, b);
+      const float* g = model.store().grads().data<float>();
+      (mode == CheckpointMode::none ? packed : recomputed).assign(g, g + model.store().numel());
+    }
+    EXPECT_EQ(packed, recomputed) << arch_name(arch);
+  }
+}
+
+// Catches: matmuls reading the fp32 values instead of the compute copy, or a copy that
+// refresh_compute() does not recast.
+TEST(Precision, MatmulsReadTheComputeCopy) {
+  const ModelConfig c = tiny(Arch::gpt2);
+  const int B = 1, T = 5;
+  const auto in = tokens(B * T, c.vocab_size, 4);
+  Transformer model(c, 3, 5);
+  model.set_precision({DType::bf16});
+  const double before = model.evaluate(in.data(), in.data(), B, T);
+  // Change a matmul weight's master value: the stale copy still gives the old loss...
+  const Parameter& w = model.store().get("blocks.0.mlp.fc.weight");
+  for (int64_t i = 0; i < w.numel(); ++i) w.data()[i] *= 3.0f;
+  EXPECT_EQ(model.evaluate(in.data(), in.data(), B, T), before);
+  // ... and the recast copy the new one.
+  model.store().refresh_compute();
+  EXPECT_NE(model.evaluate(in.data(), in.data(), B, T), before);
+  for (int64_t i = 0; i < w.numel(); ++i) EXPECT_EQ(w.compute_data()[i], f32_to_bf16(w.data()[i]));
+}
+
+// Catches: memory held beyond the model in low precision, and packing that does not
+// halve what the blocks keep.
+TEST(Precision, LedgerEqualsTheMemoryModelAndBlocksKeepHalf) {
+  MemoryLedger& ledger = MemoryLedger::instance();
+  const int B = 3, T = 8, chunk = 4;
+  for (Arch arch : {Arch::gpt2, Arch::llama}) {
+    ModelConfig c = tiny(arch);
+    const auto in = tokens(B * T, c.vocab_size, 3);
+    for (const ActivationCheckpointing& policy :
+         {ActivationCheckpointing{}, {CheckpointMode::full, 1}, {CheckpointMode::selective, 1}}) {
+      const size_t acts = ledger.current(MemTag::activations), params = ledger.current(MemTag::params);
+      {
+        Transformer model(c, 1, chunk);
+        model.set_precision({DType::bf16});
+        model.set_activation_checkpointing(policy);
+        model.store().zero_grads();
+        model.forward_backward(in.data(), in.data(), B, T, 1.0f);
+        EXPECT_EQ(ledger.current(MemTag::activations) - acts,
+                  static_cast<size_t>(
+                      Transformer::predict_activation_bytes(c, B, T, chunk, {}, policy, {}, DType::bf16)))
+            << arch_name(arch) << ", " << checkpoint_mode_name(policy.mode);
+        // Master values and their bf16 copy: 6 bytes per parameter.
+        EXPECT_EQ(ledger.current(MemTag::params) - params, static_cast<size_t>(6 * model.store().numel()));
+      }
+      EXPECT_EQ(ledger.current(MemTag::activations), acts);
+    }
+    // What the blocks keep, beyond the stream and workspace: the context of a deep model
+    // (the fp32 stream, statistics and x_mid aside) takes half the fp32 bytes.
+    c.n_layer = 12;
+    const int64_t f32 = context_floats(c, {}, B, T), b16 = context_floats(c, {}, B, T, {}, {}, DType::bf16);
+    const int64_t fp32_kept = (c.n_layer + 1) * int64_t{B} * T * c.d_model +  // the stream
+                              c.n_layer * (block_local_row_floats(c, {}, B, T) + int64_t{B} * c.n_head * T) +
+                              (c.qk_norm ? c.n_layer * int64_t{B} * T * (c.n_head + c.kv_heads()) : 0) +
+                              (int64_t{B} * T * (c.d_model + 3));  // the head's
+    EXPECT_EQ(2 * (b16 - fp32_kept), f32 - fp32_kept) << arch_name(arch);
+  }
+}
+
+}  // namespace
+}  // namespace ndt
