@@ -2,24 +2,39 @@
 
 #include "core/timing.h"
 #include "optim/clip.h"
+#include "parallel/low_precision_reduce.h"
 
 #include <chrono>
 #include <cmath>
 
 namespace ndt {
 
-DataParallel::DataParallel(ParameterStore& store, Communicator* dp, size_t bucket_bytes, const AdamWConfig& adamw)
+DataParallel::DataParallel(ParameterStore& store, Communicator* dp, size_t bucket_bytes, const AdamWConfig& adamw,
+                           DType reduce_dtype)
     : store_(store),
       dp_(dp),
+      reduce_dtype_(reduce_dtype),
       optimizer_(store, adamw),
-      scheduler_(make_gradient_buckets(store, bucket_bytes), [this](size_t b) { return launch(b); }, nullptr) {}
+      scheduler_(make_gradient_buckets(store, bucket_bytes), [this](size_t b) { return launch(b); },
+                 [this](size_t b) { unstage(b); }) {
+  staging_.resize(scheduler_.buckets().size());
+}
+
+void DataParallel::unstage(size_t b) {
+  if (!staging_[b].defined()) return;
+  widen_reduced(staging_[b], store_.grads().data<float>() + scheduler_.buckets()[b].begin, /*accumulate=*/false);
+  staging_[b] = Tensor();
+}
 
 void DataParallel::begin_backward(bool sync) { scheduler_.begin(sync && dp_ != nullptr && dp_->size() > 1); }
 
 WorkHandle DataParallel::launch(size_t b) {
   const GradientBucket& bucket = scheduler_.buckets()[b];
   float* grads = store_.grads().data<float>() + bucket.begin;
-  return dp_->iall_reduce(grads, static_cast<size_t>(bucket.end - bucket.begin), DType::f32, ReduceOp::sum);
+  const int64_t n = bucket.end - bucket.begin;
+  if (reduce_dtype_ == DType::f32) return dp_->iall_reduce(grads, static_cast<size_t>(n), DType::f32, ReduceOp::sum);
+  staging_[b] = round_for_reduction(reduce_dtype_, grads, n);
+  return dp_->iall_reduce(staging_[b].raw(), static_cast<size_t>(n), reduce_dtype_, ReduceOp::sum);
 }
 
 void DataParallel::after_backward(int unit) { scheduler_.grads_ready_from(store_.unit_arena_begin(unit)); }

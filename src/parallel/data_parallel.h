@@ -26,7 +26,9 @@ namespace ndt {
 class DataParallel : public GradientSync {
  public:
   // dp == nullptr: one rank.
-  DataParallel(ParameterStore& store, Communicator* dp, size_t bucket_bytes, const AdamWConfig& adamw);
+  // reduce_dtype: f32, or bf16 / f16 (parallel/low_precision_reduce.h).
+  DataParallel(ParameterStore& store, Communicator* dp, size_t bucket_bytes, const AdamWConfig& adamw,
+               DType reduce_dtype = DType::f32);
 
   void begin_backward(bool sync) override;
   void after_backward(int unit) override;
@@ -52,10 +54,13 @@ class DataParallel : public GradientSync {
 
  private:
   WorkHandle launch(size_t bucket);
+  void unstage(size_t bucket);  // a low-precision bucket's reduced values back into the gradients
 
   ParameterStore& store_;
   Communicator* dp_;
+  DType reduce_dtype_;
   AdamW optimizer_;
+  std::vector<Tensor> staging_;  // low-precision reduction: each bucket's rounded gradients in flight
   BucketScheduler scheduler_;
   double exposed_wait_seconds_ = 0;
 };

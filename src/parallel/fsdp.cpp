@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "core/timing.h"
 #include "kernels/kernels.h"
+#include "parallel/low_precision_reduce.h"
 
 #include <algorithm>
 #include <chrono>
@@ -11,12 +12,14 @@ namespace ndt {
 
 FullyShardedDataParallel::FullyShardedDataParallel(ParameterStore& store, DeviceMesh& mesh, int stage,
                                                    const AdamWConfig& adamw, const std::vector<FsdpGroup>& groups,
-                                                   bool prefetch, const std::vector<char>& local_units)
+                                                   bool prefetch, const std::vector<char>& local_units,
+                                                   DType reduce_dtype)
     : store_(store),
       shard_comm_(mesh.axis(Axis::dp_shard)),
       replicate_comm_(mesh.axis(Axis::dp_replicate)),
       stage_(stage),
       prefetch_(prefetch),
+      reduce_dtype_(reduce_dtype),
       pipelined_(!local_units.empty()),
       layout_(store, shard_comm_.rank(), shard_comm_.size()),
       optimizer_(store, layout_, adamw) {
@@ -80,8 +83,9 @@ FullyShardedDataParallel::FullyShardedDataParallel(ParameterStore& store, Device
 void FullyShardedDataParallel::point_values(Group& g, bool gathered) {
   for (size_t i = 0; i < g.slots.params.size(); ++i) {
     Parameter& p = store_.params()[g.slots.params[i]];
-    p.value = gathered ? g.values.slice(g.slots.offsets[i], g.slots.offsets[i] + p.numel()).view(p.local_shape)
-                       : Tensor();
+    const int64_t begin = g.slots.offsets[i], end = begin + p.numel();
+    p.value = gathered ? g.values.slice(begin, end).view(p.local_shape) : Tensor();
+    p.compute = gathered && g.compute.defined() ? g.compute.slice(begin, end).view(p.local_shape) : Tensor();
   }
 }
 
@@ -124,6 +128,11 @@ void FullyShardedDataParallel::finish_gather(Group& g) {
   layout_.unpack_all(g.gather_recv.data<float>(), g.slots, g.values.data<float>());
   g.gather_send = Tensor();
   g.gather_recv = Tensor();
+  const DType compute = store_.compute_dtype();
+  if (compute != DType::f32) {  // the group's compute copy, cast once per gather
+    g.compute = Tensor::empty({g.numel}, compute, MemTag::params);
+    kernels::cast_to_lowp(compute, g.values.data<float>(), static_cast<uint16_t*>(g.compute.raw()), g.numel);
+  }
   point_values(g, true);
 }
 
@@ -132,6 +141,7 @@ void FullyShardedDataParallel::release(Group& g) {
   g.gather_send = Tensor();
   g.gather_recv = Tensor();
   g.values = Tensor();
+  g.compute = Tensor();
   point_values(g, false);
 }
 
@@ -189,8 +199,16 @@ void FullyShardedDataParallel::start_reduce(Group& g) {
   for (int r = 0; r < n; ++r) {
     layout_.pack(g.grads.data<float>(), g.slots, r, g.reduce_send.data<float>() + r * g.segment);
   }
-  g.reduce = shard_comm_.ireduce_scatter(g.reduce_send.data<float>(), g.reduce_recv.data<float>(),
-                                         static_cast<size_t>(g.segment), DType::f32, ReduceOp::sum);
+  if (reduce_dtype_ == DType::f32) {
+    g.reduce = shard_comm_.ireduce_scatter(g.reduce_send.data<float>(), g.reduce_recv.data<float>(),
+                                           static_cast<size_t>(g.segment), DType::f32, ReduceOp::sum);
+  } else {
+    g.reduce_send_low = round_for_reduction(reduce_dtype_, g.reduce_send.data<float>(), n * g.segment);
+    g.reduce_send = Tensor();
+    g.reduce_recv_low = Tensor::empty({g.segment}, reduce_dtype_, MemTag::comm);
+    g.reduce = shard_comm_.ireduce_scatter(g.reduce_send_low.raw(), g.reduce_recv_low.raw(),
+                                           static_cast<size_t>(g.segment), reduce_dtype_, ReduceOp::sum);
+  }
   g.grads = Tensor();
   point_grads(g, false);
 }
@@ -207,6 +225,11 @@ void FullyShardedDataParallel::finish_reduce(Group& g) {
   if (!g.reduce) return;
   g.reduce->wait();
   g.reduce.reset();
+  if (g.reduce_recv_low.defined()) {
+    widen_reduced(g.reduce_recv_low, g.reduce_recv.data<float>(), /*accumulate=*/false);
+    g.reduce_send_low = Tensor();
+    g.reduce_recv_low = Tensor();
+  }
   // Sum into the gradient shards (micro-steps accumulate here).
   float* shard = g.reduce_recv.data<float>();
   for (size_t p : g.slots.params) {

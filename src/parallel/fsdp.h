@@ -58,7 +58,7 @@ class FullyShardedDataParallel : public GradientSync {
   // reduce-scatters them.
   FullyShardedDataParallel(ParameterStore& store, DeviceMesh& mesh, int stage, const AdamWConfig& adamw,
                            const std::vector<FsdpGroup>& groups, bool prefetch,
-                           const std::vector<char>& local_units = {});
+                           const std::vector<char>& local_units = {}, DType reduce_dtype = DType::f32);
 
   void before_forward(int unit) override;
   void after_forward(int unit) override;
@@ -97,10 +97,12 @@ class FullyShardedDataParallel : public GradientSync {
     int64_t numel = 0;      // elements of the gathered buffer
     int64_t segment = 0;    // padded shard elements per rank
     Tensor values;          // gathered parameters (empty when resharded)
+    Tensor compute;         // low precision: values rounded to the compute dtype, for the matmuls
     Tensor grads;           // full gradients during its backward
     Tensor gather_send, gather_recv;
     WorkHandle gather;
     Tensor reduce_send, reduce_recv;
+    Tensor reduce_send_low, reduce_recv_low;  // low-precision reduction: what travels
     WorkHandle reduce;
   };
   Group& group_of(int unit) { return groups_[group_of_unit_[static_cast<size_t>(unit)]]; }
@@ -119,6 +121,7 @@ class FullyShardedDataParallel : public GradientSync {
   Communicator& replicate_comm_;
   int stage_;
   bool prefetch_;
+  DType reduce_dtype_;  // of the reduce-scatter (parallel/low_precision_reduce.h)
   bool pipelined_;
   ShardLayout layout_;
   ShardedAdamW optimizer_;

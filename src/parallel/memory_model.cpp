@@ -19,7 +19,8 @@ int64_t padded_shard_numel(const std::vector<ParameterSpec>& specs, int n) {
 
 }  // namespace
 
-ModelStateBytes predict_model_states(const std::vector<ParameterSpec>& specs, int dp_shard, int zero_stage) {
+ModelStateBytes predict_model_states(const std::vector<ParameterSpec>& specs, int dp_shard, int zero_stage,
+                                     DType compute) {
   NDT_CHECK(dp_shard >= 1, "dp_shard = {} must be at least 1", dp_shard);
   NDT_CHECK(zero_stage >= 0 && zero_stage <= 3, "zero_stage = {} has no memory model (0 to 3)", zero_stage);
   int64_t full = 0;
@@ -27,6 +28,7 @@ ModelStateBytes predict_model_states(const std::vector<ParameterSpec>& specs, in
   const int64_t shard = padded_shard_numel(specs, dp_shard);
   ModelStateBytes m;
   m.params = 4 * (zero_stage >= 3 ? shard : full);
+  if (compute != DType::f32 && zero_stage < 3) m.params += static_cast<int64_t>(dtype_size(compute)) * full;
   m.grads = 4 * (zero_stage >= 2 ? shard : full);
   m.optimizer = 8 * (zero_stage >= 1 ? shard : full);
   return m;

@@ -7,6 +7,12 @@
 //   stage 3: params 4 Psi / n, grads 4 Psi / n, moments 8 Psi / n    = 16 Psi / n
 // with n = dp_shard and every "/ n" counted exactly: each parameter's shard padded to
 // ceil(rows / n) rows, as parallel/shard_layout.h lays it out.
+// Low-precision compute (model/precision.h) adds the parameters' compute copy, 2 Psi
+// (ledger tag params), wherever whole parameters are kept (DDP, stages 1 and 2); stage 3
+// casts a group's copy when it gathers it and frees it with the group, so after a step
+// it holds none. Gradients and the master weights stay fp32, so unlike the ZeRO paper's
+// fp16 accounting (2 + 2 + 12 bytes) a bf16 run keeps 4 + 2 + 4 + 8 bytes per parameter
+// before sharding.
 #pragma once
 
 #include "model/parameter.h"
@@ -24,7 +30,8 @@ struct ModelStateBytes {
   int64_t total() const { return params + grads + optimizer; }
 };
 
-ModelStateBytes predict_model_states(const std::vector<ParameterSpec>& specs, int dp_shard, int zero_stage);
+ModelStateBytes predict_model_states(const std::vector<ParameterSpec>& specs, int dp_shard, int zero_stage,
+                                     DType compute = DType::f32);
 
 // The most sequences of T tokens per rank (up to 4096) whose predicted memory, the
 // model states plus one micro-batch's activations (Transformer::predict_activation_bytes

@@ -75,11 +75,12 @@ std::unique_ptr<GradientSync> parallelize(Transformer& model, DeviceMesh* mesh, 
   if (o.zero_stage >= 2) {
     sync = std::make_unique<FullyShardedDataParallel>(store, *mesh, o.zero_stage, o.adamw,
                                                       fsdp_groups(model.num_units(), o.reshard_after_forward),
-                                                      o.prefetch, o.local_units);
+                                                      o.prefetch, o.local_units, o.reduce_dtype);
   } else if (o.zero_stage == 1) {
-    sync = std::make_unique<ZeroStage1>(store, *mesh, o.bucket_bytes, o.adamw);
+    sync = std::make_unique<ZeroStage1>(store, *mesh, o.bucket_bytes, o.adamw, o.reduce_dtype);
   } else {
-    sync = std::make_unique<DataParallel>(store, mesh ? &mesh->axis(Axis::dp) : nullptr, o.bucket_bytes, o.adamw);
+    sync = std::make_unique<DataParallel>(store, mesh ? &mesh->axis(Axis::dp) : nullptr, o.bucket_bytes, o.adamw,
+                                          o.reduce_dtype);
   }
   sync->set_tensor_parallel(store, tp);
   if (pipelined) sync->set_pipeline(store, &mesh->axis(Axis::pp));

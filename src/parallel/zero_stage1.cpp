@@ -2,21 +2,32 @@
 
 #include "core/error.h"
 #include "core/timing.h"
+#include "parallel/low_precision_reduce.h"
 
 #include <chrono>
 
 namespace ndt {
 
-ZeroStage1::ZeroStage1(ParameterStore& store, DeviceMesh& mesh, size_t bucket_bytes, const AdamWConfig& adamw)
+ZeroStage1::ZeroStage1(ParameterStore& store, DeviceMesh& mesh, size_t bucket_bytes, const AdamWConfig& adamw,
+                       DType reduce_dtype)
     : store_(store),
       shard_comm_(mesh.axis(Axis::dp_shard)),
       replicate_comm_(mesh.axis(Axis::dp_replicate)),
       layout_(store, shard_comm_.rank(), shard_comm_.size()),
       scheduler_(make_gradient_buckets(store, bucket_bytes), [this](size_t b) { return launch(b); },
-                 [this](size_t b) { staging_[b] = Tensor(); }),
+                 [this](size_t b) { completed(b); }),
+      reduce_dtype_(reduce_dtype),
       optimizer_(store, layout_, adamw) {
   for (const GradientBucket& b : scheduler_.buckets()) slots_.push_back(layout_.arena_slots(b.first_param, b.end_param));
   staging_.resize(slots_.size());
+  reduced_.resize(slots_.size());
+}
+
+void ZeroStage1::completed(size_t b) {
+  staging_[b] = Tensor();
+  if (!reduced_[b].defined()) return;
+  widen_reduced(reduced_[b], shard_segment(scheduler_.buckets()[b]), /*accumulate=*/false);
+  reduced_[b] = Tensor();
 }
 
 float* ZeroStage1::shard_segment(const GradientBucket& b) {
@@ -37,8 +48,14 @@ WorkHandle ZeroStage1::launch(size_t b) {
   staging_[b] = Tensor::empty({n * segment}, DType::f32, MemTag::comm);
   float* staging = staging_[b].data<float>();
   for (int r = 0; r < n; ++r) layout_.pack(store_.grads().data<float>(), slots, r, staging + r * segment);
-  return shard_comm_.ireduce_scatter(staging, shard_segment(scheduler_.buckets()[b]), static_cast<size_t>(segment),
-                                     DType::f32, ReduceOp::sum);
+  if (reduce_dtype_ == DType::f32) {
+    return shard_comm_.ireduce_scatter(staging, shard_segment(scheduler_.buckets()[b]), static_cast<size_t>(segment),
+                                       DType::f32, ReduceOp::sum);
+  }
+  staging_[b] = round_for_reduction(reduce_dtype_, staging, n * segment);
+  reduced_[b] = Tensor::empty({segment}, reduce_dtype_, MemTag::comm);
+  return shard_comm_.ireduce_scatter(staging_[b].raw(), reduced_[b].raw(), static_cast<size_t>(segment),
+                                     reduce_dtype_, ReduceOp::sum);
 }
 
 void ZeroStage1::after_backward(int unit) { scheduler_.grads_ready_from(store_.unit_arena_begin(unit)); }

@@ -27,7 +27,10 @@ namespace ndt {
 
 class ZeroStage1 : public GradientSync {
  public:
-  ZeroStage1(ParameterStore& store, DeviceMesh& mesh, size_t bucket_bytes, const AdamWConfig& adamw);
+  // reduce_dtype: f32, or bf16 / f16 for the reduce-scatter (parallel/low_precision_reduce.h;
+  // HSDP's all-reduce over replicas stays fp32).
+  ZeroStage1(ParameterStore& store, DeviceMesh& mesh, size_t bucket_bytes, const AdamWConfig& adamw,
+             DType reduce_dtype = DType::f32);
 
   void begin_backward(bool sync) override;
   void after_backward(int unit) override;
@@ -55,6 +58,7 @@ class ZeroStage1 : public GradientSync {
 
  private:
   WorkHandle launch(size_t bucket);
+  void completed(size_t bucket);
   float* shard_segment(const GradientBucket& b);
 
   ParameterStore& store_;
@@ -64,6 +68,8 @@ class ZeroStage1 : public GradientSync {
   BucketScheduler scheduler_;
   std::vector<ParamSlots> slots_;     // the parameters of each bucket
   std::vector<Tensor> staging_;       // each bucket's packed reduce-scatter input, while in flight
+  std::vector<Tensor> reduced_;       // low precision: each bucket's reduced shard, until widened
+  DType reduce_dtype_;
   Tensor grad_shards_;                // [layout.arena_numel()]
   ShardedAdamW optimizer_;
   double exposed_wait_seconds_ = 0;
