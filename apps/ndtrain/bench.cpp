@@ -27,10 +27,35 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <fstream>
+#include <iterator>
+#include <set>
+#include <sstream>
 #include <memory>
 #include <vector>
 
 namespace ndt {
+
+namespace {
+
+// The CPU's vector and matrix features that decide the GEMM speed, from /proc/cpuinfo.
+std::string cpu_feature_summary() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("flags", 0) != 0) continue;
+    std::istringstream words(line.substr(line.find(':') + 1));
+    std::set<std::string> flags{std::istream_iterator<std::string>(words), std::istream_iterator<std::string>()};
+    std::string found;
+    for (const char* f : {"avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_tile"}) {
+      if (flags.count(f)) found += (found.empty() ? "" : " ") + std::string(f);
+    }
+    return found.empty() ? "none of avx2, avx512, amx" : found;
+  }
+  return "unknown (no /proc/cpuinfo)";
+}
+
+}  // namespace
 
 int run_bench_train(const TrainBenchOptions& o) {
   NDT_CHECK(o.batch > 0 && o.seq_len > 0, "--batch {} and --seq {} must be positive", o.batch, o.seq_len);
@@ -60,10 +85,13 @@ int run_bench_train(const TrainBenchOptions& o) {
 
   validate_tensor_parallel(config, o.tp, o.sequence_parallel, T);
   Transformer model(config, 1, 256, /*materialize_parameters=*/false);
+  const Precision precision{compute_dtype_from_config_name(o.precision)};
+  model.set_precision(precision);
   ParallelOptions options;
   options.zero_stage = o.zero_stage;
   options.prefetch = o.prefetch;
   options.sequence_parallel = o.sequence_parallel;
+  options.reduce_dtype = compute_dtype_from_config_name(o.reduce_dtype, "--reduce-dtype");
   std::unique_ptr<GradientSync> sync = parallelize(model, mesh.get(), options);
   const ActivationCheckpointing checkpointing{checkpoint_mode_from_name(o.activation_checkpointing),
                                               o.checkpointing_every};
@@ -84,6 +112,11 @@ int run_bench_train(const TrainBenchOptions& o) {
                              : ""));
 
   print(fmt::format("  matmuls: {}\n", kernels::gemm_library()));
+  if (precision.low()) {
+    print(fmt::format("  precision {}: matmuls {}; CPU features: {}\n", o.precision,
+                      kernels::lowp_gemm_backend(precision.compute), cpu_feature_summary()));
+  }
+  if (dp > 1) print(fmt::format("  gradient reductions in {}\n", o.reduce_dtype));
   if (checkpointing.mode != CheckpointMode::none) {
     print(fmt::format("  activation checkpointing: {}{} (recompute adds {:.1f}% to the model's FLOPs)\n",
                       o.activation_checkpointing,
@@ -93,6 +126,7 @@ int run_bench_train(const TrainBenchOptions& o) {
 
   auto train_step = [&](bool communicate) {
     const auto t0 = std::chrono::steady_clock::now();
+    model.store().refresh_compute();
     sync->zero_grads();
     sync->begin_backward(communicate);
     model.forward_backward(tokens.data(), tokens.data() + 1, B, T, 1.0f / (o.batch * T));
@@ -121,12 +155,14 @@ int run_bench_train(const TrainBenchOptions& o) {
 
   // The MLP's first matmul: [N, C] x [C, 4C], the model's most common GEMM shape.
   const double sgemm = measure_sgemm_flops(N, config.d_ff, config.d_model);
-  const double peak = measure_fma_peak(o.threads);
+  const PeakFlops peak_flops = resolve_peak_flops(0, o.threads, precision.compute);
+  const double peak = peak_flops.flops_per_s;
   const ModelStateBytes states = predict_model_states(local_parameter_specs(model_parameter_specs(config), o.tp),
-                                                      mesh ? mesh->size(Axis::dp_shard) : 1, o.zero_stage);
+                                                      mesh ? mesh->size(Axis::dp_shard) : 1, o.zero_stage,
+                                                      precision.compute);
   const TpLayout tp_layout = model.tensor_parallel().layout();
   const int64_t predicted_activations =
-      Transformer::predict_activation_bytes(config, B, T, 256, tp_layout, checkpointing);
+      Transformer::predict_activation_bytes(config, B, T, 256, tp_layout, checkpointing, {}, precision.compute);
   const double predicted_total = static_cast<double>(states.total() + predicted_activations);
   const MemoryLedger& ledger = MemoryLedger::instance();
   const double rss_used = static_cast<double>(process_peak_rss_bytes()) - rss_before;
@@ -137,7 +173,7 @@ int run_bench_train(const TrainBenchOptions& o) {
   print(fmt::format("  sgemm {}x{}x{} (one call, median of 5): {:.1f} GFLOP/s -> step at {:.1f}% of sgemm\n", N,
                     config.d_ff, config.d_model, sgemm / 1e9, 100.0 * model_flops / ranks / sgemm));
   const double hardware_flops = model_flops * (1.0 + model.recompute_flops_per_token(T) / model.flops_per_token(T));
-  print(fmt::format("  FMA peak {:.1f} GFLOP/s per rank -> MFU {:.1f}%, HFU {:.1f}%\n", peak / 1e9,
+  print(fmt::format("  peak {:.1f} GFLOP/s per rank ({}) -> MFU {:.1f}%, HFU {:.1f}%\n", peak / 1e9, peak_flops.source,
                     100.0 * model_flops / ranks / peak, 100.0 * hardware_flops / ranks / peak));
   print(fmt::format("  memory (rank 0): predicted {:.3f} GiB (model states after a step {:.3f} GiB), ledger peak "
                     "{:.3f} GiB, process RSS growth {:.3f} GiB (RSS / prediction {:.3f}; {:.3f} GiB of freed blocks "
@@ -150,8 +186,11 @@ int run_bench_train(const TrainBenchOptions& o) {
     if (ledger.peak(tag) > 0) by_tag += fmt::format(" {} {:.3f}", mem_tag_name(tag), ledger.peak(tag) / gib);
   }
   print(fmt::format("  ledger peak by tag (GiB, each tag's own peak):{}\n", by_tag));
-  print(fmt::format("  activations: ledger peak {:.3f} GiB, predicted {:.3f} GiB\n",
-                    ledger.peak(MemTag::activations) / gib, predicted_activations / gib));
+  const int64_t saved_floats = context_floats(config, tp_layout, B, T, checkpointing, {}, precision.compute);
+  print(fmt::format("  activations: ledger peak {:.3f} GiB, predicted {:.3f} GiB (kept for backward {:.3f} GiB, "
+                    "workspace {:.3f} GiB)\n",
+                    ledger.peak(MemTag::activations) / gib, predicted_activations / gib, saved_floats * 4.0 / gib,
+                    (predicted_activations - saved_floats * 4.0) / gib));
   // The largest batch per rank whose predicted memory (model states after a step and
   // activations, held to the ledger by tests) fits the budget.
   const int fits =
@@ -159,6 +198,11 @@ int run_bench_train(const TrainBenchOptions& o) {
   print(fmt::format("  largest batch per rank in {:.1f} GiB (memory model): {} sequences of {}\n", o.memory_budget_gib,
                     fits, T));
   if (o.zero_stage == 3) print(fmt::format("  FSDP: median all-gather wait per step {:.3f} s\n", median(gather_waits)));
+  if (dp > 1) {
+    const CommStats& stats = mesh->axis(Axis::dp).stats();
+    print(fmt::format("  data parallel: {:.1f} MiB sent per rank per step on dp\n",
+                      stats.total_wire_bytes() / double(1 << 20) / (o.steps + 1)));
+  }
   if (o.tp > 1) {
     const CommStats& stats = mesh->axis(Axis::tp).stats();
     print(fmt::format("  tensor parallel: median {:.3f} s per step in tp collectives ({:.1f}% of the step); over the "

@@ -34,6 +34,8 @@ struct TrainBenchOptions {
   std::string activation_checkpointing = "none";
   int checkpointing_every = 1;
   double memory_budget_gib = 4;  // for the largest batch that fits, by the memory model
+  std::string precision = "fp32";  // precision.compute: fp32, bf16 or fp16
+  std::string reduce_dtype = "fp32";  // precision.reduce_dtype: fp32 or bf16
 };
 int run_bench_train(const TrainBenchOptions& options);
 

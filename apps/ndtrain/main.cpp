@@ -117,6 +117,10 @@ int main(int argc, char** argv) {
                           "With full: recompute every k-th block (train.activation_checkpointing_every)");
   bench_train->add_option("--memory-budget-gib", bench_options.memory_budget_gib,
                           "Report the largest batch whose predicted memory fits this budget (GiB per rank)");
+  bench_train->add_option("--precision", bench_options.precision,
+                          "Compute dtype of matmuls and saved activations: fp32, bf16 or fp16 (docs/precision.md)");
+  bench_train->add_option("--reduce-dtype", bench_options.reduce_dtype,
+                          "Under mpirun: dtype of the data-parallel gradient reductions, fp32 or bf16");
   bench_train->add_option("--vocab", bench_options.vocab,
                           "Override the preset's vocabulary size (gpt2's 50257 does not split over tp; 50304 does)");
 

@@ -189,6 +189,39 @@ const std::vector<Field>& fields() {
     f.push_back(field<float>("sample.temperature", NDT_REF(temperature), "Sampling temperature; 0 picks the most likely token."));
     f.push_back(field<int>("sample.top_k", NDT_REF(top_k), "Sample among the k most likely tokens; 0: all."));
 
+    Field compute;
+    compute.key = "precision.compute";
+    compute.doc = "Compute dtype of the matmuls and of the activations blocks keep for backward (docs/precision.md): "
+                  "fp32, bf16 or fp16. Master weights, gradients, optimizer moments, norms, softmax, the loss and "
+                  "gradient reduction stay fp32; matmuls take inputs rounded to the dtype and sum in fp32 "
+                  "(bf16 through oneDNN's AMX/AVX512-BF16 kernels where the CPU has them).";
+    compute.set = [](RunConfig& c, const std::string& v) { c.precision.compute = compute_dtype_from_config_name(v); };
+    compute.get = [](const RunConfig& c) { return fmt::format("\"{}\"", compute_dtype_config_name(c.precision.compute)); };
+    f.push_back(compute);
+
+    Field reduce;
+    reduce.key = "precision.reduce_dtype";
+    reduce.doc = "What the data-parallel gradient reductions (DDP's all-reduce, ZeRO's and FSDP's reduce-scatter) send: "
+                 "fp32, or bf16 (half the bytes; every partial sum is rounded to bf16, so the result depends on the "
+                 "number of ranks more than in fp32). Gradients are accumulated and the optimizer runs in fp32 either way. "
+                 "HSDP's all-reduce over replicas, tensor and pipeline parallel traffic stay fp32.";
+    reduce.set = [](RunConfig& c, const std::string& v) {
+      c.reduce_dtype = compute_dtype_from_config_name(v, "precision.reduce_dtype");
+      NDT_CHECK(c.reduce_dtype != DType::f16, "precision.reduce_dtype = \"fp16\": gradient sums can overflow fp16's "
+                "range (65504); use bf16 or fp32");
+    };
+    reduce.get = [](const RunConfig& c) { return fmt::format("\"{}\"", compute_dtype_config_name(c.reduce_dtype)); };
+    f.push_back(reduce);
+    f.push_back(field<std::string>("precision.loss_scaling", NDT_REF(loss_scaling), "Dynamic loss scaling (fp16's small gradients would flush to zero): auto (on with precision.compute = fp16, off otherwise), dynamic, or off. The loss is multiplied by the scale before backward; a step whose gradients hold an inf or NaN on any rank is skipped (not applied, counted, logged) and the scale multiplied by precision.loss_scale.backoff_factor; after growth_interval clean steps it grows by growth_factor. Saved in checkpoints."));
+    f.push_back(field<double>("precision.loss_scale.initial_scale", NDT_REF(loss_scale.initial_scale), "The loss scale at step 1."));
+    f.push_back(field<double>("precision.loss_scale.growth_factor", NDT_REF(loss_scale.growth_factor), "Scale growth after growth_interval clean steps (> 1)."));
+    f.push_back(field<double>("precision.loss_scale.backoff_factor", NDT_REF(loss_scale.backoff_factor), "Scale factor on an overflow, in (0, 1)."));
+    f.push_back(field<int>("precision.loss_scale.growth_interval", NDT_REF(loss_scale.growth_interval), "Clean steps in a row before the scale grows."));
+    f.push_back(field<double>("precision.loss_scale.min_scale", NDT_REF(loss_scale.min_scale), "Smallest scale; an overflow at this scale stops the run like any non-finite step."));
+    f.push_back(field<double>("precision.loss_scale.max_scale", NDT_REF(loss_scale.max_scale), "Largest scale."));
+    f.push_back(field<int64_t>("debug.nonfinite_gradient_step", NDT_REF(nonfinite_gradient_step), "Fault injection: at this step (1-based; 0: never), after backward, one gradient element on rank debug.nonfinite_gradient_rank becomes +inf, as an fp16 overflow would. Shows the loss scaler (or the non-finite stop) at work on any layout."));
+    f.push_back(field<int>("debug.nonfinite_gradient_rank", NDT_REF(nonfinite_gradient_rank), "The world rank debug.nonfinite_gradient_step corrupts."));
+
     f.push_back(field<int>("parallel.pp", NDT_REF(mesh.pp), "Pipeline-parallel ranks (mesh axis pp, outermost): the model's units split into pp x pp_virtual_stages contiguous chunks, chunk c on pp rank c mod pp; the micro-batches of a step (train.batch_size / (train.micro_batch_size x data-parallel size)) flow through them in the order of parallel.pp_schedule. Composes with DDP, ZeRO-1/2/3 (FSDP, HSDP) and tensor parallelism (docs/pipeline.md)."));
     f.push_back(field<std::string>("parallel.pp_schedule", NDT_REF(pp_schedule), "Pipeline schedule: gpipe (every forward, then every backward; holds m micro-batches' activations), 1f1b (holds at most pp), interleaved_1f1b (pp_virtual_stages >= 2 chunks per rank, the micro-batch count a multiple of pp; bubble / v), zb_h1 (zero bubble: weight gradients deferred into the bubble)."));
     f.push_back(field<int>("parallel.pp_virtual_stages", NDT_REF(pp_virtual_stages), "Chunks of the model per pp rank (interleaved_1f1b: 2 or more; the other schedules: 1)."));
@@ -290,8 +323,19 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::string
   return config;
 }
 
+bool RunConfig::scales_loss() const {
+  return loss_scaling == "dynamic" || (loss_scaling == "auto" && precision.compute == DType::f16);
+}
+
 void RunConfig::validate() const {
   model.validate();
+  NDT_CHECK(loss_scaling == "auto" || loss_scaling == "dynamic" || loss_scaling == "off",
+            "precision.loss_scaling = \"{}\" is not a mode: auto, dynamic or off", loss_scaling);
+  if (scales_loss()) loss_scale.validate();
+  NDT_CHECK(nonfinite_gradient_step >= 0, "debug.nonfinite_gradient_step = {} must not be negative (0: never)",
+            nonfinite_gradient_step);
+  NDT_CHECK(nonfinite_gradient_rank >= 0, "debug.nonfinite_gradient_rank = {} must not be negative",
+            nonfinite_gradient_rank);
   NDT_CHECK(steps >= 0, "train.steps = {} must not be negative (0: write the initial state and stop)", steps);
   NDT_CHECK(batch_size > 0, "train.batch_size = {} must be positive", batch_size);
   NDT_CHECK(micro_batch_size >= 0, "train.micro_batch_size = {} must not be negative (0: automatic)",
@@ -371,6 +415,10 @@ void RunConfig::validate() const {
               "parallel.pp_schedule = \"zb_h1\" keeps each block's activations until its weight pass: not with "
               "train.activation_checkpointing = \"{}\"",
               checkpoint_mode_name(activation_checkpointing.mode));
+    NDT_CHECK(!precision.low() || schedule != PipelineSchedule::zb_h1,
+              "parallel.pp_schedule = \"zb_h1\" defers weight gradients past the block's backward, which reads the "
+              "activations precision.compute = \"{}\" keeps packed only until then: use 1f1b or interleaved_1f1b",
+              compute_dtype_config_name(precision.compute));
     partition_pipeline(model, seq_len, mesh.pp * pp_virtual_stages, parse_pipeline_layers(pp_layers));
   }
   validate_tensor_parallel(model, mesh.tp, sequence_parallel, seq_len);

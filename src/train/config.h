@@ -7,7 +7,9 @@
 #include "comm/device_mesh.h"
 #include "model/activations.h"
 #include "model/config.h"
+#include "model/precision.h"
 #include "optim/adamw.h"
+#include "optim/loss_scaler.h"
 #include "optim/schedule.h"
 #include "optim/weight_decay.h"
 
@@ -59,6 +61,17 @@ struct RunConfig {
   std::string pp_schedule = "1f1b";  // parallel/pipeline_schedule.h
   int pp_virtual_stages = 1;         // chunks per pp rank (interleaved_1f1b: 2 or more)
   std::string pp_layers;             // blocks per chunk, "3,3"; empty: balanced by cost
+
+  // [precision]
+  Precision precision;  // compute dtype of matmuls and saved activations
+  DType reduce_dtype = DType::f32;  // of data-parallel gradient reductions
+  std::string loss_scaling = "auto";  // auto (dynamic with fp16), dynamic, off
+  LossScalerConfig loss_scale;
+  bool scales_loss() const;  // dynamic loss scaling is on
+
+  // [debug] fault injection, to show the defences work (docs/precision.md)
+  int64_t nonfinite_gradient_step = 0;  // on this step (1-based; 0: never) a gradient becomes +inf
+  int nonfinite_gradient_rank = 0;      // on this world rank
 
   // [checkpoint]
   std::string checkpoint_dir;  // empty: <out_dir>/checkpoints

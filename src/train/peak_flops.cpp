@@ -75,10 +75,34 @@ double measure_fma_peak(int threads) {
   return best;
 }
 
-PeakFlops resolve_peak_flops(double configured_gflops, int threads) {
+namespace {
+
+double measure_lowp_gemm_flops(DType dtype, int n, int repeats) {
+  std::vector<uint16_t> a(static_cast<size_t>(n) * n), b(a.size());
+  std::vector<float> c(a.size());
+  kernels::cast_to_lowp(dtype, std::vector<float>(a.size(), 0.01f).data(), a.data(), static_cast<int64_t>(a.size()));
+  b = a;
+  std::vector<double> rates;
+  for (int r = 0; r <= repeats; ++r) {
+    auto t0 = std::chrono::steady_clock::now();
+    kernels::gemm_lowp(dtype, false, true, n, n, n, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    if (r > 0) rates.push_back(2.0 * n * n * n / seconds_since(t0));  // the first builds the kernel
+  }
+  std::sort(rates.begin(), rates.end());
+  return rates[rates.size() / 2];
+}
+
+}  // namespace
+
+PeakFlops resolve_peak_flops(double configured_gflops, int threads, DType compute) {
   if (configured_gflops > 0) return {configured_gflops * 1e9, "config runtime.peak_gflops"};
-  const double peak = measure_fma_peak(threads);
-  return {peak, fmt::format("measured: FMA calibration on {} thread{}", threads, threads == 1 ? "" : "s")};
+  const double fma = measure_fma_peak(threads);
+  const std::string fma_source = fmt::format("FMA calibration on {} thread{}", threads, threads == 1 ? "" : "s");
+  if (compute == DType::f32) return {fma, "measured: " + fma_source};
+  const double gemm = measure_lowp_gemm_flops(compute, 2048, 3);
+  if (gemm <= fma) return {fma, fmt::format("measured: {} (above a {} GEMM's {:.0f} GFLOP/s)", fma_source, dtype_name(compute), gemm / 1e9)};
+  return {gemm, fmt::format("measured: a 2048^3 {} GEMM ({}), above the {} ({:.0f} GFLOP/s)", dtype_name(compute),
+                            kernels::lowp_gemm_backend(compute), fma_source, fma / 1e9)};
 }
 
 double measure_sgemm_flops(int M, int N, int K, int repeats) {

@@ -1,7 +1,12 @@
 // Hardware peak for MFU. On CPU the peak is measured by a short fused-multiply-add
 // loop on every thread (the vector FMA units' throughput), unless the config gives
-// one; the run log says which.
+// one; the run log says which. With a low-precision compute dtype the matmul units may
+// be faster than the FMA loop (AMX): the peak is then the larger of the FMA loop and a
+// large GEMM in that dtype (2048^3, median of 3), a measured lower bound of the unit's
+// peak, so MFU there is an upper bound.
 #pragma once
+
+#include "core/dtype.h"
 
 #include <string>
 
@@ -16,7 +21,7 @@ struct PeakFlops {
 double measure_fma_peak(int threads);
 
 // configured_gflops > 0 is taken as given; otherwise measured.
-PeakFlops resolve_peak_flops(double configured_gflops, int threads);
+PeakFlops resolve_peak_flops(double configured_gflops, int threads, DType compute = DType::f32);
 
 // Throughput of one single-precision GEMM of M x K times K x N through OpenBLAS, in
 // FLOP/s (median of several calls), on the current thread setting.

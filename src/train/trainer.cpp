@@ -22,6 +22,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <thread>
 
 namespace ndt {
@@ -92,6 +93,10 @@ Trainer::Trainer(const RunConfig& config, DeviceMesh* mesh, std::ostream* log)
     config_.resolve_mesh(1);
   }
   rows_per_rank_ = config_.batch_size / dp_size_;
+  NDT_CHECK(config_.nonfinite_gradient_rank < world_size(), "debug.nonfinite_gradient_rank = {} is not a rank of the {}",
+            config_.nonfinite_gradient_rank, world_size() == 1 ? std::string("single-rank run") :
+            fmt::format("{} ranks", world_size()));
+  if (config_.scales_loss()) loss_scaler_ = std::make_unique<DynamicLossScaler>(config_.loss_scale);
   if (config_.micro_batch_size == 0) config_.micro_batch_size = rows_per_rank_;
   if (config_.threads == 0) config_.threads = automatic_threads(mesh_ ? mesh_->world().size() : 1);
   kernels::set_num_threads(config_.threads);
@@ -112,8 +117,10 @@ Trainer::Trainer(const RunConfig& config, DeviceMesh* mesh, std::ostream* log)
                                          /*materialize_parameters=*/false);
   apply_weight_decay_policy(model_->store(), config_.weight_decay_policy);
   model_->set_activation_checkpointing(config_.activation_checkpointing);
+  model_->set_precision(config_.precision);
   ParallelOptions options{config_.zero_stage, static_cast<size_t>(config_.bucket_mb * 1024 * 1024),
-                          config_.reshard_after_forward, config_.prefetch, config_.sequence_parallel, config_.adamw};
+                          config_.reshard_after_forward, config_.prefetch, config_.sequence_parallel, config_.adamw,
+                          config_.reduce_dtype};
   const int pp = mesh_ ? mesh_->size(Axis::pp) : 1;
   std::optional<PipelineStages> stages;
   if (pp > 1) {
@@ -132,7 +139,7 @@ Trainer::Trainer(const RunConfig& config, DeviceMesh* mesh, std::ostream* log)
       tied_pair_ = pp_comm.split(end ? 0 : 1, pp_comm.rank(), "pp");
     }
   }
-  peak_ = resolve_peak_flops(config_.peak_gflops, config_.threads);
+  peak_ = resolve_peak_flops(config_.peak_gflops, config_.threads, config_.precision.compute);
   const size_t rows = static_cast<size_t>(config_.micro_batch_size) * config_.seq_len;
   inputs_.resize(rows);
   targets_.resize(rows);
@@ -142,6 +149,11 @@ Trainer::Trainer(const RunConfig& config, DeviceMesh* mesh, std::ostream* log)
     const std::filesystem::path dir = resolve_resume(config_.resume, checkpoints_->root());
     const nlohmann::json state = load_training_checkpoint(dir, *sync_, config_, mesh_);
     step_ = state.at("step").get<int64_t>();
+    if (loss_scaler_ && state.contains("loss_scaler")) {  // else (saved without scaling): the initial scale
+      const nlohmann::json& ls = state.at("loss_scaler");
+      loss_scaler_->restore({ls.at("scale").get<double>(), ls.at("clean_steps").get<int>(),
+                             ls.at("skipped").get<int64_t>()});
+    }
     resumed_step = step_;
     NDT_CHECK(step_ < config_.steps, "checkpoint {} is at step {}: train.steps = {} leaves nothing to train", dir.string(),
               step_, config_.steps);
@@ -180,7 +192,12 @@ std::vector<float> Trainer::full_parameters() {
 }
 
 void Trainer::save_checkpoint(bool async) {
-  checkpoints_->save(step_, *sync_, training_state(config_, step_, *sync_, mesh_), async);
+  nlohmann::json state = training_state(config_, step_, *sync_, mesh_);
+  if (loss_scaler_) {
+    const LossScalerState ls = loss_scaler_->state();
+    state["loss_scaler"] = {{"scale", ls.scale}, {"clean_steps", ls.clean_steps}, {"skipped", ls.skipped}};
+  }
+  checkpoints_->save(step_, *sync_, state, async);
 }
 
 std::string Trainer::describe_sync() const {
@@ -224,13 +241,14 @@ void Trainer::print_header() {
   const int64_t activations = Transformer::predict_activation_bytes(m, config_.micro_batch_size, config_.seq_len,
                                                                     config_.loss_chunk_rows, tp,
                                                                     config_.activation_checkpointing,
-                                                                    model_->local_units());
+                                                                    model_->local_units(), config_.precision.compute);
   std::vector<ParameterSpec> specs;
   for (const Parameter& p : model_->store().params()) {
     if (p.numel() > 0) specs.push_back(p.spec);
   }
   const ModelStateBytes states = predict_model_states(local_parameter_specs(specs, tp.size),
-                                                      mesh_ ? mesh_->size(Axis::dp_shard) : 1, config_.zero_stage);
+                                                      mesh_ ? mesh_->size(Axis::dp_shard) : 1, config_.zero_stage,
+                                                      config_.precision.compute);
   fmt::print(*log_, "ndtrain: {} model, {} layers, d_model {}, {} heads, vocab {}, output layer {}: {:.2f}M parameters\n",
              arch_name(m.arch), m.n_layer, m.d_model, m.n_head, m.vocab_size,
              m.tied_embeddings ? "tied to the embedding" : "untied", static_cast<double>(count_parameters(m)) / 1e6);
@@ -245,6 +263,24 @@ void Trainer::print_header() {
              config_.threads, config_.threads == 1 ? "" : "s",
              dp_size_ > 1 ? "; " + describe_sync() : "");
   fmt::print(*log_, "matmuls: {}\n", kernels::gemm_library());
+  const Precision& precision = config_.precision;
+  if (precision.low()) {
+    fmt::print(*log_, "precision: matmuls and saved activations in {} ({}); master weights, gradients, optimizer, norms, "
+               "softmax and loss in fp32; gradients reduced in {}\n",
+               compute_dtype_config_name(precision.compute), kernels::lowp_gemm_backend(precision.compute),
+               compute_dtype_config_name(config_.reduce_dtype));
+  } else if (config_.reduce_dtype != DType::f32) {
+    fmt::print(*log_, "precision: fp32 compute; data-parallel gradients reduced in {}\n",
+               compute_dtype_config_name(config_.reduce_dtype));
+  }
+  if (loss_scaler_) {
+    fmt::print(*log_, "loss scaling: dynamic from {} (x{} after {} clean steps, x{} on overflow, within [{}, {}])\n",
+               config_.loss_scale.initial_scale, config_.loss_scale.growth_factor, config_.loss_scale.growth_interval,
+               config_.loss_scale.backoff_factor, config_.loss_scale.min_scale, config_.loss_scale.max_scale);
+  } else if (precision.compute == DType::f16) {
+    fmt::print(*log_, "warning: precision.compute = \"fp16\" with precision.loss_scaling = \"off\": gradients below "
+               "fp16's smallest subnormal (6e-8) become zero in the matmuls, and an overflow stops the run\n");
+  }
   if (pipeline_) {
     const PipelineStages& st = pipeline_->stages();
     fmt::print(*log_, "pipeline: {} stages, schedule {}, {} chunk{} per rank, {} micro-batches per step; chunks: {}\n",
@@ -276,9 +312,12 @@ StepStats Trainer::step() {
   set_comm_step(step_);
   const int micro = config_.micro_batch_size, T = config_.seq_len;
   const int accum = rows_per_rank_ / micro;
-  // Every rank scales by the global token count: the sum over ranks is the global mean.
-  const float grad_scale = 1.0f / static_cast<float>(static_cast<int64_t>(config_.batch_size) * T);
+  // Every rank scales by the global token count: the sum over ranks is the global mean;
+  // and, with dynamic loss scaling, by the loss scale.
+  const float loss_scale = loss_scaler_ ? loss_scaler_->scale() : 1.0f;
+  const float grad_scale = loss_scale / static_cast<float>(static_cast<int64_t>(config_.batch_size) * T);
   const double exposed_before = sync_->exposed_wait_seconds();
+  model_->store().refresh_compute();  // the last step (or a load) changed the values
   sync_->zero_grads();
   double loss = 0;
   if (pipeline_) {
@@ -294,13 +333,21 @@ StepStats Trainer::step() {
     }
   }
   loss = mean_over_dp(loss / accum);
-  const double norm = sync_->grad_norm();
+  if (config_.nonfinite_gradient_step == step_ + 1) inject_nonfinite_gradient();
+  // The gradients hold loss_scale x the true ones: the norm, the clip and the update
+  // divide it out.
+  const double norm = sync_->grad_norm() / loss_scale;
   const float lr = config_.schedule.at(step_);
   StepStats s;
-  // Both are global (the same on every rank), so every rank decides alike.
-  s.finite = std::isfinite(loss) && std::isfinite(norm);
-  if (s.finite) sync_->step(lr, clip_factor(norm, config_.grad_clip));
-  s.step = s.finite ? step_++ : step_;
+  s.loss_scale = loss_scale;
+  s.finite = on_every_rank(std::isfinite(loss) && std::isfinite(norm));
+  if (!s.finite && loss_scaler_ && loss_scale > config_.loss_scale.min_scale) {
+    s.overflow_skipped = !loss_scaler_->update(true);
+  } else if (s.finite && loss_scaler_) {
+    loss_scaler_->update(false);
+  }
+  if (s.finite) sync_->step(lr, clip_factor(norm, config_.grad_clip) / loss_scale);
+  s.step = s.finite || s.overflow_skipped ? step_++ : step_;
   s.loss = loss;
   s.lr = lr;
   s.grad_norm = norm;
@@ -316,7 +363,12 @@ StepStats Trainer::step() {
                            {"grad_norm", number(s.grad_norm)}, {"step_s", s.seconds},
                            {"tokens_per_s", s.tokens_per_s}, {"mfu", s.mfu}, {"hfu", s.hfu},
                            {"peak_mem_bytes", s.peak_bytes}};
-  if (!s.finite) record["update_skipped"] = "non-finite loss or gradient norm";
+  if (loss_scaler_) record["loss_scale"] = s.loss_scale;
+  if (s.overflow_skipped) {
+    record["update_skipped"] = fmt::format("overflow at loss scale {}: scale now {}", s.loss_scale, loss_scaler_->scale());
+  } else if (!s.finite) {
+    record["update_skipped"] = "non-finite loss or gradient norm";
+  }
   if (pipeline_) {
     // This rank's measured bubble: its time outside compute actions, over its schedule's time.
     const PipelineStepTimes& t = pipeline_->last_step_times();
@@ -345,6 +397,25 @@ double Trainer::pipeline_step(float grad_scale) {
   return sum_over_pp(loss_sum);
 }
 
+bool Trainer::on_every_rank(bool local) {
+  if (!mesh_) return local;
+  float failed = local ? 0.0f : 1.0f;
+  mesh_->world().all_reduce(&failed, 1, DType::f32, ReduceOp::max);
+  return failed == 0.0f;
+}
+
+void Trainer::inject_nonfinite_gradient() {
+  if ((mesh_ ? mesh_->world().rank() : 0) != config_.nonfinite_gradient_rank) return;
+  for (size_t p = 0; p < model_->store().params().size(); ++p) {
+    const auto [grad, numel] = sync_->reduced_gradient(p);
+    if (numel == 0) continue;
+    grad[0] = std::numeric_limits<float>::infinity();
+    if (log_) fmt::print(*log_, "debug: gradient of {} set to +inf on rank {} at step {}\n",
+                         model_->store().params()[p].name(), config_.nonfinite_gradient_rank, step_ + 1);
+    return;
+  }
+}
+
 double Trainer::sum_over_pp(double value) {
   // Only the rank holding the head has the loss: share it (as f32, like mean_over_dp).
   float v = static_cast<float>(value);
@@ -369,6 +440,7 @@ double Trainer::evaluate() {
   // split over the data-parallel ranks and into micro-batches like a training batch: the
   // same rows, so the same loss, on any mesh.
   const int micro = config_.micro_batch_size, T = config_.seq_len, accum = rows_per_rank_ / micro;
+  model_->store().refresh_compute();
   double total = 0;
   if (pipeline_) {
     for (int b = 0; b < config_.eval_batches; ++b) {
@@ -429,7 +501,12 @@ RunSummary Trainer::run() {
   install_stop_handler();
   while (step_ < config_.steps) {
     const StepStats s = step();
-    if (!s.finite) stop_on_non_finite(s);
+    if (!s.finite && !s.overflow_skipped) stop_on_non_finite(s);
+    if (s.overflow_skipped && log_) {
+      fmt::print(*log_, "step {:>5}/{} | overflow (loss {}, gradient norm {}) at loss scale {}: update skipped, scale "
+                 "now {}\n",
+                 s.step + 1, config_.steps, s.loss, s.grad_norm, s.loss_scale, loss_scaler_->scale());
+    }
     summary.losses.push_back(s.loss);
     // The first step pays for first-touch page faults; leave it out of the medians.
     if (s.step > 0 || config_.steps == 1) rates.push_back(s.tokens_per_s), mfus.push_back(s.mfu), hfus.push_back(s.hfu);
@@ -476,6 +553,7 @@ RunSummary Trainer::run() {
   summary.median_tokens_per_s = median(rates);
   summary.median_mfu = median(mfus);
   summary.median_hfu = median(hfus);
+  if (loss_scaler_) summary.overflow_skipped_steps = loss_scaler_->skipped_steps();
   // Every rank samples (the same tokens): under FSDP the forward pass is collective.
   // Sampling runs on a context of the model's own: the training context goes first, so
   // the activation peak stays the training one.
@@ -486,6 +564,7 @@ RunSummary Trainer::run() {
   }
   if (config_.sample_tokens > 0 && !summary.stopped_by_signal && !pipeline_) {
     SampleOptions options{config_.sample_tokens, config_.temperature, config_.top_k, config_.seed};
+    model_->store().refresh_compute();
     summary.sample =
         tokens_to_bytes(generate(*model_, bytes_to_tokens(config_.sample_prompt), options));
   }
@@ -501,6 +580,7 @@ RunSummary Trainer::run() {
                     {"last_loss", trained ? nlohmann::json(summary.losses.back()) : nlohmann::json()},
                     {"val_loss", validated ? nlohmann::json(summary.val_losses.back().second) : nlohmann::json()},
                     {"stopped_by_signal", summary.stopped_by_signal},
+                    {"overflow_skipped_steps", summary.overflow_skipped_steps},
                     {"unigram_entropy", summary.unigram_entropy},
                     {"median_tokens_per_s", summary.median_tokens_per_s},
                     {"median_mfu", summary.median_mfu},
@@ -539,6 +619,10 @@ RunSummary Trainer::run() {
     if (!by_tag.empty()) by_tag.pop_back();
     fmt::print(*log_, "peak memory: ledger {:.1f} MiB ({} MiB), process RSS {:.1f} MiB\n",
                mib(ledger.peak_total()), by_tag.substr(1), mib(process_peak_rss_bytes()));
+    if (loss_scaler_) {
+      fmt::print(*log_, "loss scaling: {} step{} skipped for overflow; final scale {}\n",
+                 summary.overflow_skipped_steps, summary.overflow_skipped_steps == 1 ? "" : "s", loss_scaler_->scale());
+    }
     if (!summary.sample.empty()) {
       fmt::print(*log_, "\n== sample (prompt \"{}\") ==\n{}{}\n", config_.sample_prompt, config_.sample_prompt,
                  summary.sample);

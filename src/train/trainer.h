@@ -36,10 +36,15 @@ struct StepStats {
   double hfu = 0;  // hardware FLOPs utilisation: with the FLOPs activation checkpointing recomputes
   size_t peak_bytes = 0;
   double comm_wait_seconds = 0;  // data-parallel all-reduce time backward did not hide
-  // False when the loss or the gradient norm was NaN or infinite: the update was then
-  // not applied and steps_done() did not advance (the same on every rank: both are
-  // global values).
+  // False when the loss or the gradient norm was NaN or infinite on any rank (one
+  // all-reduce of a flag, so every rank decides alike): the update was then not applied.
   bool finite = true;
+  // Dynamic loss scaling (precision.loss_scaling): the scale this step's loss was
+  // multiplied by, and whether a non-finite step was an overflow the scaler handled
+  // (skipped, scale reduced, steps_done() advanced); otherwise a non-finite step did not
+  // advance steps_done() and ends the run.
+  float loss_scale = 1;
+  bool overflow_skipped = false;
 };
 
 struct RunSummary {
@@ -51,6 +56,7 @@ struct RunSummary {
   double unigram_entropy = 0;  // nats per token of the training data
   std::string sample;
   bool stopped_by_signal = false;  // SIGTERM: stopped (and saved) before train.steps
+  int64_t overflow_skipped_steps = 0;  // dynamic loss scaling: steps skipped for overflow
 };
 
 class Trainer {
@@ -84,12 +90,16 @@ class Trainer {
   void save_checkpoint(bool async);
   void finish_checkpoints() { checkpoints_->finish(); }
   const TrainingCheckpoints& checkpoints() const { return *checkpoints_; }
+  GradientSync& gradient_sync() { return *sync_; }
+  const DynamicLossScaler* loss_scaler() const { return loss_scaler_.get(); }  // null: no loss scaling
 
  private:
   [[noreturn]] void stop_on_non_finite(const StepStats& s);
   void print_header();
   void print_step(const StepStats& s);
   double mean_over_dp(double local);
+  bool on_every_rank(bool local);  // collective: local is true on every rank
+  void inject_nonfinite_gradient();  // debug.nonfinite_gradient_step
   std::string describe_sync() const;  // how gradients are combined, for the header
   nlohmann::json comm_record() const;
 
@@ -110,6 +120,7 @@ class Trainer {
   std::unique_ptr<MetricsLog> metrics_;  // opened once the run owns its folder
   std::unique_ptr<GradientSync> sync_;  // DDP (or one rank), or ZeRO
   std::unique_ptr<TrainingCheckpoints> checkpoints_;
+  std::unique_ptr<DynamicLossScaler> loss_scaler_;  // precision.loss_scaling
   // Pipeline parallelism (parallel.pp > 1): the runner of this rank's chunks, and the
   // first and last pp ranks' communicator for a tied embedding's gradient.
   std::unique_ptr<PipelineRunner> pipeline_;

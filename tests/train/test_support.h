@@ -1,10 +1,12 @@
-// Synthetic text for the training tests.
+// Synthetic text and a small run configuration for the training tests.
 #pragma once
 
 #include "core/rng.h"
 #include "data/shard.h"
+#include "train/config.h"
 #include "../common/temp_dir.h"
 
+#include <string>
 #include <vector>
 
 namespace ndt::testing {
@@ -19,6 +21,30 @@ inline std::vector<uint16_t> synthetic_text(int64_t n, uint64_t seed) {
   }
   out.resize(n);
   return out;
+}
+
+// A two-layer byte-level GPT-2 on one rank, quick to train: the trainer tests' run.
+inline RunConfig small_run(const std::string& train, int64_t steps) {
+  RunConfig c;
+  c.model = ModelConfig::preset("gpt2-tiny");
+  c.model.n_layer = 2;
+  c.model.d_model = 64;
+  c.model.d_ff = 256;
+  c.model.max_seq_len = 32;
+  c.seq_len = 32;
+  c.batch_size = 8;
+  c.micro_batch_size = 8;
+  c.steps = steps;
+  c.eval_every = 0;
+  c.eval_batches = 2;
+  c.sample_tokens = 0;
+  c.threads = 2;
+  c.peak_gflops = 100;  // skip the calibration
+  c.out_dir = "";
+  c.schedule.max_lr = 3e-3f;
+  c.schedule.warmup_steps = 3;
+  c.train_data = train;
+  return c;
 }
 
 }  // namespace ndt::testing

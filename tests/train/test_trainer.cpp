@@ -18,28 +18,7 @@
 namespace ndt {
 namespace {
 
-RunConfig small_run(const std::string& train, int64_t steps) {
-  RunConfig c;
-  c.model = ModelConfig::preset("gpt2-tiny");
-  c.model.n_layer = 2;
-  c.model.d_model = 64;
-  c.model.d_ff = 256;
-  c.model.max_seq_len = 32;
-  c.seq_len = 32;
-  c.batch_size = 8;
-  c.micro_batch_size = 8;
-  c.steps = steps;
-  c.eval_every = 0;
-  c.eval_batches = 2;
-  c.sample_tokens = 0;
-  c.threads = 2;
-  c.peak_gflops = 100;  // skip the calibration
-  c.out_dir = "";
-  c.schedule.max_lr = 3e-3f;
-  c.schedule.warmup_steps = 3;
-  c.train_data = train;
-  return c;
-}
+using testing::small_run;
 
 TEST(Trainer, IdenticalRunsGiveBitIdenticalLosses) {
   testing::TempDir dir;

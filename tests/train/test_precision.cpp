@@ -1,0 +1,196 @@
+// Mixed-precision training end to end (docs/precision.md): bf16 and fp16 runs of a
+// small model on the fortunes corpus follow the fp32 loss curve step by step and end
+// within 2% of it; fp16's dynamic loss scaler skips exactly a step whose gradients
+// overflow (parameters and AdamW moments bitwise unchanged), halves its scale, grows it
+// after its interval of clean steps, and resumes from a checkpoint with its state;
+// bad precision settings are refused by name.
+#include "../common/temp_dir.h"
+#include "data/prepare.h"
+#include "data/shard.h"
+#include "parallel/gradient_sync.h"
+#include "test_support.h"
+#include "train/config.h"
+#include "train/trainer.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <sstream>
+#include <vector>
+
+namespace ndt {
+namespace {
+
+using testing::small_run;
+
+// Catches: a low-precision path that trains worse than rounding explains (a gradient
+// with a wrong scale, activations packed from the wrong block, a stale compute copy
+// after the step), which drifts from the fp32 curve over hundreds of steps.
+TEST(PrecisionTraining, Bf16AndFp16FollowTheFp32CurveOnFortunes) {
+  const std::string corpus = "/usr/share/games/fortunes";
+  ASSERT_TRUE(std::filesystem::is_directory(corpus))
+      << "Debian's fortunes package is missing: scripts/setup.sh installs it";
+  testing::TempDir dir;
+  const PrepareResult prepared = prepare_byte_shards({corpus + "/fortunes", corpus + "/literature"}, dir.file("data"),
+                                                     0.1, /*overwrite=*/false);
+  RunConfig c = small_run(prepared.train_path, 300);
+  c.model.max_seq_len = 64;
+  c.seq_len = 64;
+  c.schedule.max_lr = 2e-3f;  // 3e-3 spikes at step 30 in fp32 too: the curves part there
+  c.schedule.warmup_steps = 20;
+  std::vector<std::vector<double>> curves;
+  for (DType compute : {DType::f32, DType::bf16, DType::f16}) {
+    c.precision.compute = compute;
+    Trainer trainer(c, nullptr, nullptr);
+    std::vector<double> losses;
+    for (int64_t s = 0; s < c.steps; ++s) losses.push_back(trainer.step().loss);
+    curves.push_back(losses);
+  }
+  // The mean loss of the last 20 steps (one step's loss is one batch's: noisy).
+  auto tail = [](const std::vector<double>& l) {
+    double sum = 0;
+    for (size_t i = l.size() - 20; i < l.size(); ++i) sum += l[i];
+    return sum / 20;
+  };
+  const char* names[] = {"fp32", "bf16", "fp16"};
+  for (size_t p = 1; p < curves.size(); ++p) {
+    double worst = 0;
+    for (size_t i = 0; i < curves[0].size(); ++i) {
+      worst = std::max(worst, std::fabs(curves[p][i] - curves[0][i]) / curves[0][i]);
+    }
+    std::printf("%s: mean of the last 20 losses %.4f against fp32 %.4f (%.2f%%); largest difference at one step %.2f%%\n",
+                names[p], tail(curves[p]), tail(curves[0]), 100 * (tail(curves[p]) / tail(curves[0]) - 1), 100 * worst);
+    EXPECT_NEAR(tail(curves[p]), tail(curves[0]), 0.02 * tail(curves[0])) << names[p];
+    // Every step, within 3% (measured on the development machine: bf16 at most 0.99%,
+    // fp16 0.03%; the mean of the last 20 steps -0.08% and 0.00%).
+    for (size_t i = 0; i < curves[0].size(); ++i) {
+      EXPECT_NEAR(curves[p][i], curves[0][i], 0.03 * curves[0][i]) << names[p] << " step " << i + 1;
+    }
+  }
+}
+
+struct Snapshot {
+  std::vector<std::vector<float>> values;
+};
+
+// Every parameter and moment this rank holds, copied.
+Snapshot snapshot(Trainer& trainer) {
+  Snapshot s;
+  for (const StateSlice& slice : trainer.gradient_sync().state_slices()) {
+    s.values.emplace_back(slice.data, slice.data + shape_numel(slice.shape()));
+  }
+  return s;
+}
+
+// Catches: an overflowing step applied (or applied in part), a scale that does not back
+// off or grow, a loss scale left in the gradients the optimizer sees.
+TEST(PrecisionTraining, LossScalerSkipsExactlyTheOverflowingStep) {
+  testing::TempDir dir;
+  write_shard(dir.file("train.bin"), testing::synthetic_text(20000, 3));
+  RunConfig c = small_run(dir.file("train.bin"), 8);
+  c.precision.compute = DType::f16;
+  c.loss_scale.growth_interval = 3;
+  c.nonfinite_gradient_step = 4;
+  Trainer trainer(c, nullptr, nullptr);
+  ASSERT_NE(trainer.loss_scaler(), nullptr) << "fp16 scales the loss by default";
+  std::vector<float> scales;
+  for (int s = 1; s <= 8; ++s) {
+    const Snapshot before = snapshot(trainer);
+    const StepStats stats = trainer.step();
+    scales.push_back(stats.loss_scale);
+    const Snapshot after = snapshot(trainer);
+    EXPECT_EQ(stats.overflow_skipped, s == 4) << "step " << s;
+    EXPECT_EQ(stats.finite, s != 4) << "step " << s;
+    if (s == 4) {
+      EXPECT_EQ(before.values, after.values) << "the overflowing step changed the state";
+    } else {
+      EXPECT_NE(before.values, after.values) << "step " << s << " was not applied";
+    }
+    EXPECT_EQ(trainer.steps_done(), s) << "a skipped step is consumed, as in PyTorch and Megatron";
+  }
+  // 3 clean steps grow the scale (after step 3), the overflow at step 4 halves it, 3 clean
+  // steps (5, 6, 7) grow it again.
+  const float s0 = static_cast<float>(c.loss_scale.initial_scale);
+  EXPECT_EQ(scales, (std::vector<float>{s0, s0, s0, 2 * s0, s0, s0, s0, 2 * s0}));
+  EXPECT_EQ(trainer.loss_scaler()->skipped_steps(), 1);
+
+  // The same run without the fault but with scaling: the loss scale divides out, so
+  // the first steps equal an unscaled fp16 run's up to float rounding.
+  RunConfig scaled = small_run(dir.file("train.bin"), 3), unscaled = scaled;
+  scaled.precision.compute = unscaled.precision.compute = DType::f16;
+  unscaled.loss_scaling = "off";
+  Trainer a(scaled, nullptr, nullptr), b(unscaled, nullptr, nullptr);
+  for (int s = 0; s < 3; ++s) {
+    const StepStats x = a.step(), y = b.step();
+    EXPECT_NEAR(x.loss, y.loss, 1e-4 * y.loss) << "step " << s + 1;
+    EXPECT_NEAR(x.grad_norm, y.grad_norm, 1e-3 * y.grad_norm) << "step " << s + 1;
+  }
+}
+
+// Catches: a scaler state lost on resume (a resumed fp16 run restarting from 65536 and
+// skipping steps the uninterrupted run did not).
+TEST(PrecisionTraining, LossScalerStateResumes) {
+  testing::TempDir dir;
+  write_shard(dir.file("train.bin"), testing::synthetic_text(20000, 3));
+  RunConfig c = small_run(dir.file("train.bin"), 6);
+  c.precision.compute = DType::f16;
+  c.loss_scale.growth_interval = 2;
+  c.nonfinite_gradient_step = 2;
+  c.checkpoint_dir = dir.file("ckpt");
+  std::vector<float> full;
+  {
+    Trainer trainer(c, nullptr, nullptr);
+    for (int s = 0; s < 6; ++s) {
+      full.push_back(trainer.step().loss_scale);
+      if (s == 2) trainer.save_checkpoint(/*async=*/false);
+    }
+  }
+  RunConfig resumed = c;
+  resumed.resume = "latest";
+  resumed.overwrite = true;
+  Trainer trainer(resumed, nullptr, nullptr);
+  EXPECT_EQ(trainer.loss_scaler()->skipped_steps(), 1);
+  for (int s = 3; s < 6; ++s) EXPECT_EQ(trainer.step().loss_scale, full[static_cast<size_t>(s)]) << "step " << s + 1;
+}
+
+// Catches: a bad precision setting accepted (and training in another precision than
+// asked), or refused with a message that does not say which key.
+TEST(PrecisionTraining, BadSettingsAreRefusedByName) {
+  testing::TempDir dir;
+  write_shard(dir.file("train.bin"), testing::synthetic_text(2000, 3));
+  const std::string data = dir.file("train.bin");
+  auto config_error = [&](std::vector<std::string> sets) {
+    sets.push_back("data.train=" + data);
+    try {
+      load_run_config("", sets).validate();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(config_error({"precision.compute=fp8"}),
+            "precision.compute = \"fp8\" is not a compute dtype: fp32, bf16 or fp16");
+  EXPECT_EQ(config_error({"precision.loss_scaling=static"}),
+            "precision.loss_scaling = \"static\" is not a mode: auto, dynamic or off");
+  EXPECT_EQ(config_error({"precision.compute=fp16", "precision.loss_scale.backoff_factor=2"}),
+            "precision.loss_scale.backoff_factor = 2 must be in (0, 1)");
+  const std::string zb = config_error({"precision.compute=bf16", "parallel.pp=2", "parallel.pp_schedule=zb_h1"});
+  EXPECT_NE(zb.find("parallel.pp_schedule = \"zb_h1\""), std::string::npos) << zb;
+  EXPECT_NE(zb.find("precision.compute = \"bf16\""), std::string::npos) << zb;
+  // fp16 with the scaler switched off trains, with a warning in the header.
+  RunConfig c = small_run(data, 1);
+  c.precision.compute = DType::f16;
+  c.loss_scaling = "off";
+  std::ostringstream log;
+  Trainer trainer(c, nullptr, &log);
+  EXPECT_EQ(trainer.loss_scaler(), nullptr);
+  EXPECT_NE(log.str().find("warning: precision.compute = \"fp16\" with precision.loss_scaling = \"off\""),
+            std::string::npos)
+      << log.str();
+}
+
+}  // namespace
+}  // namespace ndt
