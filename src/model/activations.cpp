@@ -221,18 +221,19 @@ void carve_workspace_views(Workspace* ws, const ModelConfig& c, const TpLayout& 
   float* loss_work = m.take(3 * chunk);
   BlockCarver recomputed(policy.mode, /*complement=*/true, compute, m);
   const BlockActivations recompute = carve_block(c, tp, B, T, recomputed);
-  MatmulPrecision matmul{compute};
+  int64_t capacity = 0;
+  uint16_t *a = nullptr, *b = nullptr;
   if (compute != DType::f32) {
     const BlockDims d(c, tp, B, T);
-    matmul.capacity = std::max({N * std::max({d.C, d.F, d.QD}), chunk * std::max(C, V)});
-    matmul.capacity += matmul.capacity % 2;  // whole floats of the arena
-    matmul.a = reinterpret_cast<uint16_t*>(m.take(matmul.capacity / 2));
-    matmul.b = reinterpret_cast<uint16_t*>(m.take(matmul.capacity / 2));
+    capacity = std::max({N * std::max({d.C, d.F, d.QD}), chunk * std::max(C, V)});
+    capacity += capacity % 2;  // whole floats of the arena
+    a = reinterpret_cast<uint16_t*>(m.take(capacity / 2));
+    b = reinterpret_cast<uint16_t*>(m.take(capacity / 2));
   }
   if (ws) {
     ws->block = block, ws->dstream = dstream, ws->dlnf = dlnf, ws->logits = logits, ws->loss_work = loss_work;
     ws->recompute = recompute;
-    ws->matmul = matmul;
+    ws->matmul.a = a, ws->matmul.b = b, ws->matmul.capacity = capacity;
   }
 }
 

@@ -6,6 +6,7 @@
 #include <bit>
 #include <cfloat>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 namespace ndt {
@@ -77,6 +78,11 @@ void DelayedScale::record(float amax) {
   }
   if (!(ref > 0) || !std::isfinite(ref)) return;  // keep the previous scale
   scale_ = std::clamp(std::ldexp(fp8_max(format_) / ref, -config_.margin), FLT_MIN, FLT_MAX);
+  if (config_.power_of_two) {
+    int exponent = 0;
+    std::frexp(scale_, &exponent);  // scale_ = m x 2^exponent, m in [0.5, 1)
+    scale_ = std::ldexp(1.0f, exponent - 1);
+  }
 }
 
 void DelayedScale::restore(const DelayedScaleState& state) {
@@ -108,6 +114,24 @@ void quantize_fp8(DType format, const float* x, float scale, uint16_t* out_bf16,
     quantize_loop<3, 7>(x, scale, out_bf16, n, max_bits);
   } else {
     quantize_loop<2, 15>(x, scale, out_bf16, n, max_bits);
+  }
+}
+
+void fake_quantize_fp8(DType format, const float* x, float scale, uint16_t* out_bf16, int64_t n) {
+  int exponent = 0;
+  NDT_CHECK(std::frexp(scale, &exponent) == 0.5f, "fake_quantize_fp8: scale {} is not a power of two", scale);
+  quantize_fp8(format, x, scale, out_bf16, n);
+  // Dividing an fp8 value by a power of two is exact: the bf16 bits of the product are
+  // its top 16 bits.
+  const float inverse = 1.0f / scale;
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t bits = static_cast<uint32_t>(out_bf16[i]) << 16;
+    float v;
+    std::memcpy(&v, &bits, sizeof v);
+    v *= inverse;
+    std::memcpy(&bits, &v, sizeof v);
+    out_bf16[i] = static_cast<uint16_t>(bits >> 16);
   }
 }
 

@@ -27,6 +27,11 @@ struct Fp8ScalingConfig {
   int amax_history_len = 16;  // precision.fp8_amax_history, >= 1
   int margin = 0;             // precision.fp8_margin, >= 0
   AmaxAlgo algo = AmaxAlgo::max;
+  // Round each scale down to a power of two (as the MX formats' shared exponents): then
+  // x_q / scale is exact in bf16, and a bf16 GEMM of the dequantised operands with fp32
+  // accumulation computes exactly what an fp8 GEMM does (fake_quantize_fp8). Training
+  // uses this; the plain recipe (false) is TE's.
+  bool power_of_two = false;
 
   // Throws ndt::Error naming precision.fp8_amax_history / precision.fp8_margin and the value.
   void validate() const;
@@ -73,5 +78,10 @@ float amax_of(const float* x, int64_t n);
 // saturating to +-fp8_max, NaN stays NaN), bit-identical to
 // f32_to_bf16(e4m3_to_f32(f32_to_e4m3(x[i] * scale))) (e5m2 alike).
 void quantize_fp8(DType format, const float* x, float scale, uint16_t* out_bf16, int64_t n);
+
+// out[i] = bf16 bits of fp8(x[i] * scale) / scale: x rounded to the fp8 grid of that
+// scale, back in x's units. scale must be a power of two (then the division is exact
+// and the result too, unless it falls below bf16's normal range).
+void fake_quantize_fp8(DType format, const float* x, float scale, uint16_t* out_bf16, int64_t n);
 
 }  // namespace ndt

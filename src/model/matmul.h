@@ -7,6 +7,7 @@
 #pragma once
 
 #include "core/dtype.h"
+#include "model/fp8_linear.h"
 #include "model/parameter.h"
 
 #include <cstdint>
@@ -20,6 +21,9 @@ struct MatmulPrecision {
   uint16_t* a = nullptr;
   uint16_t* b = nullptr;
   int64_t capacity = 0;  // elements of each scratch
+  // precision.fp8: the fp8 linears (null: none); their matmuls round the operands to
+  // the fp8 grids instead of to the compute dtype.
+  Fp8Linears* fp8 = nullptr;
 };
 
 // out [rows, OC] = inp [rows, IC] W^T (+ bias), W = weight's local block [OC, IC].

@@ -6,6 +6,7 @@
 #pragma once
 
 #include "core/dtype.h"
+#include "model/fp8_scaling.h"
 
 #include <string_view>
 
@@ -13,6 +14,9 @@ namespace ndt {
 
 struct Precision {
   DType compute = DType::f32;  // f32, bf16 or f16
+  // The blocks' linear layers in fp8 (model/fp8_linear.h); needs compute bf16.
+  bool fp8 = false;
+  Fp8ScalingConfig fp8_scaling;
   bool low() const { return compute != DType::f32; }
 };
 

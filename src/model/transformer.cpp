@@ -102,9 +102,15 @@ void Transformer::set_activation_checkpointing(const ActivationCheckpointing& po
 }
 
 void Transformer::set_precision(const Precision& precision) {
+  NDT_CHECK(!precision.fp8 || precision.compute == DType::bf16,
+            "precision.fp8 = true computes the linear layers' fp8 products in the bf16 GEMM: it needs "
+            "precision.compute = \"bf16\", not \"{}\"",
+            compute_dtype_config_name(precision.compute));
   precision_ = precision;
   store_.set_compute_dtype(precision.compute);
   workspace_.set_compute_dtype(precision.compute);
+  fp8_ = precision.fp8 ? std::make_unique<Fp8Linears>(store_, precision.fp8_scaling) : nullptr;
+  workspace_.matmul.fp8 = fp8_.get();
 }
 
 int64_t Transformer::predict_activation_bytes(const ModelConfig& c, int B, int T, int loss_chunk_rows,

@@ -9,6 +9,7 @@
 #include "core/tensor.h"
 #include "model/activations.h"
 #include "model/config.h"
+#include "model/fp8_linear.h"
 #include "model/hooks.h"
 #include "model/parameter.h"
 #include "model/precision.h"
@@ -63,6 +64,7 @@ class Transformer {
   // store().refresh_compute() before the next forward.
   void set_precision(const Precision& precision);
   const Precision& precision() const { return precision_; }
+  Fp8Linears* fp8() { return fp8_.get(); }  // precision.fp8, else null
 
   // Sizes ctx for a micro-batch of B rows of T tokens and copies its tokens in (targets
   // may be null when no loss is wanted). Backward will compute the gradient of
@@ -109,6 +111,7 @@ class Transformer {
   Workspace workspace_;
   ActivationCheckpointing checkpointing_;
   Precision precision_;
+  std::unique_ptr<Fp8Linears> fp8_;
   std::vector<char> local_units_;
   std::vector<std::unique_ptr<Unit>> units_;
   Head* head_ = nullptr;

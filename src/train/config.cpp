@@ -212,6 +212,20 @@ const std::vector<Field>& fields() {
     };
     reduce.get = [](const RunConfig& c) { return fmt::format("\"{}\"", compute_dtype_config_name(c.reduce_dtype)); };
     f.push_back(reduce);
+    f.push_back(field<bool>("precision.fp8", NDT_REF(precision.fp8), "The blocks' linear layers in fp8 (emulated exactly on CPU; docs/precision.md): inputs and weights rounded to e4m3, output gradients to e5m2, each tensor at a power-of-two scale from its amax history (delayed scaling), products summed in fp32. Needs precision.compute = \"bf16\" and widths divisible by 16 per tensor-parallel rank. The output layer stays bf16."));
+    f.push_back(field<int>("precision.fp8_amax_history", NDT_REF(precision.fp8_scaling.amax_history_len), "Steps of amax history each fp8 tensor's scale is computed from."));
+    f.push_back(field<int>("precision.fp8_margin", NDT_REF(precision.fp8_scaling.margin), "fp8 scales leave 2^margin of headroom above the amax."));
+    Field amax_algo;
+    amax_algo.key = "precision.fp8_amax_algo";
+    amax_algo.doc = "Which amax of the history sets an fp8 scale: max (the window's largest) or most_recent.";
+    amax_algo.set = [](RunConfig& c, const std::string& v) {
+      NDT_CHECK(v == "max" || v == "most_recent", "precision.fp8_amax_algo = \"{}\" is not max or most_recent", v);
+      c.precision.fp8_scaling.algo = v == "max" ? Fp8ScalingConfig::AmaxAlgo::max : Fp8ScalingConfig::AmaxAlgo::most_recent;
+    };
+    amax_algo.get = [](const RunConfig& c) {
+      return std::string(c.precision.fp8_scaling.algo == Fp8ScalingConfig::AmaxAlgo::max ? "\"max\"" : "\"most_recent\"");
+    };
+    f.push_back(amax_algo);
     f.push_back(field<std::string>("precision.loss_scaling", NDT_REF(loss_scaling), "Dynamic loss scaling (fp16's small gradients would flush to zero): auto (on with precision.compute = fp16, off otherwise), dynamic, or off. The loss is multiplied by the scale before backward; a step whose gradients hold an inf or NaN on any rank is skipped (not applied, counted, logged) and the scale multiplied by precision.loss_scale.backoff_factor; after growth_interval clean steps it grows by growth_factor. Saved in checkpoints."));
     f.push_back(field<double>("precision.loss_scale.initial_scale", NDT_REF(loss_scale.initial_scale), "The loss scale at step 1."));
     f.push_back(field<double>("precision.loss_scale.growth_factor", NDT_REF(loss_scale.growth_factor), "Scale growth after growth_interval clean steps (> 1)."));
@@ -332,6 +346,24 @@ void RunConfig::validate() const {
   NDT_CHECK(loss_scaling == "auto" || loss_scaling == "dynamic" || loss_scaling == "off",
             "precision.loss_scaling = \"{}\" is not a mode: auto, dynamic or off", loss_scaling);
   if (scales_loss()) loss_scale.validate();
+  if (precision.fp8) {
+    precision.fp8_scaling.validate();
+    NDT_CHECK(precision.compute == DType::bf16,
+              "precision.fp8 = true computes the fp8 products in the bf16 GEMM: it needs precision.compute = \"bf16\", "
+              "not \"{}\"",
+              compute_dtype_config_name(precision.compute));
+    // fp8 GEMM kernels work on tiles of 16: every width a linear layer has on a rank.
+    const int tp = mesh.tp;
+    for (const auto& [key, width] : {std::pair<const char*, int64_t>{"model.d_model", model.d_model},
+                                     {"model.d_ff", model.d_ff},
+                                     {"model.d_model / parallel.tp", model.d_model / tp},
+                                     {"model.d_ff / parallel.tp", model.d_ff / tp},
+                                     {"n_kv_head x head_dim / parallel.tp",
+                                      int64_t{model.kv_heads()} * model.head_dim() / tp}}) {
+      NDT_CHECK(width % 16 == 0, "precision.fp8 = true needs linear-layer widths divisible by 16, but {} = {}", key,
+                width);
+    }
+  }
   NDT_CHECK(nonfinite_gradient_step >= 0, "debug.nonfinite_gradient_step = {} must not be negative (0: never)",
             nonfinite_gradient_step);
   NDT_CHECK(nonfinite_gradient_rank >= 0, "debug.nonfinite_gradient_rank = {} must not be negative",

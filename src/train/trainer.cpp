@@ -149,6 +149,9 @@ Trainer::Trainer(const RunConfig& config, DeviceMesh* mesh, std::ostream* log)
     const std::filesystem::path dir = resolve_resume(config_.resume, checkpoints_->root());
     const nlohmann::json state = load_training_checkpoint(dir, *sync_, config_, mesh_);
     step_ = state.at("step").get<int64_t>();
+    if (model_->fp8() && state.contains("fp8_scaling")) {  // else (saved without fp8): fresh histories
+      model_->fp8()->restore(state.at("fp8_scaling").get<std::vector<float>>());
+    }
     if (loss_scaler_ && state.contains("loss_scaler")) {  // else (saved without scaling): the initial scale
       const nlohmann::json& ls = state.at("loss_scaler");
       loss_scaler_->restore({ls.at("scale").get<double>(), ls.at("clean_steps").get<int>(),
@@ -197,6 +200,7 @@ void Trainer::save_checkpoint(bool async) {
     const LossScalerState ls = loss_scaler_->state();
     state["loss_scaler"] = {{"scale", ls.scale}, {"clean_steps", ls.clean_steps}, {"skipped", ls.skipped}};
   }
+  if (const Fp8Linears* fp8 = model_->fp8()) state["fp8_scaling"] = fp8->state();
   checkpoints_->save(step_, *sync_, state, async);
 }
 
@@ -269,6 +273,11 @@ void Trainer::print_header() {
                "softmax and loss in fp32; gradients reduced in {}\n",
                compute_dtype_config_name(precision.compute), kernels::lowp_gemm_backend(precision.compute),
                compute_dtype_config_name(config_.reduce_dtype));
+    if (precision.fp8) {
+      fmt::print(*log_, "fp8: the blocks' {} linear layers (inputs and weights e4m3, output gradients e5m2; power-of-two "
+                 "delayed scaling over {} steps, margin {}); the output layer in bf16\n",
+                 model_->fp8()->count(), precision.fp8_scaling.amax_history_len, precision.fp8_scaling.margin);
+    }
   } else if (config_.reduce_dtype != DType::f32) {
     fmt::print(*log_, "precision: fp32 compute; data-parallel gradients reduced in {}\n",
                compute_dtype_config_name(config_.reduce_dtype));
@@ -318,6 +327,7 @@ StepStats Trainer::step() {
   const float grad_scale = loss_scale / static_cast<float>(static_cast<int64_t>(config_.batch_size) * T);
   const double exposed_before = sync_->exposed_wait_seconds();
   model_->store().refresh_compute();  // the last step (or a load) changed the values
+  if (Fp8Linears* fp8 = model_->fp8()) fp8->begin_step();
   sync_->zero_grads();
   double loss = 0;
   if (pipeline_) {
@@ -333,6 +343,7 @@ StepStats Trainer::step() {
     }
   }
   loss = mean_over_dp(loss / accum);
+  update_fp8_scales();
   if (config_.nonfinite_gradient_step == step_ + 1) inject_nonfinite_gradient();
   // The gradients hold loss_scale x the true ones: the norm, the clip and the update
   // divide it out.
@@ -395,6 +406,16 @@ double Trainer::pipeline_step(float grad_scale) {
   sync_->finish_backward();
   sum_tied_embedding_gradient();
   return sum_over_pp(loss_sum);
+}
+
+void Trainer::update_fp8_scales() {
+  Fp8Linears* fp8 = model_->fp8();
+  if (!fp8) return;
+  // Every rank saw part of each tensor (its rows of the batch, its tp block of a weight,
+  // its pipeline stage's layers): the max over all ranks is the whole tensor's amax.
+  std::vector<float>& amax = fp8->step_amax();
+  if (mesh_) mesh_->world().all_reduce(amax.data(), amax.size(), DType::f32, ReduceOp::max);
+  fp8->finish_step();
 }
 
 bool Trainer::on_every_rank(bool local) {

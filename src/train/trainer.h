@@ -99,6 +99,7 @@ class Trainer {
   void print_step(const StepStats& s);
   double mean_over_dp(double local);
   bool on_every_rank(bool local);  // collective: local is true on every rank
+  void update_fp8_scales();          // precision.fp8: this step's amaxes, max over ranks, into the histories
   void inject_nonfinite_gradient();  // debug.nonfinite_gradient_step
   std::string describe_sync() const;  // how gradients are combined, for the header
   nlohmann::json comm_record() const;

@@ -9,11 +9,13 @@
 // in tests/train/test_precision.cpp.
 #include "core/memory.h"
 #include "kernels/cpu/gemm_lowp.h"
+#include "model/matmul.h"
 #include "model/transformer.h"
 #include "tiny_model.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -183,6 +185,86 @@ TEST(Precision, LedgerEqualsTheMemoryModelAndBlocksKeepHalf) {
                               (c.qk_norm ? c.n_layer * int64_t{B} * T * (c.n_head + c.kv_heads()) : 0) +
                               (int64_t{B} * T * (c.d_model + 3));  // the head's
     EXPECT_EQ(2 * (b16 - fp32_kept), f32 - fp32_kept) << arch_name(arch);
+  }
+}
+
+// fp8 (model/fp8_linear.h): e4m3(x * s) / s in double, s a power of two.
+double fp8_grid(DType format, float x, float scale) {
+  const float q = format == DType::e4m3 ? e4m3_to_f32(f32_to_e4m3(x * scale)) : e5m2_to_f32(f32_to_e5m2(x * scale));
+  return static_cast<double>(q) / scale;
+}
+
+// Catches: an fp8 matmul that rounds to the wrong grid (another format, a scale not
+// applied or applied twice) or accumulates below fp32, against a double-precision
+// product of the same rounded operands.
+TEST(Fp8, QuantisedMatmulEqualsADoubleReferenceOfTheRoundedInputs) {
+  ModelConfig c = tiny(Arch::gpt2);
+  c.d_model = 32, c.d_ff = 64, c.n_head = 2, c.n_kv_head = 2;
+  Transformer model(c, 5, 4);
+  model.set_precision({DType::bf16, /*fp8=*/true, {}});
+  Fp8Linears& fp8 = *model.fp8();
+  EXPECT_EQ(fp8.count(), 3 * 6);  // q, k, v, o, fc, proj of 3 blocks
+  const Parameter& w = model.store().get("blocks.1.mlp.fc.weight");  // [64, 32]
+  const int f = fp8.find(w), rows = 9, IC = 32, OC = 64;
+  ASSERT_GE(f, 0);
+  EXPECT_EQ(fp8.find(model.store().get("wte.weight")), -1) << "the output layer stays bf16";
+  // Scales from one recorded step: amax 3 -> 448 / 3 = 149.3 -> 128 (e4m3), amax 0.5 ->
+  // 57344 / 0.5 -> 65536 (e5m2).
+  fp8.begin_step();
+  fp8.step_amax()[3 * f + Fp8Linears::input] = 3.0f;
+  fp8.step_amax()[3 * f + Fp8Linears::weight] = 1.0f;
+  fp8.step_amax()[3 * f + Fp8Linears::output_grad] = 0.5f;
+  fp8.finish_step();
+  EXPECT_EQ(fp8.scale(f, Fp8Linears::input), 128.0f);
+  EXPECT_EQ(fp8.scale(f, Fp8Linears::weight), 256.0f);  // 448 -> 256
+  EXPECT_EQ(fp8.scale(f, Fp8Linears::output_grad), 65536.0f);  // 114688 -> 65536
+  std::vector<float> x(rows * IC), out(rows * OC);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = 2.5f * std::sin(0.37f * static_cast<float>(i));
+  std::vector<uint16_t> a(rows * std::max(IC, OC)), b(a.size());
+  MatmulPrecision mp{DType::bf16, a.data(), b.data(), static_cast<int64_t>(a.size()), &fp8};
+  fp8.begin_step();
+  matmul_forward(mp, out.data(), x.data(), w, nullptr, rows);
+  for (int r = 0; r < rows; ++r) {
+    for (int o = 0; o < OC; ++o) {
+      double ref = 0, magnitude = 0;
+      for (int i = 0; i < IC; ++i) {
+        const double p = fp8_grid(DType::e4m3, x[r * IC + i], 128.0f) * fp8_grid(DType::e4m3, w.data()[o * IC + i], 256.0f);
+        ref += p, magnitude += std::fabs(p);
+      }
+      EXPECT_NEAR(out[r * OC + o], ref, 1e-6 * magnitude) << r << ", " << o;
+    }
+  }
+  // Backward: the output gradient on the e5m2 grid.
+  std::vector<float> dout(rows * OC), dinp(rows * IC, 0.0f);
+  for (size_t i = 0; i < dout.size(); ++i) dout[i] = 0.3f * std::cos(0.11f * static_cast<float>(i));
+  matmul_backward(mp, dinp.data(), /*weight_grad=*/false, nullptr, dout.data(), nullptr, w, rows);
+  for (int r = 0; r < rows; ++r) {
+    for (int i = 0; i < IC; ++i) {
+      double ref = 0, magnitude = 0;
+      for (int o = 0; o < OC; ++o) {
+        const double p =
+            fp8_grid(DType::e5m2, dout[r * OC + o], 65536.0f) * fp8_grid(DType::e4m3, w.data()[o * IC + i], 256.0f);
+        ref += p, magnitude += std::fabs(p);
+      }
+      EXPECT_NEAR(dinp[r * IC + i], ref, 1e-6 * magnitude) << r << ", " << i;
+    }
+  }
+  // The step's amaxes were noted: the input's, the weight's and the gradient's.
+  float x_amax = 0;
+  for (float v : x) x_amax = std::max(x_amax, std::fabs(v));
+  EXPECT_EQ(fp8.step_amax()[3 * f + Fp8Linears::input], x_amax);
+  EXPECT_GT(fp8.step_amax()[3 * f + Fp8Linears::output_grad], 0.29f);
+}
+
+// Catches: fp8 without bf16 compute accepted (its products need the bf16 GEMM).
+TEST(Fp8, NeedsBf16Compute) {
+  Transformer model(tiny(Arch::llama), 1, 4);
+  try {
+    model.set_precision({DType::f16, true, {}});
+    ADD_FAILURE() << "fp8 with fp16 compute was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("needs precision.compute = \"bf16\", not \"fp16\""), std::string::npos)
+        << e.what();
   }
 }
 

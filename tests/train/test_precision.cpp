@@ -1,6 +1,6 @@
-// Mixed-precision training end to end (docs/precision.md): bf16 and fp16 runs of a
-// small model on the fortunes corpus follow the fp32 loss curve step by step and end
-// within 2% of it; fp16's dynamic loss scaler skips exactly a step whose gradients
+// Mixed-precision training end to end (docs/precision.md): bf16, fp16 and fp8 runs of
+// a small model on the fortunes corpus follow the fp32 loss curve step by step and end
+// within 2% (fp8: 3%) of it; fp16's dynamic loss scaler skips exactly a step whose gradients
 // overflow (parameters and AdamW moments bitwise unchanged), halves its scale, grows it
 // after its interval of clean steps, and resumes from a checkpoint with its state;
 // bad precision settings are refused by name.
@@ -29,7 +29,7 @@ using testing::small_run;
 // Catches: a low-precision path that trains worse than rounding explains (a gradient
 // with a wrong scale, activations packed from the wrong block, a stale compute copy
 // after the step), which drifts from the fp32 curve over hundreds of steps.
-TEST(PrecisionTraining, Bf16AndFp16FollowTheFp32CurveOnFortunes) {
+TEST(PrecisionTraining, Bf16Fp16AndFp8FollowTheFp32CurveOnFortunes) {
   const std::string corpus = "/usr/share/games/fortunes";
   ASSERT_TRUE(std::filesystem::is_directory(corpus))
       << "Debian's fortunes package is missing: scripts/setup.sh installs it";
@@ -42,8 +42,9 @@ TEST(PrecisionTraining, Bf16AndFp16FollowTheFp32CurveOnFortunes) {
   c.schedule.max_lr = 2e-3f;  // 3e-3 spikes at step 30 in fp32 too: the curves part there
   c.schedule.warmup_steps = 20;
   std::vector<std::vector<double>> curves;
-  for (DType compute : {DType::f32, DType::bf16, DType::f16}) {
-    c.precision.compute = compute;
+  for (DType compute : {DType::f32, DType::bf16, DType::f16, DType::e4m3}) {
+    c.precision.compute = compute == DType::e4m3 ? DType::bf16 : compute;
+    c.precision.fp8 = compute == DType::e4m3;
     Trainer trainer(c, nullptr, nullptr);
     std::vector<double> losses;
     for (int64_t s = 0; s < c.steps; ++s) losses.push_back(trainer.step().loss);
@@ -55,7 +56,7 @@ TEST(PrecisionTraining, Bf16AndFp16FollowTheFp32CurveOnFortunes) {
     for (size_t i = l.size() - 20; i < l.size(); ++i) sum += l[i];
     return sum / 20;
   };
-  const char* names[] = {"fp32", "bf16", "fp16"};
+  const char* names[] = {"fp32", "bf16", "fp16", "fp8 (bf16 + fp8 linears)"};
   for (size_t p = 1; p < curves.size(); ++p) {
     double worst = 0;
     for (size_t i = 0; i < curves[0].size(); ++i) {
@@ -63,11 +64,14 @@ TEST(PrecisionTraining, Bf16AndFp16FollowTheFp32CurveOnFortunes) {
     }
     std::printf("%s: mean of the last 20 losses %.4f against fp32 %.4f (%.2f%%); largest difference at one step %.2f%%\n",
                 names[p], tail(curves[p]), tail(curves[0]), 100 * (tail(curves[p]) / tail(curves[0]) - 1), 100 * worst);
-    EXPECT_NEAR(tail(curves[p]), tail(curves[0]), 0.02 * tail(curves[0])) << names[p];
-    // Every step, within 3% (measured on the development machine: bf16 at most 0.99%,
-    // fp16 0.03%; the mean of the last 20 steps -0.08% and 0.00%).
+    const bool fp8 = p == 3;
+    EXPECT_NEAR(tail(curves[p]), tail(curves[0]), (fp8 ? 0.03 : 0.02) * tail(curves[0])) << names[p];
+    // Every step, within 3% for bf16 and fp16 (measured on the development machine: at
+    // most 0.99% and 0.03%; the mean of the last 20 steps -0.08% and 0.00%). fp8 leaves
+    // the plateau of steps 30-60 earlier than fp32 (its loss up to 10.6% lower there,
+    // then within 1%: -0.69% over the last 20 steps), so its per-step bound is 12%.
     for (size_t i = 0; i < curves[0].size(); ++i) {
-      EXPECT_NEAR(curves[p][i], curves[0][i], 0.03 * curves[0][i]) << names[p] << " step " << i + 1;
+      EXPECT_NEAR(curves[p][i], curves[0][i], (fp8 ? 0.12 : 0.03) * curves[0][i]) << names[p] << " step " << i + 1;
     }
   }
 }
@@ -156,6 +160,30 @@ TEST(PrecisionTraining, LossScalerStateResumes) {
   for (int s = 3; s < 6; ++s) EXPECT_EQ(trainer.step().loss_scale, full[static_cast<size_t>(s)]) << "step " << s + 1;
 }
 
+// Catches: fp8 amax histories and scales lost on resume (a resumed run would quantise
+// with scale 1 and fresh histories: other losses than the uninterrupted run's).
+TEST(PrecisionTraining, Fp8ScalesResume) {
+  testing::TempDir dir;
+  write_shard(dir.file("train.bin"), testing::synthetic_text(20000, 3));
+  RunConfig c = small_run(dir.file("train.bin"), 6);
+  c.precision.compute = DType::bf16;
+  c.precision.fp8 = true;
+  c.checkpoint_dir = dir.file("ckpt");
+  std::vector<double> full;
+  {
+    Trainer trainer(c, nullptr, nullptr);
+    for (int s = 0; s < 6; ++s) {
+      full.push_back(trainer.step().loss);
+      if (s == 2) trainer.save_checkpoint(/*async=*/false);
+    }
+  }
+  RunConfig resumed = c;
+  resumed.resume = "latest";
+  resumed.overwrite = true;
+  Trainer trainer(resumed, nullptr, nullptr);
+  for (int s = 3; s < 6; ++s) EXPECT_EQ(trainer.step().loss, full[static_cast<size_t>(s)]) << "step " << s + 1;
+}
+
 // Catches: a bad precision setting accepted (and training in another precision than
 // asked), or refused with a message that does not say which key.
 TEST(PrecisionTraining, BadSettingsAreRefusedByName) {
@@ -177,6 +205,11 @@ TEST(PrecisionTraining, BadSettingsAreRefusedByName) {
             "precision.loss_scaling = \"static\" is not a mode: auto, dynamic or off");
   EXPECT_EQ(config_error({"precision.compute=fp16", "precision.loss_scale.backoff_factor=2"}),
             "precision.loss_scale.backoff_factor = 2 must be in (0, 1)");
+  EXPECT_EQ(config_error({"precision.compute=bf16", "precision.fp8=true", "model.d_model=72", "model.n_head=4"}),
+            "precision.fp8 = true needs linear-layer widths divisible by 16, but model.d_model = 72");
+  EXPECT_EQ(config_error({"precision.fp8=true"}),
+            "precision.fp8 = true computes the fp8 products in the bf16 GEMM: it needs precision.compute = \"bf16\", "
+            "not \"fp32\"");
   const std::string zb = config_error({"precision.compute=bf16", "parallel.pp=2", "parallel.pp_schedule=zb_h1"});
   EXPECT_NE(zb.find("parallel.pp_schedule = \"zb_h1\""), std::string::npos) << zb;
   EXPECT_NE(zb.find("precision.compute = \"bf16\""), std::string::npos) << zb;
