@@ -199,9 +199,10 @@ int run_bench_train(const TrainBenchOptions& o) {
                     fits, T));
   if (o.zero_stage == 3) print(fmt::format("  FSDP: median all-gather wait per step {:.3f} s\n", median(gather_waits)));
   if (dp > 1) {
-    const CommStats& stats = mesh->axis(Axis::dp).stats();
-    print(fmt::format("  data parallel: {:.1f} MiB sent per rank per step on dp\n",
-                      stats.total_wire_bytes() / double(1 << 20) / (o.steps + 1)));
+    const Axis axis = o.zero_stage > 0 ? Axis::dp_shard : Axis::dp;
+    const CommStats& stats = mesh->axis(axis).stats();
+    print(fmt::format("  data parallel: {:.1f} MiB sent per rank per step on {}\n",
+                      stats.total_wire_bytes() / double(1 << 20) / (o.steps + 1), axis_name(axis)));
   }
   if (o.tp > 1) {
     const CommStats& stats = mesh->axis(Axis::tp).stats();
