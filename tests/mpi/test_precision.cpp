@@ -1,6 +1,6 @@
 // Low-precision compute across ranks (model/precision.h): bf16 on DDP, ZeRO-1/2/3
-// (FSDP) and tensor parallelism with sequence parallel, and fp8 linears on DDP, FSDP
-// and tp, train like the same precision on one rank
+// (FSDP), tensor parallelism with sequence parallel and pipeline parallelism, and fp8
+// linears on DDP, FSDP and tp, train like the same precision on one rank
 // (gradients reduced in fp32), and the ledger holds the model states the memory model
 // predicts with the parameters' bf16 compute copies, on every stage.
 #include "../common/temp_dir.h"
@@ -57,15 +57,16 @@ TEST(PrecisionParity, Bf16OnEveryLayoutMatchesBf16OnOneRank) {
     const char* name;
     int zero_stage, dp_shard, tp;
     bool llama, fp8;
+    int pp = 1;
   };
   const int n = world.size();
   const Layout layouts[] = {{"ddp", 0, 1, 1, false, false},          {"zero-1", 1, n, 1, false, false},
                             {"zero-2", 2, n, 1, false, false},       {"fsdp", 3, n, 1, false, false},
                             {"tp+sp llama", 0, 1, 2, true, false},   {"fsdp x tp llama", 3, n / 2, 2, true, false},
                             {"fp8 ddp", 0, 1, 1, false, true},       {"fp8 fsdp", 3, n, 1, false, true},
-                            {"fp8 tp+sp", 0, 1, 2, false, true}};
+                            {"fp8 tp+sp", 0, 1, 2, false, true},     {"pp 1f1b", 0, 1, 1, false, false, 2}};
   for (const Layout& l : layouts) {
-    if (l.dp_shard * l.tp > n || n % (l.dp_shard * l.tp) != 0) continue;
+    if (l.dp_shard * l.tp * l.pp > n || n % (l.dp_shard * l.tp * l.pp) != 0) continue;
     RunConfig c = tiny_run(dir.file("train.bin"), 8, 0);
     if (l.llama) testing::use_llama(c);
     c.precision.compute = DType::bf16;
@@ -77,6 +78,8 @@ TEST(PrecisionParity, Bf16OnEveryLayoutMatchesBf16OnOneRank) {
     c.mesh.dp_shard = l.dp_shard;
     c.mesh.tp = l.tp;
     c.sequence_parallel = l.tp > 1;
+    c.mesh.pp = l.pp;
+    if (l.pp > 1) c.micro_batch_size = 2;  // micro-batches for the schedule
     DeviceMesh mesh(world, c.resolve_mesh(n));
     const Difference d = compare(reference, train(c, &mesh));
     if (world.rank() == 0) {

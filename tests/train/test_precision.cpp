@@ -122,7 +122,9 @@ TEST(PrecisionTraining, LossScalerSkipsExactlyTheOverflowingStep) {
   EXPECT_EQ(trainer.loss_scaler()->skipped_steps(), 1);
 
   // The same run without the fault but with scaling: the loss scale divides out, so
-  // the first steps equal an unscaled fp16 run's up to float rounding.
+  // the first steps equal an unscaled fp16 run's up to float rounding, and so do the
+  // AdamW moments (which the losses alone would not show: AdamW's update hardly
+  // changes when every gradient is 65536 times too large, its moments do).
   RunConfig scaled = small_run(dir.file("train.bin"), 3), unscaled = scaled;
   scaled.precision.compute = unscaled.precision.compute = DType::f16;
   unscaled.loss_scaling = "off";
@@ -131,6 +133,20 @@ TEST(PrecisionTraining, LossScalerSkipsExactlyTheOverflowingStep) {
     const StepStats x = a.step(), y = b.step();
     EXPECT_NEAR(x.loss, y.loss, 1e-4 * y.loss) << "step " << s + 1;
     EXPECT_NEAR(x.grad_norm, y.grad_norm, 1e-3 * y.grad_norm) << "step " << s + 1;
+  }
+  // Each kind of state as one vector (a parameter whose gradients are at fp16's
+  // underflow differs more: that is what the scale is for).
+  const std::vector<StateSlice> slices = a.gradient_sync().state_slices();
+  const Snapshot sa = snapshot(a), sb = snapshot(b);
+  for (StateSlice::Kind kind : {StateSlice::value, StateSlice::exp_avg, StateSlice::exp_avg_sq}) {
+    double diff = 0, norm = 0;
+    for (size_t i = 0; i < slices.size(); ++i) {
+      if (slices[i].kind != kind) continue;
+      for (size_t j = 0; j < sa.values[i].size(); ++j) {
+        diff += std::pow(double(sa.values[i][j]) - sb.values[i][j], 2), norm += std::pow(double(sb.values[i][j]), 2);
+      }
+    }
+    EXPECT_LE(std::sqrt(diff), 1e-2 * std::sqrt(norm)) << "state kind " << static_cast<int>(kind);
   }
 }
 
