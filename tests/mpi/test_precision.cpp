@@ -170,6 +170,35 @@ TEST(PrecisionParity, Bf16ReductionStaysCloseToFp32Reduction) {
   }
 }
 
+// Catches: an overflow seen on one rank only handled there (the other ranks would apply
+// the step and the replicas diverge, or wait in different collectives).
+TEST(PrecisionLossScaling, AnOverflowOnOneRankSkipsTheStepOnEveryRank) {
+  Communicator& world = testing::world();
+  testing::TempDir dir;
+  write_shard(dir.file("train.bin"), testing::synthetic_text(30000, 5));
+  for (int stage : {0, 3}) {
+    RunConfig c = tiny_run(dir.file("train.bin"), 8, 0);
+    c.precision.compute = DType::f16;
+    c.zero_stage = stage;
+    c.mesh.dp_shard = stage == 0 ? 1 : world.size();
+    c.nonfinite_gradient_step = 2;
+    c.nonfinite_gradient_rank = world.size() - 1;
+    DeviceMesh mesh(world, c.resolve_mesh(world.size()));
+    Trainer trainer(c, &mesh, nullptr);
+    std::vector<float> before;
+    for (int s = 1; s <= 3; ++s) {
+      if (s == 2) before = trainer.full_parameters();
+      const StepStats stats = trainer.step();
+      EXPECT_EQ(stats.overflow_skipped, s == 2) << "stage " << stage << ", step " << s << ", rank " << world.rank();
+      if (s == 2) {
+        EXPECT_EQ(trainer.full_parameters(), before) << "stage " << stage << ", rank " << world.rank();
+        EXPECT_EQ(trainer.loss_scaler()->scale(), 0.5 * c.loss_scale.initial_scale);
+      }
+    }
+    EXPECT_EQ(trainer.loss_scaler()->skipped_steps(), 1);
+  }
+}
+
 // Catches: compute copies the memory model does not describe (stage 3 keeping them
 // after the step, stages 0-2 allocating more than one).
 TEST(PrecisionMemory, LedgerMatchesTheMemoryModelWithComputeCopies) {
