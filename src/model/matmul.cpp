@@ -21,6 +21,10 @@ const uint16_t* to_scratch(const MatmulPrecision& mp, uint16_t* scratch, const f
 
 }  // namespace
 
+bool used_only_in_matmuls(const Parameter& p) {
+  return p.spec.logical_shape.size() == 2 && (p.name().rfind("blocks.", 0) == 0 || p.name() == "lm_head.weight");
+}
+
 void matmul_forward(const MatmulPrecision& mp, float* out, const float* inp, const Parameter& weight,
                     const float* bias, int64_t rows) {
   const int OC = rows_of(weight), IC = cols_of(weight), N = static_cast<int>(rows);

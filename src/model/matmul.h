@@ -26,6 +26,11 @@ struct MatmulPrecision {
   Fp8Linears* fp8 = nullptr;
 };
 
+// Whether the model reads this parameter only through matmuls (its compute copy in low
+// precision): the blocks' 2-D weights and an untied output layer. Not the embeddings
+// (looked up; a tied one is both), norms or biases. FSDP gathers these in the compute dtype.
+bool used_only_in_matmuls(const Parameter& p);
+
 // out [rows, OC] = inp [rows, IC] W^T (+ bias), W = weight's local block [OC, IC].
 void matmul_forward(const MatmulPrecision& mp, float* out, const float* inp, const Parameter& weight,
                     const float* bias, int64_t rows);

@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "core/timing.h"
 #include "kernels/kernels.h"
+#include "model/matmul.h"
 #include "parallel/low_precision_reduce.h"
 
 #include <algorithm>
@@ -13,7 +14,7 @@ namespace ndt {
 FullyShardedDataParallel::FullyShardedDataParallel(ParameterStore& store, DeviceMesh& mesh, int stage,
                                                    const AdamWConfig& adamw, const std::vector<FsdpGroup>& groups,
                                                    bool prefetch, const std::vector<char>& local_units,
-                                                   DType reduce_dtype)
+                                                   DType reduce_dtype, DType gather_dtype)
     : store_(store),
       shard_comm_(mesh.axis(Axis::dp_shard)),
       replicate_comm_(mesh.axis(Axis::dp_replicate)),
@@ -52,7 +53,24 @@ FullyShardedDataParallel::FullyShardedDataParallel(ParameterStore& store, Device
     group.arena.offsets.push_back(params[p].arena_offset);
     group.numel += params[p].numel();
   }
-  for (Group& g : groups_) g.segment = layout_.segment_numel(g.slots);
+  for (Group& g : groups_) {
+    g.segment = layout_.segment_numel(g.slots);
+    // Weights only matmuls read travel in the gather dtype (their compute copy is all
+    // the model reads of them); the rest in fp32.
+    Group::GatherPart wide, low;
+    low.dtype = gather_dtype;
+    for (size_t i = 0; i < g.slots.params.size(); ++i) {
+      const size_t p = g.slots.params[i];
+      Group::GatherPart& part = gather_dtype != DType::f32 && used_only_in_matmuls(params[p]) ? low : wide;
+      part.slots.params.push_back(p);
+      part.slots.offsets.push_back(g.slots.offsets[i]);
+    }
+    for (Group::GatherPart* part : {&wide, &low}) {
+      if (part->slots.params.empty()) continue;
+      part->segment = layout_.segment_numel(part->slots);
+      g.parts.push_back(std::move(*part));
+    }
+  }
   NDT_CHECK(stage == 2 || stage == 3, "parallel.zero_stage = {}: this class implements stages 2 and 3", stage);
   store.release_grads();  // gradients live in per-unit buffers during backward
   grad_shards_ = Tensor::zeros({layout_.arena_numel()}, DType::f32, MemTag::grads);
@@ -97,37 +115,53 @@ void FullyShardedDataParallel::point_grads(Group& g, bool allocated) {
   }
 }
 
+bool FullyShardedDataParallel::Group::gathering() const {
+  for (const GatherPart& part : parts) {
+    if (part.work) return true;
+  }
+  return false;
+}
+
 void FullyShardedDataParallel::need_gather(Group& g) {
-  if (!g.values.defined()) ++(g.gather ? gathers_prefetched_ : gathers_on_demand_);
+  if (!g.values.defined()) ++(g.gathering() ? gathers_prefetched_ : gathers_on_demand_);
   start_gather(g);
 }
 
 void FullyShardedDataParallel::start_gather(Group& g) {
-  if (g.values.defined() || g.gather) return;
+  if (g.values.defined() || g.gathering()) return;
   const int n = layout_.ranks();
-  g.gather_send = Tensor::empty({g.segment}, DType::f32, MemTag::comm);
-  g.gather_recv = Tensor::empty({n * g.segment}, DType::f32, MemTag::comm);
-  float* send = g.gather_send.data<float>();
-  for (size_t p : g.slots.params) {  // own shards, already padded, in group order
-    const ParameterShard& s = layout_.shard(p);
-    kernels::copy(send, param_shards_.data<float>() + s.shard_offset, s.padded_numel());
-    send += s.padded_numel();
+  for (Group::GatherPart& part : g.parts) {
+    Tensor own = Tensor::empty({part.segment}, DType::f32, MemTag::comm);
+    float* send = own.data<float>();
+    for (size_t p : part.slots.params) {  // own shards, already padded, in group order
+      const ParameterShard& s = layout_.shard(p);
+      kernels::copy(send, param_shards_.data<float>() + s.shard_offset, s.padded_numel());
+      send += s.padded_numel();
+    }
+    part.send = part.dtype == DType::f32 ? own : round_for_reduction(part.dtype, own.data<float>(), part.segment);
+    part.recv = Tensor::empty({n * part.segment}, part.dtype, MemTag::comm);
+    part.work = shard_comm_.iall_gather(part.send.raw(), part.recv.raw(), static_cast<size_t>(part.segment), part.dtype);
   }
-  g.gather = shard_comm_.iall_gather(g.gather_send.data<float>(), g.gather_recv.data<float>(),
-                                     static_cast<size_t>(g.segment), DType::f32);
 }
 
 void FullyShardedDataParallel::finish_gather(Group& g) {
   if (g.values.defined()) return;
   start_gather(g);
   const auto t0 = std::chrono::steady_clock::now();
-  g.gather->wait();
+  for (Group::GatherPart& part : g.parts) part.work->wait(), part.work.reset();
   gather_wait_seconds_ += seconds_since(t0);
-  g.gather.reset();
   g.values = Tensor::empty({g.numel}, DType::f32, MemTag::params);
-  layout_.unpack_all(g.gather_recv.data<float>(), g.slots, g.values.data<float>());
-  g.gather_send = Tensor();
-  g.gather_recv = Tensor();
+  for (Group::GatherPart& part : g.parts) {
+    if (part.dtype == DType::f32) {
+      layout_.unpack_all(part.recv.data<float>(), part.slots, g.values.data<float>());
+    } else {  // widened (exactly: the compute copy below recasts the same bits)
+      Tensor wide = Tensor::empty({part.recv.numel()}, DType::f32, MemTag::comm);
+      widen_reduced(part.recv, wide.data<float>(), /*accumulate=*/false);
+      layout_.unpack_all(wide.data<float>(), part.slots, g.values.data<float>());
+    }
+    part.send = Tensor();
+    part.recv = Tensor();
+  }
   const DType compute = store_.compute_dtype();
   if (compute != DType::f32) {  // the group's compute copy, cast once per gather
     g.compute = Tensor::empty({g.numel}, compute, MemTag::params);
@@ -137,9 +171,11 @@ void FullyShardedDataParallel::finish_gather(Group& g) {
 }
 
 void FullyShardedDataParallel::release(Group& g) {
-  if (g.gather) g.gather->wait(), g.gather.reset();  // a prefetch nobody used
-  g.gather_send = Tensor();
-  g.gather_recv = Tensor();
+  for (Group::GatherPart& part : g.parts) {
+    if (part.work) part.work->wait(), part.work.reset();  // a prefetch nobody used
+    part.send = Tensor();
+    part.recv = Tensor();
+  }
   g.values = Tensor();
   g.compute = Tensor();
   point_values(g, false);
@@ -215,7 +251,9 @@ void FullyShardedDataParallel::start_reduce(Group& g) {
 
 void FullyShardedDataParallel::poll() {
   for (Group& g : groups_) {
-    if (g.gather) g.gather->test();
+    for (Group::GatherPart& part : g.parts) {
+      if (part.work) part.work->test();
+    }
     // A finished reduce-scatter is folded into the shards at once, freeing its buffers.
     if (g.reduce && g.reduce->test()) finish_reduce(g);
   }

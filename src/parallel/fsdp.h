@@ -58,7 +58,8 @@ class FullyShardedDataParallel : public GradientSync {
   // reduce-scatters them.
   FullyShardedDataParallel(ParameterStore& store, DeviceMesh& mesh, int stage, const AdamWConfig& adamw,
                            const std::vector<FsdpGroup>& groups, bool prefetch,
-                           const std::vector<char>& local_units = {}, DType reduce_dtype = DType::f32);
+                           const std::vector<char>& local_units = {}, DType reduce_dtype = DType::f32,
+                           DType gather_dtype = DType::f32);
 
   void before_forward(int unit) override;
   void after_forward(int unit) override;
@@ -99,8 +100,17 @@ class FullyShardedDataParallel : public GradientSync {
     Tensor values;          // gathered parameters (empty when resharded)
     Tensor compute;         // low precision: values rounded to the compute dtype, for the matmuls
     Tensor grads;           // full gradients during its backward
-    Tensor gather_send, gather_recv;
-    WorkHandle gather;
+    // Its parameters travel in one all-gather per dtype: fp32, and with a low gather
+    // dtype the matmul-only weights in that dtype.
+    struct GatherPart {
+      ParamSlots slots;  // offsets in the gathered buffer, as in `slots`
+      int64_t segment = 0;
+      DType dtype = DType::f32;
+      Tensor send, recv;
+      WorkHandle work;
+    };
+    std::vector<GatherPart> parts;
+    bool gathering() const;
     Tensor reduce_send, reduce_recv;
     Tensor reduce_send_low, reduce_recv_low;  // low-precision reduction: what travels
     WorkHandle reduce;

@@ -71,11 +71,15 @@ std::unique_ptr<GradientSync> parallelize(Transformer& model, DeviceMesh* mesh, 
   // FSDP (stage 3) initialises each rank's shards itself: the whole model never exists on a rank.
   if (o.zero_stage != 3 && !store.values().defined()) store.materialize();
 
+  // FSDP gathers the matmul-only weights in the compute dtype: the model reads only
+  // their compute copy. fp8 quantises weights from their fp32 values: then fp32.
+  const Precision& precision = model.precision();
+  const DType gather_dtype = precision.low() && !precision.fp8 ? precision.compute : DType::f32;
   std::unique_ptr<GradientSync> sync;
   if (o.zero_stage >= 2) {
     sync = std::make_unique<FullyShardedDataParallel>(store, *mesh, o.zero_stage, o.adamw,
                                                       fsdp_groups(model.num_units(), o.reshard_after_forward),
-                                                      o.prefetch, o.local_units, o.reduce_dtype);
+                                                      o.prefetch, o.local_units, o.reduce_dtype, gather_dtype);
   } else if (o.zero_stage == 1) {
     sync = std::make_unique<ZeroStage1>(store, *mesh, o.bucket_bytes, o.adamw, o.reduce_dtype);
   } else {

@@ -45,7 +45,8 @@ struct ParallelOptions {
 // mesh == nullptr: one rank, no communication. The model must be built without
 // materialising its parameters when the mesh has tp > 1 (its blocks change). The
 // returned strategy is also installed as the model's hooks (Transformer::set_hooks);
-// it must outlive the model's use.
+// it must outlive the model's use. Set the model's precision first: FSDP gathers the
+// matmul-only weights in its compute dtype.
 std::unique_ptr<GradientSync> parallelize(Transformer& model, DeviceMesh* mesh, const ParallelOptions& options);
 
 }  // namespace ndt

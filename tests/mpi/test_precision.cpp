@@ -7,7 +7,9 @@
 #include "../train/test_support.h"
 #include "core/memory.h"
 #include "mpi_env.h"
+#include "model/matmul.h"
 #include "parallel/memory_model.h"
+#include "parallel/shard_layout.h"
 #include "parity.h"
 
 #include <gtest/gtest.h>
@@ -135,8 +137,45 @@ TEST(PrecisionCommunication, Bf16ReductionHalvesTheGradientBytes) {
     const Bytes fp32 = bytes(stage, DType::f32), bf16 = bytes(stage, DType::bf16);
     EXPECT_GT(fp32.reductions, 0) << "stage " << stage;
     EXPECT_EQ(2 * bf16.reductions, fp32.reductions) << "stage " << stage;
-    EXPECT_EQ(bf16.other, fp32.other) << "stage " << stage << ": parameter all-gathers and the norm stay fp32";
+    EXPECT_EQ(bf16.other, fp32.other) << "stage " << stage << ": parameter all-gathers and the norm do not change";
   }
+}
+
+// Catches: FSDP gathering matmul-only weights in fp32 under bf16 compute (twice the
+// bytes), or gathering the others (norms, biases, embeddings, which the model reads in
+// fp32) in bf16.
+TEST(PrecisionCommunication, FsdpGathersMatmulWeightsInBf16) {
+  Communicator& world = testing::world();
+  const int n = world.size();
+  testing::TempDir dir;
+  write_shard(dir.file("train.bin"), testing::synthetic_text(30000, 3));
+  RunConfig c = tiny_run(dir.file("train.bin"), 8, 0);
+  c.steps = 1;
+  c.zero_stage = 3;
+  c.mesh.dp_shard = n;
+  auto gather_bytes = [&](DType compute) {
+    RunConfig config = c;
+    config.precision.compute = compute;
+    DeviceMesh mesh(world, config.resolve_mesh(n));
+    Trainer trainer(config, &mesh, nullptr);
+    trainer.step();
+    return mesh.axis(Axis::dp_shard).stats()[CommOp::all_gather].wire_bytes;
+  };
+  // Per collective, (n - 1) x bytes of the padded shard; the root (embeddings, final
+  // norm) is gathered once per step, each block twice (forward and backward).
+  Transformer probe(c.model, 1);
+  const ShardLayout layout(probe.store(), 0, n);
+  int64_t fp32_bytes = 0, bf16_bytes = 0;
+  for (size_t p = 0; p < probe.store().params().size(); ++p) {
+    const Parameter& param = probe.store().params()[p];
+    const int64_t gathers = param.name().rfind("blocks.", 0) == 0 ? 2 : 1;
+    const int64_t s = layout.shard(p).padded_numel() * gathers * (n - 1);
+    fp32_bytes += 4 * s;
+    bf16_bytes += (used_only_in_matmuls(param) ? 2 : 4) * s;
+  }
+  EXPECT_EQ(gather_bytes(DType::f32), fp32_bytes);
+  EXPECT_EQ(gather_bytes(DType::bf16), bf16_bytes);
+  EXPECT_LT(bf16_bytes, 0.7 * fp32_bytes);  // the blocks' weights are most of the model
 }
 
 // Catches: a bf16 reduction that loses more than bf16 rounding of the partial sums
