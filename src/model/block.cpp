@@ -228,12 +228,16 @@ void Block::backward_pass(MicroBatchContext& ctx, ModelHooks* hooks, std::vector
     kernels::copy(copy.data<float>(), dout, numel);
     deferred->push_back({std::move(copy), apply});
   };
+  // Fused, both halves in one matmul backward (a low-precision output gradient is then
+  // rounded once for both).
   auto column = [&](const ColumnParallelLinear& layer, float* dinp, const float* dout, const float* inp) {
+    if (!deferred) return layer.backward(dinp, dout, inp, d.N);
     layer.backward_input(dinp, dout, d.N);
     weight_grad([&layer, inp, rows = d.N](const float* dy) { layer.backward_weight(dy, inp, rows); }, dout,
                 d.N * layer.weight->local_shape[0]);
   };
   auto row = [&](const RowParallelLinear& layer, float* dinp, const float* dout, const float* inp, float* dbias) {
+    if (!deferred) return layer.backward(tp, dinp, s.dout_full, dout, inp, d.N, dbias);
     const float* dy = layer.backward_input(tp, dinp, s.dout_full, dout, d.N, dbias);
     weight_grad([&layer, inp, rows = d.N](const float* g) { layer.backward_weight(g, inp, rows); }, dy,
                 d.N * layer.weight->local_shape[0]);

@@ -3,8 +3,6 @@
 #include "core/error.h"
 #include "kernels/kernels.h"
 
-#include <algorithm>
-
 namespace ndt {
 
 namespace {
@@ -12,11 +10,26 @@ namespace {
 int rows_of(const Parameter& p) { return static_cast<int>(p.local_shape[0]); }
 int cols_of(const Parameter& p) { return static_cast<int>(p.local_shape[1]); }
 
-// x [n] rounded into a scratch of the compute dtype.
-const uint16_t* to_scratch(const MatmulPrecision& mp, uint16_t* scratch, const float* x, int64_t n) {
+// An activation operand x [n] (a layer's input or output gradient) rounded into a
+// workspace scratch: to the fp8 grid of (linear, role) for an fp8 linear (linear >= 0),
+// else to the compute dtype.
+const uint16_t* round_operand(const MatmulPrecision& mp, int linear, Fp8Linears::Role role, uint16_t* scratch,
+                              const float* x, int64_t n) {
   NDT_CHECK(n <= mp.capacity, "matmul operand of {} elements exceeds the workspace's {}", n, mp.capacity);
-  kernels::cast_to_lowp(mp.dtype, x, scratch, n);
+  if (linear >= 0) {
+    mp.fp8->quantize(linear, role, x, scratch, n);
+  } else {
+    kernels::cast_to_lowp(mp.dtype, x, scratch, n);
+  }
   return scratch;
+}
+
+// The weight as the matmul reads it: its compute copy, or for an fp8 linear its fp8
+// grid (re-quantised from the fp32 value at each use, into the fp8 weight scratch).
+const uint16_t* weight_operand(const MatmulPrecision& mp, int linear, const Parameter& weight) {
+  if (linear < 0) return weight.compute_data();
+  mp.fp8->quantize(linear, Fp8Linears::weight, weight.data(), mp.fp8->weight_scratch(), weight.numel());
+  return mp.fp8->weight_scratch();
 }
 
 }  // namespace
@@ -32,16 +45,11 @@ void matmul_forward(const MatmulPrecision& mp, float* out, const float* inp, con
     kernels::linear_forward(out, inp, weight.data(), bias, N, IC, OC);
     return;
   }
-  if (const int f = mp.fp8 ? mp.fp8->find(weight) : -1; f >= 0) {
-    NDT_CHECK(rows * IC <= mp.capacity, "matmul operand of {} elements exceeds the workspace's {}", rows * IC,
-              mp.capacity);
-    mp.fp8->quantize(f, Fp8Linears::input, inp, mp.a, rows * IC);
-    mp.fp8->quantize(f, Fp8Linears::weight, weight.data(), mp.fp8->weight_scratch(), weight.numel());
-    kernels::linear_forward_lowp(DType::bf16, out, mp.a, mp.fp8->weight_scratch(), bias, N, IC, OC);
-    return;
-  }
-  kernels::linear_forward_lowp(mp.dtype, out, to_scratch(mp, mp.a, inp, rows * IC), weight.compute_data(), bias, N,
-                               IC, OC);
+  // fp8 operands are bf16 values on the fp8 grids: the bf16 GEMM multiplies them exactly.
+  const int f = mp.fp8 ? mp.fp8->find(weight) : -1;
+  const uint16_t* x = round_operand(mp, f, Fp8Linears::input, mp.a, inp, rows * IC);
+  kernels::linear_forward_lowp(f >= 0 ? DType::bf16 : mp.dtype, out, x, weight_operand(mp, f, weight), bias, N, IC,
+                               OC);
 }
 
 void matmul_backward(const MatmulPrecision& mp, float* dinp, bool weight_grad, float* dbias, const float* dout,
@@ -54,28 +62,13 @@ void matmul_backward(const MatmulPrecision& mp, float* dinp, bool weight_grad, f
   }
   if (dbias) kernels::bias_backward(dbias, dout, rows, OC);
   if (!dinp && !dweight) return;
-  if (const int f = mp.fp8 ? mp.fp8->find(weight) : -1; f >= 0) {
-    // The output gradient on its e5m2 grid; the weight and the kept input re-quantised
-    // on theirs (the input from the compute-dtype copy the block kept).
-    NDT_CHECK(rows * std::max(OC, IC) <= mp.capacity, "matmul operand of {} elements exceeds the workspace's {}",
-              rows * std::max(OC, IC), mp.capacity);
-    mp.fp8->quantize(f, Fp8Linears::output_grad, dout, mp.a, rows * OC);
-    const uint16_t* w = nullptr;
-    const uint16_t* x = nullptr;
-    if (dinp) {
-      mp.fp8->quantize(f, Fp8Linears::weight, weight.data(), mp.fp8->weight_scratch(), weight.numel());
-      w = mp.fp8->weight_scratch();
-    }
-    if (dweight) {
-      mp.fp8->quantize(f, Fp8Linears::input, inp, mp.b, rows * IC);
-      x = mp.b;
-    }
-    kernels::linear_backward_lowp(DType::bf16, dinp, dweight, mp.a, x, w, N, IC, OC);
-    return;
-  }
-  const uint16_t* dy = to_scratch(mp, mp.a, dout, rows * OC);
-  const uint16_t* x = weight_grad ? to_scratch(mp, mp.b, inp, rows * IC) : nullptr;
-  kernels::linear_backward_lowp(mp.dtype, dinp, dweight, dy, x, dinp ? weight.compute_data() : nullptr, N, IC, OC);
+  // An fp8 linear's output gradient on its e5m2 grid, the weight and the kept input
+  // re-quantised on theirs (the input from the compute-dtype copy the block kept).
+  const int f = mp.fp8 ? mp.fp8->find(weight) : -1;
+  const uint16_t* dy = round_operand(mp, f, Fp8Linears::output_grad, mp.a, dout, rows * OC);
+  const uint16_t* x = dweight ? round_operand(mp, f, Fp8Linears::input, mp.b, inp, rows * IC) : nullptr;
+  const uint16_t* w = dinp ? weight_operand(mp, f, weight) : nullptr;
+  kernels::linear_backward_lowp(f >= 0 ? DType::bf16 : mp.dtype, dinp, dweight, dy, x, w, N, IC, OC);
 }
 
 }  // namespace ndt

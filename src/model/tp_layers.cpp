@@ -18,8 +18,8 @@ void ColumnParallelLinear::forward(float* out, const float* inp, int64_t rows) c
 }
 
 void ColumnParallelLinear::backward(float* dinp, const float* dout, const float* inp, int64_t rows) const {
-  backward_input(dinp, dout, rows);
-  backward_weight(dout, inp, rows);
+  matmul_backward(*precision, dinp, /*weight_grad=*/true, bias ? bias->grad_data() : nullptr, dout, inp, *weight,
+                  rows);
 }
 
 void ColumnParallelLinear::backward_input(float* dinp, const float* dout, int64_t rows) const {
@@ -48,7 +48,9 @@ void RowParallelLinear::forward(const TensorParallelRegions& tp, float* out, flo
 
 void RowParallelLinear::backward(const TensorParallelRegions& tp, float* dinp, float* dout_full, const float* dout,
                                  const float* inp, int64_t rows, float* dbias) const {
-  backward_weight(backward_input(tp, dinp, dout_full, dout, rows, dbias), inp, rows);
+  if (dbias) kernels::bias_backward(dbias, dout, tp.local_rows(rows), rows_of(*weight));
+  const float* dy = tp.row_output_backward(dout, dout_full, tp.local_rows(rows), rows_of(*weight));
+  matmul_backward(*precision, dinp, /*weight_grad=*/true, nullptr, dy, inp, *weight, rows);
 }
 
 const float* RowParallelLinear::backward_input(const TensorParallelRegions& tp, float* dinp, float* dout_full,

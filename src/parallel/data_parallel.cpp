@@ -2,7 +2,7 @@
 
 #include "core/timing.h"
 #include "optim/clip.h"
-#include "parallel/low_precision_reduce.h"
+#include "parallel/low_precision_comm.h"
 
 #include <chrono>
 #include <cmath>
@@ -22,7 +22,7 @@ DataParallel::DataParallel(ParameterStore& store, Communicator* dp, size_t bucke
 
 void DataParallel::unstage(size_t b) {
   if (!staging_[b].defined()) return;
-  widen_reduced(staging_[b], store_.grads().data<float>() + scheduler_.buckets()[b].begin, /*accumulate=*/false);
+  widen_received(staging_[b], store_.grads().data<float>() + scheduler_.buckets()[b].begin, /*accumulate=*/false);
   staging_[b] = Tensor();
 }
 
@@ -33,7 +33,7 @@ WorkHandle DataParallel::launch(size_t b) {
   float* grads = store_.grads().data<float>() + bucket.begin;
   const int64_t n = bucket.end - bucket.begin;
   if (reduce_dtype_ == DType::f32) return dp_->iall_reduce(grads, static_cast<size_t>(n), DType::f32, ReduceOp::sum);
-  staging_[b] = round_for_reduction(reduce_dtype_, grads, n);
+  staging_[b] = round_for_sending(reduce_dtype_, grads, n);
   return dp_->iall_reduce(staging_[b].raw(), static_cast<size_t>(n), reduce_dtype_, ReduceOp::sum);
 }
 

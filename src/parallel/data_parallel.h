@@ -26,7 +26,7 @@ namespace ndt {
 class DataParallel : public GradientSync {
  public:
   // dp == nullptr: one rank.
-  // reduce_dtype: f32, or bf16 / f16 (parallel/low_precision_reduce.h).
+  // reduce_dtype: f32, or bf16 / f16 (parallel/low_precision_comm.h).
   DataParallel(ParameterStore& store, Communicator* dp, size_t bucket_bytes, const AdamWConfig& adamw,
                DType reduce_dtype = DType::f32);
 

@@ -4,7 +4,7 @@
 #include "core/timing.h"
 #include "kernels/kernels.h"
 #include "model/matmul.h"
-#include "parallel/low_precision_reduce.h"
+#include "parallel/low_precision_comm.h"
 
 #include <algorithm>
 #include <chrono>
@@ -138,7 +138,7 @@ void FullyShardedDataParallel::start_gather(Group& g) {
       kernels::copy(send, param_shards_.data<float>() + s.shard_offset, s.padded_numel());
       send += s.padded_numel();
     }
-    part.send = part.dtype == DType::f32 ? own : round_for_reduction(part.dtype, own.data<float>(), part.segment);
+    part.send = part.dtype == DType::f32 ? own : round_for_sending(part.dtype, own.data<float>(), part.segment);
     part.recv = Tensor::empty({n * part.segment}, part.dtype, MemTag::comm);
     part.work = shard_comm_.iall_gather(part.send.raw(), part.recv.raw(), static_cast<size_t>(part.segment), part.dtype);
   }
@@ -156,7 +156,7 @@ void FullyShardedDataParallel::finish_gather(Group& g) {
       layout_.unpack_all(part.recv.data<float>(), part.slots, g.values.data<float>());
     } else {  // widened (exactly: the compute copy below recasts the same bits)
       Tensor wide = Tensor::empty({part.recv.numel()}, DType::f32, MemTag::comm);
-      widen_reduced(part.recv, wide.data<float>(), /*accumulate=*/false);
+      widen_received(part.recv, wide.data<float>(), /*accumulate=*/false);
       layout_.unpack_all(wide.data<float>(), part.slots, g.values.data<float>());
     }
     part.send = Tensor();
@@ -239,7 +239,7 @@ void FullyShardedDataParallel::start_reduce(Group& g) {
     g.reduce = shard_comm_.ireduce_scatter(g.reduce_send.data<float>(), g.reduce_recv.data<float>(),
                                            static_cast<size_t>(g.segment), DType::f32, ReduceOp::sum);
   } else {
-    g.reduce_send_low = round_for_reduction(reduce_dtype_, g.reduce_send.data<float>(), n * g.segment);
+    g.reduce_send_low = round_for_sending(reduce_dtype_, g.reduce_send.data<float>(), n * g.segment);
     g.reduce_send = Tensor();
     g.reduce_recv_low = Tensor::empty({g.segment}, reduce_dtype_, MemTag::comm);
     g.reduce = shard_comm_.ireduce_scatter(g.reduce_send_low.raw(), g.reduce_recv_low.raw(),
@@ -264,7 +264,7 @@ void FullyShardedDataParallel::finish_reduce(Group& g) {
   g.reduce->wait();
   g.reduce.reset();
   if (g.reduce_recv_low.defined()) {
-    widen_reduced(g.reduce_recv_low, g.reduce_recv.data<float>(), /*accumulate=*/false);
+    widen_received(g.reduce_recv_low, g.reduce_recv.data<float>(), /*accumulate=*/false);
     g.reduce_send_low = Tensor();
     g.reduce_recv_low = Tensor();
   }

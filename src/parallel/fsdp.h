@@ -131,7 +131,7 @@ class FullyShardedDataParallel : public GradientSync {
   Communicator& replicate_comm_;
   int stage_;
   bool prefetch_;
-  DType reduce_dtype_;  // of the reduce-scatter (parallel/low_precision_reduce.h)
+  DType reduce_dtype_;  // of the reduce-scatter (parallel/low_precision_comm.h)
   bool pipelined_;
   ShardLayout layout_;
   ShardedAdamW optimizer_;

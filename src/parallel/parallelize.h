@@ -34,7 +34,7 @@ struct ParallelOptions {
   bool sequence_parallel = false;
   AdamWConfig adamw;
   // What data-parallel gradient reductions send (precision.reduce_dtype): f32, or bf16
-  // (half the bytes; parallel/low_precision_reduce.h).
+  // (half the bytes; parallel/low_precision_comm.h).
   DType reduce_dtype = DType::f32;
   // Pipeline parallelism (mesh pp > 1): the units this rank runs, one flag per unit
   // (parallel/pipeline_stages.h). Only their parameters exist here, plus a tied

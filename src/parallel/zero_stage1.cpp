@@ -2,7 +2,7 @@
 
 #include "core/error.h"
 #include "core/timing.h"
-#include "parallel/low_precision_reduce.h"
+#include "parallel/low_precision_comm.h"
 
 #include <chrono>
 
@@ -26,7 +26,7 @@ ZeroStage1::ZeroStage1(ParameterStore& store, DeviceMesh& mesh, size_t bucket_by
 void ZeroStage1::completed(size_t b) {
   staging_[b] = Tensor();
   if (!reduced_[b].defined()) return;
-  widen_reduced(reduced_[b], shard_segment(scheduler_.buckets()[b]), /*accumulate=*/false);
+  widen_received(reduced_[b], shard_segment(scheduler_.buckets()[b]), /*accumulate=*/false);
   reduced_[b] = Tensor();
 }
 
@@ -52,7 +52,7 @@ WorkHandle ZeroStage1::launch(size_t b) {
     return shard_comm_.ireduce_scatter(staging, shard_segment(scheduler_.buckets()[b]), static_cast<size_t>(segment),
                                        DType::f32, ReduceOp::sum);
   }
-  staging_[b] = round_for_reduction(reduce_dtype_, staging, n * segment);
+  staging_[b] = round_for_sending(reduce_dtype_, staging, n * segment);
   reduced_[b] = Tensor::empty({segment}, reduce_dtype_, MemTag::comm);
   return shard_comm_.ireduce_scatter(staging_[b].raw(), reduced_[b].raw(), static_cast<size_t>(segment),
                                      reduce_dtype_, ReduceOp::sum);

@@ -27,7 +27,7 @@ namespace ndt {
 
 class ZeroStage1 : public GradientSync {
  public:
-  // reduce_dtype: f32, or bf16 / f16 for the reduce-scatter (parallel/low_precision_reduce.h;
+  // reduce_dtype: f32, or bf16 / f16 for the reduce-scatter (parallel/low_precision_comm.h;
   // HSDP's all-reduce over replicas stays fp32).
   ZeroStage1(ParameterStore& store, DeviceMesh& mesh, size_t bucket_bytes, const AdamWConfig& adamw,
              DType reduce_dtype = DType::f32);

@@ -3,6 +3,8 @@
 #pragma once
 
 #include "comm/device_mesh.h"
+#include "core/memory.h"
+#include "parallel/memory_model.h"
 #include "train/trainer.h"
 
 #include <gtest/gtest.h>
@@ -89,6 +91,28 @@ inline void expect_same_run(const TrainedRun& reference, const TrainedRun& paral
     norm += static_cast<double>(reference.params[i]) * reference.params[i];
   }
   EXPECT_LT(std::sqrt(diff / norm), 1e-5) << what << ": final parameters";
+}
+
+// The ledger's model-state bytes at one moment, and their growth since then against the
+// memory model within 2% (what: the case and rank, for the message).
+struct LedgerModelStates {
+  size_t params = 0, grads = 0, optimizer = 0;
+  static LedgerModelStates now() {
+    const MemoryLedger& l = MemoryLedger::instance();
+    return {l.current(MemTag::params), l.current(MemTag::grads), l.current(MemTag::optimizer)};
+  }
+};
+
+inline void expect_within_2_percent(size_t measured, int64_t expected, const std::string& what) {
+  EXPECT_NEAR(static_cast<double>(measured), static_cast<double>(expected), 0.02 * expected) << what;
+}
+
+inline void expect_model_states_since(const LedgerModelStates& before, const ModelStateBytes& predicted,
+                                      const std::string& what) {
+  const LedgerModelStates now = LedgerModelStates::now();
+  expect_within_2_percent(now.params - before.params, predicted.params, what + ", params");
+  expect_within_2_percent(now.grads - before.grads, predicted.grads, what + ", grads");
+  expect_within_2_percent(now.optimizer - before.optimizer, predicted.optimizer, what + ", optimizer");
 }
 
 }  // namespace ndt::testing

@@ -251,20 +251,12 @@ TEST(PrecisionMemory, LedgerMatchesTheMemoryModelWithComputeCopies) {
     c.mesh.dp_shard = stage == 0 ? 1 : world.size();
     c.steps = 1;
     DeviceMesh mesh(world, c.resolve_mesh(world.size()));
-    MemoryLedger& ledger = MemoryLedger::instance();
-    const size_t params0 = ledger.current(MemTag::params), grads0 = ledger.current(MemTag::grads),
-                 optimizer0 = ledger.current(MemTag::optimizer);
+    const testing::LedgerModelStates before = testing::LedgerModelStates::now();
     Trainer trainer(c, &mesh, nullptr);
     trainer.step();
-    const ModelStateBytes predicted =
-        predict_model_states(model_parameter_specs(c.model), c.mesh.dp_shard, stage, DType::bf16);
-    auto expect_within_2_percent = [&](size_t measured, int64_t expected, const char* tag) {
-      EXPECT_NEAR(static_cast<double>(measured), static_cast<double>(expected), 0.02 * expected)
-          << "stage " << stage << ", " << tag << ", rank " << world.rank();
-    };
-    expect_within_2_percent(ledger.current(MemTag::params) - params0, predicted.params, "params");
-    expect_within_2_percent(ledger.current(MemTag::grads) - grads0, predicted.grads, "grads");
-    expect_within_2_percent(ledger.current(MemTag::optimizer) - optimizer0, predicted.optimizer, "optimizer");
+    testing::expect_model_states_since(
+        before, predict_model_states(model_parameter_specs(c.model), c.mesh.dp_shard, stage, DType::bf16),
+        "stage " + std::to_string(stage) + ", rank " + std::to_string(world.rank()));
   }
   // The compute copy is 2 bytes per parameter where whole parameters are kept.
   const auto specs = model_parameter_specs(ModelConfig::preset("gpt2-124m"));

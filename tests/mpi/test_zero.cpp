@@ -116,20 +116,14 @@ TEST(ZeroMemory, LedgerMatchesTheMemoryModelOnEveryRank) {
     c.steps = 1;
     DeviceMesh mesh(world, c.resolve_mesh(world.size()));
     MemoryLedger& ledger = MemoryLedger::instance();
-    const size_t params0 = ledger.current(MemTag::params), grads0 = ledger.current(MemTag::grads),
-                 optimizer0 = ledger.current(MemTag::optimizer);
+    const testing::LedgerModelStates before = testing::LedgerModelStates::now();
     Trainer trainer(c, &mesh, nullptr);
     ledger.reset_peaks();
     trainer.step();
     const ModelStateBytes predicted =
         predict_model_states(model_parameter_specs(c.model), c.mesh.dp_shard, stage);
-    auto expect_within_2_percent = [&](size_t measured, int64_t expected, const char* tag) {
-      EXPECT_NEAR(static_cast<double>(measured), static_cast<double>(expected), 0.02 * expected)
-          << "stage " << stage << ", " << tag << ", rank " << world.rank();
-    };
-    expect_within_2_percent(ledger.current(MemTag::params) - params0, predicted.params, "params");
-    expect_within_2_percent(ledger.current(MemTag::grads) - grads0, predicted.grads, "grads");
-    expect_within_2_percent(ledger.current(MemTag::optimizer) - optimizer0, predicted.optimizer, "optimizer");
+    const std::string what = "stage " + std::to_string(stage) + ", rank " + std::to_string(world.rank());
+    testing::expect_model_states_since(before, predicted, what);
     if (stage >= 2) {
       // Gradients are never whole: at most the shards, the root's (alive through
       // backward) and one block's.
@@ -138,7 +132,7 @@ TEST(ZeroMemory, LedgerMatchesTheMemoryModelOnEveryRank) {
         if (spec.name.rfind("blocks.", 0) != 0) root += shape_numel(spec.logical_shape);
         if (spec.name.rfind("blocks.0.", 0) == 0) block += shape_numel(spec.logical_shape);
       }
-      EXPECT_LE(static_cast<int64_t>(ledger.peak(MemTag::grads) - grads0), predicted.grads + 4 * (root + block))
+      EXPECT_LE(static_cast<int64_t>(ledger.peak(MemTag::grads) - before.grads), predicted.grads + 4 * (root + block))
           << "stage " << stage << ", rank " << world.rank();
     }
     if (stage == 3) {
@@ -148,9 +142,9 @@ TEST(ZeroMemory, LedgerMatchesTheMemoryModelOnEveryRank) {
         if (spec.name.rfind("blocks.", 0) != 0) root += shape_numel(spec.logical_shape);
         if (spec.name.rfind("blocks.0.", 0) == 0) block += shape_numel(spec.logical_shape);
       }
-      EXPECT_LE(static_cast<int64_t>(ledger.peak(MemTag::params) - params0), predicted.params + 4 * (root + 2 * block))
+      EXPECT_LE(static_cast<int64_t>(ledger.peak(MemTag::params) - before.params), predicted.params + 4 * (root + 2 * block))
           << "rank " << world.rank();
-      EXPECT_GT(static_cast<int64_t>(ledger.peak(MemTag::params) - params0), predicted.params + 4 * root)
+      EXPECT_GT(static_cast<int64_t>(ledger.peak(MemTag::params) - before.params), predicted.params + 4 * root)
           << "rank " << world.rank();
     }
     // Nothing transient is left after the step: communication buffers, gathered units.
@@ -159,7 +153,8 @@ TEST(ZeroMemory, LedgerMatchesTheMemoryModelOnEveryRank) {
     std::vector<int32_t> tokens = {1, 2, 3};
     std::vector<float> logits(static_cast<size_t>(c.model.vocab_size));
     trainer.model().next_token_logits(tokens.data(), 3, logits.data());
-    expect_within_2_percent(ledger.current(MemTag::params) - params0, predicted.params, "params after sampling");
+    testing::expect_within_2_percent(ledger.current(MemTag::params) - before.params, predicted.params,
+                                     what + ", params after sampling");
   }
   // Padding aside, the model is the textbook formula: gpt2-124m on 8 ranks.
   const auto specs = model_parameter_specs(ModelConfig::preset("gpt2-124m"));
