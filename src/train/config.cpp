@@ -345,9 +345,10 @@ void RunConfig::validate() const {
   model.validate();
   NDT_CHECK(loss_scaling == "auto" || loss_scaling == "dynamic" || loss_scaling == "off",
             "precision.loss_scaling = \"{}\" is not a mode: auto, dynamic or off", loss_scaling);
-  if (scales_loss()) loss_scale.validate();
+  // Checked even when off, so a bad value is reported before it is ever used.
+  loss_scale.validate();
+  precision.fp8_scaling.validate();
   if (precision.fp8) {
-    precision.fp8_scaling.validate();
     NDT_CHECK(precision.compute == DType::bf16,
               "precision.fp8 = true computes the fp8 products in the bf16 GEMM: it needs precision.compute = \"bf16\", "
               "not \"{}\"",

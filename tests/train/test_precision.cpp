@@ -221,6 +221,11 @@ TEST(PrecisionTraining, BadSettingsAreRefusedByName) {
             "precision.loss_scaling = \"static\" is not a mode: auto, dynamic or off");
   EXPECT_EQ(config_error({"precision.compute=fp16", "precision.loss_scale.backoff_factor=2"}),
             "precision.loss_scale.backoff_factor = 2 must be in (0, 1)");
+  // Refused even where unused (fp32 without scaling, fp8 off).
+  EXPECT_EQ(config_error({"precision.loss_scale.growth_interval=0"}),
+            "precision.loss_scale.growth_interval = 0 must be at least 1");
+  const std::string history = config_error({"precision.fp8_amax_history=0"});
+  EXPECT_NE(history.find("precision.fp8_amax_history = 0"), std::string::npos) << history;
   EXPECT_EQ(config_error({"precision.compute=bf16", "precision.fp8=true", "model.d_model=72", "model.n_head=4"}),
             "precision.fp8 = true needs linear-layer widths divisible by 16, but model.d_model = 72");
   EXPECT_EQ(config_error({"precision.fp8=true"}),
