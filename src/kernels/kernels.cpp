@@ -151,6 +151,14 @@ void rope_backward(float* dinp, const float* dout, int B, int T, int H, int D, i
                    float theta) {
   NDT_ROUTE(rope_backward, dinp, dout, B, T, H, D, pos_offset, theta);
 }
+void rope_forward_at(float* out, const float* inp, int B, int T, int H, int D, const int32_t* positions,
+                     float theta) {
+  NDT_ROUTE(rope_forward_at, out, inp, B, T, H, D, positions, theta);
+}
+void rope_backward_at(float* dinp, const float* dout, int B, int T, int H, int D, const int32_t* positions,
+                      float theta) {
+  NDT_ROUTE(rope_backward_at, dinp, dout, B, T, H, D, positions, theta);
+}
 
 void gelu_forward(float* out, const float* inp, int64_t n) { NDT_ROUTE(gelu_forward, out, inp, n); }
 void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) {

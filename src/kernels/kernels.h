@@ -105,6 +105,10 @@ void rope_forward(float* out, const float* inp, int B, int T, int H, int D, int 
                   float theta);
 void rope_backward(float* dinp, const float* dout, int B, int T, int H, int D, int pos_offset,
                    float theta);
+void rope_forward_at(float* out, const float* inp, int B, int T, int H, int D, const int32_t* positions,
+                     float theta);
+void rope_backward_at(float* dinp, const float* dout, int B, int T, int H, int D, const int32_t* positions,
+                      float theta);
 
 // --- Activations (activation.h).
 void gelu_forward(float* out, const float* inp, int64_t n);

@@ -87,6 +87,43 @@ TEST(Rope, OffsetShiftsPositions) {
   EXPECT_NE(wrong, out);
 }
 
+TEST(Rope, PositionsPickEachRowsRotation) {
+  // A context-parallel rank's rows: chunks 1 and 2 of 4 (zigzag for cp = 2, rank 1), given
+  // by position; each equals the whole sequence's row at that position, forward and back.
+  const int B = 2, T = 8, H = 2, D = 6, chunk = T / 4;
+  const int64_t row = static_cast<int64_t>(H) * D;
+  auto x = random_vector(B * T * row, 5);
+  auto g = random_vector(B * T * row, 6);
+  std::vector<float> full(B * T * row), dfull(B * T * row, 0.0f);
+  rope_forward(full.data(), x.data(), B, T, H, D, 0, kTheta);
+  rope_backward(dfull.data(), g.data(), B, T, H, D, 0, kTheta);
+  std::vector<int32_t> positions;
+  for (int c : {1, 2}) {
+    for (int t = 0; t < chunk; ++t) positions.push_back(c * chunk + t);
+  }
+  const int Tl = static_cast<int>(positions.size());
+  std::vector<float> local(B * Tl * row), dlocal_in(B * Tl * row);
+  for (int b = 0; b < B; ++b) {
+    for (int t = 0; t < Tl; ++t) {
+      for (int64_t k = 0; k < row; ++k) {
+        local[(b * Tl + t) * row + k] = x[(b * T + positions[t]) * row + k];
+        dlocal_in[(b * Tl + t) * row + k] = g[(b * T + positions[t]) * row + k];
+      }
+    }
+  }
+  std::vector<float> out(local.size()), dout(local.size(), 0.0f);
+  rope_forward_at(out.data(), local.data(), B, Tl, H, D, positions.data(), kTheta);
+  rope_backward_at(dout.data(), dlocal_in.data(), B, Tl, H, D, positions.data(), kTheta);
+  for (int b = 0; b < B; ++b) {
+    for (int t = 0; t < Tl; ++t) {
+      for (int64_t k = 0; k < row; ++k) {
+        EXPECT_EQ(out[(b * Tl + t) * row + k], full[(b * T + positions[t]) * row + k]) << b << "," << t << "," << k;
+        EXPECT_EQ(dout[(b * Tl + t) * row + k], dfull[(b * T + positions[t]) * row + k]) << b << "," << t << "," << k;
+      }
+    }
+  }
+}
+
 TEST(Rope, InPlaceMatchesOutOfPlace) {
   const int B = 2, T = 6, H = 3, D = 10;
   const int64_t n = static_cast<int64_t>(B) * T * H * D;

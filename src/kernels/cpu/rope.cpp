@@ -13,15 +13,16 @@ namespace {
 // Below this many elements the loops run on the calling thread (no fork/join cost).
 constexpr int64_t kParallelMin = int64_t{1} << 14;
 
-// cs[(t * half + i) * 2 + {0,1}] = {cos, sin} of (pos_offset + t) * theta^(-2i/D).
-std::vector<float> rope_table(int T, int D, int pos_offset, float theta) {
+// cs[(t * half + i) * 2 + {0,1}] = {cos, sin} of position(t) * theta^(-2i/D), where
+// position(t) = positions[t], or pos_offset + t without positions.
+std::vector<float> rope_table(int T, int D, int pos_offset, const int32_t* positions, float theta) {
   const int half = D / 2;
   std::vector<float> cs(static_cast<size_t>(T) * half * 2);
   std::vector<double> inv_freq(half);
   for (int i = 0; i < half; ++i) inv_freq[i] = std::pow(static_cast<double>(theta), -2.0 * i / D);
 #pragma omp parallel for schedule(static) if (static_cast<int64_t>(T) * D >= kParallelMin)
   for (int t = 0; t < T; ++t) {
-    const double pos = static_cast<double>(pos_offset) + t;
+    const double pos = positions ? static_cast<double>(positions[t]) : static_cast<double>(pos_offset) + t;
     for (int i = 0; i < half; ++i) {
       double angle = pos * inv_freq[i];
       size_t k = (static_cast<size_t>(t) * half + i) * 2;
@@ -40,9 +41,10 @@ namespace {
 // transpose of the rotation); writes `out` or, when accumulating, adds into it.
 // Each pair is read before either element is written, so out == x is safe.
 template <bool kInverse, bool kAccumulate>
-void rotate_pairs(float* out, const float* x_all, int B, int T, int H, int D, int pos_offset, float theta) {
+void rotate_pairs(float* out, const float* x_all, int B, int T, int H, int D, int pos_offset,
+                  const int32_t* positions, float theta) {
   const int half = D / 2;
-  const std::vector<float> cs = rope_table(T, D, pos_offset, theta);
+  const std::vector<float> cs = rope_table(T, D, pos_offset, positions, theta);
 #pragma omp parallel for collapse(2) schedule(static) \
     if (static_cast<int64_t>(B) * T * H * D >= kParallelMin)
   for (int b = 0; b < B; ++b) {
@@ -73,13 +75,23 @@ void rotate_pairs(float* out, const float* x_all, int B, int T, int H, int D, in
 }  // namespace
 
 void rope_forward(float* out, const float* inp, int B, int T, int H, int D, int pos_offset, float theta) {
-  rotate_pairs<false, false>(out, inp, B, T, H, D, pos_offset, theta);
+  rotate_pairs<false, false>(out, inp, B, T, H, D, pos_offset, nullptr, theta);
+}
+
+void rope_forward_at(float* out, const float* inp, int B, int T, int H, int D, const int32_t* positions,
+                     float theta) {
+  rotate_pairs<false, false>(out, inp, B, T, H, D, 0, positions, theta);
 }
 
 // The forward map is a rotation per pair; its transpose (the inverse rotation) maps
 // dout to dinp.
 void rope_backward(float* dinp, const float* dout, int B, int T, int H, int D, int pos_offset, float theta) {
-  rotate_pairs<true, true>(dinp, dout, B, T, H, D, pos_offset, theta);
+  rotate_pairs<true, true>(dinp, dout, B, T, H, D, pos_offset, nullptr, theta);
+}
+
+void rope_backward_at(float* dinp, const float* dout, int B, int T, int H, int D, const int32_t* positions,
+                      float theta) {
+  rotate_pairs<true, true>(dinp, dout, B, T, H, D, 0, positions, theta);
 }
 
 }  // namespace ndt::cpu

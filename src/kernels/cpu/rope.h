@@ -1,9 +1,13 @@
 // Rotary position embedding on x[B, T, H, D] (D even), "rotate half" pairing as in
 // Hugging Face Llama: element i < D/2 pairs with i + D/2, frequency
 // theta^(-2i/D), position pos_offset + t (the offset lets a sequence shard rotate
-// by its global positions).
+// by its global positions). The _at forms take each row's position from positions[T]
+// (the same for every b): a context-parallel rank's rows are runs of the sequence that
+// need not be consecutive (docs/context_parallel.md).
 // Contract: forward writes out (out == inp allowed); backward adds (+=) into dinp.
 #pragma once
+
+#include <cstdint>
 
 namespace ndt::cpu {
 
@@ -11,5 +15,9 @@ void rope_forward(float* out, const float* inp, int B, int T, int H, int D, int 
                   float theta);
 void rope_backward(float* dinp, const float* dout, int B, int T, int H, int D, int pos_offset,
                    float theta);
+void rope_forward_at(float* out, const float* inp, int B, int T, int H, int D, const int32_t* positions,
+                     float theta);
+void rope_backward_at(float* dinp, const float* dout, int B, int T, int H, int D, const int32_t* positions,
+                      float theta);
 
 }  // namespace ndt::cpu
