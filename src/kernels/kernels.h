@@ -22,6 +22,8 @@
 //   add_bias, bias_backward        kernels/cpu/elementwise.h
 //   layernorm_*, rmsnorm_*         kernels/cpu/norm.h
 //   attention_*                    kernels/cpu/attention.h
+//   attention_span_*, attention_merge,
+//   attention_row_dot              kernels/cpu/attention_span.h
 //   rope_*                         kernels/cpu/rope.h
 //   gelu_*, swiglu_*               kernels/cpu/activation.h
 //   embedding_*                    kernels/cpu/embedding.h
@@ -33,6 +35,7 @@
 
 #include "core/dtype.h"
 #include "kernels/cpu/adamw.h"
+#include "kernels/cpu/attention_span.h"
 
 #include <cstdint>
 #include <string>
@@ -101,6 +104,21 @@ void attention_forward(float* out, float* lse, float* att, const float* q, const
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
                         const float* k, const float* v, const float* att, int B, int T, int NH,
                         int NKV, int HS);
+// Ring attention's span kernels (attention_span.h): one (query span, key span) pair at a
+// time, merged by log-sum-exp.
+using AttentionSpan = cpu::AttentionSpan;
+void attention_span_forward(float* out, float* lse, float* att, int ld_att, int col, const float* q,
+                            const float* k, const float* v, int B, int Tq, int Tk, int NH, int NKV,
+                            int HS, AttentionSpan qs, AttentionSpan ks);
+void attention_merge(float* out, float* lse, const float* out_part, const float* lse_part, int B,
+                     int T, int NH, int HS, AttentionSpan rows);
+void attention_span_rescale(float* att, int ld_att, int col, int count, const float* lse_part,
+                            const float* lse, int B, int Tq, int NH, AttentionSpan qs);
+void attention_row_dot(float* D, const float* dout, const float* out, int B, int T, int NH, int HS);
+void attention_span_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
+                             const float* k, const float* v, const float* att, int ld_att, int col,
+                             const float* D, int B, int Tq, int Tk, int NH, int NKV, int HS,
+                             AttentionSpan qs, AttentionSpan ks);
 void rope_forward(float* out, const float* inp, int B, int T, int H, int D, int pos_offset,
                   float theta);
 void rope_backward(float* dinp, const float* dout, int B, int T, int H, int D, int pos_offset,

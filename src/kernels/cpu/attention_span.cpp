@@ -1,0 +1,306 @@
+// Ring attention's span kernels on the CPU, built like attention.cpp: sgemm for the
+// matrix products on blocks of kRowBlock query rows, a vectorised softmax in between.
+//
+// Causality across spans. The query at position p sees n(p) = clamp(p - ks.position + 1,
+// 0, ks.count) keys of the key span: its first n(p) rows. A row block computes only the
+// keys its last row sees; a block whose last row sees none is skipped (its outputs are
+// written as "no key": out 0, lse -inf, probabilities 0). A key span wholly before the
+// query span is unmasked, one wholly after it is all skipped.
+//
+// Threading as in attention.cpp: forward one OpenMP task per (b, h); backward one per
+// (b, kv_head) with that KV head's query heads looped inside, so each dK/dV row is
+// accumulated by one thread in a fixed order (race-free, bitwise the same on any thread
+// count); calls below kMinParallelWork multiply-adds run serially. sgemm inside the
+// parallel region runs single-threaded (see attention.cpp).
+#include "kernels/cpu/attention_span.h"
+#include "kernels/cpu/vec_math.h"
+
+#include "core/error.h"
+
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+namespace ndt::cpu {
+namespace {
+
+constexpr int kRowBlock = 64;
+// As attention.cpp: below this many multiply-adds a parallel region costs more than
+// it saves.
+constexpr int64_t kMinParallelWork = int64_t{1} << 18;
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+bool use_parallel(int64_t work) { return work >= kMinParallelWork && omp_get_max_threads() > 1; }
+
+// Row-major C = alpha * op(A) op(B) + beta * C.
+inline void sgemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
+                  const float* B, int ldb, float beta, float* C, int ldc) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N,
+              K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+// How many keys of span ks the query at position p sees.
+int visible_keys(int64_t p, const AttentionSpan& ks) {
+  return static_cast<int>(std::clamp<int64_t>(p - ks.position + 1, 0, ks.count));
+}
+
+// Softmax of row[0, n) in place (n >= 1); returns the row's log-sum-exp.
+float softmax_row(float* row, int n) {
+  float mx = kNegInf;
+#pragma omp simd reduction(max : mx)
+  for (int j = 0; j < n; ++j) mx = row[j] > mx ? row[j] : mx;
+  float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+  for (int j = 0; j < n; ++j) {
+    const float e = exp_vec(row[j] - mx);
+    row[j] = e;
+    sum += e;
+  }
+  const float inv = 1.0f / sum;
+#pragma omp simd
+  for (int j = 0; j < n; ++j) row[j] *= inv;
+  return mx + std::log(sum);
+}
+
+void check_rows(const char* kernel, int B, int T, int NH, int HS) {
+  NDT_CHECK(B >= 0 && T >= 0 && NH >= 1 && HS >= 1,
+            "{}: bad sizes B {}, T {}, NH {}, HS {} (B, T >= 0; NH, HS >= 1)", kernel, B, T, NH,
+            HS);
+}
+
+void check_span(const char* kernel, const char* what, const AttentionSpan& s, int T) {
+  NDT_CHECK(s.begin >= 0 && s.count >= 0 && int64_t{s.begin} + s.count <= T,
+            "{}: {} span (begin {}, count {}) does not fit in the {} rows [0, {})", kernel, what,
+            s.begin, s.count, T, T);
+}
+
+void check_columns(const char* kernel, int ld_att, int col, int count) {
+  NDT_CHECK(col >= 0 && count >= 0 && int64_t{col} + count <= ld_att,
+            "{}: probability columns col {} + count {} exceed ld_att {}", kernel, col, count,
+            ld_att);
+}
+
+// Everything the forward and backward of a span pair share.
+void check_pair(const char* kernel, int ld_att, int col, int B, int Tq, int Tk, int NH, int NKV,
+                int HS, const AttentionSpan& qs, const AttentionSpan& ks) {
+  check_rows(kernel, B, Tq, NH, HS);
+  NDT_CHECK(Tk >= 0, "{}: bad key rows Tk {}", kernel, Tk);
+  NDT_CHECK(NKV >= 1 && NH % NKV == 0,
+            "{}: query heads ({}) must be a multiple of key/value heads ({})", kernel, NH, NKV);
+  check_span(kernel, "query", qs, Tq);
+  check_span(kernel, "key", ks, Tk);
+  check_columns(kernel, ld_att, col, ks.count);
+}
+
+int64_t pair_work(int B, int NH, int HS, const AttentionSpan& qs, const AttentionSpan& ks) {
+  return int64_t{B} * NH * qs.count * ks.count * HS;
+}
+
+}  // namespace
+
+void attention_span_forward(float* out, float* lse, float* att, int ld_att, int col, const float* q,
+                            const float* k, const float* v, int B, int Tq, int Tk, int NH, int NKV,
+                            int HS, AttentionSpan qs, AttentionSpan ks) {
+  check_pair("attention_span_forward", ld_att, col, B, Tq, Tk, NH, NKV, HS, qs, ks);
+  const int group = NH / NKV;
+  const int ldq = NH * HS, ldk = NKV * HS;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+  const int tasks = B * NH;
+  const bool parallel = use_parallel(pair_work(B, NH, HS, qs, ks));
+
+#pragma omp parallel for schedule(static) if (parallel)
+  for (int task = 0; task < tasks; ++task) {
+    const int b = task / NH, h = task % NH, kvh = h / group;
+    // Everything from the spans' first rows (and the pair's first column).
+    const float* qbh = q + (static_cast<int64_t>(b) * Tq + qs.begin) * ldq + h * HS;
+    const float* kb = k + (static_cast<int64_t>(b) * Tk + ks.begin) * ldk + kvh * HS;
+    const float* vb = v + (static_cast<int64_t>(b) * Tk + ks.begin) * ldk + kvh * HS;
+    float* obh = out + (static_cast<int64_t>(b) * Tq + qs.begin) * ldq + h * HS;
+    float* abh = att + (static_cast<int64_t>(task) * Tq + qs.begin) * ld_att + col;
+    float* lbh = lse + static_cast<int64_t>(task) * Tq + qs.begin;
+
+    for (int r0 = 0; r0 < qs.count; r0 += kRowBlock) {
+      const int r1 = std::min(qs.count, r0 + kRowBlock), rows = r1 - r0;
+      const int nblk = visible_keys(int64_t{qs.position} + r1 - 1, ks);
+      float* ablk = abh + static_cast<int64_t>(r0) * ld_att;
+      float* oblk = obh + static_cast<int64_t>(r0) * ldq;
+      if (nblk == 0) {  // no row of the block sees a key
+        for (int i = 0; i < rows; ++i) {
+          std::fill_n(ablk + static_cast<int64_t>(i) * ld_att, ks.count, 0.0f);
+          std::fill_n(oblk + static_cast<int64_t>(i) * ldq, HS, 0.0f);
+          lbh[r0 + i] = kNegInf;
+        }
+        continue;
+      }
+      // S[r0:r1, 0:nblk] = scale * Q[r0:r1] K[0:nblk]^T
+      sgemm(false, true, rows, nblk, HS, scale, qbh + static_cast<int64_t>(r0) * ldq, ldq, kb, ldk,
+            0.0f, ablk, ld_att);
+      for (int i = 0; i < rows; ++i) {
+        float* row = ablk + static_cast<int64_t>(i) * ld_att;
+        const int n = visible_keys(int64_t{qs.position} + r0 + i, ks);
+        lbh[r0 + i] = n > 0 ? softmax_row(row, n) : kNegInf;
+        std::fill(row + n, row + ks.count, 0.0f);
+      }
+      // O[r0:r1] = P[r0:r1, 0:nblk] V[0:nblk]   (a row that sees no key: P 0, O 0)
+      sgemm(false, false, rows, HS, nblk, 1.0f, ablk, ld_att, vb, ldk, 0.0f, oblk, ldq);
+    }
+  }
+}
+
+void attention_merge(float* out, float* lse, const float* out_part, const float* lse_part, int B,
+                     int T, int NH, int HS, AttentionSpan rows) {
+  check_rows("attention_merge", B, T, NH, HS);
+  check_span("attention_merge", "row", rows, T);
+  const int ldo = NH * HS;
+  const int tasks = B * NH;
+  const bool parallel = use_parallel(int64_t{B} * NH * rows.count * HS);
+
+#pragma omp parallel for schedule(static) if (parallel)
+  for (int task = 0; task < tasks; ++task) {
+    const int b = task / NH, h = task % NH;
+    for (int t = rows.begin; t < rows.begin + rows.count; ++t) {
+      const int64_t li = static_cast<int64_t>(task) * T + t;
+      const int64_t oi = (static_cast<int64_t>(b) * T + t) * ldo + h * HS;
+      float* o = out + oi;
+      const float* op = out_part + oi;
+      const float l = lse[li], lp = lse_part[li];
+      if (lp == kNegInf) {  // the part has no key: nothing to add
+        if (l == kNegInf) std::fill_n(o, HS, 0.0f);
+        continue;
+      }
+      if (l == kNegInf) {  // nothing so far: the part is the result
+        std::copy_n(op, HS, o);
+        lse[li] = lp;
+        continue;
+      }
+      // In double: one exp/log pair per row, and the weights come out to the last bit.
+      const double mx = std::max(l, lp), mn = std::min(l, lp);
+      const double lnew = mx + std::log1p(std::exp(mn - mx));
+      const float w = static_cast<float>(std::exp(l - lnew));
+      const float wp = static_cast<float>(std::exp(lp - lnew));
+#pragma omp simd
+      for (int d = 0; d < HS; ++d) o[d] = o[d] * w + op[d] * wp;
+      lse[li] = static_cast<float>(lnew);
+    }
+  }
+}
+
+void attention_span_rescale(float* att, int ld_att, int col, int count, const float* lse_part,
+                            const float* lse, int B, int Tq, int NH, AttentionSpan qs) {
+  check_rows("attention_span_rescale", B, Tq, NH, 1);
+  check_span("attention_span_rescale", "query", qs, Tq);
+  check_columns("attention_span_rescale", ld_att, col, count);
+  const int tasks = B * NH;
+  const bool parallel = use_parallel(int64_t{B} * NH * qs.count * count);
+
+#pragma omp parallel for schedule(static) if (parallel)
+  for (int task = 0; task < tasks; ++task) {
+    for (int t = qs.begin; t < qs.begin + qs.count; ++t) {
+      const int64_t li = static_cast<int64_t>(task) * Tq + t;
+      float* row = att + li * ld_att + col;
+      const float lp = lse_part[li];
+      if (lp == kNegInf) {
+        std::fill_n(row, count, 0.0f);
+        continue;
+      }
+      const float f = static_cast<float>(std::exp(static_cast<double>(lp) - lse[li]));
+#pragma omp simd
+      for (int j = 0; j < count; ++j) row[j] *= f;
+    }
+  }
+}
+
+void attention_row_dot(float* D, const float* dout, const float* out, int B, int T, int NH,
+                       int HS) {
+  check_rows("attention_row_dot", B, T, NH, HS);
+  const int ldo = NH * HS;
+  const int tasks = B * NH;
+  const bool parallel = use_parallel(int64_t{B} * NH * T * HS);
+
+#pragma omp parallel for schedule(static) if (parallel)
+  for (int task = 0; task < tasks; ++task) {
+    const int b = task / NH, h = task % NH;
+    for (int t = 0; t < T; ++t) {
+      const int64_t oi = (static_cast<int64_t>(b) * T + t) * ldo + h * HS;
+      const float* g = dout + oi;
+      const float* o = out + oi;
+      // In double: dS = P o (dP - D) cancels where dP is near D, so D is kept exact.
+      double dot = 0.0;
+#pragma omp simd reduction(+ : dot)
+      for (int d = 0; d < HS; ++d) dot += double(g[d]) * o[d];
+      D[static_cast<int64_t>(task) * T + t] = static_cast<float>(dot);
+    }
+  }
+}
+
+void attention_span_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
+                             const float* k, const float* v, const float* att, int ld_att, int col,
+                             const float* D, int B, int Tq, int Tk, int NH, int NKV, int HS,
+                             AttentionSpan qs, AttentionSpan ks) {
+  check_pair("attention_span_backward", ld_att, col, B, Tq, Tk, NH, NKV, HS, qs, ks);
+  const int group = NH / NKV;
+  const int ldq = NH * HS, ldk = NKV * HS;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+  const int tasks = B * NKV;
+  const bool parallel = use_parallel(pair_work(B, NH, HS, qs, ks));
+  const int nbuf = parallel ? omp_get_max_threads() : 1;
+  const int64_t bsize = static_cast<int64_t>(std::min(qs.count, kRowBlock)) * ks.count;
+  // dP / dS of one row block: [rows, nblk] per thread.
+  std::vector<float> scratch(static_cast<size_t>(nbuf * bsize));
+
+#pragma omp parallel for schedule(static) if (parallel)
+  for (int task = 0; task < tasks; ++task) {
+    const int b = task / NKV, kvh = task % NKV;
+    float* ds = scratch.data() + (parallel ? omp_get_thread_num() : 0) * bsize;
+    const int64_t koff = (static_cast<int64_t>(b) * Tk + ks.begin) * ldk + kvh * HS;
+    const float* kb = k + koff;
+    const float* vb = v + koff;
+    float* dkb = dk + koff;
+    float* dvb = dv + koff;
+
+    for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
+      const int64_t off = (static_cast<int64_t>(b) * Tq + qs.begin) * ldq + h * HS;
+      const float* qbh = q + off;
+      const float* dobh = dout + off;
+      float* dqbh = dq + off;
+      const int64_t bh = static_cast<int64_t>(b) * NH + h;
+      const float* abh = att + (bh * Tq + qs.begin) * ld_att + col;
+      const float* dbh = D + bh * Tq + qs.begin;
+
+      for (int r0 = 0; r0 < qs.count; r0 += kRowBlock) {
+        const int r1 = std::min(qs.count, r0 + kRowBlock), rows = r1 - r0;
+        const int nblk = visible_keys(int64_t{qs.position} + r1 - 1, ks);
+        if (nblk == 0) continue;  // no row of the block sees a key: no gradient
+        const float* pblk = abh + static_cast<int64_t>(r0) * ld_att;
+        const float* doblk = dobh + static_cast<int64_t>(r0) * ldq;
+        // dV[0:nblk] += P[r0:r1, 0:nblk]^T dO[r0:r1]
+        sgemm(true, false, nblk, HS, rows, 1.0f, pblk, ld_att, doblk, ldq, 1.0f, dvb, ldk);
+        // dP[r0:r1, 0:nblk] = dO[r0:r1] V[0:nblk]^T   (ds has leading dimension nblk)
+        sgemm(false, true, rows, nblk, HS, 1.0f, doblk, ldq, vb, ldk, 0.0f, ds, nblk);
+        // dS = P o (dP - D) * scale; zero where masked.
+        for (int i = 0; i < rows; ++i) {
+          const int n = visible_keys(int64_t{qs.position} + r0 + i, ks);
+          const float* p = pblk + static_cast<int64_t>(i) * ld_att;
+          float* d = ds + static_cast<int64_t>(i) * nblk;
+          const float dot = dbh[r0 + i];
+#pragma omp simd
+          for (int j = 0; j < n; ++j) d[j] = p[j] * (d[j] - dot) * scale;
+          std::fill(d + n, d + nblk, 0.0f);
+        }
+        // dQ[r0:r1] += dS K[0:nblk]
+        sgemm(false, false, rows, HS, nblk, 1.0f, ds, nblk, kb, ldk, 1.0f,
+              dqbh + static_cast<int64_t>(r0) * ldq, ldq);
+        // dK[0:nblk] += dS^T Q[r0:r1]
+        sgemm(true, false, nblk, HS, rows, 1.0f, ds, nblk, qbh + static_cast<int64_t>(r0) * ldq,
+              ldq, 1.0f, dkb, ldk);
+      }
+    }
+  }
+}
+
+}  // namespace ndt::cpu

@@ -1,0 +1,748 @@
+// Ring attention's span kernels (kernels/cpu/attention_span.h): a ring simulated in one
+// process (zigzag and contiguous layouts, with and without grouped heads) against the
+// whole-sequence kernels of attention.h, forward and backward; the masking edge cases
+// (a key span wholly after, wholly before, or starting inside the query span) against
+// a double-precision reference; the merge rule at -inf; the backward's += contract;
+// determinism across thread counts; argument checks; routing through kernels.h.
+#include "kernels/cpu/attention_span.h"
+
+#include "../common/errors.h"
+#include "../common/gradcheck.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/kernels.h"
+
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace {
+
+using ndt::cpu::AttentionSpan;
+using ndt::testing::random_vector;
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+// Offset of row t, head h of a [B, T, H, HS] tensor.
+size_t at(int b, int t, int h, int T, int H, int HS) { return ((size_t(b) * T + t) * H + h) * HS; }
+
+// Largest |got - ref| / (1 + |ref|) (NaN counts as infinite); `where` gets its index.
+double max_error(const std::vector<float>& got, const std::vector<float>& ref,
+                 size_t* where = nullptr) {
+  double worst = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    double e = std::fabs(double(got[i]) - ref[i]) / (1 + std::fabs(double(ref[i])));
+    if (std::isnan(e)) e = INFINITY;
+    if (e > worst) {
+      worst = e;
+      if (where) *where = i;
+    }
+  }
+  return worst;
+}
+
+void expect_close(const std::vector<float>& got, const std::vector<float>& ref, double tol,
+                  const std::string& what) {
+  ASSERT_EQ(got.size(), ref.size()) << what;
+  size_t i = 0;
+  const double e = max_error(got, ref, &i);
+  EXPECT_LE(e, tol) << what << ": index " << i << " got " << got[i] << " want " << ref[i];
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// ---------------------------------------------------------------------------------
+// The simulated ring.
+
+struct RingCase {
+  int cp;       // ranks
+  bool zigzag;  // rank r holds chunks r and 2cp-1-r of 2cp; else chunk r of cp
+  int chunk;    // rows of one chunk
+  int NKV;
+  int B = 2, NH = 4, HS = 16;
+};
+
+std::string name_of(const RingCase& c) {
+  return std::string(c.zigzag ? "zigzag" : "contiguous") + "_cp" + std::to_string(c.cp) + "_chunk" +
+         std::to_string(c.chunk) + "_nkv" + std::to_string(c.NKV) + "_hs" + std::to_string(c.HS);
+}
+std::string case_name(const ::testing::TestParamInfo<RingCase>& info) {
+  return name_of(info.param);
+}
+void PrintTo(const RingCase& c, std::ostream* os) { *os << name_of(c); }
+
+struct Ring {
+  int cp, Tl, T;
+  std::vector<std::vector<AttentionSpan>> spans;  // spans[r]: rank r's local rows
+  std::vector<std::vector<int>> pos;              // pos[r][i]: sequence position of local row i
+};
+
+Ring make_ring(const RingCase& c) {
+  Ring ring{c.cp, c.zigzag ? 2 * c.chunk : c.chunk, 0, {}, {}};
+  ring.T = ring.cp * ring.Tl;
+  for (int r = 0; r < c.cp; ++r) {
+    std::vector<AttentionSpan> spans{{0, c.chunk, r * c.chunk}};
+    if (c.zigzag) spans.push_back({c.chunk, c.chunk, (2 * c.cp - 1 - r) * c.chunk});
+    std::vector<int> pos;
+    for (const AttentionSpan& s : spans)
+      for (int i = 0; i < s.count; ++i) pos.push_back(s.position + i);
+    ring.spans.push_back(spans);
+    ring.pos.push_back(pos);
+  }
+  return ring;
+}
+
+// Rows pos of every sequence of a [B, T, H, HS] tensor, as a [B, pos.size(), H, HS] one.
+std::vector<float> gather(const std::vector<float>& x, const std::vector<int>& pos, int B, int T,
+                          int H, int HS) {
+  const int Tl = int(pos.size());
+  std::vector<float> out(size_t(B) * Tl * H * HS);
+  for (int b = 0; b < B; ++b)
+    for (int i = 0; i < Tl; ++i)
+      std::copy_n(x.begin() + at(b, pos[i], 0, T, H, HS), H * HS,
+                  out.begin() + at(b, i, 0, Tl, H, HS));
+  return out;
+}
+
+// The inverse: local rows back to their positions in the whole tensor.
+void scatter(const std::vector<float>& local, const std::vector<int>& pos, std::vector<float>& x,
+             int B, int T, int H, int HS) {
+  const int Tl = int(pos.size());
+  for (int b = 0; b < B; ++b)
+    for (int i = 0; i < Tl; ++i)
+      std::copy_n(local.begin() + at(b, i, 0, Tl, H, HS), H * HS,
+                  x.begin() + at(b, pos[i], 0, T, H, HS));
+}
+
+struct Whole {
+  std::vector<float> out, lse, att, dq, dk, dv;
+};
+
+// The ring's results in whole-sequence order (att as [B, NH, T, T] by position, so it
+// compares with the whole kernel's), plus every rank's raw buffers for bitwise checks.
+struct RingResult {
+  Whole whole;
+  std::vector<float> raw;
+};
+
+RingResult run_ring(const RingCase& c, const Ring& ring, const std::vector<float>& q,
+                    const std::vector<float>& k, const std::vector<float>& v,
+                    const std::vector<float>& dout) {
+  const int B = c.B, NH = c.NH, NKV = c.NKV, HS = c.HS, T = ring.T, Tl = ring.Tl, cp = ring.cp;
+  std::vector<std::vector<float>> ql(cp), kl(cp), vl(cp), dol(cp), out(cp), lse(cp), att(cp),
+      dq(cp), dk(cp), dv(cp);
+  for (int r = 0; r < cp; ++r) {
+    ql[r] = gather(q, ring.pos[r], B, T, NH, HS);
+    kl[r] = gather(k, ring.pos[r], B, T, NKV, HS);
+    vl[r] = gather(v, ring.pos[r], B, T, NKV, HS);
+    dol[r] = gather(dout, ring.pos[r], B, T, NH, HS);
+    dq[r].assign(ql[r].size(), 0.0f);
+    dk[r].assign(kl[r].size(), 0.0f);
+    dv[r].assign(kl[r].size(), 0.0f);
+  }
+
+  // Forward: every rank attends its queries to each source's keys, its own first, then
+  // round the ring; column of source s's span = s * Tl + span.begin.
+  for (int r = 0; r < cp; ++r) {
+    out[r].assign(size_t(B) * Tl * NH * HS, 0.0f);
+    lse[r].assign(size_t(B) * NH * Tl, -kInf);
+    att[r].assign(size_t(B) * NH * Tl * T, kNaN);  // every entry must be written
+    struct Merged {                                // a pair merged, to be rescaled once all are in
+      AttentionSpan qs, ks;
+      int col;
+      std::vector<float> lse_part;
+    };
+    std::vector<Merged> pairs;
+    for (int step = 0; step < cp; ++step) {
+      const int s = (r - step + cp) % cp;
+      for (const AttentionSpan& qs : ring.spans[r])
+        for (const AttentionSpan& ks : ring.spans[s]) {
+          std::vector<float> out_part(out[r].size(), kNaN), lse_part(lse[r].size(), kNaN);
+          const int col = s * Tl + ks.begin;
+          ndt::cpu::attention_span_forward(out_part.data(), lse_part.data(), att[r].data(), T, col,
+                                           ql[r].data(), kl[s].data(), vl[s].data(), B, Tl, Tl, NH,
+                                           NKV, HS, qs, ks);
+          ndt::cpu::attention_merge(out[r].data(), lse[r].data(), out_part.data(), lse_part.data(),
+                                    B, Tl, NH, HS, qs);
+          pairs.push_back({qs, ks, col, std::move(lse_part)});
+        }
+    }
+    for (const Merged& p : pairs) {
+      ndt::cpu::attention_span_rescale(att[r].data(), T, p.col, p.ks.count, p.lse_part.data(),
+                                       lse[r].data(), B, Tl, NH, p.qs);
+    }
+  }
+
+  // Backward: the row term from the merged output, then every pair; dk/dv of a pair go
+  // to the source rank's buffers (in a real ring they travel back to it).
+  for (int r = 0; r < cp; ++r) {
+    std::vector<float> D(size_t(B) * NH * Tl, kNaN);
+    ndt::cpu::attention_row_dot(D.data(), dol[r].data(), out[r].data(), B, Tl, NH, HS);
+    for (int step = 0; step < cp; ++step) {
+      const int s = (r - step + cp) % cp;
+      for (const AttentionSpan& qs : ring.spans[r])
+        for (const AttentionSpan& ks : ring.spans[s]) {
+          ndt::cpu::attention_span_backward(dq[r].data(), dk[s].data(), dv[s].data(), dol[r].data(),
+                                            ql[r].data(), kl[s].data(), vl[s].data(), att[r].data(),
+                                            T, s * Tl + ks.begin, D.data(), B, Tl, Tl, NH, NKV, HS,
+                                            qs, ks);
+        }
+    }
+  }
+
+  RingResult res;
+  Whole& w = res.whole;
+  w.out.assign(q.size(), kNaN);
+  w.dq.assign(q.size(), kNaN);
+  w.dk.assign(k.size(), kNaN);
+  w.dv.assign(k.size(), kNaN);
+  w.lse.assign(size_t(B) * NH * T, kNaN);
+  w.att.assign(size_t(B) * NH * T * T, kNaN);
+  for (int r = 0; r < cp; ++r) {
+    scatter(out[r], ring.pos[r], w.out, B, T, NH, HS);
+    scatter(dq[r], ring.pos[r], w.dq, B, T, NH, HS);
+    scatter(dk[r], ring.pos[r], w.dk, B, T, NKV, HS);
+    scatter(dv[r], ring.pos[r], w.dv, B, T, NKV, HS);
+    for (int bh = 0; bh < B * NH; ++bh)
+      for (int i = 0; i < Tl; ++i) {
+        const int p = ring.pos[r][i];
+        w.lse[size_t(bh) * T + p] = lse[r][size_t(bh) * Tl + i];
+        for (int s = 0; s < cp; ++s)
+          for (int j = 0; j < Tl; ++j) {
+            w.att[(size_t(bh) * T + p) * T + ring.pos[s][j]] =
+                att[r][(size_t(bh) * Tl + i) * T + s * Tl + j];
+          }
+      }
+    for (const auto* buf : {&out[r], &lse[r], &att[r], &dq[r], &dk[r], &dv[r]})
+      res.raw.insert(res.raw.end(), buf->begin(), buf->end());
+  }
+  return res;
+}
+
+struct RingInputs {
+  std::vector<float> q, k, v, dout;
+};
+
+RingInputs ring_inputs(const RingCase& c, int T) {
+  const size_t qn = size_t(c.B) * T * c.NH * c.HS, kn = size_t(c.B) * T * c.NKV * c.HS;
+  return {random_vector(qn, 100), random_vector(kn, 101), random_vector(kn, 102),
+          random_vector(qn, 103)};
+}
+
+class AttentionSpanRing : public ::testing::TestWithParam<RingCase> {};
+
+// The ring gives the whole-sequence kernels' out, lse, probabilities and gradients.
+// Tolerance |got - want| <= 1e-6 * (1 + |want|) per entry: both sides are float
+// kernels summing in different orders (and the backward's row term is dO . O here,
+// rowsum(dP o P) there), a few float roundings apart on O(1) values. Measured worst
+// over these cases: 1.7e-7 lse, 2e-7 att, 3.7e-7 out, 4.6e-7 dq, 6.4e-7 dk and dv.
+TEST_P(AttentionSpanRing, MatchesWholeSequenceKernels) {
+  const RingCase c = GetParam();
+  const Ring ring = make_ring(c);
+  const int T = ring.T;
+  const RingInputs in = ring_inputs(c, T);
+  Whole want{std::vector<float>(in.q.size()),
+             std::vector<float>(size_t(c.B) * c.NH * T),
+             std::vector<float>(size_t(c.B) * c.NH * T * T),
+             std::vector<float>(in.q.size(), 0.0f),
+             std::vector<float>(in.k.size(), 0.0f),
+             std::vector<float>(in.k.size(), 0.0f)};
+  ndt::cpu::attention_forward(want.out.data(), want.lse.data(), want.att.data(), in.q.data(),
+                              in.k.data(), in.v.data(), c.B, T, c.NH, c.NKV, c.HS);
+  ndt::cpu::attention_backward(want.dq.data(), want.dk.data(), want.dv.data(), in.dout.data(),
+                               in.q.data(), in.k.data(), in.v.data(), want.att.data(), c.B, T, c.NH,
+                               c.NKV, c.HS);
+
+  const Whole got = run_ring(c, ring, in.q, in.k, in.v, in.dout).whole;
+  constexpr double kTol = 1e-6;
+  expect_close(got.out, want.out, kTol, "out");
+  expect_close(got.lse, want.lse, kTol, "lse");
+  expect_close(got.att, want.att, kTol, "att");
+  // Masked entries are exactly 0, as in the whole kernel.
+  for (int bh = 0; bh < c.B * c.NH; ++bh)
+    for (int p = 0; p < T; ++p)
+      for (int j = p + 1; j < T; ++j)
+        ASSERT_EQ(got.att[(size_t(bh) * T + p) * T + j], 0.0f)
+            << "bh " << bh << " p " << p << " j " << j;
+  expect_close(got.dq, want.dq, kTol, "dq");
+  expect_close(got.dk, want.dk, kTol, "dk");
+  expect_close(got.dv, want.dv, kTol, "dv");
+}
+
+// Chunks of 37 (not a multiple of 64), 74 (two row blocks, the second partial) and 70.
+INSTANTIATE_TEST_SUITE_P(AttentionSpan, AttentionSpanRing,
+                         ::testing::Values(RingCase{2, true, 37, 4}, RingCase{2, true, 37, 2},
+                                           RingCase{2, true, 37, 1}, RingCase{4, true, 37, 4},
+                                           RingCase{4, true, 37, 2}, RingCase{4, true, 37, 1},
+                                           RingCase{2, false, 74, 4}, RingCase{2, false, 74, 2},
+                                           RingCase{2, false, 74, 1}, RingCase{4, false, 74, 4},
+                                           RingCase{4, false, 74, 2}, RingCase{4, false, 74, 1},
+                                           RingCase{2, true, 70, 2}),
+                         case_name);
+
+// Each dK/dV row is summed by one thread in a fixed order: the whole ring, forward and
+// backward, gives the same bits on 1 and 2 threads. HS 32 and chunks of 74 put every
+// span pair (2 * 4 * 74 * 74 * 32 multiply-adds) over the kernels' parallel threshold.
+TEST(AttentionSpanDeterminism, SameBitsOnOneAndTwoThreads) {
+  RingCase c{2, false, 74, 2};
+  c.HS = 32;
+  const Ring ring = make_ring(c);
+  const RingInputs in = ring_inputs(c, ring.T);
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const std::vector<float> one = run_ring(c, ring, in.q, in.k, in.v, in.dout).raw;
+  omp_set_num_threads(2);
+  const std::vector<float> two = run_ring(c, ring, in.q, in.k, in.v, in.dout).raw;
+  omp_set_num_threads(saved);
+  EXPECT_TRUE(same_bits(one, two));
+}
+
+// ---------------------------------------------------------------------------------
+// One span pair against a double-precision reference.
+
+struct Pair {
+  int B = 2, NH = 4, NKV = 2, HS = 8;
+  int Tq, Tk;
+  AttentionSpan qs, ks;
+  int ld_att, col;
+};
+
+struct PairInputs {
+  std::vector<float> q, k, v;
+};
+
+PairInputs pair_inputs(const Pair& p, uint64_t stream) {
+  return {random_vector(size_t(p.B) * p.Tq * p.NH * p.HS, stream),
+          random_vector(size_t(p.B) * p.Tk * p.NKV * p.HS, stream + 1),
+          random_vector(size_t(p.B) * p.Tk * p.NKV * p.HS, stream + 2)};
+}
+
+struct PairOutputs {
+  std::vector<float> out, lse, att;
+};
+
+// Forward into buffers holding `fill`, so what it should not write shows.
+PairOutputs pair_forward(const Pair& p, const PairInputs& in, float fill) {
+  PairOutputs o{std::vector<float>(size_t(p.B) * p.Tq * p.NH * p.HS, fill),
+                std::vector<float>(size_t(p.B) * p.NH * p.Tq, fill),
+                std::vector<float>(size_t(p.B) * p.NH * p.Tq * p.ld_att, fill)};
+  ndt::cpu::attention_span_forward(o.out.data(), o.lse.data(), o.att.data(), p.ld_att, p.col,
+                                   in.q.data(), in.k.data(), in.v.data(), p.B, p.Tq, p.Tk, p.NH,
+                                   p.NKV, p.HS, p.qs, p.ks);
+  return o;
+}
+
+// Keys of span ks seen by the query of local row qs.begin + i.
+int seen(const Pair& p, int i) {
+  return std::clamp(p.qs.position + i - p.ks.position + 1, 0, p.ks.count);
+}
+
+// Double reference for local query row t of (b, h) over the first n keys of ks: lse
+// (-inf for n = 0), output and probabilities.
+double reference_row(const Pair& p, const PairInputs& in, int b, int h, int t, int n,
+                     std::vector<double>& o, std::vector<double>& probs) {
+  const int kvh = h / (p.NH / p.NKV);
+  const double scale = 1.0 / std::sqrt(double(p.HS));
+  const float* qr = in.q.data() + at(b, t, h, p.Tq, p.NH, p.HS);
+  std::vector<double> sc(n);
+  double mx = -INFINITY;
+  for (int j = 0; j < n; ++j) {
+    const float* kr = in.k.data() + at(b, p.ks.begin + j, kvh, p.Tk, p.NKV, p.HS);
+    double d = 0;
+    for (int c = 0; c < p.HS; ++c) d += double(qr[c]) * kr[c];
+    sc[j] = d * scale;
+    mx = std::max(mx, sc[j]);
+  }
+  o.assign(p.HS, 0.0);
+  probs.assign(n, 0.0);
+  if (n == 0) return -INFINITY;
+  double sum = 0;
+  for (double x : sc) sum += std::exp(x - mx);
+  const double lse = mx + std::log(sum);
+  for (int j = 0; j < n; ++j) {
+    probs[j] = std::exp(sc[j] - lse);
+    const float* vr = in.v.data() + at(b, p.ks.begin + j, kvh, p.Tk, p.NKV, p.HS);
+    for (int c = 0; c < p.HS; ++c) o[c] += probs[j] * vr[c];
+  }
+  return lse;
+}
+
+// Checks every entry of a span-pair forward: the span's rows against the reference
+// (rows that see no key: out 0, lse -inf, probabilities 0, exactly), the pair's columns
+// only, everything else still `fill`.
+void check_pair_forward(const Pair& p, const PairInputs& in, const PairOutputs& o, float fill) {
+  std::vector<double> ref, probs;
+  const float fbits = fill;
+  for (int b = 0; b < p.B; ++b)
+    for (int h = 0; h < p.NH; ++h)
+      for (int t = 0; t < p.Tq; ++t) {
+        const size_t bh = size_t(b) * p.NH + h;
+        const float* orow = o.out.data() + at(b, t, h, p.Tq, p.NH, p.HS);
+        const float* arow = o.att.data() + (bh * p.Tq + t) * p.ld_att;
+        const float lse = o.lse[bh * p.Tq + t];
+        const bool in_span = t >= p.qs.begin && t < p.qs.begin + p.qs.count;
+        if (!in_span) {
+          ASSERT_EQ(std::memcmp(&lse, &fbits, 4), 0) << "lse written outside the span, t " << t;
+          for (int c = 0; c < p.HS; ++c)
+            ASSERT_EQ(std::memcmp(orow + c, &fbits, 4), 0)
+                << "out written outside the span, t " << t;
+          for (int j = 0; j < p.ld_att; ++j)
+            ASSERT_EQ(std::memcmp(arow + j, &fbits, 4), 0)
+                << "att written outside the span, t " << t;
+          continue;
+        }
+        const int n = seen(p, t - p.qs.begin);
+        const double rl = reference_row(p, in, b, h, t, n, ref, probs);
+        if (n == 0) {
+          ASSERT_EQ(lse, -kInf) << "t " << t;
+        } else {
+          ASSERT_NEAR(lse, rl, 1e-5 * (1 + std::fabs(rl))) << "t " << t;
+        }
+        for (int c = 0; c < p.HS; ++c) {
+          if (n == 0) {
+            ASSERT_EQ(orow[c], 0.0f) << "t " << t;
+          }
+          ASSERT_NEAR(orow[c], ref[c], 2e-5) << "b " << b << " h " << h << " t " << t << " c " << c;
+        }
+        for (int j = 0; j < p.ld_att; ++j) {
+          const int key = j - p.col;
+          if (key < 0 || key >= p.ks.count) {
+            ASSERT_EQ(std::memcmp(arow + j, &fbits, 4), 0)
+                << "att column " << j << " written, t " << t;
+          } else if (key >= n) {
+            ASSERT_EQ(arow[j], 0.0f) << "masked entry t " << t << " key " << key;
+          } else {
+            ASSERT_NEAR(arow[j], probs[key], 2e-5) << "t " << t << " key " << key;
+          }
+        }
+      }
+}
+
+// A key span wholly after the query span: every row sees no key (every row block is
+// skipped): out 0, lse -inf, probabilities 0, nothing else written; merging it into a
+// running result changes nothing, to the bit.
+TEST(AttentionSpanMasking, KeySpanAfterQuerySpanSeesNothing) {
+  // Local rows 3 .. 102 at positions 0 .. 99; keys at positions 100 .. 139.
+  const Pair p{.Tq = 110, .Tk = 50, .qs = {3, 100, 0}, .ks = {5, 40, 100}, .ld_att = 60, .col = 7};
+  const PairInputs in = pair_inputs(p, 200);
+  const PairOutputs o = pair_forward(p, in, 7.0f);
+  check_pair_forward(p, in, o, 7.0f);
+
+  // A running result over a key span that the rows do see (positions 0 .. 39).
+  Pair seen_pair = p;
+  seen_pair.ks = {5, 40, 0};
+  const PairOutputs run = pair_forward(seen_pair, in, 0.0f);
+  std::vector<float> out = run.out, lse = run.lse;
+  ndt::cpu::attention_merge(out.data(), lse.data(), o.out.data(), o.lse.data(), p.B, p.Tq, p.NH,
+                            p.HS, p.qs);
+  EXPECT_TRUE(same_bits(out, run.out));
+  EXPECT_TRUE(same_bits(lse, run.lse));
+}
+
+// A key span wholly before the query span: nothing masked, every row sees every key.
+TEST(AttentionSpanMasking, KeySpanBeforeQuerySpanIsUnmasked) {
+  const Pair p{.Tq = 100, .Tk = 90, .qs = {0, 100, 300}, .ks = {10, 80, 0}, .ld_att = 85, .col = 2};
+  const PairInputs in = pair_inputs(p, 210);
+  const PairOutputs o = pair_forward(p, in, 7.0f);
+  check_pair_forward(p, in, o, 7.0f);
+  for (int i = 0; i < p.qs.count; ++i) ASSERT_EQ(seen(p, i), p.ks.count);
+  // Every probability of every row is non-zero.
+  for (int bh = 0; bh < p.B * p.NH; ++bh)
+    for (int t = 0; t < p.Tq; ++t)
+      for (int j = p.col; j < p.col + p.ks.count; ++j)
+        ASSERT_GT(o.att[(size_t(bh) * p.Tq + t) * p.ld_att + j], 0.0f) << "t " << t << " j " << j;
+}
+
+// A key span starting inside the query span: rows before its first key see nothing
+// (row block 0 is skipped whole, block 1 is part-masked), the rest a causal prefix.
+// The backward of this one pair (whose probabilities are then already final) against
+// the same gradients accumulated in double.
+TEST(AttentionSpanMasking, KeySpanStartingInsideQuerySpan) {
+  const Pair p{
+      .Tq = 150, .Tk = 150, .qs = {0, 150, 0}, .ks = {0, 150, 70}, .ld_att = 150, .col = 0};
+  const PairInputs in = pair_inputs(p, 220);
+  const PairOutputs o = pair_forward(p, in, 7.0f);
+  check_pair_forward(p, in, o, 7.0f);
+
+  const std::vector<float> dout = random_vector(o.out.size(), 224);
+  std::vector<float> D(o.lse.size(), kNaN);
+  ndt::cpu::attention_row_dot(D.data(), dout.data(), o.out.data(), p.B, p.Tq, p.NH, p.HS);
+  std::vector<float> dq(in.q.size(), 0.0f), dk(in.k.size(), 0.0f), dv(in.k.size(), 0.0f);
+  ndt::cpu::attention_span_backward(dq.data(), dk.data(), dv.data(), dout.data(), in.q.data(),
+                                    in.k.data(), in.v.data(), o.att.data(), p.ld_att, p.col,
+                                    D.data(), p.B, p.Tq, p.Tk, p.NH, p.NKV, p.HS, p.qs, p.ks);
+
+  std::vector<double> rq(dq.size(), 0.0), rk(dk.size(), 0.0), rv(dv.size(), 0.0), ro, probs;
+  const double scale = 1.0 / std::sqrt(double(p.HS));
+  for (int b = 0; b < p.B; ++b)
+    for (int h = 0; h < p.NH; ++h) {
+      const int kvh = h / (p.NH / p.NKV);
+      for (int t = 0; t < p.Tq; ++t) {
+        const int n = seen(p, t);
+        reference_row(p, in, b, h, t, n, ro, probs);
+        const size_t qi = at(b, t, h, p.Tq, p.NH, p.HS);
+        std::vector<double> dp(n, 0.0);
+        double dot = 0;
+        for (int j = 0; j < n; ++j) {
+          const size_t kj = at(b, p.ks.begin + j, kvh, p.Tk, p.NKV, p.HS);
+          for (int c = 0; c < p.HS; ++c) dp[j] += double(dout[qi + c]) * in.v[kj + c];
+          dot += dp[j] * probs[j];
+        }
+        for (int j = 0; j < n; ++j) {
+          const size_t kj = at(b, p.ks.begin + j, kvh, p.Tk, p.NKV, p.HS);
+          const double ds = probs[j] * (dp[j] - dot) * scale;
+          for (int c = 0; c < p.HS; ++c) {
+            rq[qi + c] += ds * in.k[kj + c];
+            rk[kj + c] += ds * in.q[qi + c];
+            rv[kj + c] += probs[j] * dout[qi + c];
+          }
+        }
+      }
+    }
+  // Per entry as in the ring test, 1e-5 here: float kernel against double sums.
+  auto as_float = [](const std::vector<double>& x) {
+    return std::vector<float>(x.begin(), x.end());
+  };
+  expect_close(dq, as_float(rq), 1e-5, "dq");
+  expect_close(dk, as_float(rk), 1e-5, "dk");
+  expect_close(dv, as_float(rv), 1e-5, "dv");
+  // Rows that see no key get no gradient; keys no row of the span sees (none here) none.
+  for (int b = 0; b < p.B; ++b)
+    for (int t = 0; t < p.ks.position; ++t)
+      for (int c = 0; c < p.NH * p.HS; ++c) ASSERT_EQ(dq[at(b, t, 0, p.Tq, p.NH, p.HS) + c], 0.0f);
+}
+
+// ---------------------------------------------------------------------------------
+// attention_merge at -inf, and the rescale of a row without keys.
+
+TEST(AttentionSpanMerge, InfiniteSidesGiveNoNaN) {
+  const int B = 1, T = 6, NH = 2, HS = 8;
+  std::vector<float> out = random_vector(size_t(B) * T * NH * HS, 300);
+  const std::vector<float> part = random_vector(out.size(), 301);
+  // Rows 0..3 merged, 4..5 outside the span. Per row (l, lp):
+  const float l[T] = {0.5f, -kInf, -kInf, 1.25f, -kInf, 2.0f};
+  const float lp[T] = {-kInf, 0.75f, -kInf, -0.5f, 3.0f, 1.0f};
+  std::vector<float> lse(size_t(B) * NH * T), lse_part(lse.size());
+  for (int h = 0; h < NH; ++h)
+    for (int t = 0; t < T; ++t) {
+      lse[size_t(h) * T + t] = l[t] + h;
+      lse_part[size_t(h) * T + t] = lp[t] == -kInf ? -kInf : lp[t] - h;
+    }
+  const std::vector<float> out0 = out, lse0 = lse;
+  ndt::cpu::attention_merge(out.data(), lse.data(), part.data(), lse_part.data(), B, T, NH, HS,
+                            AttentionSpan{0, 4, 0});
+  for (float x : out) ASSERT_FALSE(std::isnan(x));
+  for (float x : lse) ASSERT_FALSE(std::isnan(x));
+  for (int h = 0; h < NH; ++h)
+    for (int t = 0; t < T; ++t) {
+      const size_t li = size_t(h) * T + t;
+      const float* o = out.data() + at(0, t, h, T, NH, HS);
+      const float* o0 = out0.data() + at(0, t, h, T, NH, HS);
+      const float* op = part.data() + at(0, t, h, T, NH, HS);
+      const std::string where = "h " + std::to_string(h) + " t " + std::to_string(t);
+      if (t == 0 || t >= 4) {  // part -inf: unchanged; outside the span: untouched
+        EXPECT_EQ(std::memcmp(o, o0, HS * 4), 0) << where;
+        EXPECT_EQ(std::memcmp(&lse[li], &lse0[li], 4), 0) << where;
+      } else if (t == 1) {  // running -inf: the part
+        EXPECT_EQ(std::memcmp(o, op, HS * 4), 0) << where;
+        EXPECT_EQ(lse[li], lse_part[li]) << where;
+      } else if (t == 2) {  // both -inf: lse -inf, out 0
+        EXPECT_EQ(lse[li], -kInf) << where;
+        for (int c = 0; c < HS; ++c) EXPECT_EQ(o[c], 0.0f) << where;
+      } else {  // both finite: the log-sum-exp rule
+        const double a = lse0[li], bp = lse_part[li];
+        const double ln = std::log(std::exp(a) + std::exp(bp));
+        EXPECT_NEAR(lse[li], ln, 1e-6 * (1 + std::fabs(ln))) << where;
+        for (int c = 0; c < HS; ++c) {
+          const double want = o0[c] * std::exp(a - ln) + op[c] * std::exp(bp - ln);
+          EXPECT_NEAR(o[c], want, 1e-6 * (1 + std::fabs(want))) << where << " c " << c;
+        }
+      }
+    }
+
+  // Rescale: a pair whose row saw no key (lse_part -inf) becomes 0, not NaN, even
+  // where the merged lse is -inf too.
+  const int ld = 5;
+  std::vector<float> att(size_t(B) * NH * T * ld, 0.25f);
+  ndt::cpu::attention_span_rescale(att.data(), ld, 1, 3, lse_part.data(), lse.data(), B, T, NH,
+                                   AttentionSpan{0, 4, 0});
+  for (int h = 0; h < NH; ++h)
+    for (int t = 0; t < T; ++t)
+      for (int j = 0; j < ld; ++j) {
+        const float a = att[(size_t(h) * T + t) * ld + j];
+        ASSERT_FALSE(std::isnan(a));
+        const bool scaled = t < 4 && j >= 1 && j < 4;
+        if (!scaled) {
+          EXPECT_EQ(a, 0.25f) << "untouched h " << h << " t " << t << " j " << j;
+        } else if (lse_part[size_t(h) * T + t] == -kInf) {
+          EXPECT_EQ(a, 0.0f) << "h " << h << " t " << t;
+        } else {
+          const double f = std::exp(double(lse_part[size_t(h) * T + t]) - lse[size_t(h) * T + t]);
+          EXPECT_NEAR(a, 0.25 * f, 1e-7) << "h " << h << " t " << t;
+        }
+      }
+}
+
+// ---------------------------------------------------------------------------------
+// The backward's += contract.
+
+TEST(AttentionSpanBackward, AccumulatesIntoGradients) {
+  const Pair p{.Tq = 40, .Tk = 30, .qs = {5, 30, 20}, .ks = {2, 25, 10}, .ld_att = 40, .col = 9};
+  const PairInputs in = pair_inputs(p, 400);
+  const PairOutputs o = pair_forward(p, in, 0.0f);
+  const std::vector<float> dout = random_vector(o.out.size(), 403);
+  std::vector<float> D(o.lse.size());
+  ndt::cpu::attention_row_dot(D.data(), dout.data(), o.out.data(), p.B, p.Tq, p.NH, p.HS);
+  auto backward = [&](std::vector<float>& dq, std::vector<float>& dk, std::vector<float>& dv) {
+    ndt::cpu::attention_span_backward(dq.data(), dk.data(), dv.data(), dout.data(), in.q.data(),
+                                      in.k.data(), in.v.data(), o.att.data(), p.ld_att, p.col,
+                                      D.data(), p.B, p.Tq, p.Tk, p.NH, p.NKV, p.HS, p.qs, p.ks);
+  };
+  std::vector<float> gq(in.q.size(), 0.0f), gk(in.k.size(), 0.0f), gv(in.k.size(), 0.0f);
+  backward(gq, gk, gv);
+  // Rows outside the spans get nothing.
+  for (int b = 0; b < p.B; ++b) {
+    for (int t = 0; t < p.Tq; ++t) {
+      if (t >= p.qs.begin && t < p.qs.begin + p.qs.count) continue;
+      for (int c = 0; c < p.NH * p.HS; ++c) ASSERT_EQ(gq[at(b, t, 0, p.Tq, p.NH, p.HS) + c], 0.0f);
+    }
+    for (int t = 0; t < p.Tk; ++t) {
+      if (t >= p.ks.begin && t < p.ks.begin + p.ks.count) continue;
+      for (int c = 0; c < p.NKV * p.HS; ++c) {
+        ASSERT_EQ(gk[at(b, t, 0, p.Tk, p.NKV, p.HS) + c], 0.0f);
+        ASSERT_EQ(gv[at(b, t, 0, p.Tk, p.NKV, p.HS) + c], 0.0f);
+      }
+    }
+  }
+
+  std::vector<float> tq(gq.size(), 0.0f), tk(gk.size(), 0.0f), tv(gv.size(), 0.0f);
+  backward(tq, tk, tv);
+  backward(tq, tk, tv);
+  const std::vector<float> rq = random_vector(gq.size(), 404), rk = random_vector(gk.size(), 405),
+                           rv = random_vector(gv.size(), 406);
+  std::vector<float> aq = rq, ak = rk, av = rv;
+  backward(aq, ak, av);
+  // Twice from zero: 2g; onto random r: r + g (up to the rounding of the additions).
+  const char* names[] = {"dq", "dk", "dv"};
+  const std::vector<float>* g[] = {&gq, &gk, &gv};
+  const std::vector<float>* twice[] = {&tq, &tk, &tv};
+  const std::vector<float>* base[] = {&rq, &rk, &rv};
+  const std::vector<float>* onto[] = {&aq, &ak, &av};
+  for (int i = 0; i < 3; ++i) {
+    std::vector<float> want_twice(g[i]->size()), want_onto(g[i]->size());
+    for (size_t j = 0; j < want_twice.size(); ++j) {
+      want_twice[j] = 2 * (*g[i])[j];
+      want_onto[j] = (*base[i])[j] + (*g[i])[j];
+    }
+    expect_close(*twice[i], want_twice, 1e-6, std::string(names[i]) + " twice");
+    expect_close(*onto[i], want_onto, 1e-6, std::string(names[i]) + " onto r");
+  }
+}
+
+// ---------------------------------------------------------------------------------
+// Argument checks: refused by name and value before any memory is touched.
+
+TEST(AttentionSpanArguments, BadArgumentsAreRefusedByValue) {
+  using ndt::testing::expect_error;
+  std::vector<float> buf(1 << 16, 0.0f);
+  float* x = buf.data();
+  const AttentionSpan ok{0, 4, 0};
+  auto forward = [&](int ld_att, int col, int Tq, int Tk, int NH, int NKV, AttentionSpan qs,
+                     AttentionSpan ks) {
+    return [=] {
+      ndt::cpu::attention_span_forward(x, x, x, ld_att, col, x, x, x, 1, Tq, Tk, NH, NKV, 8, qs,
+                                       ks);
+    };
+  };
+  auto backward = [&](int ld_att, int col, int Tq, int Tk, int NH, int NKV, AttentionSpan qs,
+                      AttentionSpan ks) {
+    return [=] {
+      ndt::cpu::attention_span_backward(x, x, x, x, x, x, x, x, ld_att, col, x, 1, Tq, Tk, NH, NKV,
+                                        8, qs, ks);
+    };
+  };
+  expect_error(forward(8, 0, 8, 8, 3, 2, ok, ok), {"attention_span_forward", "(3)", "(2)"});
+  expect_error(backward(8, 0, 8, 8, 4, 0, ok, ok), {"attention_span_backward", "(4)", "(0)"});
+  expect_error(forward(16, 0, 12, 16, 2, 1, {5, 10, 0}, ok),
+               {"query span", "begin 5", "count 10", "12 rows"});
+  expect_error(backward(16, 0, 16, 12, 2, 1, ok, {-1, 4, 0}), {"key span", "begin -1", "count 4"});
+  expect_error(forward(16, 0, 16, 16, 2, 1, ok, {0, -2, 0}), {"key span", "count -2"});
+  expect_error(forward(16, 10, 16, 16, 2, 1, ok, {0, 8, 0}), {"col 10", "count 8", "ld_att 16"});
+  expect_error(backward(16, -1, 16, 16, 2, 1, ok, ok), {"col -1", "ld_att 16"});
+  expect_error(
+      [&] {
+        ndt::cpu::attention_merge(x, x, x, x, 1, 6, 2, 8, {4, 3, 0});
+      },
+      {"attention_merge", "begin 4", "count 3", "6 rows"});
+  expect_error([&] { ndt::cpu::attention_span_rescale(x, 8, 6, 3, x, x, 1, 6, 2, ok); },
+               {"attention_span_rescale", "col 6", "count 3", "ld_att 8"});
+  expect_error(
+      [&] {
+        ndt::cpu::attention_span_rescale(x, 8, 0, 3, x, x, 1, 6, 2, {0, 7, 0});
+      },
+      {"attention_span_rescale", "count 7", "6 rows"});
+  expect_error([&] { ndt::cpu::attention_row_dot(x, x, x, 1, -3, 2, 8); },
+               {"attention_row_dot", "T -3"});
+}
+
+// ---------------------------------------------------------------------------------
+// The dispatch routes each span kernel to the cpu one: same bits.
+
+TEST(AttentionSpanDispatch, RoutesToCpuBitwise) {
+  const Pair p{.Tq = 20, .Tk = 20, .qs = {2, 15, 10}, .ks = {1, 18, 4}, .ld_att = 24, .col = 3};
+  const PairInputs in = pair_inputs(p, 500);
+  const PairOutputs a = pair_forward(p, in, 0.0f);
+  PairOutputs b{std::vector<float>(a.out.size(), 0.0f), std::vector<float>(a.lse.size(), 0.0f),
+                std::vector<float>(a.att.size(), 0.0f)};
+  ndt::kernels::attention_span_forward(b.out.data(), b.lse.data(), b.att.data(), p.ld_att, p.col,
+                                       in.q.data(), in.k.data(), in.v.data(), p.B, p.Tq, p.Tk, p.NH,
+                                       p.NKV, p.HS, p.qs, p.ks);
+  EXPECT_TRUE(same_bits(a.out, b.out));
+  EXPECT_TRUE(same_bits(a.lse, b.lse));
+  EXPECT_TRUE(same_bits(a.att, b.att));
+
+  const std::vector<float> part = random_vector(a.out.size(), 503),
+                           lpart = random_vector(a.lse.size(), 504);
+  std::vector<float> o1 = a.out, l1 = a.lse, o2 = a.out, l2 = a.lse;
+  ndt::cpu::attention_merge(o1.data(), l1.data(), part.data(), lpart.data(), p.B, p.Tq, p.NH, p.HS,
+                            p.qs);
+  ndt::kernels::attention_merge(o2.data(), l2.data(), part.data(), lpart.data(), p.B, p.Tq, p.NH,
+                                p.HS, p.qs);
+  EXPECT_TRUE(same_bits(o1, o2));
+  EXPECT_TRUE(same_bits(l1, l2));
+
+  std::vector<float> at1 = a.att, at2 = a.att;
+  ndt::cpu::attention_span_rescale(at1.data(), p.ld_att, p.col, p.ks.count, a.lse.data(), l1.data(),
+                                   p.B, p.Tq, p.NH, p.qs);
+  ndt::kernels::attention_span_rescale(at2.data(), p.ld_att, p.col, p.ks.count, a.lse.data(),
+                                       l1.data(), p.B, p.Tq, p.NH, p.qs);
+  EXPECT_TRUE(same_bits(at1, at2));
+
+  const std::vector<float> dout = random_vector(a.out.size(), 505);
+  std::vector<float> D1(a.lse.size()), D2(a.lse.size());
+  ndt::cpu::attention_row_dot(D1.data(), dout.data(), a.out.data(), p.B, p.Tq, p.NH, p.HS);
+  ndt::kernels::attention_row_dot(D2.data(), dout.data(), a.out.data(), p.B, p.Tq, p.NH, p.HS);
+  EXPECT_TRUE(same_bits(D1, D2));
+
+  std::vector<float> g1(in.q.size() + 2 * in.k.size(), 0.0f), g2 = g1;
+  for (auto* g : {&g1, &g2}) {
+    float* dq = g->data();
+    float* dk = dq + in.q.size();
+    float* dv = dk + in.k.size();
+    (g == &g1 ? ndt::cpu::attention_span_backward : ndt::kernels::attention_span_backward)(
+        dq, dk, dv, dout.data(), in.q.data(), in.k.data(), in.v.data(), a.att.data(), p.ld_att,
+        p.col, D1.data(), p.B, p.Tq, p.Tk, p.NH, p.NKV, p.HS, p.qs, p.ks);
+  }
+  EXPECT_TRUE(same_bits(g1, g2));
+}
+
+}  // namespace
