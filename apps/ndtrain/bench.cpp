@@ -5,7 +5,10 @@
 // over the ranks) and also measures how much of the gradient all-reduce backward
 // hides: steps with and without communication, and the all-reduces alone. With --tp
 // the ranks form tensor-parallel groups (the rest data parallel), and the time spent
-// in tp collectives is reported.
+// in tp collectives is reported; with --cp context-parallel groups, and the bytes on cp,
+// the time waiting for them and (ring) how much of the ring's transfers the block
+// compute hid. It also prints, from the memory model, the longest sequence that fits
+// the memory budget at cp = 1, 2, 4 and 8.
 #include "apps/ndtrain/commands.h"
 #include "core/timing.h"
 #include "comm/device_mesh.h"
@@ -28,6 +31,7 @@
 #include <chrono>
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <set>
 #include <sstream>
@@ -55,6 +59,67 @@ std::string cpu_feature_summary() {
   return "unknown (no /proc/cpuinfo)";
 }
 
+// From the memory model (held to the ledger by tests): the longest sequence, in steps
+// of 64 tokens, whose model states and activations for B sequences fit the budget,
+// at cp = 1, 2, 4 and 8 (this rank's share of each sequence: T / cp).
+void print_longest_sequences(const ModelConfig& config, int B, const ActivationCheckpointing& checkpointing,
+                             DType compute, int tp, bool sequence_parallel, const CpLayout& cp,
+                             const ModelStateBytes& states, double budget_bytes,
+                             const std::function<void(const std::string&)>& print) {
+  std::string line;
+  for (int n : {1, 2, 4, 8}) {
+    ActivationLayout layout{tp, sequence_parallel, CpLayout{n, cp.mode, cp.chunks}};
+    ModelConfig long_model = config;
+    int longest = 0;
+    for (int T = 64;; T += 64) {
+      long_model.max_seq_len = T;
+      const int64_t bytes = Transformer::predict_activation_bytes(long_model, B, T, 256, layout, checkpointing, {},
+                                                                  compute);
+      if (static_cast<double>(states.total() + bytes) > budget_bytes || T > (1 << 20)) break;
+      longest = T;
+    }
+    line += fmt::format("{}cp={}: {}", line.empty() ? "" : ", ", n, longest);
+  }
+  print(fmt::format("  longest sequence in {:.1f} GiB per rank for {} sequence{} (memory model, {}): {}\n",
+                    budget_bytes / (1024.0 * 1024.0 * 1024.0), B, B == 1 ? "" : "s", cp_mode_name(cp.mode), line));
+}
+
+// Context parallelism's traffic and, for the ring, the share of its transfers the block
+// compute hid: the same sends and receives alone (one block's K/V ring turns, forward
+// and backward, per layer) against the time a step waited for them.
+void print_context_parallel(DeviceMesh& mesh, const Transformer& model, const CpLayout& cp, int B, int T, int steps,
+                            double cp_wait, double step_s, const std::function<void(const std::string&)>& print) {
+  Communicator& comm = mesh.axis(Axis::cp);
+  const CommStats& stats = comm.stats();
+  print(fmt::format("  context parallel ({}): {:.1f} MiB sent per rank per step on cp; median {:.3f} s per step "
+                    "waiting for it ({:.1f}% of the step)\n",
+                    cp_mode_name(cp.mode), stats.total_wire_bytes() / double(1 << 20) / (steps + 1), cp_wait,
+                    100.0 * cp_wait / step_s));
+  if (cp.mode != CpMode::ring) return;
+  const ModelConfig& c = model.config();
+  const int n = cp.size, next = (comm.rank() + 1) % n, prev = (comm.rank() + n - 1) % n;
+  const size_t block = static_cast<size_t>(2) * B * (T / n) * (c.kv_heads() / model.tensor_parallel().size()) *
+                       c.head_dim();
+  std::vector<float> out(block, 1.0f), in(block);
+  std::vector<double> alone;
+  for (int rep = 0; rep < 3; ++rep) {
+    mesh.world().barrier();
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int layer = 0; layer < c.n_layer; ++layer) {
+      for (int turn = 0; turn < (n - 1) + (n - 1) + n; ++turn) {
+        WorkHandle r = comm.irecv(in.data(), block, DType::f32, prev, 7);
+        WorkHandle s = comm.isend(out.data(), block, DType::f32, next, 7);
+        r->wait(), s->wait();
+      }
+    }
+    alone.push_back(seconds_since(t0));
+  }
+  const double comm_alone = median(alone);
+  print(fmt::format("  ring: the step's transfers alone take {:.3f} s; the step waited {:.3f} s for them -> {:.0f}% "
+                    "hidden behind block compute\n",
+                    comm_alone, cp_wait, 100.0 * std::clamp(1.0 - cp_wait / comm_alone, 0.0, 1.0)));
+}
+
 }  // namespace
 
 int run_bench_train(const TrainBenchOptions& o) {
@@ -65,13 +130,17 @@ int run_bench_train(const TrainBenchOptions& o) {
   std::unique_ptr<Communicator> world = launched_by_mpi() ? mpi_world() : nullptr;
   const int ranks = world ? world->size() : 1, rank = world ? world->rank() : 0;
   NDT_CHECK(o.tp >= 1 && ranks % o.tp == 0, "--tp {} does not divide the {} ranks", o.tp, ranks);
-  const int dp = ranks / o.tp;
+  NDT_CHECK(o.cp >= 1 && (ranks / o.tp) % o.cp == 0, "--cp {} does not divide the {} ranks left by --tp {}", o.cp,
+            ranks / o.tp, o.tp);
+  const CpLayout cp_layout{o.cp, cp_mode_from_name(o.cp_mode), cp_chunks_from_name(o.cp_chunks)};
+  if (cp_layout.active()) cp_layout.check_sequence(o.seq_len);
+  const int dp = ranks / o.tp / o.cp;
   NDT_CHECK(o.batch % dp == 0, "--batch {} is not a multiple of the {} data-parallel ranks", o.batch, dp);
   NDT_CHECK(o.zero_stage == 0 || world, "--zero-stage {} needs mpirun", o.zero_stage);
   std::unique_ptr<DeviceMesh> mesh;
   if (world) {
-    mesh = std::make_unique<DeviceMesh>(*world, o.zero_stage > 0 ? MeshShape{1, 1, dp, 1, o.tp}
-                                                                 : MeshShape{1, dp, 1, 1, o.tp});
+    mesh = std::make_unique<DeviceMesh>(*world, o.zero_stage > 0 ? MeshShape{1, 1, dp, o.cp, o.tp}
+                                                                 : MeshShape{1, dp, 1, o.cp, o.tp});
   }
   auto print = [rank](const std::string& text) {
     if (rank == 0) fmt::print("{}", text), std::fflush(stdout);
@@ -91,6 +160,8 @@ int run_bench_train(const TrainBenchOptions& o) {
   options.zero_stage = o.zero_stage;
   options.prefetch = o.prefetch;
   options.sequence_parallel = o.sequence_parallel;
+  options.cp_mode = cp_layout.mode;
+  options.cp_chunks = cp_layout.chunks;
   options.reduce_dtype = compute_dtype_from_config_name(o.reduce_dtype, "--reduce-dtype");
   std::unique_ptr<GradientSync> sync = parallelize(model, mesh.get(), options);
   const ActivationCheckpointing checkpointing{checkpoint_mode_from_name(o.activation_checkpointing),
@@ -99,7 +170,7 @@ int run_bench_train(const TrainBenchOptions& o) {
   auto* fsdp = dynamic_cast<FullyShardedDataParallel*>(sync.get());
   std::vector<int32_t> tokens(static_cast<size_t>(N) + 1);
   for (size_t i = 0; i < tokens.size(); ++i) {
-    const size_t dp_rank = mesh ? static_cast<size_t>(mesh->coord(Axis::dp)) : 0;  // tp peers share tokens
+    const size_t dp_rank = mesh ? static_cast<size_t>(mesh->coord(Axis::dp)) : 0;  // tp and cp peers share rows
     tokens[i] = static_cast<int32_t>(philox(7, hash_name("bench"), i + dp_rank * N)[0] % config.vocab_size);
   }
   print(fmt::format("bench train: {} ({:.2f}M parameters, vocab {}), B={} T={}, {} rank{} x {} thread{}{}{}\n",
@@ -109,7 +180,8 @@ int run_bench_train(const TrainBenchOptions& o) {
                                       : fmt::format(", ZeRO stage {}{}", o.zero_stage,
                                                     o.zero_stage == 3 && !o.prefetch ? " without prefetch" : ""),
                     o.tp > 1 ? fmt::format(", tp={}{}", o.tp, o.sequence_parallel ? " with sequence parallel" : "")
-                             : ""));
+                             : "",
+                    o.cp > 1 ? fmt::format(", cp={} ({}, {} chunks)", o.cp, o.cp_mode, o.cp_chunks) : ""));
 
   print(fmt::format("  matmuls: {}\n", kernels::gemm_library()));
   if (precision.low()) {
@@ -136,18 +208,25 @@ int run_bench_train(const TrainBenchOptions& o) {
     return seconds_since(t0);
   };
 
-  // Seconds spent in tp collectives so far (blocking calls: the whole call).
-  auto tp_seconds = [&] { return mesh ? mesh->axis(Axis::tp).stats().total_wait_seconds() : 0.0; };
-  std::vector<double> seconds, gather_waits, tp_waits;
+  // Seconds spent in tp and cp communication so far (blocking calls: the whole call;
+  // non-blocking: the wait).
+  auto axis_seconds = [&](Axis axis) { return mesh ? mesh->axis(axis).stats().total_wait_seconds() : 0.0; };
+  std::vector<double> seconds, gather_waits, tp_waits, cp_waits;
   for (int s = 0; s <= o.steps; ++s) {
-    const double waited = fsdp ? fsdp->gather_wait_seconds() : 0, tp_before = tp_seconds();
+    const double waited = fsdp ? fsdp->gather_wait_seconds() : 0, tp_before = axis_seconds(Axis::tp),
+                 cp_before = axis_seconds(Axis::cp);
     const double dt = train_step(true);
-    const double gather_wait = fsdp ? fsdp->gather_wait_seconds() - waited : 0, tp_wait = tp_seconds() - tp_before;
-    print(fmt::format("  step {}: {:.3f} s{}{}{}\n", s, dt,
+    const double gather_wait = fsdp ? fsdp->gather_wait_seconds() - waited : 0,
+                 tp_wait = axis_seconds(Axis::tp) - tp_before, cp_wait = axis_seconds(Axis::cp) - cp_before;
+    print(fmt::format("  step {}: {:.3f} s{}{}{}{}\n", s, dt,
                       fsdp ? fmt::format(" (all-gather wait {:.3f} s)", gather_wait) : "",
                       o.tp > 1 ? fmt::format(" (tp collectives {:.3f} s)", tp_wait) : "",
+                      o.cp > 1 ? fmt::format(" (cp communication {:.3f} s)", cp_wait) : "",
                       s == 0 ? " (warm-up, not counted)" : ""));
-    if (s > 0) seconds.push_back(dt), gather_waits.push_back(gather_wait), tp_waits.push_back(tp_wait);
+    if (s > 0) {
+      seconds.push_back(dt), gather_waits.push_back(gather_wait), tp_waits.push_back(tp_wait);
+      cp_waits.push_back(cp_wait);
+    }
   }
   const double step_s = median(seconds);
   const double tokens_per_s = o.batch * T / step_s;
@@ -160,7 +239,7 @@ int run_bench_train(const TrainBenchOptions& o) {
   const ModelStateBytes states = predict_model_states(local_parameter_specs(model_parameter_specs(config), o.tp),
                                                       mesh ? mesh->size(Axis::dp_shard) : 1, o.zero_stage,
                                                       precision.compute);
-  const TpLayout tp_layout = model.tensor_parallel().layout();
+  const ActivationLayout tp_layout = model.activation_layout();
   const int64_t predicted_activations =
       Transformer::predict_activation_bytes(config, B, T, 256, tp_layout, checkpointing, {}, precision.compute);
   const double predicted_total = static_cast<double>(states.total() + predicted_activations);
@@ -186,7 +265,8 @@ int run_bench_train(const TrainBenchOptions& o) {
     if (ledger.peak(tag) > 0) by_tag += fmt::format(" {} {:.3f}", mem_tag_name(tag), ledger.peak(tag) / gib);
   }
   print(fmt::format("  ledger peak by tag (GiB, each tag's own peak):{}\n", by_tag));
-  const int64_t saved_floats = context_floats(config, tp_layout, B, T, checkpointing, {}, precision.compute);
+  const int64_t saved_floats =
+      context_floats(config, tp_layout, B, T / o.cp, checkpointing, {}, precision.compute);
   print(fmt::format("  activations: ledger peak {:.3f} GiB, predicted {:.3f} GiB (kept for backward {:.3f} GiB, "
                     "workspace {:.3f} GiB)\n",
                     ledger.peak(MemTag::activations) / gib, predicted_activations / gib, saved_floats * 4.0 / gib,
@@ -197,6 +277,8 @@ int run_bench_train(const TrainBenchOptions& o) {
       largest_batch_in_budget(config, T, 256, tp_layout, checkpointing, states.total(), o.memory_budget_gib * gib);
   print(fmt::format("  largest batch per rank in {:.1f} GiB (memory model): {} sequences of {}\n", o.memory_budget_gib,
                     fits, T));
+  print_longest_sequences(config, B, checkpointing, precision.compute, o.tp, o.sequence_parallel, cp_layout, states,
+                          o.memory_budget_gib * gib, print);
   if (o.zero_stage == 3) print(fmt::format("  FSDP: median all-gather wait per step {:.3f} s\n", median(gather_waits)));
   if (dp > 1) {
     const Axis axis = o.zero_stage > 0 ? Axis::dp_shard : Axis::dp;
@@ -204,6 +286,7 @@ int run_bench_train(const TrainBenchOptions& o) {
     print(fmt::format("  data parallel: {:.1f} MiB sent per rank per step on {}\n",
                       stats.total_wire_bytes() / double(1 << 20) / (o.steps + 1), axis_name(axis)));
   }
+  if (o.cp > 1) print_context_parallel(*mesh, model, cp_layout, B, T, o.steps, median(cp_waits), step_s, print);
   if (o.tp > 1) {
     const CommStats& stats = mesh->axis(Axis::tp).stats();
     print(fmt::format("  tensor parallel: median {:.3f} s per step in tp collectives ({:.1f}% of the step); over the "

@@ -30,6 +30,9 @@ struct TrainBenchOptions {
   bool prefetch = true;
   int tp = 1;          // under mpirun: tensor-parallel group size (the other ranks: data parallel)
   bool sequence_parallel = false;
+  int cp = 1;          // under mpirun: context-parallel group size
+  std::string cp_mode = "ring";
+  std::string cp_chunks = "zigzag";
   int vocab = 0;       // 0: the preset's vocabulary
   std::string activation_checkpointing = "none";
   int checkpointing_every = 1;

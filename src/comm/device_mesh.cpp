@@ -14,6 +14,8 @@ std::array<int, 5> sizes_of(const MeshShape& s) { return {s.pp, s.dp_replicate, 
 
 int MeshShape::size(Axis axis) const {
   if (axis == Axis::dp) return dp_replicate * dp_shard;
+  if (axis == Axis::dp_shard_cp) return dp_shard * cp;
+  if (axis == Axis::dp_cp) return dp_replicate * dp_shard * cp;
   return sizes_of(*this)[static_cast<size_t>(axis)];
 }
 
@@ -55,10 +57,20 @@ DeviceMesh::DeviceMesh(Communicator& world, const MeshShape& shape) : world_(wor
     axes_[i] = world.split(color_without({i}), coords_[i], std::string(axis_name(kMeshAxes[i])));
   }
   axes_[static_cast<size_t>(Axis::dp)] = world.split(color_without({1, 2}), coord(Axis::dp), "dp");
+  if (shape_.cp == 1) {
+    axes_[static_cast<size_t>(Axis::dp_shard_cp)] = axes_[static_cast<size_t>(Axis::dp_shard)];
+    axes_[static_cast<size_t>(Axis::dp_cp)] = axes_[static_cast<size_t>(Axis::dp)];
+  } else {
+    axes_[static_cast<size_t>(Axis::dp_shard_cp)] =
+        world.split(color_without({2, 3}), coord(Axis::dp_shard_cp), "dp_shard_cp");
+    axes_[static_cast<size_t>(Axis::dp_cp)] = world.split(color_without({1, 2, 3}), coord(Axis::dp_cp), "dp_cp");
+  }
 }
 
 int DeviceMesh::coord(Axis axis) const {
   if (axis == Axis::dp) return coords_[1] * shape_.dp_shard + coords_[2];
+  if (axis == Axis::dp_shard_cp) return coords_[2] * shape_.cp + coords_[3];
+  if (axis == Axis::dp_cp) return coord(Axis::dp) * shape_.cp + coords_[3];
   return coords_[static_cast<size_t>(axis)];
 }
 

@@ -2,15 +2,16 @@
 
 #include "core/error.h"
 #include "kernels/kernels.h"
+#include "model/context_parallel_attention.h"
 
 #include <algorithm>
 
 namespace ndt {
 
-BlockDims::BlockDims(const ModelConfig& c, const TpLayout& tp, int B, int T)
-    : N(int64_t{B} * T), Nl(tp.local_rows(N)), C(c.d_model), F(c.d_ff / tp.size),
-      QD(int64_t{c.d_model} / tp.size), KD(int64_t{c.kv_heads()} / tp.size * c.head_dim()),
-      NH(c.n_head / tp.size), NKV(c.kv_heads() / tp.size), HS(c.head_dim()) {}
+BlockDims::BlockDims(const ModelConfig& c, const ActivationLayout& tp, int B, int T)
+    : N(int64_t{B} * T), Nl(tp.local_rows(N)), C(c.d_model), F(c.d_ff / tp.tp),
+      QD(int64_t{c.d_model} / tp.tp), KD(int64_t{c.kv_heads()} / tp.tp * c.head_dim()),
+      NH(c.n_head / tp.tp), NKV(c.kv_heads() / tp.tp), HS(c.head_dim()) {}
 
 std::string_view checkpoint_mode_name(CheckpointMode mode) {
   switch (mode) {
@@ -127,7 +128,7 @@ void carve_local_row_acts(const ModelConfig& c, const BlockDims& d, BlockActivat
   m.take(a, &A::ln2_rstd, d.Nl);
 }
 
-BlockActivations carve_block(const ModelConfig& c, const TpLayout& tp, int B, int T, BlockCarver& m) {
+BlockActivations carve_block(const ModelConfig& c, const ActivationLayout& tp, int B, int T, BlockCarver& m) {
   const BlockDims d(c, tp, B, T);
   const bool recomputed = true;  // by selective recompute
   BlockActivations a;
@@ -142,7 +143,7 @@ BlockActivations carve_block(const ModelConfig& c, const TpLayout& tp, int B, in
   m.take(a, &A::q, d.N * d.QD);
   m.take(a, &A::k, d.N * d.KD);
   m.take(a, &A::v, d.N * d.KD);
-  m.take(a, &A::att, int64_t{B} * d.NH * T * T, recomputed);
+  m.take(a, &A::att, attention_probability_floats(tp.cp, B, T, d.NH), recomputed);
   m.take(a, &A::lse, int64_t{B} * d.NH * T, recomputed);
   m.take(a, &A::att_out, d.N * d.QD);
   m.take(a, &A::ln2, d.N * d.C, recomputed);
@@ -152,7 +153,7 @@ BlockActivations carve_block(const ModelConfig& c, const TpLayout& tp, int B, in
   return a;
 }
 
-BlockScratch carve_scratch(const ModelConfig& c, const TpLayout& tp, int B, int T, Carver& m) {
+BlockScratch carve_scratch(const ModelConfig& c, const ActivationLayout& tp, int B, int T, Carver& m) {
   const BlockDims d(c, tp, B, T);
   BlockScratch s;
   s.dln = m.take(d.N * d.C);
@@ -169,11 +170,12 @@ BlockScratch carve_scratch(const ModelConfig& c, const TpLayout& tp, int B, int 
   s.dff_a = m.take(d.N * d.F);
   s.dff_b = m.take(d.N * d.F);
   if (c.arch == Arch::llama) s.dff_c = m.take(d.N * d.F);
+  s.cp_scratch = m.take(context_parallel_scratch_floats(tp.cp, B, T, d.NH, d.NKV, d.HS));
   return s;
 }
 
 // The context's layout: residual stream, the blocks' activations, the head's.
-void carve_context_views(MicroBatchContext* ctx, const ModelConfig& c, const TpLayout& tp, int B, int T,
+void carve_context_views(MicroBatchContext* ctx, const ModelConfig& c, const ActivationLayout& tp, int B, int T,
                          const ActivationCheckpointing& policy, const std::vector<char>& local_units, DType compute,
                          Carver& m) {
   const int64_t N = int64_t{B} * T, Nl = tp.local_rows(N), C = c.d_model;
@@ -210,10 +212,10 @@ void carve_context_views(MicroBatchContext* ctx, const ModelConfig& c, const TpL
 // activations), then in low precision the matmuls' two 16-bit operand scratches, each
 // as large as the largest operand (a block's [N, max(C, F, QD)], or a loss chunk's
 // [chunk, V / tp] output gradient).
-void carve_workspace_views(Workspace* ws, const ModelConfig& c, const TpLayout& tp, int B, int T, int chunk_rows,
+void carve_workspace_views(Workspace* ws, const ModelConfig& c, const ActivationLayout& tp, int B, int T, int chunk_rows,
                            const ActivationCheckpointing& policy, DType compute, Carver& m) {
   const int64_t N = int64_t{B} * T, Nl = tp.local_rows(N), C = c.d_model;
-  const int64_t chunk = std::min<int64_t>(chunk_rows, N), V = c.vocab_size / tp.size;
+  const int64_t chunk = std::min<int64_t>(chunk_rows, N), V = c.vocab_size / tp.tp;
   BlockScratch block = carve_scratch(c, tp, B, T, m);
   float* dstream = m.take(Nl * C);
   float* dlnf = m.take(N * C);
@@ -237,12 +239,13 @@ void carve_workspace_views(Workspace* ws, const ModelConfig& c, const TpLayout& 
   }
 }
 
-void check_shape(const ModelConfig& c, const TpLayout& tp, int B, int T) {
+void check_shape(const ModelConfig& c, const ActivationLayout& tp, int B, int T) {
   NDT_CHECK(B > 0 && T > 0, "batch of {} rows x {} tokens is empty", B, T);
-  NDT_CHECK(T <= c.max_seq_len, "sequence length {} exceeds model.max_seq_len = {}", T, c.max_seq_len);
-  NDT_CHECK(!tp.splits_rows() || (int64_t{B} * T) % tp.size == 0,
+  NDT_CHECK(int64_t{T} * tp.cp.size <= c.max_seq_len, "sequence length {} exceeds model.max_seq_len = {}",
+            int64_t{T} * tp.cp.size, c.max_seq_len);
+  NDT_CHECK(!tp.splits_rows() || (int64_t{B} * T) % tp.tp == 0,
             "sequence parallel splits the {} x {} tokens of a micro-batch over parallel.tp = {}: not divisible", B, T,
-            tp.size);
+            tp.tp);
 }
 
 // Keeps `arena` at least `floats` long (freeing the old one before allocating).
@@ -254,14 +257,14 @@ void reserve(Tensor& arena, int64_t floats) {
 
 }  // namespace
 
-int64_t block_activation_floats(const ModelConfig& c, const TpLayout& tp, int B, int T) {
+int64_t block_activation_floats(const ModelConfig& c, const ActivationLayout& tp, int B, int T) {
   Carver m(nullptr);
   BlockCarver all(CheckpointMode::none, /*complement=*/false, DType::f32, m);
   carve_block(c, tp, B, T, all);
   return m.used();
 }
 
-int64_t block_local_row_floats(const ModelConfig& c, const TpLayout& tp, int B, int T) {
+int64_t block_local_row_floats(const ModelConfig& c, const ActivationLayout& tp, int B, int T) {
   Carver m(nullptr);
   BlockCarver all(CheckpointMode::none, /*complement=*/false, DType::f32, m);
   BlockActivations a;
@@ -269,37 +272,42 @@ int64_t block_local_row_floats(const ModelConfig& c, const TpLayout& tp, int B, 
   return m.used();
 }
 
-int64_t context_floats(const ModelConfig& c, const TpLayout& tp, int B, int T, const ActivationCheckpointing& policy,
+int64_t context_floats(const ModelConfig& c, const ActivationLayout& tp, int B, int T, const ActivationCheckpointing& policy,
                        const std::vector<char>& local_units, DType compute) {
   Carver m(nullptr);
   carve_context_views(nullptr, c, tp, B, T, policy, local_units, compute, m);
   return m.used();
 }
 
-int64_t workspace_floats(const ModelConfig& c, const TpLayout& tp, int B, int T, int loss_chunk_rows,
+int64_t workspace_floats(const ModelConfig& c, const ActivationLayout& tp, int B, int T, int loss_chunk_rows,
                          const ActivationCheckpointing& policy, DType compute) {
   Carver m(nullptr);
   carve_workspace_views(nullptr, c, tp, B, T, loss_chunk_rows, policy, compute, m);
   return m.used();
 }
 
-void carve_context(MicroBatchContext& ctx, const ModelConfig& c, const TpLayout& tp, int B, int T,
+void carve_context(MicroBatchContext& ctx, const ModelConfig& c, const ActivationLayout& tp, int B, int T,
                    const ActivationCheckpointing& policy, const std::vector<char>& local_units, DType compute) {
   check_shape(c, tp, B, T);
   reserve(ctx.arena, context_floats(c, tp, B, T, policy, local_units, compute));
   Carver m(ctx.arena.data<float>());
   carve_context_views(&ctx, c, tp, B, T, policy, local_units, compute, m);
   ctx.B = B, ctx.T = T;
+  ctx.cp = tp.cp;
   ctx.checkpointing = policy;
 }
 
-void Workspace::fit(int B, int T) {
-  if (B == B_ && T == T_) return;
-  check_shape(c_, tp_, B, T);
-  reserve(arena_, workspace_floats(c_, tp_, B, T, chunk_rows_, policy_, matmul.dtype));
+void Workspace::fit(const MicroBatchContext& ctx) {
+  const int B = ctx.B, T = ctx.T;
+  const CpLayout& cp = ctx.cp;
+  if (B == B_ && T == T_ && cp.size == cp_.size && cp.mode == cp_.mode && cp.chunks == cp_.chunks) return;
+  ActivationLayout layout = tp_;
+  layout.cp = cp;
+  check_shape(c_, layout, B, T);
+  reserve(arena_, workspace_floats(c_, layout, B, T, chunk_rows_, policy_, matmul.dtype));
   Carver m(arena_.data<float>());
-  carve_workspace_views(this, c_, tp_, B, T, chunk_rows_, policy_, matmul.dtype, m);
-  B_ = B, T_ = T;
+  carve_workspace_views(this, c_, layout, B, T, chunk_rows_, policy_, matmul.dtype, m);
+  B_ = B, T_ = T, cp_ = cp;
 }
 
 void pack_block_activations(const MicroBatchContext& ctx, int layer, const BlockActivations& area) {

@@ -4,13 +4,15 @@
 // views carved from one arena each, sized from the shapes alone, so the memory model
 // can predict them exactly (Transformer::predict_activation_bytes).
 //
-// Rows: N = B x T tokens; local rows Nl = N / tp under sequence parallel (the residual
-// stream, the norms and the residual adds), else N. Widths NH, NKV, F are this rank's
-// (/ tp).
+// Rows: N = B x T tokens (T: the tokens of each sequence this rank holds, seq_len / cp
+// under context parallelism); local rows Nl = N / tp under sequence parallel (the
+// residual stream, the norms and the residual adds), else N. Widths NH, NKV, F are this
+// rank's (/ tp).
 #pragma once
 
 #include "core/tensor.h"
 #include "model/config.h"
+#include "model/activation_layout.h"
 #include "model/matmul.h"
 #include "model/tensor_parallel_regions.h"
 
@@ -24,7 +26,7 @@ namespace ndt {
 // Row counts and this rank's widths for a micro-batch of B x T.
 struct BlockDims {
   int64_t N, Nl, C, F, QD, KD, NH, NKV, HS;
-  BlockDims(const ModelConfig& c, const TpLayout& tp, int B, int T);
+  BlockDims(const ModelConfig& c, const ActivationLayout& tp, int B, int T);
 };
 
 // Activation checkpointing (train.activation_checkpointing, docs/activation_checkpointing.md):
@@ -61,7 +63,7 @@ struct BlockActivations {
   float* q = nullptr;         // [N, NH*HS] as fed to attention (after QK-norm, RoPE)
   float* k = nullptr;         // [N, NKV*HS]
   float* v = nullptr;         // [N, NKV*HS]
-  float* att = nullptr;       // [B, NH, T, T] probabilities
+  float* att = nullptr;       // [B, NH, T, cp x T] probabilities (model/context_parallel_attention.h)
   float* lse = nullptr;       // [B, NH, T]
   float* att_out = nullptr;   // [N, NH*HS]
   float* x_mid = nullptr;     // [Nl, C]
@@ -107,7 +109,8 @@ struct DeferredWeightGradient {
 // One micro-batch in flight, owned by whoever schedules the units (one per micro-batch
 // alive at once); Transformer::prepare sizes it and copies its tokens in.
 struct MicroBatchContext {
-  int B = 0, T = 0;
+  int B = 0, T = 0;  // T: this rank's tokens of each sequence
+  CpLayout cp;       // how the sequences are split over context parallelism (size 1: whole)
   // Backward computes the gradient of grad_scale x (sum of the token losses).
   float grad_scale = 0;
   // No backward will follow (evaluation, generation): the head computes the loss in
@@ -145,6 +148,7 @@ struct BlockScratch {
   float* dff_a = nullptr;      // [N, F]
   float* dff_b = nullptr;      // [N, F]
   float* dff_c = nullptr;      // [N, F] (llama only)
+  float* cp_scratch = nullptr;  // context parallelism's (context_parallel_scratch_floats)
 };
 
 // The scratch of every unit, carved for the micro-batch about to run: the blocks'
@@ -153,11 +157,13 @@ struct BlockScratch {
 class Workspace {
  public:
   Workspace(const ModelConfig& config, int loss_chunk_rows) : c_(config), chunk_rows_(loss_chunk_rows) {}
-  void set_layout(const TpLayout& tp) { tp_ = tp, B_ = T_ = 0; }
+  // Tensor parallelism's part of the layout; context parallelism's comes with each context.
+  void set_layout(const ActivationLayout& tp) { tp_ = tp, B_ = T_ = 0; }
   void set_checkpointing(const ActivationCheckpointing& policy) { policy_ = policy, B_ = T_ = 0; }
   void set_compute_dtype(DType dtype) { matmul.dtype = dtype, B_ = T_ = 0; }
-  // Carves the buffers for B x T (growing the arena first if it is too small).
-  void fit(int B, int T);
+  // Carves the buffers for the context's B x T and cp layout (growing the arena first if
+  // it is too small).
+  void fit(const MicroBatchContext& ctx);
   int loss_chunk_rows() const { return chunk_rows_; }
 
   BlockScratch block;
@@ -174,9 +180,10 @@ class Workspace {
  private:
   const ModelConfig& c_;
   int chunk_rows_;
-  TpLayout tp_;
+  ActivationLayout tp_;
   ActivationCheckpointing policy_;
   int B_ = 0, T_ = 0;  // carved for
+  CpLayout cp_;
   Tensor arena_;
 };
 
@@ -187,16 +194,16 @@ class Workspace {
 // local_units (pipeline parallelism: the units of this rank's stages, one flag per unit
 // as in model/unit.h; empty: all): a context holds the stream slots, block activations
 // and head activations of those units only.
-int64_t context_floats(const ModelConfig& c, const TpLayout& tp, int B, int T,
+int64_t context_floats(const ModelConfig& c, const ActivationLayout& tp, int B, int T,
                        const ActivationCheckpointing& policy = {}, const std::vector<char>& local_units = {},
                        DType compute = DType::f32);
-int64_t workspace_floats(const ModelConfig& c, const TpLayout& tp, int B, int T, int loss_chunk_rows,
+int64_t workspace_floats(const ModelConfig& c, const ActivationLayout& tp, int B, int T, int loss_chunk_rows,
                          const ActivationCheckpointing& policy = {}, DType compute = DType::f32);
-int64_t block_activation_floats(const ModelConfig& c, const TpLayout& tp, int B, int T);
-int64_t block_local_row_floats(const ModelConfig& c, const TpLayout& tp, int B, int T);
+int64_t block_activation_floats(const ModelConfig& c, const ActivationLayout& tp, int B, int T);
+int64_t block_local_row_floats(const ModelConfig& c, const ActivationLayout& tp, int B, int T);
 
 // Points the context's views into its arena (allocated or grown here) for B x T.
-void carve_context(MicroBatchContext& ctx, const ModelConfig& c, const TpLayout& tp, int B, int T,
+void carve_context(MicroBatchContext& ctx, const ModelConfig& c, const ActivationLayout& tp, int B, int T,
                    const ActivationCheckpointing& policy = {}, const std::vector<char>& local_units = {},
                    DType compute = DType::f32);
 

@@ -92,9 +92,16 @@ void Block::norm(float* out, float* mean, float* rstd, const float* x, const Par
   tp_->column_input_forward(local, out, d.Nl, d.C);
 }
 
-void Block::attention_core(const BlockActivations& a, int B, int T, const BlockDims& d) {
-  kernels::attention_forward(a.att_out, a.lse, a.att, a.q, a.k, a.v, B, T, d.NH, d.NKV, d.HS);
-  round_to_compute(a.att, int64_t{B} * d.NH * T * T);
+const ContextParallelAttention& Block::attention(const MicroBatchContext& ctx) const {
+  static const ContextParallelAttention local;
+  return ctx.cp.active() ? *attention_ : local;
+}
+
+void Block::attention_core(const MicroBatchContext& ctx, const BlockActivations& a, const BlockDims& d) {
+  const int B = ctx.B, T = ctx.T;
+  attention(ctx).forward({a.att_out, a.lse, a.att, a.q, a.k, a.v, B, T, static_cast<int>(d.NH),
+                          static_cast<int>(d.NKV), static_cast<int>(d.HS), ws_.block.cp_scratch});
+  round_to_compute(a.att, attention_probability_floats(ctx.cp, B, T, d.NH));
 }
 
 void Block::round_to_compute(float* x, int64_t n) const {
@@ -111,7 +118,7 @@ void Block::activation(const BlockActivations& a, const BlockDims& d) {
 
 void Block::forward(MicroBatchContext& ctx) {
   const int B = ctx.B, T = ctx.T;
-  ws_.fit(B, T);
+  ws_.fit(ctx);
   const TensorParallelRegions& tp = *tp_;
   const BlockDims d(c_, tp.layout(), B, T);
   const float* x_in = ctx.stream[static_cast<size_t>(layer_)];
@@ -135,15 +142,15 @@ void Block::forward(MicroBatchContext& ctx) {
     kernels::rmsnorm_forward(a.q, a.q_rstd, a.q_pre, q_norm_->data(), N * d.NH, d.HS, c_.norm_eps);
     kernels::rmsnorm_forward(a.k, a.k_rstd, a.k_pre, k_norm_->data(), N * d.NKV, d.HS, c_.norm_eps);
   }
-  if (c_.arch == Arch::llama) {
-    kernels::rope_forward(a.q, a.q, B, T, d.NH, d.HS, 0, c_.rope_theta);
-    kernels::rope_forward(a.k, a.k, B, T, d.NKV, d.HS, 0, c_.rope_theta);
+  if (c_.arch == Arch::llama) {  // every sequence's rows have the same positions
+    kernels::rope_forward_at(a.q, a.q, B, T, d.NH, d.HS, ctx.positions.data(), c_.rope_theta);
+    kernels::rope_forward_at(a.k, a.k, B, T, d.NKV, d.HS, ctx.positions.data(), c_.rope_theta);
   }
   if (c_.qk_norm || c_.arch == Arch::llama) {
     round_to_compute(a.q, d.N * d.QD);
     round_to_compute(a.k, d.N * d.KD);
   }
-  attention_core(a, B, T, d);
+  attention_core(ctx, a, d);
   wo_.forward(tp, a.x_mid, tp.splits_rows() ? s.dln : a.x_mid, a.att_out, d.N);
   kernels::add_inplace(a.x_mid, x_in, d.Nl * d.C);
 
@@ -172,7 +179,7 @@ void Block::recompute(MicroBatchContext& ctx, const BlockActivations& a, const B
     case CheckpointMode::selective: {
       const float* x_in = ctx.stream[static_cast<size_t>(layer_)];
       norm(a.ln1, a.ln1_mean, a.ln1_rstd, x_in, *ln1_w_, ln1_b_, d);
-      attention_core(a, ctx.B, ctx.T, d);  // also rewrites att_out, with the same values
+      attention_core(ctx, a, d);  // also rewrites att_out, with the same values
       norm(a.ln2, a.ln2_mean, a.ln2_rstd, a.x_mid, *ln2_w_, ln2_b_, d);
       activation(a, d);
       return;
@@ -206,7 +213,7 @@ void Block::backward_weight(MicroBatchContext& ctx, ModelHooks* hooks) {
 
 void Block::backward_pass(MicroBatchContext& ctx, ModelHooks* hooks, std::vector<DeferredWeightGradient>* deferred) {
   const int B = ctx.B, T = ctx.T;
-  ws_.fit(B, T);
+  ws_.fit(ctx);
   const TensorParallelRegions& tp = *tp_;
   const BlockDims d(c_, tp.layout(), B, T);
   float* dres = ws_.dstream;
@@ -271,15 +278,15 @@ void Block::backward_pass(MicroBatchContext& ctx, ModelHooks* hooks, std::vector
   kernels::zero(s.dq, d.N * d.QD);
   kernels::zero(s.dk, d.N * d.KD);
   kernels::zero(s.dv, d.N * d.KD);
-  kernels::attention_backward(s.dq, s.dk, s.dv, s.datt_out, a.q, a.k, a.v, a.att, B, T, d.NH, d.NKV,
-                          d.HS);
+  attention(ctx).backward({s.dq, s.dk, s.dv, s.datt_out, a.q, a.k, a.v, a.att, a.att_out, B, T,
+                           static_cast<int>(d.NH), static_cast<int>(d.NKV), static_cast<int>(d.HS), s.cp_scratch});
   poll();
   float *dq = s.dq, *dq2 = s.dq2, *dk = s.dk, *dk2 = s.dk2;
   if (c_.arch == Arch::llama) {
     kernels::zero(dq2, d.N * d.QD);
     kernels::zero(dk2, d.N * d.KD);
-    kernels::rope_backward(dq2, dq, B, T, d.NH, d.HS, 0, c_.rope_theta);
-    kernels::rope_backward(dk2, dk, B, T, d.NKV, d.HS, 0, c_.rope_theta);
+    kernels::rope_backward_at(dq2, dq, B, T, d.NH, d.HS, ctx.positions.data(), c_.rope_theta);
+    kernels::rope_backward_at(dk2, dk, B, T, d.NKV, d.HS, ctx.positions.data(), c_.rope_theta);
     std::swap(dq, dq2);
     std::swap(dk, dk2);
   }

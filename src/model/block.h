@@ -11,6 +11,7 @@
 
 #include "model/activations.h"
 #include "model/config.h"
+#include "model/context_parallel_attention.h"
 #include "model/parameter.h"
 #include "model/tp_layers.h"
 #include "model/unit.h"
@@ -37,13 +38,17 @@ class Block : public Unit {
   void backward_input(MicroBatchContext& ctx, ModelHooks* hooks) override;
   void backward_weight(MicroBatchContext& ctx, ModelHooks* hooks) override;
   void bind(const TensorParallelRegions& tp) override;
+  // The attention core's implementation (context parallelism; not owned).
+  void bind_attention(const ContextParallelAttention& attention) { attention_ = &attention; }
 
  private:
   const Parameter* find(const ParameterStore& store, const std::string& suffix, bool required = true);
   BlockActivations activations(const MicroBatchContext& ctx) const;
   void norm(float* out, float* mean, float* rstd, const float* x, const Parameter& w, const Parameter* b,
             const BlockDims& d);
-  void attention_core(const BlockActivations& a, int B, int T, const BlockDims& d);
+  void attention_core(const MicroBatchContext& ctx, const BlockActivations& a, const BlockDims& d);
+  // The context's attention: the bound one if the context's sequences are split, else local.
+  const ContextParallelAttention& attention(const MicroBatchContext& ctx) const;
   void activation(const BlockActivations& a, const BlockDims& d);
   // In low precision, x rounded to the compute dtype in place (fp32: nothing).
   void round_to_compute(float* x, int64_t n) const;
@@ -56,6 +61,7 @@ class Block : public Unit {
   std::string prefix_;
   Workspace& ws_;
   const TensorParallelRegions* tp_ = nullptr;
+  const ContextParallelAttention* attention_ = nullptr;
   const Parameter *ln1_w_, *ln1_b_, *ln2_w_, *ln2_b_;
   ColumnParallelLinear wq_, wk_, wv_, fc_, up_;  // fc = gate for llama
   RowParallelLinear wo_, proj_;                  // proj = down for llama

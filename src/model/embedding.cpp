@@ -20,7 +20,7 @@ const int32_t* Embedding::local_positions(const MicroBatchContext& ctx) const {
 }
 
 void Embedding::forward(MicroBatchContext& ctx) {
-  ws_.fit(ctx.B, ctx.T);
+  ws_.fit(ctx);
   const int64_t N = ctx.rows(), Nl = tp_->local_rows(N), C = c_.d_model;
   for (int64_t i = 0; i < N; ++i) {
     NDT_CHECK(ctx.inputs[i] >= 0 && ctx.inputs[i] < c_.vocab_size,
@@ -37,7 +37,7 @@ void Embedding::forward(MicroBatchContext& ctx) {
 }
 
 void Embedding::backward(MicroBatchContext& ctx, ModelHooks* hooks) {
-  ws_.fit(ctx.B, ctx.T);
+  ws_.fit(ctx);
   const int64_t N = ctx.rows(), Nl = tp_->local_rows(N), C = c_.d_model;
   vocab_parallel_embedding_backward(*tp_, *wte_, ctx.inputs.data(), ws_.dstream, ws_.block.dout_full, N, C);
   if (wpe_) {

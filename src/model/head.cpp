@@ -20,7 +20,7 @@ void Head::bind(const TensorParallelRegions& tp) {
 }
 
 void Head::forward(MicroBatchContext& ctx) {
-  ws_.fit(ctx.B, ctx.T);
+  ws_.fit(ctx);
   const int64_t Nl = tp_->local_rows(ctx.rows()), C = c_.d_model;
   HeadActivations& h = ctx.head;
   // The final norm on the local rows; the output layer's input is all rows.
@@ -54,7 +54,7 @@ double Head::output_layer_and_loss(MicroBatchContext& ctx, float grad_scale) {
 }
 
 void Head::backward(MicroBatchContext& ctx, ModelHooks* hooks) {
-  ws_.fit(ctx.B, ctx.T);
+  ws_.fit(ctx);
   const int64_t Nl = tp_->local_rows(ctx.rows()), C = c_.d_model;
   ctx.loss_sum = output_layer_and_loss(ctx, ctx.grad_scale);
   // dlnf holds this rank's part of the output layer's input gradient (its vocabulary).

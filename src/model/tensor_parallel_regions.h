@@ -12,19 +12,11 @@
 // a rank holds local_rows = rows / tp of them.
 #pragma once
 
+#include "model/activation_layout.h"
+
 #include <cstdint>
 
 namespace ndt {
-
-// The shape of tensor parallelism, without the group: enough to size buffers and
-// predict memory.
-struct TpLayout {
-  int size = 1;
-  bool sequence_parallel = false;
-  bool splits_rows() const { return size > 1 && sequence_parallel; }
-  // Rows a rank holds outside the regions, of `rows` in all.
-  int64_t local_rows(int64_t rows) const { return splits_rows() ? rows / size : rows; }
-};
 
 enum class Reduction { sum, max };
 
@@ -32,9 +24,10 @@ class TensorParallelRegions {
  public:
   virtual ~TensorParallelRegions() = default;
 
-  virtual TpLayout layout() const { return {}; }
+  // Tensor parallelism's part of the layout (cp stays 1: the model adds it).
+  virtual ActivationLayout layout() const { return {}; }
   virtual int rank() const { return 0; }
-  int size() const { return layout().size; }
+  int size() const { return layout().tp; }
   bool active() const { return size() > 1; }
   bool splits_rows() const { return layout().splits_rows(); }
   int64_t local_rows(int64_t rows) const { return layout().local_rows(rows); }

@@ -48,11 +48,16 @@ Transformer::Transformer(const ModelConfig& config, uint64_t seed, int loss_chun
       workspace_(config_, loss_chunk_rows) {
   NDT_CHECK(loss_chunk_rows > 0, "train.loss_chunk_rows = {} must be positive", loss_chunk_rows);
   units_.push_back(std::make_unique<Embedding>(config_, store_, workspace_));
-  for (int l = 0; l < config_.n_layer; ++l) units_.push_back(std::make_unique<Block>(config_, l, store_, workspace_));
+  for (int l = 0; l < config_.n_layer; ++l) {
+    auto block = std::make_unique<Block>(config_, l, store_, workspace_);
+    blocks_.push_back(block.get());
+    units_.push_back(std::move(block));
+  }
   auto head = std::make_unique<Head>(config_, store_, workspace_);
   head_ = head.get();
   units_.push_back(std::move(head));
   set_tensor_parallel(std::make_unique<TensorParallelRegions>());
+  set_context_parallel(std::make_unique<ContextParallelAttention>());
 }
 
 Transformer::~Transformer() = default;
@@ -61,6 +66,17 @@ void Transformer::set_tensor_parallel(std::unique_ptr<TensorParallelRegions> tp)
   tp_ = std::move(tp);
   workspace_.set_layout(tp_->layout());
   for (auto& u : units_) u->bind(*tp_);
+}
+
+void Transformer::set_context_parallel(std::unique_ptr<ContextParallelAttention> cp) {
+  cp_ = std::move(cp);
+  for (Block* b : blocks_) b->bind_attention(*cp_);
+}
+
+ActivationLayout Transformer::activation_layout() const {
+  ActivationLayout layout = tp_->layout();
+  layout.cp = cp_->layout();
+  return layout;
 }
 
 int64_t Transformer::matmul_params() const {
@@ -114,14 +130,16 @@ void Transformer::set_precision(const Precision& precision) {
 }
 
 int64_t Transformer::predict_activation_bytes(const ModelConfig& c, int B, int T, int loss_chunk_rows,
-                                              const TpLayout& tp, const ActivationCheckpointing& policy,
+                                              const ActivationLayout& tp, const ActivationCheckpointing& policy,
                                               const std::vector<char>& local_units, DType compute) {
-  return (context_floats(c, tp, B, T, policy, local_units, compute) +
-          workspace_floats(c, tp, B, T, loss_chunk_rows, policy, compute)) *
+  const int local_T = T / tp.cp.size;
+  return (context_floats(c, tp, B, local_T, policy, local_units, compute) +
+          workspace_floats(c, tp, B, local_T, loss_chunk_rows, policy, compute)) *
          4;
 }
 
-int64_t Transformer::predict_local_row_activation_bytes(const ModelConfig& c, int B, int T, const TpLayout& tp) {
+int64_t Transformer::predict_local_row_activation_bytes(const ModelConfig& c, int B, int T, const ActivationLayout& tp) {
+  T /= tp.cp.size;
   const int64_t Nl = tp.local_rows(int64_t{B} * T), C = c.d_model;
   // Residual stream, block statistics and x_mid, final norm statistics, residual gradient.
   return ((c.n_layer + 1) * Nl * C + c.n_layer * block_local_row_floats(c, tp, B, T) + 2 * Nl + Nl * C) * 4;
@@ -129,17 +147,32 @@ int64_t Transformer::predict_local_row_activation_bytes(const ModelConfig& c, in
 
 void Transformer::prepare(MicroBatchContext& ctx, const int32_t* inputs, const int32_t* targets, int B, int T,
                           float grad_scale, bool forward_only) {
-  carve_context(ctx, config_, tp_->layout(), B, T, checkpointing_, local_units_, precision_.compute);
-  workspace_.fit(B, T);
+  prepare_split(ctx, inputs, targets, B, T, grad_scale, forward_only, cp_->layout());
+}
+
+void Transformer::prepare_split(MicroBatchContext& ctx, const int32_t* inputs, const int32_t* targets, int B, int T,
+                                float grad_scale, bool forward_only, const CpLayout& cp) {
+  ActivationLayout layout = tp_->layout();
+  layout.cp = cp;
+  const std::vector<TokenRun> runs = cp.runs(cp.active() ? cp_->rank() : 0, T);
+  const int local_T = T / cp.size;
+  carve_context(ctx, config_, layout, B, local_T, checkpointing_, local_units_, precision_.compute);
+  workspace_.fit(ctx);
+  // Each sequence's runs, in local row order: tokens, targets and their positions.
   const int64_t N = ctx.rows();
-  ctx.inputs.assign(inputs, inputs + N);
-  if (targets) {
-    ctx.targets.assign(targets, targets + N);
-  } else {
-    ctx.targets.clear();
-  }
+  ctx.inputs.resize(static_cast<size_t>(N));
+  ctx.targets.resize(targets ? static_cast<size_t>(N) : 0);
   ctx.positions.resize(static_cast<size_t>(N));
-  for (int64_t i = 0; i < N; ++i) ctx.positions[i] = static_cast<int32_t>(i % T);
+  for (int b = 0; b < B; ++b) {
+    for (const TokenRun& run : runs) {
+      for (int i = 0; i < run.count; ++i) {
+        const int64_t local = int64_t{b} * local_T + run.begin + i, whole = int64_t{b} * T + run.position + i;
+        ctx.inputs[static_cast<size_t>(local)] = inputs[whole];
+        if (targets) ctx.targets[static_cast<size_t>(local)] = targets[whole];
+        ctx.positions[static_cast<size_t>(local)] = run.position + i;
+      }
+    }
+  }
   ctx.grad_scale = grad_scale;
   ctx.forward_only = forward_only;
   ctx.loss_sum = 0;
@@ -199,7 +232,8 @@ void Transformer::next_token_logits(const int32_t* tokens, int T, float* logits)
     buffer.resize(static_cast<size_t>(padded), 0);
     tokens = buffer.data();
   }
-  prepare(own_, tokens, nullptr, 1, padded, 0.0f, /*forward_only=*/true);
+  // Whole sequences: every context-parallel rank generates the same tokens alone.
+  prepare_split(own_, tokens, nullptr, 1, padded, 0.0f, /*forward_only=*/true, CpLayout{});
   for (int u = 0; u < num_units(); ++u) {
     if (hooks_) hooks_->before_forward(u);
     unit(u).forward(own_);

@@ -9,6 +9,7 @@
 #include "core/tensor.h"
 #include "model/activations.h"
 #include "model/config.h"
+#include "model/context_parallel_attention.h"
 #include "model/fp8_linear.h"
 #include "model/hooks.h"
 #include "model/parameter.h"
@@ -22,6 +23,7 @@
 
 namespace ndt {
 
+class Block;
 class Head;
 
 class Transformer {
@@ -43,6 +45,12 @@ class Transformer {
   // The tensor-parallel regions every unit calls (default: tp = 1, the identity).
   void set_tensor_parallel(std::unique_ptr<TensorParallelRegions> tp);
   const TensorParallelRegions& tensor_parallel() const { return *tp_; }
+  // The blocks' attention core (default: cp = 1, the local kernel). Contexts prepared
+  // from now on hold this rank's tokens of each sequence.
+  void set_context_parallel(std::unique_ptr<ContextParallelAttention> cp);
+  const ContextParallelAttention& context_parallel() const { return *cp_; }
+  // How this rank's activations are split over tp and cp.
+  ActivationLayout activation_layout() const;
 
   // Pipeline parallelism: the units this rank runs (one flag per unit; empty: all).
   // Contexts prepared from now on hold only their activations.
@@ -51,7 +59,7 @@ class Transformer {
   bool holds_head() const { return local_units_.empty() || local_units_.back() != 0; }
   // The workspace's residual-stream gradient for B x T (what a pipeline stage receives
   // before its backward and sends after it).
-  void fit_workspace(int B, int T) { workspace_.fit(B, T); }
+  void fit_workspace(const MicroBatchContext& ctx) { workspace_.fit(ctx); }
   float* workspace_dstream() { return workspace_.dstream; }
 
   // What the blocks of every context prepared from now on save (default: everything).
@@ -68,7 +76,9 @@ class Transformer {
 
   // Sizes ctx for a micro-batch of B rows of T tokens and copies its tokens in (targets
   // may be null when no loss is wanted). Backward will compute the gradient of
-  // grad_scale x (sum of token losses); forward_only: no backward follows.
+  // grad_scale x (sum of token losses); forward_only: no backward follows. Under context
+  // parallelism the rows are whole sequences and ctx keeps this rank's runs of each
+  // (ctx.T = T / cp, ctx.positions their true positions).
   void prepare(MicroBatchContext& ctx, const int32_t* inputs, const int32_t* targets, int B, int T, float grad_scale,
                bool forward_only);
 
@@ -94,20 +104,26 @@ class Transformer {
   // (positions; untied input embedding).
   int64_t matmul_params() const;
 
-  // Activation memory per rank (ledger tag activations) for one context of B x T and the
+  // Activation memory per rank (ledger tag activations) for one context of B sequences of
+  // T tokens (under context parallelism this rank holds T / cp of each) and the
   // workspace, from the shapes alone: saved activations, backward scratch and one logits
   // chunk. (Model states: parallel/memory_model.h.)
   static int64_t predict_activation_bytes(const ModelConfig& config, int B, int T, int loss_chunk_rows,
-                                          const TpLayout& tp = {}, const ActivationCheckpointing& policy = {},
+                                          const ActivationLayout& tp = {}, const ActivationCheckpointing& policy = {},
                                           const std::vector<char>& local_units = {}, DType compute = DType::f32);
   // Of those, the bytes of the local rows: the residual stream, the norms' statistics and
   // the residual adds, which sequence parallel splits by tp.
-  static int64_t predict_local_row_activation_bytes(const ModelConfig& config, int B, int T, const TpLayout& tp = {});
+  static int64_t predict_local_row_activation_bytes(const ModelConfig& config, int B, int T, const ActivationLayout& tp = {});
 
  private:
+  // prepare() with the sequences split by `cp` (generation: size 1, whole sequences).
+  void prepare_split(MicroBatchContext& ctx, const int32_t* inputs, const int32_t* targets, int B, int T,
+                     float grad_scale, bool forward_only, const CpLayout& cp);
   ModelConfig config_;
   ParameterStore store_;
   std::unique_ptr<TensorParallelRegions> tp_;
+  std::unique_ptr<ContextParallelAttention> cp_;
+  std::vector<Block*> blocks_;
   Workspace workspace_;
   ActivationCheckpointing checkpointing_;
   Precision precision_;

@@ -16,7 +16,7 @@ FullyShardedDataParallel::FullyShardedDataParallel(ParameterStore& store, Device
                                                    bool prefetch, const std::vector<char>& local_units,
                                                    DType reduce_dtype, DType gather_dtype)
     : store_(store),
-      shard_comm_(mesh.axis(Axis::dp_shard)),
+      shard_comm_(mesh.axis(Axis::dp_shard_cp)),
       replicate_comm_(mesh.axis(Axis::dp_replicate)),
       stage_(stage),
       prefetch_(prefetch),

@@ -43,7 +43,7 @@ ModelStateBytes model_states_from_count(int64_t num_params, int dp_shard, int ze
   return m;
 }
 
-int largest_batch_in_budget(const ModelConfig& config, int T, int loss_chunk_rows, const TpLayout& tp,
+int largest_batch_in_budget(const ModelConfig& config, int T, int loss_chunk_rows, const ActivationLayout& tp,
                             const ActivationCheckpointing& policy, int64_t model_state_bytes, double budget_bytes) {
   int fits = 0;
   for (int b = 1; b <= 4096; ++b) {

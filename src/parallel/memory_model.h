@@ -36,7 +36,7 @@ ModelStateBytes predict_model_states(const std::vector<ParameterSpec>& specs, in
 // The most sequences of T tokens per rank (up to 4096) whose predicted memory, the
 // model states plus one micro-batch's activations (Transformer::predict_activation_bytes
 // with these settings), fits budget_bytes; 0 if not even one does.
-int largest_batch_in_budget(const ModelConfig& config, int T, int loss_chunk_rows, const TpLayout& tp,
+int largest_batch_in_budget(const ModelConfig& config, int T, int loss_chunk_rows, const ActivationLayout& tp,
                             const ActivationCheckpointing& policy, int64_t model_state_bytes, double budget_bytes);
 
 // The same from the parameter count alone (no padding): the textbook formulas above.

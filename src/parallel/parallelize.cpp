@@ -3,6 +3,8 @@
 #include "core/error.h"
 #include "parallel/data_parallel.h"
 #include "parallel/fsdp.h"
+#include "parallel/ring_attention.h"
+#include "parallel/ulysses_attention.h"
 #include "parallel/tensor_parallel.h"
 #include "parallel/zero_stage1.h"
 
@@ -16,12 +18,16 @@ void place_parameters(ParameterStore& store, const MeshShape& mesh, const Parall
     p.placements.clear();
     p.grad_partial.clear();
     if (const auto tp = tensor_parallel_placement(p.spec, mesh.tp)) p.placements.push_back(*tp);
-    // FSDP shards the tensor-parallel block (if any) further along its dim 0.
-    if (o.zero_stage == 3) p.placements.push_back(Placement{Axis::dp_shard, Placement::Kind::shard, 0});
+    // FSDP shards the tensor-parallel block (if any) further along its dim 0, over the
+    // context-parallel ranks too (they hold the same parameters).
+    const Axis shard_axis = mesh.cp > 1 ? Axis::dp_shard_cp : Axis::dp_shard;
+    if (o.zero_stage == 3) p.placements.push_back(Placement{shard_axis, Placement::Kind::shard, 0});
     if (tensor_parallel_grad_partial(p.spec, mesh.tp, o.sequence_parallel)) p.grad_partial.push_back(Axis::tp);
-    // Each data-parallel rank computes the gradient of its part of the batch.
+    // Each data-parallel rank computes the gradient of its part of the batch, each
+    // context-parallel rank that of its part of every sequence.
     if (mesh.dp_replicate > 1) p.grad_partial.push_back(Axis::dp_replicate);
     if (mesh.dp_shard > 1) p.grad_partial.push_back(Axis::dp_shard);
+    if (mesh.cp > 1) p.grad_partial.push_back(Axis::cp);
   }
 }
 
@@ -41,6 +47,9 @@ std::unique_ptr<GradientSync> parallelize(Transformer& model, DeviceMesh* mesh, 
             o.zero_stage);
   const MeshShape shape = mesh ? mesh->shape() : MeshShape{};
   validate_tensor_parallel(model.config(), shape.tp, false, 1);
+  if (shape.cp > 1 && o.cp_mode == CpMode::ulysses) {
+    validate_ulysses(model.config().n_head / shape.tp, model.config().kv_heads() / shape.tp, shape.cp);
+  }
   const TensorParallel tp = mesh ? TensorParallel{&mesh->axis(Axis::tp), o.sequence_parallel} : TensorParallel{};
   ParameterStore& store = model.store();
 
@@ -68,6 +77,15 @@ std::unique_ptr<GradientSync> parallelize(Transformer& model, DeviceMesh* mesh, 
     }
     store.keep_only([&](const Parameter& p) { return o.local_units[static_cast<size_t>(p.unit())] || p.pipeline_copy; });
   }
+  if (shape.cp > 1) {
+    const CpLayout layout{shape.cp, o.cp_mode, o.cp_chunks};
+    Communicator& cp = mesh->axis(Axis::cp);
+    if (o.cp_mode == CpMode::ring) {
+      model.set_context_parallel(std::make_unique<RingAttention>(cp, layout));
+    } else {
+      model.set_context_parallel(std::make_unique<UlyssesAttention>(cp, layout));
+    }
+  }
   // FSDP (stage 3) initialises each rank's shards itself: the whole model never exists on a rank.
   if (o.zero_stage != 3 && !store.values().defined()) store.materialize();
 
@@ -83,7 +101,7 @@ std::unique_ptr<GradientSync> parallelize(Transformer& model, DeviceMesh* mesh, 
   } else if (o.zero_stage == 1) {
     sync = std::make_unique<ZeroStage1>(store, *mesh, o.bucket_bytes, o.adamw, o.reduce_dtype);
   } else {
-    sync = std::make_unique<DataParallel>(store, mesh ? &mesh->axis(Axis::dp) : nullptr, o.bucket_bytes, o.adamw,
+    sync = std::make_unique<DataParallel>(store, mesh ? &mesh->axis(Axis::dp_cp) : nullptr, o.bucket_bytes, o.adamw,
                                           o.reduce_dtype);
   }
   sync->set_tensor_parallel(store, tp);

@@ -8,7 +8,9 @@
 //      axes for every parameter), the one description that gradient reduction, the
 //      norm, checkpoints and the memory model read;
 //   2. keeps each rank's tp block of every parameter sharded on tp and installs the
-//      Megatron region operators (sequence parallel or not) into the model's units;
+//      Megatron region operators (sequence parallel or not) into the model's units, and
+//      under context parallelism ring attention or Ulysses into its blocks (parameters
+//      replicated over cp, gradients Partial on cp: reduced and sharded over dp x cp);
 //   3. materialises the parameters (FSDP initialises its own shards instead) and builds
 //      the data-parallel strategy: DDP, ZeRO stage 1, or FSDP (stages 2 and 3) with each
 //      block its own group and the embedding with the head as the root group.
@@ -32,6 +34,10 @@ struct ParallelOptions {
   bool reshard_after_forward = true;
   bool prefetch = true;
   bool sequence_parallel = false;
+  // Context parallelism (mesh cp > 1): ring attention or Ulysses, and how each
+  // sequence is cut (model/activation_layout.h).
+  CpMode cp_mode = CpMode::ring;
+  CpChunks cp_chunks = CpChunks::zigzag;
   AdamWConfig adamw;
   // What data-parallel gradient reductions send (precision.reduce_dtype): f32, or bf16
   // (half the bytes; parallel/low_precision_comm.h).

@@ -116,7 +116,7 @@ void PipelineRunner::run(const PipelineAction& a) {
     }
     case PipelineActionKind::recv_gradient: {
       MicroBatchContext& ctx = context(a.micro_batch);
-      model_.fit_workspace(ctx.B, ctx.T);
+      model_.fit_workspace(ctx);
       pp_.irecv(model_.workspace_dstream(), static_cast<size_t>(boundary_floats(ctx)), DType::f32, a.peer,
                 pipeline_message_id(a, shape_))
           ->wait();

@@ -47,7 +47,7 @@ std::vector<ParameterSpec> local_parameter_specs(std::vector<ParameterSpec> spec
 class MegatronRegions : public TensorParallelRegions {
  public:
   explicit MegatronRegions(const TensorParallel& tp) : tp_(tp) {}
-  TpLayout layout() const override { return tp_.layout(); }
+  ActivationLayout layout() const override { return tp_.layout(); }
   int rank() const override { return tp_.rank(); }
   const float* column_input_forward(const float* x, float* full, int64_t local_rows, int64_t C) const override;
   float* column_input_backward(float* dfull, float* dx, int64_t local_rows, int64_t C) const override;

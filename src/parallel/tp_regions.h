@@ -33,7 +33,7 @@ struct TensorParallel {
   int size() const { return comm ? comm->size() : 1; }
   int rank() const { return comm ? comm->rank() : 0; }
   bool active() const { return size() > 1; }
-  TpLayout layout() const { return {size(), sequence_parallel}; }
+  ActivationLayout layout() const { return {size(), sequence_parallel, {}}; }
   bool splits_rows() const { return layout().splits_rows(); }
   int64_t local_rows(int64_t rows) const { return layout().local_rows(rows); }
 };

@@ -11,7 +11,7 @@ namespace ndt {
 ZeroStage1::ZeroStage1(ParameterStore& store, DeviceMesh& mesh, size_t bucket_bytes, const AdamWConfig& adamw,
                        DType reduce_dtype)
     : store_(store),
-      shard_comm_(mesh.axis(Axis::dp_shard)),
+      shard_comm_(mesh.axis(Axis::dp_shard_cp)),
       replicate_comm_(mesh.axis(Axis::dp_replicate)),
       layout_(store, shard_comm_.rank(), shard_comm_.size()),
       scheduler_(make_gradient_buckets(store, bucket_bytes), [this](size_t b) { return launch(b); },

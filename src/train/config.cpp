@@ -3,6 +3,7 @@
 #include "parallel/pipeline_schedule.h"
 #include "parallel/pipeline_stages.h"
 #include "parallel/tensor_parallel.h"
+#include "parallel/ulysses_attention.h"
 
 #include "core/error.h"
 #include "core/input_file.h"
@@ -242,7 +243,9 @@ const std::vector<Field>& fields() {
     f.push_back(field<std::string>("parallel.pp_layers", NDT_REF(pp_layers), "Blocks of each pipeline chunk, comma-separated (e.g. \"3,3\"); the first chunk also holds the embedding, the last the final norm, output layer and loss. Empty: balanced by a cost model (the training FLOPs of each block and of the output layer)."));
     f.push_back(field<int>("parallel.dp_replicate", NDT_REF(mesh.dp_replicate), "Data-parallel replicas (mesh axis dp_replicate); 0: all ranks the other axes leave."));
     f.push_back(field<int>("parallel.dp_shard", NDT_REF(mesh.dp_shard), "Sharded data-parallel ranks (mesh axis dp_shard): ZeRO shards over them (needs parallel.zero_stage >= 1); with dp_replicate > 1 too, that is HSDP."));
-    f.push_back(field<int>("parallel.cp", NDT_REF(mesh.cp), "Context-parallel ranks (mesh axis cp). Only 1 is implemented so far."));
+    f.push_back(field<int>("parallel.cp", NDT_REF(mesh.cp), "Context-parallel ranks (mesh axis cp): every sequence split over them (parallel.cp_chunks), only attention communicating (parallel.cp_mode); parameters replicated over cp, gradients reduced (and ZeRO/FSDP sharded) over dp_shard x cp. train.seq_len must divide into 2 x cp chunks (zigzag) or cp (contiguous). Composes with DDP, ZeRO-1/2/3, tensor and sequence parallel and pipeline parallel (docs/context_parallel.md)."));
+    f.push_back(field<std::string>("parallel.cp_mode", NDT_REF(cp_mode), "Context-parallel attention: ring (keys and values passed around the cp ranks, the next block's transfer overlapped with the current block's compute; any head count) or ulysses (all-to-all from token-split to head-split and back around a local attention; this rank's heads and KV heads must divide by cp)."));
+    f.push_back(field<std::string>("parallel.cp_chunks", NDT_REF(cp_chunks), "How a sequence is cut over the cp ranks: zigzag (2 x cp chunks, rank r holds chunks r and 2cp-1-r: equal causal attention work on every rank) or contiguous (cp chunks, rank r holds chunk r: the last rank does most of the work)."));
     f.push_back(field<int>("parallel.tp", NDT_REF(mesh.tp), "Tensor-parallel ranks (mesh axis tp, innermost): attention split by heads, the MLP by hidden units, embedding and output layer by vocabulary (Megatron). Heads, KV heads, d_model, d_ff and vocab_size must divide by it."));
     f.push_back(field<bool>("parallel.sequence_parallel", NDT_REF(sequence_parallel), "With tp > 1: run the norms and residual adds on tokens split over tp (all-gather / reduce-scatter instead of all-reduce; same volume, activations of those regions / tp). train.seq_len must divide by tp."));
     f.push_back(field<int>("parallel.zero_stage", NDT_REF(zero_stage), "0: DDP (everything replicated). 1: AdamW moments sharded over dp_shard. 2: gradients sharded too (each block's are reduce-scattered right after its backward, so they are never whole). 3: parameters sharded too (FSDP), gathered per block when used."));
@@ -435,9 +438,13 @@ void RunConfig::validate() const {
             "parallel.dp_shard = {} shards with ZeRO: set parallel.zero_stage to 1, 2 or 3", mesh.dp_shard);
   NDT_CHECK(mesh.pp >= 1, "parallel.pp = {} must be at least 1", mesh.pp);
   NDT_CHECK(mesh.cp >= 1, "parallel.cp = {} must be at least 1", mesh.cp);
-  NDT_CHECK(mesh.cp == 1,
-            "parallel.cp = {}: context parallelism is not implemented yet (data, tensor and pipeline parallelism are)",
-            mesh.cp);
+  const CpLayout cp{mesh.cp, cp_mode_from_name(cp_mode), cp_chunks_from_name(cp_chunks)};
+  if (cp.active()) {
+    cp.check_sequence(seq_len);
+    if (cp.mode == CpMode::ulysses && mesh.tp >= 1 && model.n_head % mesh.tp == 0 && model.kv_heads() % mesh.tp == 0) {
+      validate_ulysses(model.n_head / mesh.tp, model.kv_heads() / mesh.tp, mesh.cp);
+    }
+  }
   const PipelineSchedule schedule = pipeline_schedule_from_name(pp_schedule);
   NDT_CHECK(pp_virtual_stages >= 1, "parallel.pp_virtual_stages = {} must be at least 1", pp_virtual_stages);
   parse_pipeline_layers(pp_layers);
@@ -454,7 +461,15 @@ void RunConfig::validate() const {
               compute_dtype_config_name(precision.compute));
     partition_pipeline(model, seq_len, mesh.pp * pp_virtual_stages, parse_pipeline_layers(pp_layers));
   }
-  validate_tensor_parallel(model, mesh.tp, sequence_parallel, seq_len);
+  if (mesh.cp == 1) {
+    validate_tensor_parallel(model, mesh.tp, sequence_parallel, seq_len);
+  } else {
+    validate_tensor_parallel(model, mesh.tp, false, seq_len);
+    NDT_CHECK(!sequence_parallel || (seq_len / mesh.cp) % mesh.tp == 0,
+              "sequence parallel splits tokens over tp: each context-parallel rank's train.seq_len / parallel.cp = {} "
+              "tokens are not divisible by parallel.tp = {}",
+              seq_len / mesh.cp, mesh.tp);
+  }
   NDT_CHECK(!sequence_parallel || mesh.tp > 1,
             "parallel.sequence_parallel = true needs parallel.tp > 1 (it splits tokens over the tp ranks)");
   NDT_CHECK(checkpoint_every >= 0, "checkpoint.every = {} must not be negative", checkpoint_every);

@@ -58,6 +58,8 @@ struct RunConfig {
   bool reshard_after_forward = true;
   bool prefetch = true;
   bool sequence_parallel = false;  // with tp > 1: norms and residual adds split by tokens
+  std::string cp_mode = "ring";      // with cp > 1: ring or ulysses (model/activation_layout.h)
+  std::string cp_chunks = "zigzag";  // with cp > 1: zigzag or contiguous
   std::string pp_schedule = "1f1b";  // parallel/pipeline_schedule.h
   int pp_virtual_stages = 1;         // chunks per pp rank (interleaved_1f1b: 2 or more)
   std::string pp_layers;             // blocks per chunk, "3,3"; empty: balanced by cost

@@ -119,7 +119,8 @@ Trainer::Trainer(const RunConfig& config, DeviceMesh* mesh, std::ostream* log)
   model_->set_activation_checkpointing(config_.activation_checkpointing);
   model_->set_precision(config_.precision);
   ParallelOptions options{config_.zero_stage, static_cast<size_t>(config_.bucket_mb * 1024 * 1024),
-                          config_.reshard_after_forward, config_.prefetch, config_.sequence_parallel, config_.adamw,
+                          config_.reshard_after_forward, config_.prefetch, config_.sequence_parallel,
+                          cp_mode_from_name(config_.cp_mode), cp_chunks_from_name(config_.cp_chunks), config_.adamw,
                           config_.reduce_dtype};
   const int pp = mesh_ ? mesh_->size(Axis::pp) : 1;
   std::optional<PipelineStages> stages;
@@ -213,17 +214,26 @@ std::string Trainer::describe_sync() const {
                      config_.zero_stage == 1 ? "ZeRO stage 1, " : "", n, n == 1 ? "" : "s", config_.bucket_mb);
 }
 
+int Trainer::local_tokens(int T) const { return mesh_ ? T / mesh_->size(Axis::cp) : T; }
+
 double Trainer::mean_over_dp(double local) {
-  if (dp_size_ == 1) return local;
+  if (mesh_ == nullptr || mesh_->size(Axis::dp_cp) == 1) return local;
   float value = static_cast<float>(local);
-  mesh_->axis(Axis::dp).all_reduce(&value, 1, DType::f32, ReduceOp::avg);
+  // Over the context-parallel ranks too: each holds as many of a sequence's tokens.
+  mesh_->axis(Axis::dp_cp).all_reduce(&value, 1, DType::f32, ReduceOp::avg);
   return value;
+}
+
+std::vector<Axis> Trainer::reported_axes() const {
+  // Without cp, dp_cp and dp_shard_cp are dp's and dp_shard's communicators themselves.
+  if (mesh_->size(Axis::cp) == 1) return {Axis::dp, Axis::dp_shard, Axis::dp_replicate, Axis::tp, Axis::pp};
+  return {Axis::dp_cp, Axis::dp_shard_cp, Axis::dp, Axis::dp_shard, Axis::dp_replicate, Axis::cp, Axis::tp, Axis::pp};
 }
 
 nlohmann::json Trainer::comm_record() const {
   nlohmann::json record = nlohmann::json::object();
   if (!mesh_) return record;
-  for (Axis axis : {Axis::dp, Axis::dp_shard, Axis::dp_replicate, Axis::tp, Axis::pp}) {
+  for (Axis axis : reported_axes()) {
     const CommStats& stats = mesh_->axis(axis).stats();
     nlohmann::json ops = nlohmann::json::object();
     for (size_t op = 0; op < kNumCommOps; ++op) {
@@ -239,7 +249,7 @@ nlohmann::json Trainer::comm_record() const {
 
 void Trainer::print_header() {
   const ModelConfig& m = config_.model;
-  const TpLayout tp = model_->tensor_parallel().layout();
+  const ActivationLayout tp = model_->activation_layout();
   // Rank 0's share: under pipeline parallelism its stages' parameters, and one context
   // per micro-batch the schedule keeps in flight (here: per micro-batch).
   const int64_t activations = Transformer::predict_activation_bytes(m, config_.micro_batch_size, config_.seq_len,
@@ -250,8 +260,8 @@ void Trainer::print_header() {
   for (const Parameter& p : model_->store().params()) {
     if (p.numel() > 0) specs.push_back(p.spec);
   }
-  const ModelStateBytes states = predict_model_states(local_parameter_specs(specs, tp.size),
-                                                      mesh_ ? mesh_->size(Axis::dp_shard) : 1, config_.zero_stage,
+  const ModelStateBytes states = predict_model_states(local_parameter_specs(specs, tp.tp),
+                                                      mesh_ ? mesh_->size(Axis::dp_shard_cp) : 1, config_.zero_stage,
                                                       config_.precision.compute);
   fmt::print(*log_, "ndtrain: {} model, {} layers, d_model {}, {} heads, vocab {}, output layer {}: {:.2f}M parameters\n",
              arch_name(m.arch), m.n_layer, m.d_model, m.n_head, m.vocab_size,
@@ -296,9 +306,17 @@ void Trainer::print_header() {
                mesh_->size(Axis::pp), config_.pp_schedule, config_.pp_virtual_stages,
                config_.pp_virtual_stages == 1 ? "" : "s", rows_per_rank_ / config_.micro_batch_size, st.describe());
   }
-  if (tp.size > 1) {
+  if (tp.cp.active()) {
+    const int chunk = config_.seq_len / tp.cp.chunk_count();
+    fmt::print(*log_, "context parallel: {} ranks, {} attention, {} chunks of {} tokens ({}); each rank holds {} of the {} "
+               "tokens of every sequence; gradients reduced over dp x cp\n",
+               tp.cp.size, cp_mode_name(tp.cp.mode), tp.cp.chunk_count(), chunk,
+               tp.cp.chunks == CpChunks::zigzag ? "rank r: chunks r and 2cp-1-r" : "rank r: chunk r",
+               config_.seq_len / tp.cp.size, config_.seq_len);
+  }
+  if (tp.tp > 1) {
     fmt::print(*log_, "tensor parallel: {} ranks, each {} of {} heads and {} of {} MLP units; sequence parallel {}\n",
-               tp.size, m.n_head / tp.size, m.n_head, m.d_ff / tp.size, m.d_ff, tp.sequence_parallel ? "on" : "off");
+               tp.tp, m.n_head / tp.tp, m.n_head, m.d_ff / tp.tp, m.d_ff, tp.sequence_parallel ? "on" : "off");
   }
   fmt::print(*log_, "memory predicted per rank: params {:.1f} MiB, grads {:.1f} MiB, optimizer {:.1f} MiB (after a step), "
              "activations {:.1f} MiB{}\n",
@@ -331,7 +349,8 @@ StepStats Trainer::step() {
   sync_->zero_grads();
   double loss = 0;
   if (pipeline_) {
-    loss = pipeline_step(grad_scale) / (static_cast<double>(micro) * T);
+    // The sum of this rank's token losses over its micro-batches, per token it holds.
+    loss = pipeline_step(grad_scale) / (static_cast<double>(micro) * local_tokens(T));
   } else {
     for (int m = 0; m < accum; ++m) {
       train_loader_.train_batch(step_, dp_rank_ * rows_per_rank_ + m * micro, micro, inputs_.data(),
@@ -469,7 +488,7 @@ double Trainer::evaluate() {
         val_loader_->eval_batch(b, dp_rank_ * rows_per_rank_ + mb * micro, micro, inputs_.data(), targets_.data());
         model_->prepare(ctx, inputs_.data(), targets_.data(), micro, T, 0.0f, /*forward_only=*/true);
       };
-      total += sum_over_pp(pipeline_->evaluate(accum, prepare)) / (static_cast<double>(micro) * T);
+      total += sum_over_pp(pipeline_->evaluate(accum, prepare)) / (static_cast<double>(micro) * local_tokens(T));
     }
     return mean_over_dp(total / (config_.eval_batches * accum));
   }
@@ -624,7 +643,7 @@ RunSummary Trainer::run() {
     fmt::print(*log_, "throughput: median {:.0f} tokens/s, MFU {:.1f}%, HFU {:.1f}% (with the recomputed forward)\n",
                summary.median_tokens_per_s, 100.0 * summary.median_mfu, 100.0 * summary.median_hfu);
     if (world_size() > 1) {
-      for (Axis axis : {Axis::dp, Axis::dp_shard, Axis::dp_replicate, Axis::tp, Axis::pp}) {
+      for (Axis axis : reported_axes()) {
         const CommStats& stats = mesh_->axis(axis).stats();
         if (stats.total_wire_bytes() == 0) continue;
         fmt::print(*log_, "communication on {} (rank 0): {:.1f} MiB sent, {:.2f} s waiting\n", axis_name(axis),

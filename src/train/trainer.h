@@ -97,11 +97,16 @@ class Trainer {
   [[noreturn]] void stop_on_non_finite(const StepStats& s);
   void print_header();
   void print_step(const StepStats& s);
+  // The mean over the data- and context-parallel ranks.
   double mean_over_dp(double local);
+  // The tokens of a sequence of T this rank holds (T / cp).
+  int local_tokens(int T) const;
   bool on_every_rank(bool local);  // collective: local is true on every rank
   void update_fp8_scales();          // precision.fp8: this step's amaxes, max over ranks, into the histories
   void inject_nonfinite_gradient();  // debug.nonfinite_gradient_step
   std::string describe_sync() const;  // how gradients are combined, for the header
+  // The communicators the metrics and the summary report, each once.
+  std::vector<Axis> reported_axes() const;
   nlohmann::json comm_record() const;
 
   RunConfig config_;

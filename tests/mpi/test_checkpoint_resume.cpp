@@ -61,6 +61,8 @@ class SharedDir {
 struct Layout {
   int dp_shard = 1, tp = 1, zero_stage = 0;
   bool sequence_parallel = false;
+  int cp = 1;
+  const char* cp_mode = "ring";
 };
 
 class CheckpointResume : public ::testing::Test {
@@ -78,6 +80,8 @@ class CheckpointResume : public ::testing::Test {
     c.mesh.tp = l.tp;
     c.zero_stage = l.zero_stage;
     c.sequence_parallel = l.sequence_parallel;
+    c.mesh.cp = l.cp;
+    c.cp_mode = l.cp_mode;
     c.checkpoint_dir = dir.string();
     return c;
   }
@@ -159,6 +163,35 @@ TEST_F(CheckpointResume, ReshardsOntoAnyMesh) {
     expect_close(reference.losses, resumed.losses, 10, ("tp=" + std::to_string(l.tp) + " zero stage " +
                                                         std::to_string(l.zero_stage)).c_str());
     testing::expect_same_run(params_only(reference), params_only(resumed), "resharded parameters");
+  }
+}
+
+// Context parallelism leaves the saved state as it is: saved under cp = 2 (with FSDP
+// sharding over dp_shard x cp on 4 ranks), resumed on one rank and under cp = world
+// (ring with DDP, Ulysses with FSDP over cp).
+// Catches: parameters replicated over cp saved by several ranks or none, shards over dp_shard x cp read into the wrong rows.
+TEST_F(CheckpointResume, ReshardsAcrossContextParallelSizes) {
+  Communicator& world = testing::world();
+  const int n = world.size();
+  SharedDir dir(world);
+  testing::TempDir own;
+  const testing::TrainedRun reference = train(config({}, own.path()), nullptr, 20, "", false);
+  const Layout saved = n == 4 ? Layout{2, 1, 3, false, 2} : Layout{1, 1, 0, false, 2};
+  {
+    const RunConfig c = config(saved, dir.path());
+    DeviceMesh mesh(world, c.resolve_mesh(n));
+    train(c, &mesh, 10, "", true);
+  }
+  const std::string saved_step = (dir.path() / ckpt::checkpoint_dir_name(10)).string();
+  expect_close(reference.losses, train(config({}, own.path()), nullptr, 20, saved_step, false).losses, 10,
+               "cp = 1, one rank");
+  for (const Layout& l : {Layout{1, 1, 0, false, n}, Layout{1, 1, 3, false, n, "ulysses"}}) {
+    const RunConfig c = config(l, dir.path());
+    DeviceMesh mesh(world, c.resolve_mesh(n));
+    const testing::TrainedRun resumed = train(c, &mesh, 20, "latest", false);
+    const std::string what = "cp = " + std::to_string(n) + " " + l.cp_mode;
+    expect_close(reference.losses, resumed.losses, 10, what.c_str());
+    testing::expect_same_run(params_only(reference), params_only(resumed), what.c_str());
   }
 }
 

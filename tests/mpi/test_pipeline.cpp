@@ -149,7 +149,7 @@ TEST_F(PipelineTest, ActivationsFollowTheSchedule) {
     const int rank = mesh.coord(Axis::pp);
     const int live = std::string(schedule) == "gpipe" ? m : std::min(m, pp - rank);
     const std::vector<char>& units = trainer.model().local_units();
-    const TpLayout tp;
+    const ActivationLayout tp;
     const int64_t context = context_floats(c.model, tp, 1, c.seq_len, {}, units) * 4;
     const int64_t workspace = workspace_floats(c.model, tp, 1, c.seq_len, c.loss_chunk_rows) * 4;
     // The trainer's own (empty) context and the runner's pool of `live` contexts.

@@ -159,7 +159,7 @@ TEST(TensorParallelMemory, SequenceParallelSplitsTheTokenRegions) {
     trainer.step();
     measured[sp] = ledger.current(MemTag::activations) - before;
     const int64_t predicted = Transformer::predict_activation_bytes(c.model, c.batch_size, c.seq_len,
-                                                                     c.loss_chunk_rows, TpLayout{tp, sp});
+                                                                     c.loss_chunk_rows, ActivationLayout{tp, sp, {}});
     EXPECT_EQ(static_cast<int64_t>(measured[sp]), predicted) << "sequence parallel " << sp;
   }
   const int64_t N = int64_t{c.batch_size} * c.seq_len, C = c.model.d_model;
@@ -210,7 +210,7 @@ TEST(ActivationCheckpointingParallel, EveryPolicyIsBitwiseNoneOnFsdpTimesTp) {
         }
         EXPECT_EQ(static_cast<int64_t>(ledger.current(MemTag::activations) - before),
                   Transformer::predict_activation_bytes(c.model, c.batch_size / (four ? 2 : 1), c.seq_len,
-                                                        c.loss_chunk_rows, TpLayout{2, four}, policy))
+                                                        c.loss_chunk_rows, ActivationLayout{2, four, {}}, policy))
             << what;
         run.params = trainer.full_parameters();
       }

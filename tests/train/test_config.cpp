@@ -63,7 +63,7 @@ TEST_F(ConfigTest, OtherInconsistencies) {
   EXPECT_ERROR_MENTIONS(error_of({"train.seq_len=512"}), "train.seq_len = 512 exceeds model.max_seq_len = 256");
   EXPECT_ERROR_MENTIONS(error_of({"optim.beta2=1.5"}), "optim.beta2 = 1.5");
   EXPECT_ERROR_MENTIONS(error_of({"runtime.threads=-1"}), "runtime.threads = -1");
-  EXPECT_ERROR_MENTIONS(error_of({"parallel.cp=2"}), "parallel.cp = 2: context parallelism is not implemented yet");
+  EXPECT_ERROR_MENTIONS(error_of({"parallel.cp=0"}), "parallel.cp = 0 must be at least 1");
   EXPECT_ERROR_MENTIONS(error_of({"parallel.pp=0"}), "parallel.pp = 0 must be at least 1");
   EXPECT_ERROR_MENTIONS(error_of({"parallel.dp_replicate=-1"}), "parallel.dp_replicate = -1");
   EXPECT_ERROR_MENTIONS(error_of({"runtime.comm_timeout_s=0"}), "runtime.comm_timeout_s = 0");
@@ -86,6 +86,37 @@ TEST_F(ConfigTest, TensorParallelSizesMustDivide) {
   EXPECT_ERROR_MENTIONS(error_of({"parallel.tp=0"}), "parallel.tp = 0 must be positive");
   EXPECT_ERROR_MENTIONS(error_of({"parallel.sequence_parallel=true"}),
                         "parallel.sequence_parallel = true needs parallel.tp > 1");
+}
+
+TEST_F(ConfigTest, ContextParallelSettings) {
+  EXPECT_EQ(error_of({"parallel.cp=2", "train.seq_len=128"}), "");
+  EXPECT_EQ(error_of({"parallel.cp=4", "parallel.cp_mode=ulysses", "parallel.cp_chunks=contiguous", "train.seq_len=36"}),
+            "");
+  EXPECT_ERROR_MENTIONS(error_of({"parallel.cp=2", "train.seq_len=30"}),
+                        "train.seq_len = 30 must divide into 4 chunks of equal length for parallel.cp = 2 with zigzag "
+                        "chunks");
+  EXPECT_ERROR_MENTIONS(error_of({"parallel.cp=4", "parallel.cp_chunks=contiguous", "train.seq_len=30"}),
+                        "train.seq_len = 30 must divide into 4 chunks of equal length for parallel.cp = 4 with "
+                        "contiguous chunks");
+  EXPECT_ERROR_MENTIONS(error_of({"parallel.cp_mode=star"}), "parallel.cp_mode = \"star\" is not a context-parallel "
+                                                           "mode: ring or ulysses");
+  EXPECT_ERROR_MENTIONS(error_of({"parallel.cp_chunks=random"}), "parallel.cp_chunks = \"random\" is not a chunk "
+                                                                "layout: zigzag or contiguous");
+  // gpt2-tiny has 4 heads (and 4 KV heads); llama-tiny with 2 KV heads.
+  EXPECT_ERROR_MENTIONS(error_of({"parallel.cp=8", "parallel.cp_mode=ulysses", "train.seq_len=128"}),
+                        "parallel.cp_mode = \"ulysses\" splits the attention heads over parallel.cp = 8: this rank's "
+                        "4 heads and 4 KV heads");
+  EXPECT_ERROR_MENTIONS(error_of({"parallel.cp=4", "parallel.tp=2", "parallel.cp_mode=ulysses", "train.seq_len=128"}),
+                        "parallel.cp = 4: this rank's 2 heads and 2 KV heads");
+  EXPECT_EQ(error_of({"parallel.cp=2", "parallel.tp=2", "parallel.cp_mode=ulysses", "train.seq_len=128"}), "");
+  EXPECT_ERROR_MENTIONS(error_of({"parallel.cp=4", "parallel.cp_mode=ulysses", "model.preset=llama-tiny",
+                                  "model.n_kv_head=2", "train.seq_len=128"}),
+                        "4 heads and 2 KV heads (after tensor parallelism) must both divide by it");
+  // Sequence parallel splits each cp rank's tokens over tp.
+  EXPECT_ERROR_MENTIONS(error_of({"parallel.cp=2", "parallel.tp=4", "parallel.sequence_parallel=true",
+                                  "train.seq_len=20"}),
+                        "each context-parallel rank's train.seq_len / parallel.cp = 10 tokens are not divisible by "
+                        "parallel.tp = 4");
 }
 
 TEST_F(ConfigTest, CheckpointSettings) {

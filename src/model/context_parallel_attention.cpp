@@ -1,0 +1,32 @@
+#include "model/context_parallel_attention.h"
+
+#include "kernels/kernels.h"
+
+#include <algorithm>
+
+namespace ndt {
+
+void ContextParallelAttention::forward(const AttentionForward& a) const {
+  kernels::attention_forward(a.out, a.lse, a.att, a.q, a.k, a.v, a.B, a.T, a.NH, a.NKV, a.HS);
+}
+
+void ContextParallelAttention::backward(const AttentionBackward& a) const {
+  kernels::attention_backward(a.dq, a.dk, a.dv, a.dout, a.q, a.k, a.v, a.att, a.B, a.T, a.NH, a.NKV, a.HS);
+}
+
+int64_t attention_probability_floats(const CpLayout& cp, int64_t B, int64_t T, int64_t NH) {
+  return B * NH * T * (T * cp.size);
+}
+
+int64_t context_parallel_scratch_floats(const CpLayout& cp, int64_t B, int64_t T, int64_t NH, int64_t NKV,
+                                        int64_t HS) {
+  if (!cp.active()) return 0;
+  const int64_t N = B * T, QD = NH * HS, KD = NKV * HS, rows = B * NH * T;
+  if (cp.mode == CpMode::ulysses) return N * (5 * QD + 4 * KD);
+  const int64_t runs = cp.chunks == CpChunks::zigzag ? 2 : 1;
+  const int64_t forward = 2 * (2 * N * KD) + N * QD + cp.size * runs * rows;
+  const int64_t backward = 4 * (2 * N * KD) + rows;
+  return std::max(forward, backward);
+}
+
+}  // namespace ndt

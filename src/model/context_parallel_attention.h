@@ -1,0 +1,71 @@
+// The model's side of context parallelism: the interface a block calls for its
+// attention core (scores, causal softmax, weighted sum), owned here so that the model
+// includes nothing from parallel/ or comm/, as with tensor parallelism
+// (model/tensor_parallel_regions.h). The base class is context parallelism of size 1:
+// the local causal kernel on whole sequences. parallelize() installs ring attention
+// (parallel/ring_attention.h) or Ulysses (parallel/ulysses_attention.h), whose
+// communication runs over the cp mesh axis.
+//
+// Under cp = n a context holds T / n tokens of each of its B sequences (the runs of
+// ActivationLayout's CpLayout), with their true positions in ctx.positions; everything
+// but attention is token-local and runs on them unchanged.
+#pragma once
+
+#include "model/activation_layout.h"
+
+#include <cstdint>
+
+namespace ndt {
+
+// One micro-batch's attention core on this rank's local rows (T = local tokens per
+// sequence) and heads (NH, NKV: this rank's, after tensor parallelism).
+//   q [B, T, NH, HS], k and v [B, T, NKV, HS], out [B, T, NH, HS];
+//   att: B x NH x T x (cp x T) floats of probabilities, lse: B x NH x T floats (their
+//   layout is the implementation's: backward reads what forward wrote);
+//   scratch: context_parallel_scratch_floats floats of the workspace.
+struct AttentionForward {
+  float* out;
+  float* lse;
+  float* att;
+  const float* q;
+  const float* k;
+  const float* v;
+  int B, T, NH, NKV, HS;
+  float* scratch;
+};
+
+// Backward adds (+=) into dq, dk, dv; out is forward's output (ring attention's row term).
+struct AttentionBackward {
+  float* dq;
+  float* dk;
+  float* dv;
+  const float* dout;
+  const float* q;
+  const float* k;
+  const float* v;
+  const float* att;
+  const float* out;
+  int B, T, NH, NKV, HS;
+  float* scratch;
+};
+
+class ContextParallelAttention {
+ public:
+  virtual ~ContextParallelAttention() = default;
+  virtual CpLayout layout() const { return {}; }
+  virtual int rank() const { return 0; }
+  virtual void forward(const AttentionForward& a) const;
+  virtual void backward(const AttentionBackward& a) const;
+};
+
+// The floats of attention probabilities a block keeps for B x T local rows of NH heads.
+int64_t attention_probability_floats(const CpLayout& cp, int64_t B, int64_t T, int64_t NH);
+// The workspace scratch an implementation of `cp` uses for B x T local rows (0 for cp = 1):
+//   ring: forward, two K/V receive buffers, one partial output, and the log-sum-exp of
+//     each (step, key run) pair; backward, two K/V and two dK/dV buffers and the row term;
+//   Ulysses: the head-split q, k, v, output gradient and dq, dk, dv, and a send and a
+//     receive buffer.
+int64_t context_parallel_scratch_floats(const CpLayout& cp, int64_t B, int64_t T, int64_t NH, int64_t NKV,
+                                        int64_t HS);
+
+}  // namespace ndt

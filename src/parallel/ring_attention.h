@@ -1,0 +1,47 @@
+// Context parallelism by ring attention: the sequence dimension of every activation is
+// split over the cp mesh axis (CpLayout: zigzag or contiguous runs), and only attention
+// communicates. Each rank keeps its queries; the keys and values travel around the cp
+// ring, one rank's block per step, the next block's transfer in flight (non-blocking
+// send and receive) while the current one computes. Each step computes the local
+// queries against that block's runs (pairs wholly above the causal diagonal skipped,
+// the diagonal ones masked) and merges the result into the running output with the
+// log-sum-exp (online softmax); at the end each pair's probabilities are renormalised
+// over all keys and kept for backward. With grouped heads only the KV heads travel.
+// Backward sends the keys and values around the ring again, with the dK/dV sums of each
+// block travelling beside them; after a full turn each sum is home. It recomputes
+// nothing: the probabilities were kept (they scale as T^2 / cp per rank).
+// Communicates, over cp, per block and micro-batch (N = B x T / cp local rows,
+// KD = KV heads x head size, 4-byte floats): forward (cp - 1) sends of the K/V block
+// (2 x N x KD floats), backward cp - 1 K/V sends and cp dK/dV sends of the same size.
+#pragma once
+
+#include "comm/communicator.h"
+#include "model/context_parallel_attention.h"
+
+#include <cstdint>
+
+namespace ndt {
+
+class RingAttention : public ContextParallelAttention {
+ public:
+  // cp: the cp axis's communicator; layout.size must equal its size.
+  RingAttention(Communicator& cp, const CpLayout& layout);
+  CpLayout layout() const override { return layout_; }
+  int rank() const override { return cp_.rank(); }
+  void forward(const AttentionForward& a) const override;
+  void backward(const AttentionBackward& a) const override;
+  // Query-key score pairs this rank computed in forward so far (visible pairs, summed
+  // over sequences and heads): the attention FLOPs are 4 x head size x this.
+  int64_t score_pairs() const { return score_pairs_; }
+
+ private:
+  Communicator& cp_;
+  CpLayout layout_;
+  mutable int64_t score_pairs_ = 0;
+};
+
+// Visible (query, key) pairs of a query run against a key run under the causal mask
+// (key position <= query position), per sequence and head.
+int64_t causal_pairs(const TokenRun& queries, const TokenRun& keys);
+
+}  // namespace ndt
