@@ -169,6 +169,13 @@ void attention_span_backward(float* dq, float* dk, float* dv, const float* dout,
   NDT_ROUTE(attention_span_backward, dq, dk, dv, dout, q, k, v, att, ld_att, col, D, B, Tq, Tk, NH,
             NKV, HS, qs, ks);
 }
+void attention_span_backward_recompute(float* dq, float* dk, float* dv, const float* dout,
+                                       const float* q, const float* k, const float* v,
+                                       const float* lse, const float* D, int B, int Tq, int Tk,
+                                       int NH, int NKV, int HS, AttentionSpan qs, AttentionSpan ks) {
+  NDT_ROUTE(attention_span_backward_recompute, dq, dk, dv, dout, q, k, v, lse, D, B, Tq, Tk, NH,
+            NKV, HS, qs, ks);
+}
 void rope_forward(float* out, const float* inp, int B, int T, int H, int D, int pos_offset,
                   float theta) {
   NDT_ROUTE(rope_forward, out, inp, B, T, H, D, pos_offset, theta);

@@ -22,7 +22,11 @@
 //   add_bias, bias_backward        kernels/cpu/elementwise.h
 //   layernorm_*, rmsnorm_*         kernels/cpu/norm.h
 //   attention_*                    kernels/cpu/attention.h
-//   attention_span_*, attention_merge,
+//   attention_span_forward,
+//   attention_span_backward,
+//   attention_span_backward_recompute,
+//   attention_span_rescale,
+//   attention_merge,
 //   attention_row_dot              kernels/cpu/attention_span.h
 //   rope_*                         kernels/cpu/rope.h
 //   gelu_*, swiglu_*               kernels/cpu/activation.h
@@ -105,7 +109,8 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
                         const float* k, const float* v, const float* att, int B, int T, int NH,
                         int NKV, int HS);
 // Ring attention's span kernels (attention_span.h): one (query span, key span) pair at a
-// time, merged by log-sum-exp.
+// time, merged by log-sum-exp; att may be null in the forward (no kept probabilities), the
+// backward then recomputing them from the merged lse.
 using AttentionSpan = cpu::AttentionSpan;
 void attention_span_forward(float* out, float* lse, float* att, int ld_att, int col, const float* q,
                             const float* k, const float* v, int B, int Tq, int Tk, int NH, int NKV,
@@ -119,6 +124,10 @@ void attention_span_backward(float* dq, float* dk, float* dv, const float* dout,
                              const float* k, const float* v, const float* att, int ld_att, int col,
                              const float* D, int B, int Tq, int Tk, int NH, int NKV, int HS,
                              AttentionSpan qs, AttentionSpan ks);
+void attention_span_backward_recompute(float* dq, float* dk, float* dv, const float* dout,
+                                       const float* q, const float* k, const float* v,
+                                       const float* lse, const float* D, int B, int Tq, int Tk,
+                                       int NH, int NKV, int HS, AttentionSpan qs, AttentionSpan ks);
 void rope_forward(float* out, const float* inp, int B, int T, int H, int D, int pos_offset,
                   float theta);
 void rope_backward(float* dinp, const float* dout, int B, int T, int H, int D, int pos_offset,

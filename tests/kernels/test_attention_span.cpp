@@ -1,9 +1,11 @@
 // Ring attention's span kernels (kernels/cpu/attention_span.h): a ring simulated in one
-// process (zigzag and contiguous layouts, with and without grouped heads) against the
-// whole-sequence kernels of attention.h, forward and backward; the masking edge cases
-// (a key span wholly after, wholly before, or starting inside the query span) against
-// a double-precision reference; the merge rule at -inf; the backward's += contract;
-// determinism across thread counts; argument checks; routing through kernels.h.
+// process (zigzag and contiguous layouts, with and without grouped heads, probabilities
+// kept or recomputed in the backward) against the whole-sequence kernels of
+// attention.h, forward and backward; a whole sequence as one pair (as Ulysses uses it);
+// the masking edge cases (a key span wholly after, wholly before, or starting inside
+// the query span, rows whose lse is -inf) against a double-precision reference; the
+// merge rule at -inf; the backwards' += contract; determinism across thread counts;
+// argument checks; routing through kernels.h.
 #include "kernels/cpu/attention_span.h"
 
 #include "../common/errors.h"
@@ -20,6 +22,7 @@
 #include <limits>
 #include <ostream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace {
@@ -34,7 +37,9 @@ constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 size_t at(int b, int t, int h, int T, int H, int HS) { return ((size_t(b) * T + t) * H + h) * HS; }
 
 // Largest |got - ref| / (1 + |ref|) (NaN counts as infinite); `where` gets its index.
-double max_error(const std::vector<float>& got, const std::vector<float>& ref,
+// ref: float, or double for a double-precision reference.
+template <typename Ref>
+double max_error(const std::vector<float>& got, const std::vector<Ref>& ref,
                  size_t* where = nullptr) {
   double worst = 0;
   for (size_t i = 0; i < ref.size(); ++i) {
@@ -48,7 +53,8 @@ double max_error(const std::vector<float>& got, const std::vector<float>& ref,
   return worst;
 }
 
-void expect_close(const std::vector<float>& got, const std::vector<float>& ref, double tol,
+template <typename Ref>
+void expect_close(const std::vector<float>& got, const std::vector<Ref>& ref, double tol,
                   const std::string& what) {
   ASSERT_EQ(got.size(), ref.size()) << what;
   size_t i = 0;
@@ -74,9 +80,6 @@ struct RingCase {
 std::string name_of(const RingCase& c) {
   return std::string(c.zigzag ? "zigzag" : "contiguous") + "_cp" + std::to_string(c.cp) + "_chunk" +
          std::to_string(c.chunk) + "_nkv" + std::to_string(c.NKV) + "_hs" + std::to_string(c.HS);
-}
-std::string case_name(const ::testing::TestParamInfo<RingCase>& info) {
-  return name_of(info.param);
 }
 void PrintTo(const RingCase& c, std::ostream* os) { *os << name_of(c); }
 
@@ -128,15 +131,19 @@ struct Whole {
 };
 
 // The ring's results in whole-sequence order (att as [B, NH, T, T] by position, so it
-// compares with the whole kernel's), plus every rank's raw buffers for bitwise checks.
+// compares with the whole kernel's; empty when recomputing), plus every rank's raw
+// buffers for bitwise checks and every pair's forward (out_part, lse_part) in order.
 struct RingResult {
   Whole whole;
-  std::vector<float> raw;
+  std::vector<float> raw, parts;
 };
 
+// recompute: the forward keeps no probabilities (att null), nothing is rescaled, and
+// the backward recomputes them from the merged lse (attention_span_backward_recompute).
 RingResult run_ring(const RingCase& c, const Ring& ring, const std::vector<float>& q,
                     const std::vector<float>& k, const std::vector<float>& v,
-                    const std::vector<float>& dout) {
+                    const std::vector<float>& dout, bool recompute) {
+  RingResult res;
   const int B = c.B, NH = c.NH, NKV = c.NKV, HS = c.HS, T = ring.T, Tl = ring.Tl, cp = ring.cp;
   std::vector<std::vector<float>> ql(cp), kl(cp), vl(cp), dol(cp), out(cp), lse(cp), att(cp),
       dq(cp), dk(cp), dv(cp);
@@ -155,7 +162,7 @@ RingResult run_ring(const RingCase& c, const Ring& ring, const std::vector<float
   for (int r = 0; r < cp; ++r) {
     out[r].assign(size_t(B) * Tl * NH * HS, 0.0f);
     lse[r].assign(size_t(B) * NH * Tl, -kInf);
-    att[r].assign(size_t(B) * NH * Tl * T, kNaN);  // every entry must be written
+    if (!recompute) att[r].assign(size_t(B) * NH * Tl * T, kNaN);  // every entry must be written
     struct Merged {                                // a pair merged, to be rescaled once all are in
       AttentionSpan qs, ks;
       int col;
@@ -168,15 +175,20 @@ RingResult run_ring(const RingCase& c, const Ring& ring, const std::vector<float
         for (const AttentionSpan& ks : ring.spans[s]) {
           std::vector<float> out_part(out[r].size(), kNaN), lse_part(lse[r].size(), kNaN);
           const int col = s * Tl + ks.begin;
-          ndt::cpu::attention_span_forward(out_part.data(), lse_part.data(), att[r].data(), T, col,
-                                           ql[r].data(), kl[s].data(), vl[s].data(), B, Tl, Tl, NH,
-                                           NKV, HS, qs, ks);
+          // Without att, ld_att and col are ignored: nonsense values show it.
+          ndt::cpu::attention_span_forward(
+              out_part.data(), lse_part.data(), recompute ? nullptr : att[r].data(),
+              recompute ? -1 : T, recompute ? -7 : col, ql[r].data(), kl[s].data(), vl[s].data(), B,
+              Tl, Tl, NH, NKV, HS, qs, ks);
           ndt::cpu::attention_merge(out[r].data(), lse[r].data(), out_part.data(), lse_part.data(),
                                     B, Tl, NH, HS, qs);
+          res.parts.insert(res.parts.end(), out_part.begin(), out_part.end());
+          res.parts.insert(res.parts.end(), lse_part.begin(), lse_part.end());
           pairs.push_back({qs, ks, col, std::move(lse_part)});
         }
     }
     for (const Merged& p : pairs) {
+      if (recompute) break;
       ndt::cpu::attention_span_rescale(att[r].data(), T, p.col, p.ks.count, p.lse_part.data(),
                                        lse[r].data(), B, Tl, NH, p.qs);
     }
@@ -191,22 +203,27 @@ RingResult run_ring(const RingCase& c, const Ring& ring, const std::vector<float
       const int s = (r - step + cp) % cp;
       for (const AttentionSpan& qs : ring.spans[r])
         for (const AttentionSpan& ks : ring.spans[s]) {
-          ndt::cpu::attention_span_backward(dq[r].data(), dk[s].data(), dv[s].data(), dol[r].data(),
-                                            ql[r].data(), kl[s].data(), vl[s].data(), att[r].data(),
-                                            T, s * Tl + ks.begin, D.data(), B, Tl, Tl, NH, NKV, HS,
-                                            qs, ks);
+          if (recompute) {
+            ndt::cpu::attention_span_backward_recompute(
+                dq[r].data(), dk[s].data(), dv[s].data(), dol[r].data(), ql[r].data(), kl[s].data(),
+                vl[s].data(), lse[r].data(), D.data(), B, Tl, Tl, NH, NKV, HS, qs, ks);
+          } else {
+            ndt::cpu::attention_span_backward(
+                dq[r].data(), dk[s].data(), dv[s].data(), dol[r].data(), ql[r].data(), kl[s].data(),
+                vl[s].data(), att[r].data(), T, s * Tl + ks.begin, D.data(), B, Tl, Tl, NH, NKV,
+                HS, qs, ks);
+          }
         }
     }
   }
 
-  RingResult res;
   Whole& w = res.whole;
   w.out.assign(q.size(), kNaN);
   w.dq.assign(q.size(), kNaN);
   w.dk.assign(k.size(), kNaN);
   w.dv.assign(k.size(), kNaN);
   w.lse.assign(size_t(B) * NH * T, kNaN);
-  w.att.assign(size_t(B) * NH * T * T, kNaN);
+  if (!recompute) w.att.assign(size_t(B) * NH * T * T, kNaN);
   for (int r = 0; r < cp; ++r) {
     scatter(out[r], ring.pos[r], w.out, B, T, NH, HS);
     scatter(dq[r], ring.pos[r], w.dq, B, T, NH, HS);
@@ -216,6 +233,7 @@ RingResult run_ring(const RingCase& c, const Ring& ring, const std::vector<float
       for (int i = 0; i < Tl; ++i) {
         const int p = ring.pos[r][i];
         w.lse[size_t(bh) * T + p] = lse[r][size_t(bh) * Tl + i];
+        if (recompute) continue;
         for (int s = 0; s < cp; ++s)
           for (int j = 0; j < Tl; ++j) {
             w.att[(size_t(bh) * T + p) * T + ring.pos[s][j]] =
@@ -232,21 +250,86 @@ struct RingInputs {
   std::vector<float> q, k, v, dout;
 };
 
+// Causal attention of a whole sequence, forward and backward, in double from the float
+// inputs: out, lse, dq, dk, dv.
+struct WholeDouble {
+  std::vector<double> out, lse, dq, dk, dv;
+};
+
+WholeDouble whole_reference(const RingInputs& in, int B, int T, int NH, int NKV, int HS) {
+  WholeDouble r{std::vector<double>(in.q.size(), 0.0), std::vector<double>(size_t(B) * NH * T),
+                std::vector<double>(in.q.size(), 0.0), std::vector<double>(in.k.size(), 0.0),
+                std::vector<double>(in.k.size(), 0.0)};
+  const double scale = 1.0 / std::sqrt(double(HS));
+  std::vector<double> p(T), dp(T);
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < NH; ++h) {
+      const int kvh = h / (NH / NKV);
+      for (int t = 0; t < T; ++t) {
+        const size_t qi = at(b, t, h, T, NH, HS);
+        double mx = -INFINITY;
+        for (int j = 0; j <= t; ++j) {
+          const size_t kj = at(b, j, kvh, T, NKV, HS);
+          double d = 0;
+          for (int c = 0; c < HS; ++c) d += double(in.q[qi + c]) * in.k[kj + c];
+          p[j] = d * scale;
+          mx = std::max(mx, p[j]);
+        }
+        double sum = 0;
+        for (int j = 0; j <= t; ++j) sum += std::exp(p[j] - mx);
+        const double lse = mx + std::log(sum);
+        r.lse[(size_t(b) * NH + h) * T + t] = lse;
+        double dot = 0;
+        for (int j = 0; j <= t; ++j) {
+          const size_t kj = at(b, j, kvh, T, NKV, HS);
+          p[j] = std::exp(p[j] - lse);
+          dp[j] = 0;
+          for (int c = 0; c < HS; ++c) {
+            r.out[qi + c] += p[j] * in.v[kj + c];
+            dp[j] += double(in.dout[qi + c]) * in.v[kj + c];
+          }
+          dot += dp[j] * p[j];
+        }
+        for (int j = 0; j <= t; ++j) {
+          const size_t kj = at(b, j, kvh, T, NKV, HS);
+          const double ds = p[j] * (dp[j] - dot) * scale;
+          for (int c = 0; c < HS; ++c) {
+            r.dq[qi + c] += ds * in.k[kj + c];
+            r.dk[kj + c] += ds * in.q[qi + c];
+            r.dv[kj + c] += p[j] * in.dout[qi + c];
+          }
+        }
+      }
+    }
+  return r;
+}
+
 RingInputs ring_inputs(const RingCase& c, int T) {
   const size_t qn = size_t(c.B) * T * c.NH * c.HS, kn = size_t(c.B) * T * c.NKV * c.HS;
   return {random_vector(qn, 100), random_vector(kn, 101), random_vector(kn, 102),
           random_vector(qn, 103)};
 }
 
-class AttentionSpanRing : public ::testing::TestWithParam<RingCase> {};
+// A ring case, and whether the backward recomputes the probabilities (else kept).
+using RingParam = std::tuple<RingCase, bool>;
+std::string ring_param_name(const ::testing::TestParamInfo<RingParam>& info) {
+  return name_of(std::get<0>(info.param)) + (std::get<1>(info.param) ? "_recomputed" : "_kept");
+}
+
+class AttentionSpanRing : public ::testing::TestWithParam<RingParam> {};
 
 // The ring gives the whole-sequence kernels' out, lse, probabilities and gradients.
 // Tolerance |got - want| <= 1e-6 * (1 + |want|) per entry: both sides are float
 // kernels summing in different orders (and the backward's row term is dO . O here,
 // rowsum(dP o P) there), a few float roundings apart on O(1) values. Measured worst
 // over these cases: 1.7e-7 lse, 2e-7 att, 3.7e-7 out, 4.6e-7 dq, 6.4e-7 dk and dv.
+// Recomputing, every pair's forward without att gives the kept forward's out and lse
+// to the bit, and the gradients (recomputed from the merged lse) are checked against
+// attention_backward and a double-precision reference as said at the end. Measured
+// worst, recomputed: against attention_backward 4.6e-7 dq, 1.14e-6 dk, 8.2e-7 dv;
+// against double 4.6e-7 dq, 8.0e-7 dk, 1.0e-6 dv.
 TEST_P(AttentionSpanRing, MatchesWholeSequenceKernels) {
-  const RingCase c = GetParam();
+  const auto [c, recompute] = GetParam();
   const Ring ring = make_ring(c);
   const int T = ring.T;
   const RingInputs in = ring_inputs(c, T);
@@ -262,48 +345,76 @@ TEST_P(AttentionSpanRing, MatchesWholeSequenceKernels) {
                                in.q.data(), in.k.data(), in.v.data(), want.att.data(), c.B, T, c.NH,
                                c.NKV, c.HS);
 
-  const Whole got = run_ring(c, ring, in.q, in.k, in.v, in.dout).whole;
+  const RingResult res = run_ring(c, ring, in.q, in.k, in.v, in.dout, recompute);
+  const Whole& got = res.whole;
   constexpr double kTol = 1e-6;
   expect_close(got.out, want.out, kTol, "out");
   expect_close(got.lse, want.lse, kTol, "lse");
-  expect_close(got.att, want.att, kTol, "att");
-  // Masked entries are exactly 0, as in the whole kernel.
-  for (int bh = 0; bh < c.B * c.NH; ++bh)
-    for (int p = 0; p < T; ++p)
-      for (int j = p + 1; j < T; ++j)
-        ASSERT_EQ(got.att[(size_t(bh) * T + p) * T + j], 0.0f)
-            << "bh " << bh << " p " << p << " j " << j;
-  expect_close(got.dq, want.dq, kTol, "dq");
-  expect_close(got.dk, want.dk, kTol, "dk");
-  expect_close(got.dv, want.dv, kTol, "dv");
+  if (!recompute) {
+    expect_close(got.att, want.att, kTol, "att");
+    // Masked entries are exactly 0, as in the whole kernel.
+    for (int bh = 0; bh < c.B * c.NH; ++bh)
+      for (int p = 0; p < T; ++p)
+        for (int j = p + 1; j < T; ++j)
+          ASSERT_EQ(got.att[(size_t(bh) * T + p) * T + j], 0.0f)
+              << "bh " << bh << " p " << p << " j " << j;
+    expect_close(got.dq, want.dq, kTol, "dq");
+    expect_close(got.dk, want.dk, kTol, "dk");
+    expect_close(got.dv, want.dv, kTol, "dv");
+    return;
+  }
+
+  EXPECT_TRUE(got.att.empty());
+  const RingResult kept = run_ring(c, ring, in.q, in.k, in.v, in.dout, false);
+  EXPECT_TRUE(same_bits(res.parts, kept.parts)) << "pair forwards differ from the kept ones";
+  EXPECT_TRUE(same_bits(got.out, kept.whole.out));
+  EXPECT_TRUE(same_bits(got.lse, kept.whole.lse));
+  // Recomputed P = exp(S - lse) rounds differently from both kernels' softmax, so its
+  // error and attention_backward's (which sums its row term in float) no longer cancel:
+  // against the double truth the recomputed gradients are within 1.0e-6, the kept ones
+  // 1.22e-6 and attention_backward's 1.26e-6, but recomputed against attention_backward
+  // reach 1.14e-6. Hence 2e-6 against attention_backward, and 1.5e-6 against the truth.
+  expect_close(got.dq, want.dq, 2 * kTol, "dq");
+  expect_close(got.dk, want.dk, 2 * kTol, "dk");
+  expect_close(got.dv, want.dv, 2 * kTol, "dv");
+  const WholeDouble truth = whole_reference(in, c.B, T, c.NH, c.NKV, c.HS);
+  expect_close(got.dq, truth.dq, 1.5 * kTol, "dq against double");
+  expect_close(got.dk, truth.dk, 1.5 * kTol, "dk against double");
+  expect_close(got.dv, truth.dv, 1.5 * kTol, "dv against double");
 }
 
 // Chunks of 37 (not a multiple of 64), 74 (two row blocks, the second partial) and 70.
-INSTANTIATE_TEST_SUITE_P(AttentionSpan, AttentionSpanRing,
-                         ::testing::Values(RingCase{2, true, 37, 4}, RingCase{2, true, 37, 2},
-                                           RingCase{2, true, 37, 1}, RingCase{4, true, 37, 4},
-                                           RingCase{4, true, 37, 2}, RingCase{4, true, 37, 1},
-                                           RingCase{2, false, 74, 4}, RingCase{2, false, 74, 2},
-                                           RingCase{2, false, 74, 1}, RingCase{4, false, 74, 4},
-                                           RingCase{4, false, 74, 2}, RingCase{4, false, 74, 1},
-                                           RingCase{2, true, 70, 2}),
-                         case_name);
+INSTANTIATE_TEST_SUITE_P(
+    AttentionSpan, AttentionSpanRing,
+    ::testing::Combine(::testing::Values(RingCase{2, true, 37, 4}, RingCase{2, true, 37, 2},
+                                         RingCase{2, true, 37, 1}, RingCase{4, true, 37, 4},
+                                         RingCase{4, true, 37, 2}, RingCase{4, true, 37, 1},
+                                         RingCase{2, false, 74, 4}, RingCase{2, false, 74, 2},
+                                         RingCase{2, false, 74, 1}, RingCase{4, false, 74, 4},
+                                         RingCase{4, false, 74, 2}, RingCase{4, false, 74, 1},
+                                         RingCase{2, true, 70, 2}),
+                       ::testing::Bool()),
+    ring_param_name);
 
 // Each dK/dV row is summed by one thread in a fixed order: the whole ring, forward and
-// backward, gives the same bits on 1 and 2 threads. HS 32 and chunks of 74 put every
-// span pair (2 * 4 * 74 * 74 * 32 multiply-adds) over the kernels' parallel threshold.
+// backward, probabilities kept or recomputed, gives the same bits on 1 and 2 threads.
+// HS 32 and chunks of 74 put every span pair (2 * 4 * 74 * 74 * 32 multiply-adds) over
+// the kernels' parallel threshold.
 TEST(AttentionSpanDeterminism, SameBitsOnOneAndTwoThreads) {
   RingCase c{2, false, 74, 2};
   c.HS = 32;
   const Ring ring = make_ring(c);
   const RingInputs in = ring_inputs(c, ring.T);
   const int saved = omp_get_max_threads();
-  omp_set_num_threads(1);
-  const std::vector<float> one = run_ring(c, ring, in.q, in.k, in.v, in.dout).raw;
-  omp_set_num_threads(2);
-  const std::vector<float> two = run_ring(c, ring, in.q, in.k, in.v, in.dout).raw;
-  omp_set_num_threads(saved);
-  EXPECT_TRUE(same_bits(one, two));
+  for (bool recompute : {false, true}) {
+    omp_set_num_threads(1);
+    const RingResult one = run_ring(c, ring, in.q, in.k, in.v, in.dout, recompute);
+    omp_set_num_threads(2);
+    const RingResult two = run_ring(c, ring, in.q, in.k, in.v, in.dout, recompute);
+    omp_set_num_threads(saved);
+    EXPECT_TRUE(same_bits(one.raw, two.raw)) << (recompute ? "recomputed" : "kept");
+    EXPECT_TRUE(same_bits(one.parts, two.parts)) << (recompute ? "recomputed" : "kept");
+  }
 }
 
 // ---------------------------------------------------------------------------------
@@ -339,6 +450,52 @@ PairOutputs pair_forward(const Pair& p, const PairInputs& in, float fill) {
                                    in.q.data(), in.k.data(), in.v.data(), p.B, p.Tq, p.Tk, p.NH,
                                    p.NKV, p.HS, p.qs, p.ks);
   return o;
+}
+
+// The forward without kept probabilities (att null; ld_att and col nonsense, being
+// ignored) into buffers holding `fill`: out and lse (att left empty).
+PairOutputs pair_forward_without_att(const Pair& p, const PairInputs& in, float fill) {
+  PairOutputs o{std::vector<float>(size_t(p.B) * p.Tq * p.NH * p.HS, fill),
+                std::vector<float>(size_t(p.B) * p.NH * p.Tq, fill),
+                {}};
+  ndt::cpu::attention_span_forward(o.out.data(), o.lse.data(), nullptr, -1, -3, in.q.data(),
+                                   in.k.data(), in.v.data(), p.B, p.Tq, p.Tk, p.NH, p.NKV, p.HS,
+                                   p.qs, p.ks);
+  return o;
+}
+
+// ... gives the kept forward's out and lse to the bit, everything outside the span
+// untouched alike.
+void expect_same_forward_without_att(const Pair& p, const PairInputs& in, const PairOutputs& kept,
+                                     float fill) {
+  const PairOutputs o = pair_forward_without_att(p, in, fill);
+  EXPECT_TRUE(same_bits(o.out, kept.out)) << "out without att";
+  EXPECT_TRUE(same_bits(o.lse, kept.lse)) << "lse without att";
+}
+
+struct Grads {
+  std::vector<float> dq, dk, dv;
+};
+
+// Adds one pair's backward into g: the kept probabilities att (at p.ld_att, p.col), or,
+// with att null, recomputed from lse.
+void pair_backward(const Pair& p, const PairInputs& in, const float* att, const float* lse,
+                   const std::vector<float>& dout, const std::vector<float>& D, Grads& g) {
+  if (att != nullptr) {
+    ndt::cpu::attention_span_backward(g.dq.data(), g.dk.data(), g.dv.data(), dout.data(),
+                                      in.q.data(), in.k.data(), in.v.data(), att, p.ld_att, p.col,
+                                      D.data(), p.B, p.Tq, p.Tk, p.NH, p.NKV, p.HS, p.qs, p.ks);
+  } else {
+    ndt::cpu::attention_span_backward_recompute(g.dq.data(), g.dk.data(), g.dv.data(), dout.data(),
+                                                in.q.data(), in.k.data(), in.v.data(), lse,
+                                                D.data(), p.B, p.Tq, p.Tk, p.NH, p.NKV, p.HS, p.qs,
+                                                p.ks);
+  }
+}
+
+Grads zero_grads(const PairInputs& in) {
+  return {std::vector<float>(in.q.size(), 0.0f), std::vector<float>(in.k.size(), 0.0f),
+          std::vector<float>(in.k.size(), 0.0f)};
 }
 
 // Keys of span ks seen by the query of local row qs.begin + i.
@@ -429,13 +586,15 @@ void check_pair_forward(const Pair& p, const PairInputs& in, const PairOutputs& 
 
 // A key span wholly after the query span: every row sees no key (every row block is
 // skipped): out 0, lse -inf, probabilities 0, nothing else written; merging it into a
-// running result changes nothing, to the bit.
+// running result changes nothing, to the bit. Nor does the recomputing backward, even
+// with the merged (finite) lse: the positions alone mask every key.
 TEST(AttentionSpanMasking, KeySpanAfterQuerySpanSeesNothing) {
   // Local rows 3 .. 102 at positions 0 .. 99; keys at positions 100 .. 139.
   const Pair p{.Tq = 110, .Tk = 50, .qs = {3, 100, 0}, .ks = {5, 40, 100}, .ld_att = 60, .col = 7};
   const PairInputs in = pair_inputs(p, 200);
   const PairOutputs o = pair_forward(p, in, 7.0f);
   check_pair_forward(p, in, o, 7.0f);
+  expect_same_forward_without_att(p, in, o, 7.0f);
 
   // A running result over a key span that the rows do see (positions 0 .. 39).
   Pair seen_pair = p;
@@ -446,6 +605,17 @@ TEST(AttentionSpanMasking, KeySpanAfterQuerySpanSeesNothing) {
                             p.HS, p.qs);
   EXPECT_TRUE(same_bits(out, run.out));
   EXPECT_TRUE(same_bits(lse, run.lse));
+
+  const std::vector<float> dout = random_vector(out.size(), 204);
+  std::vector<float> D(lse.size());
+  ndt::cpu::attention_row_dot(D.data(), dout.data(), out.data(), p.B, p.Tq, p.NH, p.HS);
+  Grads g{random_vector(in.q.size(), 205), random_vector(in.k.size(), 206),
+          random_vector(in.k.size(), 207)};
+  const Grads g0 = g;
+  pair_backward(p, in, nullptr, lse.data(), dout, D, g);
+  EXPECT_TRUE(same_bits(g.dq, g0.dq));
+  EXPECT_TRUE(same_bits(g.dk, g0.dk));
+  EXPECT_TRUE(same_bits(g.dv, g0.dv));
 }
 
 // A key span wholly before the query span: nothing masked, every row sees every key.
@@ -454,6 +624,7 @@ TEST(AttentionSpanMasking, KeySpanBeforeQuerySpanIsUnmasked) {
   const PairInputs in = pair_inputs(p, 210);
   const PairOutputs o = pair_forward(p, in, 7.0f);
   check_pair_forward(p, in, o, 7.0f);
+  expect_same_forward_without_att(p, in, o, 7.0f);
   for (int i = 0; i < p.qs.count; ++i) ASSERT_EQ(seen(p, i), p.ks.count);
   // Every probability of every row is non-zero.
   for (int bh = 0; bh < p.B * p.NH; ++bh)
@@ -464,24 +635,28 @@ TEST(AttentionSpanMasking, KeySpanBeforeQuerySpanIsUnmasked) {
 
 // A key span starting inside the query span: rows before its first key see nothing
 // (row block 0 is skipped whole, block 1 is part-masked), the rest a causal prefix.
-// The backward of this one pair (whose probabilities are then already final) against
-// the same gradients accumulated in double.
+// The backward of this one pair (whose probabilities and lse are then already final),
+// kept and recomputed, against the same gradients accumulated in double.
 TEST(AttentionSpanMasking, KeySpanStartingInsideQuerySpan) {
   const Pair p{
       .Tq = 150, .Tk = 150, .qs = {0, 150, 0}, .ks = {0, 150, 70}, .ld_att = 150, .col = 0};
   const PairInputs in = pair_inputs(p, 220);
   const PairOutputs o = pair_forward(p, in, 7.0f);
   check_pair_forward(p, in, o, 7.0f);
+  expect_same_forward_without_att(p, in, o, 7.0f);
 
   const std::vector<float> dout = random_vector(o.out.size(), 224);
   std::vector<float> D(o.lse.size(), kNaN);
   ndt::cpu::attention_row_dot(D.data(), dout.data(), o.out.data(), p.B, p.Tq, p.NH, p.HS);
-  std::vector<float> dq(in.q.size(), 0.0f), dk(in.k.size(), 0.0f), dv(in.k.size(), 0.0f);
-  ndt::cpu::attention_span_backward(dq.data(), dk.data(), dv.data(), dout.data(), in.q.data(),
-                                    in.k.data(), in.v.data(), o.att.data(), p.ld_att, p.col,
-                                    D.data(), p.B, p.Tq, p.Tk, p.NH, p.NKV, p.HS, p.qs, p.ks);
+  Grads kept = zero_grads(in), recomputed = zero_grads(in);
+  pair_backward(p, in, o.att.data(), nullptr, dout, D, kept);
+  pair_backward(p, in, nullptr, o.lse.data(), dout, D, recomputed);
+  // Recomputed against kept: exp(S - lse) against the forward's normalised softmax.
+  expect_close(recomputed.dq, kept.dq, 1e-6, "recomputed against kept dq");
+  expect_close(recomputed.dk, kept.dk, 1e-6, "recomputed against kept dk");
+  expect_close(recomputed.dv, kept.dv, 1e-6, "recomputed against kept dv");
 
-  std::vector<double> rq(dq.size(), 0.0), rk(dk.size(), 0.0), rv(dv.size(), 0.0), ro, probs;
+  std::vector<double> rq(in.q.size(), 0.0), rk(in.k.size(), 0.0), rv(in.k.size(), 0.0), ro, probs;
   const double scale = 1.0 / std::sqrt(double(p.HS));
   for (int b = 0; b < p.B; ++b)
     for (int h = 0; h < p.NH; ++h) {
@@ -512,13 +687,102 @@ TEST(AttentionSpanMasking, KeySpanStartingInsideQuerySpan) {
   auto as_float = [](const std::vector<double>& x) {
     return std::vector<float>(x.begin(), x.end());
   };
-  expect_close(dq, as_float(rq), 1e-5, "dq");
-  expect_close(dk, as_float(rk), 1e-5, "dk");
-  expect_close(dv, as_float(rv), 1e-5, "dv");
-  // Rows that see no key get no gradient; keys no row of the span sees (none here) none.
+  for (const Grads* g : {&kept, &recomputed}) {
+    const std::string how = g == &kept ? "kept " : "recomputed ";
+    expect_close(g->dq, as_float(rq), 1e-5, how + "dq");
+    expect_close(g->dk, as_float(rk), 1e-5, how + "dk");
+    expect_close(g->dv, as_float(rv), 1e-5, how + "dv");
+    // Rows that see no key get no gradient; keys no row of the span sees (none here) none.
+    for (int b = 0; b < p.B; ++b)
+      for (int t = 0; t < p.ks.position; ++t)
+        for (int c = 0; c < p.NH * p.HS; ++c)
+          ASSERT_EQ(g->dq[at(b, t, 0, p.Tq, p.NH, p.HS) + c], 0.0f) << how;
+  }
+}
+
+// Recomputing, a row whose lse is -inf contributes nothing, though it sees every key:
+// its dq rows stay as they were, to the bit, and dk, dv are those of the same backward
+// with that row's dO and D zero (which makes its dV and dS terms zero). Row block 1
+// (rows 64 .. 99) is -inf whole, block 0 every third row.
+TEST(AttentionSpanMasking, RowsWhoseLseIsInfiniteAddNothing) {
+  const Pair p{.Tq = 100, .Tk = 90, .qs = {0, 100, 300}, .ks = {10, 80, 0}, .ld_att = 85, .col = 2};
+  const PairInputs in = pair_inputs(p, 230);
+  const PairOutputs o = pair_forward_without_att(p, in, 0.0f);
+  const std::vector<float> dout = random_vector(o.out.size(), 233);
+  std::vector<float> D(o.lse.size());
+  ndt::cpu::attention_row_dot(D.data(), dout.data(), o.out.data(), p.B, p.Tq, p.NH, p.HS);
+  auto dropped = [](int t) { return t >= 64 || t % 3 == 0; };
+  std::vector<float> lse = o.lse, dout_zeroed = dout, D_zeroed = D;
   for (int b = 0; b < p.B; ++b)
-    for (int t = 0; t < p.ks.position; ++t)
-      for (int c = 0; c < p.NH * p.HS; ++c) ASSERT_EQ(dq[at(b, t, 0, p.Tq, p.NH, p.HS) + c], 0.0f);
+    for (int h = 0; h < p.NH; ++h)
+      for (int t = 0; t < p.Tq; ++t) {
+        if (!dropped(t)) continue;
+        const size_t li = (size_t(b) * p.NH + h) * p.Tq + t;
+        lse[li] = -kInf;
+        D_zeroed[li] = 0.0f;
+        std::fill_n(dout_zeroed.begin() + at(b, t, h, p.Tq, p.NH, p.HS), p.HS, 0.0f);
+      }
+  const Grads g0{random_vector(in.q.size(), 234), random_vector(in.k.size(), 235),
+                 random_vector(in.k.size(), 236)};
+  Grads got = g0, want = g0;
+  pair_backward(p, in, nullptr, lse.data(), dout, D, got);
+  pair_backward(p, in, nullptr, o.lse.data(), dout_zeroed, D_zeroed, want);
+  for (int b = 0; b < p.B; ++b)
+    for (int t = 0; t < p.Tq; ++t) {
+      if (!dropped(t)) continue;
+      const size_t i = at(b, t, 0, p.Tq, p.NH, p.HS);
+      ASSERT_EQ(std::memcmp(got.dq.data() + i, g0.dq.data() + i, p.NH * p.HS * 4), 0) << "t " << t;
+    }
+  expect_close(got.dq, want.dq, 1e-6, "dq");
+  expect_close(got.dk, want.dk, 1e-6, "dk");
+  expect_close(got.dv, want.dv, 1e-6, "dv");
+  // And the rows that do count changed something.
+  EXPECT_FALSE(same_bits(got.dk, g0.dk));
+}
+
+// ---------------------------------------------------------------------------------
+// A whole sequence as one pair (qs = ks = all T rows, as Ulysses uses the span
+// kernels): the forward without kept probabilities and the recomputing backward give
+// the whole-sequence kernels' out, lse and gradients, within the ring test's tolerance.
+// Measured worst: out and lse equal to the bit, 5.1e-7 dq, 5.3e-7 dk, 6.5e-7 dv.
+TEST(AttentionSpanWholeSequence, OnePairMatchesWholeSequenceKernels) {
+  for (int T : {100, 130})
+    for (int NKV : {4, 2}) {
+      SCOPED_TRACE("T " + std::to_string(T) + " NKV " + std::to_string(NKV));
+      const Pair p{.NKV = NKV,
+                   .HS = 16,
+                   .Tq = T,
+                   .Tk = T,
+                   .qs = {0, T, 0},
+                   .ks = {0, T, 0},
+                   .ld_att = T,
+                   .col = 0};
+      const PairInputs in = pair_inputs(p, 240 + T + NKV);
+      const PairOutputs o = pair_forward_without_att(p, in, kNaN);
+      expect_same_forward_without_att(p, in, pair_forward(p, in, kNaN), kNaN);
+      const std::vector<float> dout = random_vector(o.out.size(), 250 + T + NKV);
+
+      PairOutputs want{std::vector<float>(o.out.size()), std::vector<float>(o.lse.size()),
+                       std::vector<float>(size_t(p.B) * p.NH * T * T)};
+      ndt::cpu::attention_forward(want.out.data(), want.lse.data(), want.att.data(), in.q.data(),
+                                  in.k.data(), in.v.data(), p.B, T, p.NH, NKV, p.HS);
+      Grads want_g = zero_grads(in);
+      ndt::cpu::attention_backward(want_g.dq.data(), want_g.dk.data(), want_g.dv.data(),
+                                   dout.data(), in.q.data(), in.k.data(), in.v.data(),
+                                   want.att.data(), p.B, T, p.NH, NKV, p.HS);
+
+      std::vector<float> D(o.lse.size());
+      ndt::cpu::attention_row_dot(D.data(), dout.data(), o.out.data(), p.B, T, p.NH, p.HS);
+      Grads got = zero_grads(in);
+      pair_backward(p, in, nullptr, o.lse.data(), dout, D, got);
+
+      constexpr double kTol = 1e-6;
+      expect_close(o.out, want.out, kTol, "out");
+      expect_close(o.lse, want.lse, kTol, "lse");
+      expect_close(got.dq, want_g.dq, kTol, "dq");
+      expect_close(got.dk, want_g.dk, kTol, "dk");
+      expect_close(got.dv, want_g.dv, kTol, "dv");
+    }
 }
 
 // ---------------------------------------------------------------------------------
@@ -593,7 +857,7 @@ TEST(AttentionSpanMerge, InfiniteSidesGiveNoNaN) {
 }
 
 // ---------------------------------------------------------------------------------
-// The backward's += contract.
+// The backwards' += contract, probabilities kept and recomputed.
 
 TEST(AttentionSpanBackward, AccumulatesIntoGradients) {
   const Pair p{.Tq = 40, .Tk = 30, .qs = {5, 30, 20}, .ks = {2, 25, 10}, .ld_att = 40, .col = 9};
@@ -602,49 +866,52 @@ TEST(AttentionSpanBackward, AccumulatesIntoGradients) {
   const std::vector<float> dout = random_vector(o.out.size(), 403);
   std::vector<float> D(o.lse.size());
   ndt::cpu::attention_row_dot(D.data(), dout.data(), o.out.data(), p.B, p.Tq, p.NH, p.HS);
-  auto backward = [&](std::vector<float>& dq, std::vector<float>& dk, std::vector<float>& dv) {
-    ndt::cpu::attention_span_backward(dq.data(), dk.data(), dv.data(), dout.data(), in.q.data(),
-                                      in.k.data(), in.v.data(), o.att.data(), p.ld_att, p.col,
-                                      D.data(), p.B, p.Tq, p.Tk, p.NH, p.NKV, p.HS, p.qs, p.ks);
-  };
-  std::vector<float> gq(in.q.size(), 0.0f), gk(in.k.size(), 0.0f), gv(in.k.size(), 0.0f);
-  backward(gq, gk, gv);
-  // Rows outside the spans get nothing.
-  for (int b = 0; b < p.B; ++b) {
-    for (int t = 0; t < p.Tq; ++t) {
-      if (t >= p.qs.begin && t < p.qs.begin + p.qs.count) continue;
-      for (int c = 0; c < p.NH * p.HS; ++c) ASSERT_EQ(gq[at(b, t, 0, p.Tq, p.NH, p.HS) + c], 0.0f);
-    }
-    for (int t = 0; t < p.Tk; ++t) {
-      if (t >= p.ks.begin && t < p.ks.begin + p.ks.count) continue;
-      for (int c = 0; c < p.NKV * p.HS; ++c) {
-        ASSERT_EQ(gk[at(b, t, 0, p.Tk, p.NKV, p.HS) + c], 0.0f);
-        ASSERT_EQ(gv[at(b, t, 0, p.Tk, p.NKV, p.HS) + c], 0.0f);
+  for (bool recompute : {false, true}) {
+    SCOPED_TRACE(recompute ? "recomputed" : "kept");
+    // One pair: its lse is the final one.
+    auto backward = [&](Grads& g) {
+      pair_backward(p, in, recompute ? nullptr : o.att.data(), o.lse.data(), dout, D, g);
+    };
+    Grads g = zero_grads(in);
+    backward(g);
+    // Rows outside the spans get nothing.
+    for (int b = 0; b < p.B; ++b) {
+      for (int t = 0; t < p.Tq; ++t) {
+        if (t >= p.qs.begin && t < p.qs.begin + p.qs.count) continue;
+        for (int c = 0; c < p.NH * p.HS; ++c)
+          ASSERT_EQ(g.dq[at(b, t, 0, p.Tq, p.NH, p.HS) + c], 0.0f);
+      }
+      for (int t = 0; t < p.Tk; ++t) {
+        if (t >= p.ks.begin && t < p.ks.begin + p.ks.count) continue;
+        for (int c = 0; c < p.NKV * p.HS; ++c) {
+          ASSERT_EQ(g.dk[at(b, t, 0, p.Tk, p.NKV, p.HS) + c], 0.0f);
+          ASSERT_EQ(g.dv[at(b, t, 0, p.Tk, p.NKV, p.HS) + c], 0.0f);
+        }
       }
     }
-  }
 
-  std::vector<float> tq(gq.size(), 0.0f), tk(gk.size(), 0.0f), tv(gv.size(), 0.0f);
-  backward(tq, tk, tv);
-  backward(tq, tk, tv);
-  const std::vector<float> rq = random_vector(gq.size(), 404), rk = random_vector(gk.size(), 405),
-                           rv = random_vector(gv.size(), 406);
-  std::vector<float> aq = rq, ak = rk, av = rv;
-  backward(aq, ak, av);
-  // Twice from zero: 2g; onto random r: r + g (up to the rounding of the additions).
-  const char* names[] = {"dq", "dk", "dv"};
-  const std::vector<float>* g[] = {&gq, &gk, &gv};
-  const std::vector<float>* twice[] = {&tq, &tk, &tv};
-  const std::vector<float>* base[] = {&rq, &rk, &rv};
-  const std::vector<float>* onto[] = {&aq, &ak, &av};
-  for (int i = 0; i < 3; ++i) {
-    std::vector<float> want_twice(g[i]->size()), want_onto(g[i]->size());
-    for (size_t j = 0; j < want_twice.size(); ++j) {
-      want_twice[j] = 2 * (*g[i])[j];
-      want_onto[j] = (*base[i])[j] + (*g[i])[j];
+    Grads twice = zero_grads(in);
+    backward(twice);
+    backward(twice);
+    const Grads base{random_vector(g.dq.size(), 404), random_vector(g.dk.size(), 405),
+                     random_vector(g.dv.size(), 406)};
+    Grads onto = base;
+    backward(onto);
+    // Twice from zero: 2g; onto random r: r + g (up to the rounding of the additions).
+    const char* names[] = {"dq", "dk", "dv"};
+    auto field = [](const Grads& x, int i) -> const std::vector<float>& {
+      return i == 0 ? x.dq : (i == 1 ? x.dk : x.dv);
+    };
+    for (int i = 0; i < 3; ++i) {
+      const std::vector<float>& gi = field(g, i);
+      std::vector<float> want_twice(gi.size()), want_onto(gi.size());
+      for (size_t j = 0; j < gi.size(); ++j) {
+        want_twice[j] = 2 * gi[j];
+        want_onto[j] = field(base, i)[j] + gi[j];
+      }
+      expect_close(field(twice, i), want_twice, 1e-6, std::string(names[i]) + " twice");
+      expect_close(field(onto, i), want_onto, 1e-6, std::string(names[i]) + " onto r");
     }
-    expect_close(*twice[i], want_twice, 1e-6, std::string(names[i]) + " twice");
-    expect_close(*onto[i], want_onto, 1e-6, std::string(names[i]) + " onto r");
   }
 }
 
@@ -678,6 +945,36 @@ TEST(AttentionSpanArguments, BadArgumentsAreRefusedByValue) {
   expect_error(forward(16, 0, 16, 16, 2, 1, ok, {0, -2, 0}), {"key span", "count -2"});
   expect_error(forward(16, 10, 16, 16, 2, 1, ok, {0, 8, 0}), {"col 10", "count 8", "ld_att 16"});
   expect_error(backward(16, -1, 16, 16, 2, 1, ok, ok), {"col -1", "ld_att 16"});
+  // The kept backward refuses a null att (a forward that kept none wants the recompute).
+  expect_error(
+      [&] {
+        ndt::cpu::attention_span_backward(x, x, x, x, x, x, x, nullptr, 16, 0, x, 1, 16, 16, 2, 1,
+                                          8, ok, ok);
+      },
+      {"attention_span_backward", "att is null"});
+  // Without att the forward ignores ld_att and col (nothing to refuse there), but checks
+  // the rest as before.
+  EXPECT_NO_THROW(ndt::cpu::attention_span_forward(x, x, nullptr, 0, -5, x, x, x, 1, 16, 16, 2, 1,
+                                                   8, ok, {0, 8, 0}));
+  expect_error(
+      [&] {
+        ndt::cpu::attention_span_forward(x, x, nullptr, 0, 0, x, x, x, 1, 16, 6, 2, 1, 8, ok,
+                                         {0, 8, 0});
+      },
+      {"attention_span_forward", "key span", "count 8", "6 rows"});
+  auto recompute = [&](int Tq, int Tk, int NH, int NKV, AttentionSpan qs, AttentionSpan ks) {
+    return [=] {
+      ndt::cpu::attention_span_backward_recompute(x, x, x, x, x, x, x, x, x, 1, Tq, Tk, NH, NKV, 8,
+                                                  qs, ks);
+    };
+  };
+  expect_error(recompute(8, 8, 6, 4, ok, ok), {"attention_span_backward_recompute", "(6)", "(4)"});
+  expect_error(recompute(12, 16, 2, 1, {5, 10, 0}, ok),
+               {"attention_span_backward_recompute", "query span", "begin 5", "count 10", "12 rows"});
+  expect_error(recompute(16, 3, 2, 1, ok, {1, 4, 0}),
+               {"attention_span_backward_recompute", "key span", "begin 1", "count 4", "3 rows"});
+  expect_error(recompute(16, -2, 2, 1, ok, ok), {"attention_span_backward_recompute", "Tk -2"});
+  expect_error(recompute(-1, 16, 2, 1, ok, ok), {"attention_span_backward_recompute", "T -1"});
   expect_error(
       [&] {
         ndt::cpu::attention_merge(x, x, x, x, 1, 6, 2, 8, {4, 3, 0});
@@ -709,6 +1006,14 @@ TEST(AttentionSpanDispatch, RoutesToCpuBitwise) {
   EXPECT_TRUE(same_bits(a.out, b.out));
   EXPECT_TRUE(same_bits(a.lse, b.lse));
   EXPECT_TRUE(same_bits(a.att, b.att));
+  // Without att.
+  const PairOutputs a0 = pair_forward_without_att(p, in, 0.0f);
+  PairOutputs b0{std::vector<float>(a.out.size(), 0.0f), std::vector<float>(a.lse.size(), 0.0f), {}};
+  ndt::kernels::attention_span_forward(b0.out.data(), b0.lse.data(), nullptr, -1, -3, in.q.data(),
+                                       in.k.data(), in.v.data(), p.B, p.Tq, p.Tk, p.NH, p.NKV, p.HS,
+                                       p.qs, p.ks);
+  EXPECT_TRUE(same_bits(a0.out, b0.out));
+  EXPECT_TRUE(same_bits(a0.lse, b0.lse));
 
   const std::vector<float> part = random_vector(a.out.size(), 503),
                            lpart = random_vector(a.lse.size(), 504);
@@ -743,6 +1048,19 @@ TEST(AttentionSpanDispatch, RoutesToCpuBitwise) {
         p.col, D1.data(), p.B, p.Tq, p.Tk, p.NH, p.NKV, p.HS, p.qs, p.ks);
   }
   EXPECT_TRUE(same_bits(g1, g2));
+
+  std::vector<float> r1(g1.size(), 0.0f), r2 = r1;
+  for (auto* g : {&r1, &r2}) {
+    float* dq = g->data();
+    float* dk = dq + in.q.size();
+    float* dv = dk + in.k.size();
+    (g == &r1 ? ndt::cpu::attention_span_backward_recompute
+              : ndt::kernels::attention_span_backward_recompute)(
+        dq, dk, dv, dout.data(), in.q.data(), in.k.data(), in.v.data(), a.lse.data(), D1.data(),
+        p.B, p.Tq, p.Tk, p.NH, p.NKV, p.HS, p.qs, p.ks);
+  }
+  EXPECT_TRUE(same_bits(r1, r2));
+  EXPECT_FALSE(same_bits(r1, std::vector<float>(r1.size(), 0.0f)));
 }
 
 }  // namespace

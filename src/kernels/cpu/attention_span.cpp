@@ -11,7 +11,13 @@
 // (b, kv_head) with that KV head's query heads looped inside, so each dK/dV row is
 // accumulated by one thread in a fixed order (race-free, bitwise the same on any thread
 // count); calls below kMinParallelWork multiply-adds run serially. sgemm inside the
-// parallel region runs single-threaded (see attention.cpp).
+// parallel region runs single-threaded (see attention.cpp). Per-thread scratch holds one
+// row block at a time: the forward's probabilities when none are kept, the backward's
+// dP / dS and, recomputing, its probabilities.
+//
+// Recomputing (attention_span_backward_recompute) repeats the forward's score product
+// (same sgemm, same scale) and takes P = exp(S - lse) with the final lse directly: no
+// row maximum or sum is needed, since lse already normalises over all keys.
 #include "kernels/cpu/attention_span.h"
 #include "kernels/cpu/vec_math.h"
 
@@ -85,16 +91,16 @@ void check_columns(const char* kernel, int ld_att, int col, int count) {
             ld_att);
 }
 
-// Everything the forward and backward of a span pair share.
-void check_pair(const char* kernel, int ld_att, int col, int B, int Tq, int Tk, int NH, int NKV,
-                int HS, const AttentionSpan& qs, const AttentionSpan& ks) {
+// Everything the forward and backward of a span pair share (the probability columns,
+// where there are kept probabilities, are checked by the caller: check_columns).
+void check_pair(const char* kernel, int B, int Tq, int Tk, int NH, int NKV, int HS,
+                const AttentionSpan& qs, const AttentionSpan& ks) {
   check_rows(kernel, B, Tq, NH, HS);
   NDT_CHECK(Tk >= 0, "{}: bad key rows Tk {}", kernel, Tk);
   NDT_CHECK(NKV >= 1 && NH % NKV == 0,
             "{}: query heads ({}) must be a multiple of key/value heads ({})", kernel, NH, NKV);
   check_span(kernel, "query", qs, Tq);
   check_span(kernel, "key", ks, Tk);
-  check_columns(kernel, ld_att, col, ks.count);
 }
 
 int64_t pair_work(int B, int NH, int HS, const AttentionSpan& qs, const AttentionSpan& ks) {
@@ -106,12 +112,18 @@ int64_t pair_work(int B, int NH, int HS, const AttentionSpan& qs, const Attentio
 void attention_span_forward(float* out, float* lse, float* att, int ld_att, int col, const float* q,
                             const float* k, const float* v, int B, int Tq, int Tk, int NH, int NKV,
                             int HS, AttentionSpan qs, AttentionSpan ks) {
-  check_pair("attention_span_forward", ld_att, col, B, Tq, Tk, NH, NKV, HS, qs, ks);
+  check_pair("attention_span_forward", B, Tq, Tk, NH, NKV, HS, qs, ks);
+  const bool keep = att != nullptr;
+  if (keep) check_columns("attention_span_forward", ld_att, col, ks.count);
   const int group = NH / NKV;
   const int ldq = NH * HS, ldk = NKV * HS;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   const int tasks = B * NH;
   const bool parallel = use_parallel(pair_work(B, NH, HS, qs, ks));
+  // Without kept probabilities, one row block's scores/probabilities per thread:
+  // [rows, ks.count] with leading dimension ks.count.
+  const int64_t bsize = keep ? 0 : int64_t{std::min(qs.count, kRowBlock)} * ks.count;
+  std::vector<float> scratch(static_cast<size_t>((parallel ? omp_get_max_threads() : 1) * bsize));
 
 #pragma omp parallel for schedule(static) if (parallel)
   for (int task = 0; task < tasks; ++task) {
@@ -121,17 +133,20 @@ void attention_span_forward(float* out, float* lse, float* att, int ld_att, int 
     const float* kb = k + (static_cast<int64_t>(b) * Tk + ks.begin) * ldk + kvh * HS;
     const float* vb = v + (static_cast<int64_t>(b) * Tk + ks.begin) * ldk + kvh * HS;
     float* obh = out + (static_cast<int64_t>(b) * Tq + qs.begin) * ldq + h * HS;
-    float* abh = att + (static_cast<int64_t>(task) * Tq + qs.begin) * ld_att + col;
     float* lbh = lse + static_cast<int64_t>(task) * Tq + qs.begin;
+    // Where a row block's probabilities go: att's rows, or this thread's scratch.
+    const int lda = keep ? ld_att : ks.count;
+    float* abh = keep ? att + (static_cast<int64_t>(task) * Tq + qs.begin) * ld_att + col
+                      : scratch.data() + (parallel ? omp_get_thread_num() : 0) * bsize;
 
     for (int r0 = 0; r0 < qs.count; r0 += kRowBlock) {
       const int r1 = std::min(qs.count, r0 + kRowBlock), rows = r1 - r0;
       const int nblk = visible_keys(int64_t{qs.position} + r1 - 1, ks);
-      float* ablk = abh + static_cast<int64_t>(r0) * ld_att;
+      float* ablk = keep ? abh + static_cast<int64_t>(r0) * lda : abh;
       float* oblk = obh + static_cast<int64_t>(r0) * ldq;
       if (nblk == 0) {  // no row of the block sees a key
         for (int i = 0; i < rows; ++i) {
-          std::fill_n(ablk + static_cast<int64_t>(i) * ld_att, ks.count, 0.0f);
+          if (keep) std::fill_n(ablk + static_cast<int64_t>(i) * lda, ks.count, 0.0f);
           std::fill_n(oblk + static_cast<int64_t>(i) * ldq, HS, 0.0f);
           lbh[r0 + i] = kNegInf;
         }
@@ -139,15 +154,15 @@ void attention_span_forward(float* out, float* lse, float* att, int ld_att, int 
       }
       // S[r0:r1, 0:nblk] = scale * Q[r0:r1] K[0:nblk]^T
       sgemm(false, true, rows, nblk, HS, scale, qbh + static_cast<int64_t>(r0) * ldq, ldq, kb, ldk,
-            0.0f, ablk, ld_att);
+            0.0f, ablk, lda);
       for (int i = 0; i < rows; ++i) {
-        float* row = ablk + static_cast<int64_t>(i) * ld_att;
+        float* row = ablk + static_cast<int64_t>(i) * lda;
         const int n = visible_keys(int64_t{qs.position} + r0 + i, ks);
         lbh[r0 + i] = n > 0 ? softmax_row(row, n) : kNegInf;
-        std::fill(row + n, row + ks.count, 0.0f);
+        std::fill(row + n, row + (keep ? ks.count : nblk), 0.0f);
       }
       // O[r0:r1] = P[r0:r1, 0:nblk] V[0:nblk]   (a row that sees no key: P 0, O 0)
-      sgemm(false, false, rows, HS, nblk, 1.0f, ablk, ld_att, vb, ldk, 0.0f, oblk, ldq);
+      sgemm(false, false, rows, HS, nblk, 1.0f, ablk, lda, vb, ldk, 0.0f, oblk, ldq);
     }
   }
 }
@@ -238,11 +253,24 @@ void attention_row_dot(float* D, const float* dout, const float* out, int B, int
   }
 }
 
-void attention_span_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
-                             const float* k, const float* v, const float* att, int ld_att, int col,
-                             const float* D, int B, int Tq, int Tk, int NH, int NKV, int HS,
-                             AttentionSpan qs, AttentionSpan ks) {
-  check_pair("attention_span_backward", ld_att, col, B, Tq, Tk, NH, NKV, HS, qs, ks);
+namespace {
+
+// Where the backward of a span pair gets each row block's final probabilities: kept in
+// att (rows of qs, columns col ..), or, with att null, recomputed from q, k and the
+// merged lse.
+struct FinalProbabilities {
+  const float* att = nullptr;
+  int ld_att = 0, col = 0;
+  const float* lse = nullptr;
+};
+
+// attention_span_backward and attention_span_backward_recompute: the same row blocks and
+// products, the probabilities taken from `probs`.
+void span_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
+                   const float* k, const float* v, const FinalProbabilities& probs, const float* D,
+                   int B, int Tq, int Tk, int NH, int NKV, int HS, const AttentionSpan& qs,
+                   const AttentionSpan& ks) {
+  const bool kept = probs.att != nullptr;
   const int group = NH / NKV;
   const int ldq = NH * HS, ldk = NKV * HS;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
@@ -250,13 +278,16 @@ void attention_span_backward(float* dq, float* dk, float* dv, const float* dout,
   const bool parallel = use_parallel(pair_work(B, NH, HS, qs, ks));
   const int nbuf = parallel ? omp_get_max_threads() : 1;
   const int64_t bsize = static_cast<int64_t>(std::min(qs.count, kRowBlock)) * ks.count;
-  // dP / dS of one row block: [rows, nblk] per thread.
-  std::vector<float> scratch(static_cast<size_t>(nbuf * bsize));
+  // Per thread, [rows, nblk] each: dP / dS of one row block and, recomputing, its
+  // probabilities.
+  const int64_t tsize = kept ? bsize : 2 * bsize;
+  std::vector<float> scratch(static_cast<size_t>(nbuf * tsize));
 
 #pragma omp parallel for schedule(static) if (parallel)
   for (int task = 0; task < tasks; ++task) {
     const int b = task / NKV, kvh = task % NKV;
-    float* ds = scratch.data() + (parallel ? omp_get_thread_num() : 0) * bsize;
+    float* ds = scratch.data() + (parallel ? omp_get_thread_num() : 0) * tsize;
+    float* pbuf = ds + bsize;  // recomputing only
     const int64_t koff = (static_cast<int64_t>(b) * Tk + ks.begin) * ldk + kvh * HS;
     const float* kb = k + koff;
     const float* vb = v + koff;
@@ -269,23 +300,42 @@ void attention_span_backward(float* dq, float* dk, float* dv, const float* dout,
       const float* dobh = dout + off;
       float* dqbh = dq + off;
       const int64_t bh = static_cast<int64_t>(b) * NH + h;
-      const float* abh = att + (bh * Tq + qs.begin) * ld_att + col;
+      const float* abh = kept ? probs.att + (bh * Tq + qs.begin) * probs.ld_att + probs.col : nullptr;
+      const float* lbh = kept ? nullptr : probs.lse + bh * Tq + qs.begin;
       const float* dbh = D + bh * Tq + qs.begin;
 
       for (int r0 = 0; r0 < qs.count; r0 += kRowBlock) {
         const int r1 = std::min(qs.count, r0 + kRowBlock), rows = r1 - r0;
         const int nblk = visible_keys(int64_t{qs.position} + r1 - 1, ks);
         if (nblk == 0) continue;  // no row of the block sees a key: no gradient
-        const float* pblk = abh + static_cast<int64_t>(r0) * ld_att;
+        const float* qblk = qbh + static_cast<int64_t>(r0) * ldq;
         const float* doblk = dobh + static_cast<int64_t>(r0) * ldq;
+        const float* pblk = pbuf;
+        int ldp = nblk;
+        if (kept) {
+          pblk = abh + static_cast<int64_t>(r0) * probs.ld_att;
+          ldp = probs.ld_att;
+        } else {
+          // S[r0:r1, 0:nblk] = scale * Q[r0:r1] K[0:nblk]^T as in the forward, then
+          // P = exp(S - lse) on the visible keys (0 where masked or lse is -inf).
+          sgemm(false, true, rows, nblk, HS, scale, qblk, ldq, kb, ldk, 0.0f, pbuf, nblk);
+          for (int i = 0; i < rows; ++i) {
+            const float l = lbh[r0 + i];
+            const int n = l == kNegInf ? 0 : visible_keys(int64_t{qs.position} + r0 + i, ks);
+            float* p = pbuf + static_cast<int64_t>(i) * nblk;
+#pragma omp simd
+            for (int j = 0; j < n; ++j) p[j] = exp_vec(p[j] - l);
+            std::fill(p + n, p + nblk, 0.0f);
+          }
+        }
         // dV[0:nblk] += P[r0:r1, 0:nblk]^T dO[r0:r1]
-        sgemm(true, false, nblk, HS, rows, 1.0f, pblk, ld_att, doblk, ldq, 1.0f, dvb, ldk);
+        sgemm(true, false, nblk, HS, rows, 1.0f, pblk, ldp, doblk, ldq, 1.0f, dvb, ldk);
         // dP[r0:r1, 0:nblk] = dO[r0:r1] V[0:nblk]^T   (ds has leading dimension nblk)
         sgemm(false, true, rows, nblk, HS, 1.0f, doblk, ldq, vb, ldk, 0.0f, ds, nblk);
         // dS = P o (dP - D) * scale; zero where masked.
         for (int i = 0; i < rows; ++i) {
           const int n = visible_keys(int64_t{qs.position} + r0 + i, ks);
-          const float* p = pblk + static_cast<int64_t>(i) * ld_att;
+          const float* p = pblk + static_cast<int64_t>(i) * ldp;
           float* d = ds + static_cast<int64_t>(i) * nblk;
           const float dot = dbh[r0 + i];
 #pragma omp simd
@@ -296,11 +346,33 @@ void attention_span_backward(float* dq, float* dk, float* dv, const float* dout,
         sgemm(false, false, rows, HS, nblk, 1.0f, ds, nblk, kb, ldk, 1.0f,
               dqbh + static_cast<int64_t>(r0) * ldq, ldq);
         // dK[0:nblk] += dS^T Q[r0:r1]
-        sgemm(true, false, nblk, HS, rows, 1.0f, ds, nblk, qbh + static_cast<int64_t>(r0) * ldq,
-              ldq, 1.0f, dkb, ldk);
+        sgemm(true, false, nblk, HS, rows, 1.0f, ds, nblk, qblk, ldq, 1.0f, dkb, ldk);
       }
     }
   }
+}
+
+}  // namespace
+
+void attention_span_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
+                             const float* k, const float* v, const float* att, int ld_att, int col,
+                             const float* D, int B, int Tq, int Tk, int NH, int NKV, int HS,
+                             AttentionSpan qs, AttentionSpan ks) {
+  check_pair("attention_span_backward", B, Tq, Tk, NH, NKV, HS, qs, ks);
+  check_columns("attention_span_backward", ld_att, col, ks.count);
+  NDT_CHECK(att != nullptr, "attention_span_backward: att is null (without kept probabilities, "
+                            "use attention_span_backward_recompute)");
+  span_backward(dq, dk, dv, dout, q, k, v, FinalProbabilities{att, ld_att, col, nullptr}, D, B, Tq,
+                Tk, NH, NKV, HS, qs, ks);
+}
+
+void attention_span_backward_recompute(float* dq, float* dk, float* dv, const float* dout,
+                                       const float* q, const float* k, const float* v,
+                                       const float* lse, const float* D, int B, int Tq, int Tk,
+                                       int NH, int NKV, int HS, AttentionSpan qs, AttentionSpan ks) {
+  check_pair("attention_span_backward_recompute", B, Tq, Tk, NH, NKV, HS, qs, ks);
+  span_backward(dq, dk, dv, dout, q, k, v, FinalProbabilities{nullptr, 0, 0, lse}, D, B, Tq, Tk,
+                NH, NKV, HS, qs, ks);
 }
 
 }  // namespace ndt::cpu
