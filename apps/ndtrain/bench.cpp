@@ -22,6 +22,7 @@
 #include "parallel/fsdp.h"
 #include "parallel/memory_model.h"
 #include "parallel/parallelize.h"
+#include "parallel/ring_attention.h"
 #include "parallel/tensor_parallel.h"
 #include "train/peak_flops.h"
 
@@ -61,10 +62,11 @@ std::string cpu_feature_summary() {
 
 // From the memory model (held to the ledger by tests): the longest sequence, in steps
 // of 64 tokens, whose model states and activations for B sequences fit the budget,
-// at cp = 1, 2, 4 and 8 (this rank's share of each sequence: T / cp).
+// at cp = 1, 2, 4 and 8 (this rank's share of each sequence: T / cp). The model's
+// positions reach the sequence (gpt2's learned table grows with it: states_at).
 void print_longest_sequences(const ModelConfig& config, int B, const ActivationCheckpointing& checkpointing,
                              DType compute, int tp, bool sequence_parallel, const CpLayout& cp,
-                             const ModelStateBytes& states, double budget_bytes,
+                             const std::function<int64_t(const ModelConfig&)>& states_at, double budget_bytes,
                              const std::function<void(const std::string&)>& print) {
   std::string line;
   for (int n : {1, 2, 4, 8}) {
@@ -75,7 +77,7 @@ void print_longest_sequences(const ModelConfig& config, int B, const ActivationC
       long_model.max_seq_len = T;
       const int64_t bytes = Transformer::predict_activation_bytes(long_model, B, T, 256, layout, checkpointing, {},
                                                                   compute);
-      if (static_cast<double>(states.total() + bytes) > budget_bytes || T > (1 << 20)) break;
+      if (static_cast<double>(states_at(long_model) + bytes) > budget_bytes || T > (1 << 20)) break;
       longest = T;
     }
     line += fmt::format("{}cp={}: {}", line.empty() ? "" : ", ", n, longest);
@@ -85,39 +87,64 @@ void print_longest_sequences(const ModelConfig& config, int B, const ActivationC
 }
 
 // Context parallelism's traffic and, for the ring, the share of its transfers the block
-// compute hid: the same sends and receives alone (one block's K/V ring turns, forward
-// and backward, per layer) against the time a step waited for them.
+// compute hid. A training step's waits on cp also hold the skew between ranks (each
+// ring step is a rendezvous), so the hidden share is measured on one block's ring
+// attention alone (forward and backward on random inputs of the step's shapes, every
+// rank starting together): the time it waited on cp against the same transfers alone.
 void print_context_parallel(DeviceMesh& mesh, const Transformer& model, const CpLayout& cp, int B, int T, int steps,
                             double cp_wait, double step_s, const std::function<void(const std::string&)>& print) {
   Communicator& comm = mesh.axis(Axis::cp);
-  const CommStats& stats = comm.stats();
   print(fmt::format("  context parallel ({}): {:.1f} MiB sent per rank per step on cp; median {:.3f} s per step "
                     "waiting for it ({:.1f}% of the step)\n",
-                    cp_mode_name(cp.mode), stats.total_wire_bytes() / double(1 << 20) / (steps + 1), cp_wait,
+                    cp_mode_name(cp.mode), comm.stats().total_wire_bytes() / double(1 << 20) / (steps + 1), cp_wait,
                     100.0 * cp_wait / step_s));
   if (cp.mode != CpMode::ring) return;
   const ModelConfig& c = model.config();
-  const int n = cp.size, next = (comm.rank() + 1) % n, prev = (comm.rank() + n - 1) % n;
-  const size_t block = static_cast<size_t>(2) * B * (T / n) * (c.kv_heads() / model.tensor_parallel().size()) *
-                       c.head_dim();
-  std::vector<float> out(block, 1.0f), in(block);
-  std::vector<double> alone;
+  const int n = cp.size, tp = model.tensor_parallel().size(), local = T / n, HS = c.head_dim();
+  const int NH = c.n_head / tp, NKV = c.kv_heads() / tp;
+  const int64_t N = int64_t{B} * local, QD = int64_t{NH} * HS, KD = int64_t{NKV} * HS;
+  std::vector<float> q(static_cast<size_t>(N * QD)), k(static_cast<size_t>(N * KD)), out(q.size()), dq(q.size()),
+      dk(k.size()), dv(k.size()), lse(static_cast<size_t>(int64_t{B} * NH * local)),
+      scratch(static_cast<size_t>(context_parallel_scratch_floats(cp, B, local, NH, NKV, HS)));
+  for (size_t i = 0; i < q.size(); ++i) q[i] = static_cast<float>(philox(3, 5, i)[0] % 1000) / 1000.0f - 0.5f;
+  for (size_t i = 0; i < k.size(); ++i) k[i] = static_cast<float>(philox(3, 6, i)[0] % 1000) / 1000.0f - 0.5f;
+  RingAttention ring(comm, cp);
+  std::vector<double> alone, waits, totals;
   for (int rep = 0; rep < 3; ++rep) {
     mesh.world().barrier();
+    const double waited = comm.stats().total_wait_seconds();
     const auto t0 = std::chrono::steady_clock::now();
-    for (int layer = 0; layer < c.n_layer; ++layer) {
-      for (int turn = 0; turn < (n - 1) + (n - 1) + n; ++turn) {
-        WorkHandle r = comm.irecv(in.data(), block, DType::f32, prev, 7);
-        WorkHandle s = comm.isend(out.data(), block, DType::f32, next, 7);
-        r->wait(), s->wait();
-      }
+    ring.forward({out.data(), lse.data(), nullptr, q.data(), k.data(), k.data(), B, local, NH, NKV, HS,
+                  scratch.data()});
+    ring.backward({dq.data(), dk.data(), dv.data(), q.data(), q.data(), k.data(), k.data(), nullptr, out.data(),
+                   lse.data(), B, local, NH, NKV, HS, scratch.data()});
+    totals.push_back(seconds_since(t0));
+    waits.push_back(comm.stats().total_wait_seconds() - waited);
+    // The same transfers alone: (n - 1) K/V blocks forward, (n - 1) K/V blocks and n dK/dV
+    // sums backward, each 2 N KD floats.
+    mesh.world().barrier();
+    const auto t1 = std::chrono::steady_clock::now();
+    const int next = (comm.rank() + 1) % n, prev = (comm.rank() + n - 1) % n;
+    const size_t block = static_cast<size_t>(2 * N * KD);
+    for (int turn = 0; turn < 3 * n - 2; ++turn) {
+      WorkHandle r = comm.irecv(scratch.data(), block, DType::f32, prev, 7);
+      WorkHandle s = comm.isend(scratch.data() + block, block, DType::f32, next, 7);
+      r->wait(), s->wait();
     }
-    alone.push_back(seconds_since(t0));
+    alone.push_back(seconds_since(t1));
   }
-  const double comm_alone = median(alone);
-  print(fmt::format("  ring: the step's transfers alone take {:.3f} s; the step waited {:.3f} s for them -> {:.0f}% "
-                    "hidden behind block compute\n",
-                    comm_alone, cp_wait, 100.0 * std::clamp(1.0 - cp_wait / comm_alone, 0.0, 1.0)));
+  // Each rank's wait: a rank that waits while its peer does not is waiting for the
+  // peer's compute (skew), not for the wire.
+  const float mine = static_cast<float>(median(waits));
+  std::vector<float> rank_waits(static_cast<size_t>(n));
+  comm.all_gather(&mine, rank_waits.data(), 1, DType::f32);
+  std::string per_rank;
+  for (float w : rank_waits) per_rank += fmt::format("{}{:.4f}", per_rank.empty() ? "" : ", ", w);
+  const double wait = *std::min_element(rank_waits.begin(), rank_waits.end()), transfers = median(alone);
+  print(fmt::format("  ring attention of one block alone (forward + backward): {:.4f} s; waiting on cp per rank {} s; "
+                    "its transfers alone {:.4f} s -> {:.0f}% of the ring's communication hidden behind block compute "
+                    "(by the least-waiting rank)\n",
+                    median(totals), per_rank, transfers, 100.0 * std::clamp(1.0 - wait / transfers, 0.0, 1.0)));
 }
 
 }  // namespace
@@ -149,6 +176,8 @@ int run_bench_train(const TrainBenchOptions& o) {
   kernels::set_num_threads(o.threads);
   ModelConfig config = ModelConfig::preset(o.preset);
   if (o.vocab > 0) config.vocab_size = o.vocab;
+  // Long-context runs (--seq beyond the preset's): the model's positions reach --seq.
+  config.max_seq_len = std::max(config.max_seq_len, o.seq_len);
   const int B = o.batch / dp, T = o.seq_len, N = B * T;
   const size_t rss_before = process_current_rss_bytes();
 
@@ -237,7 +266,7 @@ int run_bench_train(const TrainBenchOptions& o) {
   const PeakFlops peak_flops = resolve_peak_flops(0, o.threads, precision.compute);
   const double peak = peak_flops.flops_per_s;
   const ModelStateBytes states = predict_model_states(local_parameter_specs(model_parameter_specs(config), o.tp),
-                                                      mesh ? mesh->size(Axis::dp_shard) : 1, o.zero_stage,
+                                                      mesh ? mesh->size(Axis::dp_shard_cp) : 1, o.zero_stage,
                                                       precision.compute);
   const ActivationLayout tp_layout = model.activation_layout();
   const int64_t predicted_activations =
@@ -277,8 +306,13 @@ int run_bench_train(const TrainBenchOptions& o) {
       largest_batch_in_budget(config, T, 256, tp_layout, checkpointing, states.total(), o.memory_budget_gib * gib);
   print(fmt::format("  largest batch per rank in {:.1f} GiB (memory model): {} sequences of {}\n", o.memory_budget_gib,
                     fits, T));
-  print_longest_sequences(config, B, checkpointing, precision.compute, o.tp, o.sequence_parallel, cp_layout, states,
-                          o.memory_budget_gib * gib, print);
+  auto states_at = [&](const ModelConfig& model) {
+    return predict_model_states(local_parameter_specs(model_parameter_specs(model), o.tp),
+                                mesh ? mesh->size(Axis::dp_shard_cp) : 1, o.zero_stage, precision.compute)
+        .total();
+  };
+  print_longest_sequences(config, B, checkpointing, precision.compute, o.tp, o.sequence_parallel, cp_layout,
+                          states_at, o.memory_budget_gib * gib, print);
   if (o.zero_stage == 3) print(fmt::format("  FSDP: median all-gather wait per step {:.3f} s\n", median(gather_waits)));
   if (dp > 1) {
     const Axis axis = o.zero_stage > 0 ? Axis::dp_shard : Axis::dp;

@@ -63,7 +63,7 @@ struct BlockActivations {
   float* q = nullptr;         // [N, NH*HS] as fed to attention (after QK-norm, RoPE)
   float* k = nullptr;         // [N, NKV*HS]
   float* v = nullptr;         // [N, NKV*HS]
-  float* att = nullptr;       // [B, NH, T, cp x T] probabilities (model/context_parallel_attention.h)
+  float* att = nullptr;       // [B, NH, T, T] probabilities (none under context parallelism)
   float* lse = nullptr;       // [B, NH, T]
   float* att_out = nullptr;   // [N, NH*HS]
   float* x_mid = nullptr;     // [Nl, C]

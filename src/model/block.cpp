@@ -278,7 +278,7 @@ void Block::backward_pass(MicroBatchContext& ctx, ModelHooks* hooks, std::vector
   kernels::zero(s.dq, d.N * d.QD);
   kernels::zero(s.dk, d.N * d.KD);
   kernels::zero(s.dv, d.N * d.KD);
-  attention(ctx).backward({s.dq, s.dk, s.dv, s.datt_out, a.q, a.k, a.v, a.att, a.att_out, B, T,
+  attention(ctx).backward({s.dq, s.dk, s.dv, s.datt_out, a.q, a.k, a.v, a.att, a.att_out, a.lse, B, T,
                            static_cast<int>(d.NH), static_cast<int>(d.NKV), static_cast<int>(d.HS), s.cp_scratch});
   poll();
   float *dq = s.dq, *dq2 = s.dq2, *dk = s.dk, *dk2 = s.dk2;

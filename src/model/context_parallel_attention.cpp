@@ -15,16 +15,15 @@ void ContextParallelAttention::backward(const AttentionBackward& a) const {
 }
 
 int64_t attention_probability_floats(const CpLayout& cp, int64_t B, int64_t T, int64_t NH) {
-  return B * NH * T * (T * cp.size);
+  return cp.active() ? 0 : B * NH * T * T;
 }
 
 int64_t context_parallel_scratch_floats(const CpLayout& cp, int64_t B, int64_t T, int64_t NH, int64_t NKV,
                                         int64_t HS) {
   if (!cp.active()) return 0;
   const int64_t N = B * T, QD = NH * HS, KD = NKV * HS, rows = B * NH * T;
-  if (cp.mode == CpMode::ulysses) return N * (5 * QD + 4 * KD);
-  const int64_t runs = cp.chunks == CpChunks::zigzag ? 2 : 1;
-  const int64_t forward = 2 * (2 * N * KD) + N * QD + cp.size * runs * rows;
+  if (cp.mode == CpMode::ulysses) return N * (7 * QD + 4 * KD) + rows;
+  const int64_t forward = 2 * (2 * N * KD) + N * QD + rows;
   const int64_t backward = 4 * (2 * N * KD) + rows;
   return std::max(forward, backward);
 }

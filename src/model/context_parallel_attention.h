@@ -20,8 +20,9 @@ namespace ndt {
 // One micro-batch's attention core on this rank's local rows (T = local tokens per
 // sequence) and heads (NH, NKV: this rank's, after tensor parallelism).
 //   q [B, T, NH, HS], k and v [B, T, NKV, HS], out [B, T, NH, HS];
-//   att: B x NH x T x (cp x T) floats of probabilities, lse: B x NH x T floats (their
-//   layout is the implementation's: backward reads what forward wrote);
+//   att: attention_probability_floats floats of kept probabilities (none under context
+//   parallelism: backward recomputes them), lse: B x NH x T floats (their layout is the
+//   implementation's: backward reads what forward wrote);
 //   scratch: context_parallel_scratch_floats floats of the workspace.
 struct AttentionForward {
   float* out;
@@ -34,7 +35,8 @@ struct AttentionForward {
   float* scratch;
 };
 
-// Backward adds (+=) into dq, dk, dv; out is forward's output (ring attention's row term).
+// Backward adds (+=) into dq, dk, dv; out and lse are forward's (the recomputed
+// probabilities' normaliser and the row term).
 struct AttentionBackward {
   float* dq;
   float* dk;
@@ -45,6 +47,7 @@ struct AttentionBackward {
   const float* v;
   const float* att;
   const float* out;
+  const float* lse;
   int B, T, NH, NKV, HS;
   float* scratch;
 };
@@ -58,13 +61,16 @@ class ContextParallelAttention {
   virtual void backward(const AttentionBackward& a) const;
 };
 
-// The floats of attention probabilities a block keeps for B x T local rows of NH heads.
+// The floats of attention probabilities a block keeps for B x T local rows of NH heads:
+// B x NH x T x T for the local kernel; none under context parallelism, whose backward
+// recomputes them from q, k and the log-sum-exp (flash-attention style), so that every
+// activation of a rank scales with its T = seq_len / cp tokens.
 int64_t attention_probability_floats(const CpLayout& cp, int64_t B, int64_t T, int64_t NH);
 // The workspace scratch an implementation of `cp` uses for B x T local rows (0 for cp = 1):
-//   ring: forward, two K/V receive buffers, one partial output, and the log-sum-exp of
-//     each (step, key run) pair; backward, two K/V and two dK/dV buffers and the row term;
-//   Ulysses: the head-split q, k, v, output gradient and dq, dk, dv, and a send and a
-//     receive buffer.
+//   ring: forward, two K/V receive buffers, one partial output and its log-sum-exp;
+//     backward, two K/V and two dK/dV buffers and the row term;
+//   Ulysses: the head-split q, k, v, output, output gradient and dq, dk, dv, a send and a
+//     receive buffer, and the row term.
 int64_t context_parallel_scratch_floats(const CpLayout& cp, int64_t B, int64_t T, int64_t NH, int64_t NKV,
                                         int64_t HS);
 

@@ -95,7 +95,8 @@ double Transformer::flops_per_token(int T) const {
 
 double Transformer::recompute_flops_per_token(int T) const {
   const double attention_core = 4.0 * config_.d_model * static_cast<double>(T);
-  double flops = 0;
+  // Context parallelism keeps no probabilities: backward recomputes the scores.
+  double flops = cp_->layout().active() ? config_.n_layer * 2.0 * config_.d_model * static_cast<double>(T) : 0.0;
   for (int l = 0; l < config_.n_layer; ++l) {
     switch (checkpointing_.of_block(l)) {
       case CheckpointMode::none: break;

@@ -98,7 +98,9 @@ class Transformer {
   // FLOPs per token that activation checkpointing adds by recomputing (matmuls only, as
   // flops_per_token counts them): full recompute reruns a block's forward, 2 x its
   // matmul parameters + 4 x d_model x T; selective reruns the attention core, 4 x
-  // d_model x T. Hardware FLOPs utilisation counts them, model FLOPs utilisation not.
+  // d_model x T; context parallelism recomputes the attention scores in backward, 2 x
+  // d_model x T per block. Hardware FLOPs utilisation counts them, model FLOPs
+  // utilisation not.
   double recompute_flops_per_token(int T) const;
   // Parameters in matmuls (logical, whole model): all except lookup-only tables
   // (positions; untied input embedding).

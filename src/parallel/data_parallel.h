@@ -1,6 +1,7 @@
 // Data parallel (DDP).
 // Splits: the global batch across the "dp" mesh axis; parameters, gradients and
-// optimizer states are replicated.
+// optimizer states are replicated. Under context parallelism gradients are summed over
+// dp x cp (the communicator dp_cp): each cp rank computed those of its tokens.
 // Communicates: gradients, summed by all-reduce in buckets of the gradient arena,
 // each started as soon as backward has written its last gradient and polled between
 // backward's kernels; nothing on no_sync micro-steps (gradient accumulation).

@@ -2,7 +2,9 @@
 // Splits: the batch over "dp"; every parameter's gradient and AdamW moments (stage 2),
 // and the parameter itself (stage 3), along dim 0 over dp_shard
 // (parallel/shard_layout.h; placement Shard(0) on dp_shard), replicated over
-// dp_replicate.
+// dp_replicate. Under context parallelism "dp_shard" is dp_shard x cp (the
+// communicator dp_shard_cp, placement Shard(0) on it): cp ranks hold the same
+// parameters, as torchtitan shards over its dp_shard_cp mesh.
 // Communicates, per group of units (parallelize() makes each block a group, and the
 // embedding with the head the root group, as torchtitan wraps each block and then the
 // whole model): after the group's backward, a reduce-scatter of its gradients (then, for HSDP, an

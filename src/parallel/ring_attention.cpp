@@ -50,22 +50,15 @@ void RingAttention::forward(const AttentionForward& a) const {
   const int64_t N = int64_t{a.B} * T, KD = int64_t{a.NKV} * a.HS, rows = int64_t{a.B} * a.NH * T;
   const size_t block = static_cast<size_t>(2 * N * KD);
   const std::vector<TokenRun> mine = layout_.runs(r, whole);
-  const int runs = static_cast<int>(mine.size());
-  // Scratch: two K/V blocks (K then V), one partial output, each pair's log-sum-exp.
+  // Scratch: two K/V blocks (K then V), one pair's partial output and log-sum-exp.
   float* kv[2] = {a.scratch, a.scratch + block};
   float* out_part = a.scratch + 2 * block;
-  float* lse_parts = out_part + N * a.NH * a.HS;
+  float* lse_part = out_part + N * a.NH * a.HS;
   kernels::copy(kv[0], a.k, N * KD);
   kernels::copy(kv[0] + N * KD, a.v, N * KD);
   kernels::zero(a.out, N * a.NH * a.HS);
   std::fill(a.lse, a.lse + rows, -std::numeric_limits<float>::infinity());
 
-  struct Pair {
-    TokenRun queries, keys;
-    int col;
-    float* lse_part;
-  };
-  std::vector<Pair> computed;
   Transfers transfers;
   for (int step = 0; step < n; ++step) {
     const int source = (r + n - step) % n;
@@ -75,25 +68,19 @@ void RingAttention::forward(const AttentionForward& a) const {
       transfers.works.push_back(cp_.irecv(kv[(step + 1) % 2], block, DType::f32, prev, kKeyValueTag));
       transfers.works.push_back(cp_.isend(kv[step % 2], block, DType::f32, next, kKeyValueTag));
     }
-    const std::vector<TokenRun> theirs = layout_.runs(source, whole);
     for (const TokenRun& q : mine) {
-      for (int j = 0; j < runs; ++j) {
-        const TokenRun& key = theirs[static_cast<size_t>(j)];
+      for (const TokenRun& key : layout_.runs(source, whole)) {
         const int64_t pairs = causal_pairs(q, key);
         if (pairs == 0) continue;  // wholly above the diagonal
-        const Pair p{q, key, source * T + key.begin, lse_parts + (int64_t{step} * runs + j) * rows};
-        kernels::attention_span_forward(out_part, p.lse_part, a.att, whole, p.col, a.q, k, v, a.B, T, T, a.NH, a.NKV,
-                                        a.HS, span(q), span(key));
-        kernels::attention_merge(a.out, a.lse, out_part, p.lse_part, a.B, T, a.NH, a.HS, span(q));
+        // The probabilities are not kept: backward recomputes them from the final lse.
+        kernels::attention_span_forward(out_part, lse_part, nullptr, 0, 0, a.q, k, v, a.B, T, T, a.NH, a.NKV, a.HS,
+                                        span(q), span(key));
+        kernels::attention_merge(a.out, a.lse, out_part, lse_part, a.B, T, a.NH, a.HS, span(q));
         score_pairs_ += pairs * a.B * a.NH;
-        computed.push_back(p);
         transfers.progress();
       }
     }
     transfers.wait();
-  }
-  for (const Pair& p : computed) {
-    kernels::attention_span_rescale(a.att, whole, p.col, p.keys.count, p.lse_part, a.lse, a.B, T, a.NH, span(p.queries));
   }
 }
 
@@ -126,8 +113,8 @@ void RingAttention::backward(const AttentionBackward& a) const {
     for (const TokenRun& q : mine) {
       for (const TokenRun& key : layout_.runs(source, whole)) {
         if (causal_pairs(q, key) == 0) continue;
-        kernels::attention_span_backward(a.dq, dk, dk + N * KD, a.dout, a.q, k, v, a.att, whole,
-                                         source * T + key.begin, D, a.B, T, T, a.NH, a.NKV, a.HS, span(q), span(key));
+        kernels::attention_span_backward_recompute(a.dq, dk, dk + N * KD, a.dout, a.q, k, v, a.lse, D, a.B, T, T, a.NH,
+                                                   a.NKV, a.HS, span(q), span(key));
         key_values.progress();
       }
     }

@@ -5,11 +5,12 @@
 // send and receive) while the current one computes. Each step computes the local
 // queries against that block's runs (pairs wholly above the causal diagonal skipped,
 // the diagonal ones masked) and merges the result into the running output with the
-// log-sum-exp (online softmax); at the end each pair's probabilities are renormalised
-// over all keys and kept for backward. With grouped heads only the KV heads travel.
+// log-sum-exp (online softmax). With grouped heads only the KV heads travel.
 // Backward sends the keys and values around the ring again, with the dK/dV sums of each
-// block travelling beside them; after a full turn each sum is home. It recomputes
-// nothing: the probabilities were kept (they scale as T^2 / cp per rank).
+// block travelling beside them; after a full turn each sum is home. The probabilities
+// are not kept (they would be T^2 / cp floats per head and rank): backward recomputes
+// each pair's scores from q, k and the final log-sum-exp, one extra q.k product, so a
+// rank's activations scale with its T / cp tokens and the longest sequence with cp.
 // Communicates, over cp, per block and micro-batch (N = B x T / cp local rows,
 // KD = KV heads x head size, 4-byte floats): forward (cp - 1) sends of the K/V block
 // (2 x N x KD floats), backward cp - 1 K/V sends and cp dK/dV sends of the same size.

@@ -72,7 +72,7 @@ void UlyssesAttention::to_tokens(const float* heads, float* tokens, int B, int T
 }
 
 void UlyssesAttention::forward(const AttentionForward& a) const {
-  const int n = layout_.size;
+  const int n = layout_.size, whole = n * a.T;
   validate_ulysses(a.NH, a.NKV, n);
   const int64_t N = int64_t{a.B} * a.T, QD = int64_t{a.NH} * a.HS, KD = int64_t{a.NKV} * a.HS;
   // Scratch (context_parallel_scratch_floats): q, k, v and the output head-split, then
@@ -86,31 +86,40 @@ void UlyssesAttention::forward(const AttentionForward& a) const {
   to_heads(a.q, q, a.B, a.T, a.NH, a.HS, send, recv);
   to_heads(a.k, k, a.B, a.T, a.NKV, a.HS, send, recv);
   to_heads(a.v, v, a.B, a.T, a.NKV, a.HS, send, recv);
-  // The probabilities and log-sum-exp are kept head-split: [B, NH / cp, cp x T, cp x T].
-  kernels::attention_forward(out, a.lse, a.att, q, k, v, a.B, n * a.T, a.NH / n, a.NKV / n, a.HS);
+  // Whole sequences of this rank's heads, as one query-key pair without kept
+  // probabilities; lse is kept head-split: [B, NH / cp, cp x T].
+  const kernels::AttentionSpan all{0, whole, 0};
+  kernels::attention_span_forward(out, a.lse, nullptr, 0, 0, q, k, v, a.B, whole, whole, a.NH / n, a.NKV / n, a.HS,
+                                  all, all);
   to_tokens(out, a.out, a.B, a.T, a.NH, a.HS, /*accumulate=*/false, send, recv);
 }
 
 void UlyssesAttention::backward(const AttentionBackward& a) const {
-  const int n = layout_.size;
+  const int n = layout_.size, whole = n * a.T;
   const int64_t N = int64_t{a.B} * a.T, QD = int64_t{a.NH} * a.HS, KD = int64_t{a.NKV} * a.HS;
   float* q = a.scratch;
   float* k = q + N * QD;
   float* v = k + N * KD;
-  float* dout = v + N * KD;
+  float* out = v + N * KD;
+  float* dout = out + N * QD;
   float* dq = dout + N * QD;
   float* dk = dq + N * QD;
   float* dv = dk + N * KD;
   float* send = dv + N * KD;
   float* recv = send + N * QD;
+  float* D = recv + N * QD;
   to_heads(a.q, q, a.B, a.T, a.NH, a.HS, send, recv);
   to_heads(a.k, k, a.B, a.T, a.NKV, a.HS, send, recv);
   to_heads(a.v, v, a.B, a.T, a.NKV, a.HS, send, recv);
+  to_heads(a.out, out, a.B, a.T, a.NH, a.HS, send, recv);
   to_heads(a.dout, dout, a.B, a.T, a.NH, a.HS, send, recv);
+  kernels::attention_row_dot(D, dout, out, a.B, whole, a.NH / n, a.HS);
   kernels::zero(dq, N * QD);
   kernels::zero(dk, N * KD);
   kernels::zero(dv, N * KD);
-  kernels::attention_backward(dq, dk, dv, dout, q, k, v, a.att, a.B, n * a.T, a.NH / n, a.NKV / n, a.HS);
+  const kernels::AttentionSpan all{0, whole, 0};
+  kernels::attention_span_backward_recompute(dq, dk, dv, dout, q, k, v, a.lse, D, a.B, whole, whole, a.NH / n,
+                                             a.NKV / n, a.HS, all, all);
   to_tokens(dq, a.dq, a.B, a.T, a.NH, a.HS, /*accumulate=*/true, send, recv);
   to_tokens(dk, a.dk, a.B, a.T, a.NKV, a.HS, /*accumulate=*/true, send, recv);
   to_tokens(dv, a.dv, a.B, a.T, a.NKV, a.HS, /*accumulate=*/true, send, recv);

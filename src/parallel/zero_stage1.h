@@ -1,7 +1,8 @@
 // Sharded optimizer states: ZeRO stage 1, and HSDP.
 // Splits: the batch over "dp" (dp_replicate x dp_shard); AdamW's moments along dim 0
 // of every parameter over dp_shard (parallel/shard_layout.h); parameters and
-// gradients stay whole on every rank.
+// gradients stay whole on every rank. Under context parallelism "dp_shard" below is
+// dp_shard x cp (the communicator dp_shard_cp): cp ranks hold the same parameters.
 // Communicates: gradients reduce-scattered over dp_shard per bucket, each started as
 // soon as backward has finished its gradients (and, for HSDP, the shards all-reduced
 // over dp_replicate); after the update, the parameter shards all-gathered over

@@ -309,7 +309,8 @@ void Trainer::print_header() {
   if (tp.cp.active()) {
     const int chunk = config_.seq_len / tp.cp.chunk_count();
     fmt::print(*log_, "context parallel: {} ranks, {} attention, {} chunks of {} tokens ({}); each rank holds {} of the {} "
-               "tokens of every sequence; gradients reduced over dp x cp\n",
+               "tokens of every sequence; gradients reduced over dp x cp; backward recomputes the attention "
+               "scores (HFU counts it)\n",
                tp.cp.size, cp_mode_name(tp.cp.mode), tp.cp.chunk_count(), chunk,
                tp.cp.chunks == CpChunks::zigzag ? "rank r: chunks r and 2cp-1-r" : "rank r: chunk r",
                config_.seq_len / tp.cp.size, config_.seq_len);
@@ -322,7 +323,7 @@ void Trainer::print_header() {
              "activations {:.1f} MiB{}\n",
              mib(states.params), mib(states.grads), mib(states.optimizer), mib(activations),
              pipeline_ ? " per micro-batch in flight" : "");
-  if (recomputes()) {
+  if (config_.activation_checkpointing.mode != CheckpointMode::none) {
     const ActivationCheckpointing& ac = config_.activation_checkpointing;
     fmt::print(*log_, "activation checkpointing: {}{}; the recompute adds {:.1f}% to the model's FLOPs (HFU counts it)\n",
                checkpoint_mode_name(ac.mode), ac.every > 1 ? fmt::format(" of every {}th block", ac.every) : "",

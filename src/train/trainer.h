@@ -113,7 +113,8 @@ class Trainer {
   DeviceMesh* mesh_;
   int dp_size_ = 1, dp_rank_ = 0;
   int world_size() const { return mesh_ ? mesh_->world().size() : 1; }
-  bool recomputes() const { return config_.activation_checkpointing.mode != CheckpointMode::none; }
+  // Activation checkpointing or context parallelism recomputes part of forward (HFU > MFU).
+  bool recomputes() const { return model_->recompute_flops_per_token(config_.seq_len) > 0; }
   int rows_per_rank_ = 0;  // of the global batch
   std::ostream* log_;
   std::unique_ptr<Transformer> model_;
