@@ -144,30 +144,18 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
                         int NKV, int HS) {
   NDT_ROUTE(attention_backward, dq, dk, dv, dout, q, k, v, att, B, T, NH, NKV, HS);
 }
-void attention_span_forward(float* out, float* lse, float* att, int ld_att, int col, const float* q,
-                            const float* k, const float* v, int B, int Tq, int Tk, int NH, int NKV,
-                            int HS, AttentionSpan qs, AttentionSpan ks) {
-  NDT_ROUTE(attention_span_forward, out, lse, att, ld_att, col, q, k, v, B, Tq, Tk, NH, NKV, HS, qs,
-            ks);
+void attention_span_forward(float* out, float* lse, const float* q, const float* k,
+                            const float* v, int B, int Tq, int Tk, int NH, int NKV, int HS,
+                            AttentionSpan qs, AttentionSpan ks) {
+  NDT_ROUTE(attention_span_forward, out, lse, q, k, v, B, Tq, Tk, NH, NKV, HS, qs, ks);
 }
 void attention_merge(float* out, float* lse, const float* out_part, const float* lse_part, int B,
                      int T, int NH, int HS, AttentionSpan rows) {
   NDT_ROUTE(attention_merge, out, lse, out_part, lse_part, B, T, NH, HS, rows);
 }
-void attention_span_rescale(float* att, int ld_att, int col, int count, const float* lse_part,
-                            const float* lse, int B, int Tq, int NH, AttentionSpan qs) {
-  NDT_ROUTE(attention_span_rescale, att, ld_att, col, count, lse_part, lse, B, Tq, NH, qs);
-}
 void attention_row_dot(float* D, const float* dout, const float* out, int B, int T, int NH,
                        int HS) {
   NDT_ROUTE(attention_row_dot, D, dout, out, B, T, NH, HS);
-}
-void attention_span_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
-                             const float* k, const float* v, const float* att, int ld_att, int col,
-                             const float* D, int B, int Tq, int Tk, int NH, int NKV, int HS,
-                             AttentionSpan qs, AttentionSpan ks) {
-  NDT_ROUTE(attention_span_backward, dq, dk, dv, dout, q, k, v, att, ld_att, col, D, B, Tq, Tk, NH,
-            NKV, HS, qs, ks);
 }
 void attention_span_backward_recompute(float* dq, float* dk, float* dv, const float* dout,
                                        const float* q, const float* k, const float* v,

@@ -23,9 +23,7 @@
 //   layernorm_*, rmsnorm_*         kernels/cpu/norm.h
 //   attention_*                    kernels/cpu/attention.h
 //   attention_span_forward,
-//   attention_span_backward,
 //   attention_span_backward_recompute,
-//   attention_span_rescale,
 //   attention_merge,
 //   attention_row_dot              kernels/cpu/attention_span.h
 //   rope_*                         kernels/cpu/rope.h
@@ -109,21 +107,15 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
                         const float* k, const float* v, const float* att, int B, int T, int NH,
                         int NKV, int HS);
 // Ring attention's span kernels (attention_span.h): one (query span, key span) pair at a
-// time, merged by log-sum-exp; att may be null in the forward (no kept probabilities), the
-// backward then recomputing them from the merged lse.
+// time, merged by log-sum-exp; no probabilities are kept, the backward recomputing them
+// from the merged lse.
 using AttentionSpan = cpu::AttentionSpan;
-void attention_span_forward(float* out, float* lse, float* att, int ld_att, int col, const float* q,
-                            const float* k, const float* v, int B, int Tq, int Tk, int NH, int NKV,
-                            int HS, AttentionSpan qs, AttentionSpan ks);
+void attention_span_forward(float* out, float* lse, const float* q, const float* k,
+                            const float* v, int B, int Tq, int Tk, int NH, int NKV, int HS,
+                            AttentionSpan qs, AttentionSpan ks);
 void attention_merge(float* out, float* lse, const float* out_part, const float* lse_part, int B,
                      int T, int NH, int HS, AttentionSpan rows);
-void attention_span_rescale(float* att, int ld_att, int col, int count, const float* lse_part,
-                            const float* lse, int B, int Tq, int NH, AttentionSpan qs);
 void attention_row_dot(float* D, const float* dout, const float* out, int B, int T, int NH, int HS);
-void attention_span_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
-                             const float* k, const float* v, const float* att, int ld_att, int col,
-                             const float* D, int B, int Tq, int Tk, int NH, int NKV, int HS,
-                             AttentionSpan qs, AttentionSpan ks);
 void attention_span_backward_recompute(float* dq, float* dk, float* dv, const float* dout,
                                        const float* q, const float* k, const float* v,
                                        const float* lse, const float* D, int B, int Tq, int Tk,

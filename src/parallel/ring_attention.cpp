@@ -73,7 +73,7 @@ void RingAttention::forward(const AttentionForward& a) const {
         const int64_t pairs = causal_pairs(q, key);
         if (pairs == 0) continue;  // wholly above the diagonal
         // The probabilities are not kept: backward recomputes them from the final lse.
-        kernels::attention_span_forward(out_part, lse_part, nullptr, 0, 0, a.q, k, v, a.B, T, T, a.NH, a.NKV, a.HS,
+        kernels::attention_span_forward(out_part, lse_part, a.q, k, v, a.B, T, T, a.NH, a.NKV, a.HS,
                                         span(q), span(key));
         kernels::attention_merge(a.out, a.lse, out_part, lse_part, a.B, T, a.NH, a.HS, span(q));
         score_pairs_ += pairs * a.B * a.NH;

@@ -89,7 +89,7 @@ void UlyssesAttention::forward(const AttentionForward& a) const {
   // Whole sequences of this rank's heads, as one query-key pair without kept
   // probabilities; lse is kept head-split: [B, NH / cp, cp x T].
   const kernels::AttentionSpan all{0, whole, 0};
-  kernels::attention_span_forward(out, a.lse, nullptr, 0, 0, q, k, v, a.B, whole, whole, a.NH / n, a.NKV / n, a.HS,
+  kernels::attention_span_forward(out, a.lse, q, k, v, a.B, whole, whole, a.NH / n, a.NKV / n, a.HS,
                                   all, all);
   to_tokens(out, a.out, a.B, a.T, a.NH, a.HS, /*accumulate=*/false, send, recv);
 }

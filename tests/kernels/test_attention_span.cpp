@@ -1,11 +1,11 @@
 // Ring attention's span kernels (kernels/cpu/attention_span.h): a ring simulated in one
-// process (zigzag and contiguous layouts, with and without grouped heads, probabilities
-// kept or recomputed in the backward) against the whole-sequence kernels of
-// attention.h, forward and backward; a whole sequence as one pair (as Ulysses uses it);
-// the masking edge cases (a key span wholly after, wholly before, or starting inside
-// the query span, rows whose lse is -inf) against a double-precision reference; the
-// merge rule at -inf; the backwards' += contract; determinism across thread counts;
-// argument checks; routing through kernels.h.
+// process (zigzag and contiguous layouts, with and without grouped heads, the backward
+// recomputing the probabilities) against the whole-sequence kernels of attention.h and a
+// double-precision reference, forward and backward; a whole sequence as one pair (as
+// Ulysses uses it); the masking edge cases (a key span wholly after, wholly before, or
+// starting inside the query span, rows whose lse is -inf) against a double-precision
+// reference; the merge rule at -inf; the backward's += contract; determinism across
+// thread counts; argument checks; routing through kernels.h.
 #include "kernels/cpu/attention_span.h"
 
 #include "../common/errors.h"
@@ -22,7 +22,6 @@
 #include <limits>
 #include <ostream>
 #include <string>
-#include <tuple>
 #include <vector>
 
 namespace {
@@ -127,26 +126,25 @@ void scatter(const std::vector<float>& local, const std::vector<int>& pos, std::
 }
 
 struct Whole {
-  std::vector<float> out, lse, att, dq, dk, dv;
+  std::vector<float> out, lse, dq, dk, dv;
 };
 
-// The ring's results in whole-sequence order (att as [B, NH, T, T] by position, so it
-// compares with the whole kernel's; empty when recomputing), plus every rank's raw
-// buffers for bitwise checks and every pair's forward (out_part, lse_part) in order.
+// The ring's results in whole-sequence order, plus every rank's raw buffers for bitwise
+// checks and every pair's forward (out_part, lse_part) in order. The forward keeps no
+// probabilities; the backward recomputes them from the merged lse
+// (attention_span_backward_recompute).
 struct RingResult {
   Whole whole;
   std::vector<float> raw, parts;
 };
 
-// recompute: the forward keeps no probabilities (att null), nothing is rescaled, and
-// the backward recomputes them from the merged lse (attention_span_backward_recompute).
 RingResult run_ring(const RingCase& c, const Ring& ring, const std::vector<float>& q,
                     const std::vector<float>& k, const std::vector<float>& v,
-                    const std::vector<float>& dout, bool recompute) {
+                    const std::vector<float>& dout) {
   RingResult res;
   const int B = c.B, NH = c.NH, NKV = c.NKV, HS = c.HS, T = ring.T, Tl = ring.Tl, cp = ring.cp;
-  std::vector<std::vector<float>> ql(cp), kl(cp), vl(cp), dol(cp), out(cp), lse(cp), att(cp),
-      dq(cp), dk(cp), dv(cp);
+  std::vector<std::vector<float>> ql(cp), kl(cp), vl(cp), dol(cp), out(cp), lse(cp), dq(cp),
+      dk(cp), dv(cp);
   for (int r = 0; r < cp; ++r) {
     ql[r] = gather(q, ring.pos[r], B, T, NH, HS);
     kl[r] = gather(k, ring.pos[r], B, T, NKV, HS);
@@ -158,39 +156,23 @@ RingResult run_ring(const RingCase& c, const Ring& ring, const std::vector<float
   }
 
   // Forward: every rank attends its queries to each source's keys, its own first, then
-  // round the ring; column of source s's span = s * Tl + span.begin.
+  // round the ring.
   for (int r = 0; r < cp; ++r) {
     out[r].assign(size_t(B) * Tl * NH * HS, 0.0f);
     lse[r].assign(size_t(B) * NH * Tl, -kInf);
-    if (!recompute) att[r].assign(size_t(B) * NH * Tl * T, kNaN);  // every entry must be written
-    struct Merged {                                // a pair merged, to be rescaled once all are in
-      AttentionSpan qs, ks;
-      int col;
-      std::vector<float> lse_part;
-    };
-    std::vector<Merged> pairs;
     for (int step = 0; step < cp; ++step) {
       const int s = (r - step + cp) % cp;
       for (const AttentionSpan& qs : ring.spans[r])
         for (const AttentionSpan& ks : ring.spans[s]) {
           std::vector<float> out_part(out[r].size(), kNaN), lse_part(lse[r].size(), kNaN);
-          const int col = s * Tl + ks.begin;
-          // Without att, ld_att and col are ignored: nonsense values show it.
-          ndt::cpu::attention_span_forward(
-              out_part.data(), lse_part.data(), recompute ? nullptr : att[r].data(),
-              recompute ? -1 : T, recompute ? -7 : col, ql[r].data(), kl[s].data(), vl[s].data(), B,
-              Tl, Tl, NH, NKV, HS, qs, ks);
+          ndt::cpu::attention_span_forward(out_part.data(), lse_part.data(), ql[r].data(),
+                                           kl[s].data(), vl[s].data(), B, Tl, Tl, NH, NKV, HS, qs,
+                                           ks);
           ndt::cpu::attention_merge(out[r].data(), lse[r].data(), out_part.data(), lse_part.data(),
                                     B, Tl, NH, HS, qs);
           res.parts.insert(res.parts.end(), out_part.begin(), out_part.end());
           res.parts.insert(res.parts.end(), lse_part.begin(), lse_part.end());
-          pairs.push_back({qs, ks, col, std::move(lse_part)});
         }
-    }
-    for (const Merged& p : pairs) {
-      if (recompute) break;
-      ndt::cpu::attention_span_rescale(att[r].data(), T, p.col, p.ks.count, p.lse_part.data(),
-                                       lse[r].data(), B, Tl, NH, p.qs);
     }
   }
 
@@ -203,16 +185,9 @@ RingResult run_ring(const RingCase& c, const Ring& ring, const std::vector<float
       const int s = (r - step + cp) % cp;
       for (const AttentionSpan& qs : ring.spans[r])
         for (const AttentionSpan& ks : ring.spans[s]) {
-          if (recompute) {
-            ndt::cpu::attention_span_backward_recompute(
-                dq[r].data(), dk[s].data(), dv[s].data(), dol[r].data(), ql[r].data(), kl[s].data(),
-                vl[s].data(), lse[r].data(), D.data(), B, Tl, Tl, NH, NKV, HS, qs, ks);
-          } else {
-            ndt::cpu::attention_span_backward(
-                dq[r].data(), dk[s].data(), dv[s].data(), dol[r].data(), ql[r].data(), kl[s].data(),
-                vl[s].data(), att[r].data(), T, s * Tl + ks.begin, D.data(), B, Tl, Tl, NH, NKV,
-                HS, qs, ks);
-          }
+          ndt::cpu::attention_span_backward_recompute(
+              dq[r].data(), dk[s].data(), dv[s].data(), dol[r].data(), ql[r].data(), kl[s].data(),
+              vl[s].data(), lse[r].data(), D.data(), B, Tl, Tl, NH, NKV, HS, qs, ks);
         }
     }
   }
@@ -223,24 +198,15 @@ RingResult run_ring(const RingCase& c, const Ring& ring, const std::vector<float
   w.dk.assign(k.size(), kNaN);
   w.dv.assign(k.size(), kNaN);
   w.lse.assign(size_t(B) * NH * T, kNaN);
-  if (!recompute) w.att.assign(size_t(B) * NH * T * T, kNaN);
   for (int r = 0; r < cp; ++r) {
     scatter(out[r], ring.pos[r], w.out, B, T, NH, HS);
     scatter(dq[r], ring.pos[r], w.dq, B, T, NH, HS);
     scatter(dk[r], ring.pos[r], w.dk, B, T, NKV, HS);
     scatter(dv[r], ring.pos[r], w.dv, B, T, NKV, HS);
     for (int bh = 0; bh < B * NH; ++bh)
-      for (int i = 0; i < Tl; ++i) {
-        const int p = ring.pos[r][i];
-        w.lse[size_t(bh) * T + p] = lse[r][size_t(bh) * Tl + i];
-        if (recompute) continue;
-        for (int s = 0; s < cp; ++s)
-          for (int j = 0; j < Tl; ++j) {
-            w.att[(size_t(bh) * T + p) * T + ring.pos[s][j]] =
-                att[r][(size_t(bh) * Tl + i) * T + s * Tl + j];
-          }
-      }
-    for (const auto* buf : {&out[r], &lse[r], &att[r], &dq[r], &dk[r], &dv[r]})
+      for (int i = 0; i < Tl; ++i)
+        w.lse[size_t(bh) * T + ring.pos[r][i]] = lse[r][size_t(bh) * Tl + i];
+    for (const auto* buf : {&out[r], &lse[r], &dq[r], &dk[r], &dv[r]})
       res.raw.insert(res.raw.end(), buf->begin(), buf->end());
   }
   return res;
@@ -310,74 +276,49 @@ RingInputs ring_inputs(const RingCase& c, int T) {
           random_vector(qn, 103)};
 }
 
-// A ring case, and whether the backward recomputes the probabilities (else kept).
-using RingParam = std::tuple<RingCase, bool>;
-std::string ring_param_name(const ::testing::TestParamInfo<RingParam>& info) {
-  return name_of(std::get<0>(info.param)) + (std::get<1>(info.param) ? "_recomputed" : "_kept");
-}
+class AttentionSpanRing : public ::testing::TestWithParam<RingCase> {};
 
-class AttentionSpanRing : public ::testing::TestWithParam<RingParam> {};
-
-// The ring gives the whole-sequence kernels' out, lse, probabilities and gradients.
+// The ring gives the whole-sequence kernels' out and lse, and their gradients.
 // Tolerance |got - want| <= 1e-6 * (1 + |want|) per entry: both sides are float
 // kernels summing in different orders (and the backward's row term is dO . O here,
 // rowsum(dP o P) there), a few float roundings apart on O(1) values. Measured worst
-// over these cases: 1.7e-7 lse, 2e-7 att, 3.7e-7 out, 4.6e-7 dq, 6.4e-7 dk and dv.
-// Recomputing, every pair's forward without att gives the kept forward's out and lse
-// to the bit, and the gradients (recomputed from the merged lse) are checked against
-// attention_backward and a double-precision reference as said at the end. Measured
-// worst, recomputed: against attention_backward 4.6e-7 dq, 1.14e-6 dk, 8.2e-7 dv;
-// against double 4.6e-7 dq, 8.0e-7 dk, 1.0e-6 dv.
+// over these cases: 1.7e-7 lse, 3.7e-7 out; against a double-precision reference
+// (same tolerance) 1.4e-7 lse, 3.7e-7 out. The gradients (recomputed from the merged
+// lse) are checked against attention_backward and a double-precision reference as said
+// at the end. Measured worst: against attention_backward 4.6e-7 dq, 1.14e-6 dk,
+// 8.2e-7 dv; against double 4.6e-7 dq, 8.0e-7 dk, 1.0e-6 dv.
 TEST_P(AttentionSpanRing, MatchesWholeSequenceKernels) {
-  const auto [c, recompute] = GetParam();
+  const RingCase c = GetParam();
   const Ring ring = make_ring(c);
   const int T = ring.T;
   const RingInputs in = ring_inputs(c, T);
-  Whole want{std::vector<float>(in.q.size()),
-             std::vector<float>(size_t(c.B) * c.NH * T),
-             std::vector<float>(size_t(c.B) * c.NH * T * T),
-             std::vector<float>(in.q.size(), 0.0f),
-             std::vector<float>(in.k.size(), 0.0f),
+  Whole want{std::vector<float>(in.q.size()), std::vector<float>(size_t(c.B) * c.NH * T),
+             std::vector<float>(in.q.size(), 0.0f), std::vector<float>(in.k.size(), 0.0f),
              std::vector<float>(in.k.size(), 0.0f)};
-  ndt::cpu::attention_forward(want.out.data(), want.lse.data(), want.att.data(), in.q.data(),
+  std::vector<float> att(size_t(c.B) * c.NH * T * T);
+  ndt::cpu::attention_forward(want.out.data(), want.lse.data(), att.data(), in.q.data(),
                               in.k.data(), in.v.data(), c.B, T, c.NH, c.NKV, c.HS);
   ndt::cpu::attention_backward(want.dq.data(), want.dk.data(), want.dv.data(), in.dout.data(),
-                               in.q.data(), in.k.data(), in.v.data(), want.att.data(), c.B, T, c.NH,
+                               in.q.data(), in.k.data(), in.v.data(), att.data(), c.B, T, c.NH,
                                c.NKV, c.HS);
 
-  const RingResult res = run_ring(c, ring, in.q, in.k, in.v, in.dout, recompute);
+  const RingResult res = run_ring(c, ring, in.q, in.k, in.v, in.dout);
   const Whole& got = res.whole;
   constexpr double kTol = 1e-6;
   expect_close(got.out, want.out, kTol, "out");
   expect_close(got.lse, want.lse, kTol, "lse");
-  if (!recompute) {
-    expect_close(got.att, want.att, kTol, "att");
-    // Masked entries are exactly 0, as in the whole kernel.
-    for (int bh = 0; bh < c.B * c.NH; ++bh)
-      for (int p = 0; p < T; ++p)
-        for (int j = p + 1; j < T; ++j)
-          ASSERT_EQ(got.att[(size_t(bh) * T + p) * T + j], 0.0f)
-              << "bh " << bh << " p " << p << " j " << j;
-    expect_close(got.dq, want.dq, kTol, "dq");
-    expect_close(got.dk, want.dk, kTol, "dk");
-    expect_close(got.dv, want.dv, kTol, "dv");
-    return;
-  }
-
-  EXPECT_TRUE(got.att.empty());
-  const RingResult kept = run_ring(c, ring, in.q, in.k, in.v, in.dout, false);
-  EXPECT_TRUE(same_bits(res.parts, kept.parts)) << "pair forwards differ from the kept ones";
-  EXPECT_TRUE(same_bits(got.out, kept.whole.out));
-  EXPECT_TRUE(same_bits(got.lse, kept.whole.lse));
-  // Recomputed P = exp(S - lse) rounds differently from both kernels' softmax, so its
-  // error and attention_backward's (which sums its row term in float) no longer cancel:
-  // against the double truth the recomputed gradients are within 1.0e-6, the kept ones
-  // 1.22e-6 and attention_backward's 1.26e-6, but recomputed against attention_backward
-  // reach 1.14e-6. Hence 2e-6 against attention_backward, and 1.5e-6 against the truth.
+  const WholeDouble truth = whole_reference(in, c.B, T, c.NH, c.NKV, c.HS);
+  expect_close(got.out, truth.out, kTol, "out against double");
+  expect_close(got.lse, truth.lse, kTol, "lse against double");
+  // Recomputed P = exp(S - lse) rounds differently from attention_forward's softmax
+  // (whose probabilities attention_backward reads), so its error and attention_backward's
+  // (which sums its row term in float) no longer cancel: against the double truth the
+  // recomputed gradients are within 1.0e-6 and attention_backward's 1.26e-6, but
+  // recomputed against attention_backward reach 1.14e-6. Hence 2e-6 against
+  // attention_backward, and 1.5e-6 against the truth.
   expect_close(got.dq, want.dq, 2 * kTol, "dq");
   expect_close(got.dk, want.dk, 2 * kTol, "dk");
   expect_close(got.dv, want.dv, 2 * kTol, "dv");
-  const WholeDouble truth = whole_reference(in, c.B, T, c.NH, c.NKV, c.HS);
   expect_close(got.dq, truth.dq, 1.5 * kTol, "dq against double");
   expect_close(got.dk, truth.dk, 1.5 * kTol, "dk against double");
   expect_close(got.dv, truth.dv, 1.5 * kTol, "dv against double");
@@ -386,18 +327,16 @@ TEST_P(AttentionSpanRing, MatchesWholeSequenceKernels) {
 // Chunks of 37 (not a multiple of 64), 74 (two row blocks, the second partial) and 70.
 INSTANTIATE_TEST_SUITE_P(
     AttentionSpan, AttentionSpanRing,
-    ::testing::Combine(::testing::Values(RingCase{2, true, 37, 4}, RingCase{2, true, 37, 2},
-                                         RingCase{2, true, 37, 1}, RingCase{4, true, 37, 4},
-                                         RingCase{4, true, 37, 2}, RingCase{4, true, 37, 1},
-                                         RingCase{2, false, 74, 4}, RingCase{2, false, 74, 2},
-                                         RingCase{2, false, 74, 1}, RingCase{4, false, 74, 4},
-                                         RingCase{4, false, 74, 2}, RingCase{4, false, 74, 1},
-                                         RingCase{2, true, 70, 2}),
-                       ::testing::Bool()),
-    ring_param_name);
+    ::testing::Values(RingCase{2, true, 37, 4}, RingCase{2, true, 37, 2}, RingCase{2, true, 37, 1},
+                      RingCase{4, true, 37, 4}, RingCase{4, true, 37, 2}, RingCase{4, true, 37, 1},
+                      RingCase{2, false, 74, 4}, RingCase{2, false, 74, 2},
+                      RingCase{2, false, 74, 1}, RingCase{4, false, 74, 4},
+                      RingCase{4, false, 74, 2}, RingCase{4, false, 74, 1},
+                      RingCase{2, true, 70, 2}),
+    [](const ::testing::TestParamInfo<RingCase>& info) { return name_of(info.param); });
 
 // Each dK/dV row is summed by one thread in a fixed order: the whole ring, forward and
-// backward, probabilities kept or recomputed, gives the same bits on 1 and 2 threads.
+// backward, gives the same bits on 1 and 2 threads.
 // HS 32 and chunks of 74 put every span pair (2 * 4 * 74 * 74 * 32 multiply-adds) over
 // the kernels' parallel threshold.
 TEST(AttentionSpanDeterminism, SameBitsOnOneAndTwoThreads) {
@@ -406,15 +345,13 @@ TEST(AttentionSpanDeterminism, SameBitsOnOneAndTwoThreads) {
   const Ring ring = make_ring(c);
   const RingInputs in = ring_inputs(c, ring.T);
   const int saved = omp_get_max_threads();
-  for (bool recompute : {false, true}) {
-    omp_set_num_threads(1);
-    const RingResult one = run_ring(c, ring, in.q, in.k, in.v, in.dout, recompute);
-    omp_set_num_threads(2);
-    const RingResult two = run_ring(c, ring, in.q, in.k, in.v, in.dout, recompute);
-    omp_set_num_threads(saved);
-    EXPECT_TRUE(same_bits(one.raw, two.raw)) << (recompute ? "recomputed" : "kept");
-    EXPECT_TRUE(same_bits(one.parts, two.parts)) << (recompute ? "recomputed" : "kept");
-  }
+  omp_set_num_threads(1);
+  const RingResult one = run_ring(c, ring, in.q, in.k, in.v, in.dout);
+  omp_set_num_threads(2);
+  const RingResult two = run_ring(c, ring, in.q, in.k, in.v, in.dout);
+  omp_set_num_threads(saved);
+  EXPECT_TRUE(same_bits(one.raw, two.raw));
+  EXPECT_TRUE(same_bits(one.parts, two.parts));
 }
 
 // ---------------------------------------------------------------------------------
@@ -424,7 +361,6 @@ struct Pair {
   int B = 2, NH = 4, NKV = 2, HS = 8;
   int Tq, Tk;
   AttentionSpan qs, ks;
-  int ld_att, col;
 };
 
 struct PairInputs {
@@ -438,59 +374,28 @@ PairInputs pair_inputs(const Pair& p, uint64_t stream) {
 }
 
 struct PairOutputs {
-  std::vector<float> out, lse, att;
+  std::vector<float> out, lse;
 };
 
 // Forward into buffers holding `fill`, so what it should not write shows.
 PairOutputs pair_forward(const Pair& p, const PairInputs& in, float fill) {
   PairOutputs o{std::vector<float>(size_t(p.B) * p.Tq * p.NH * p.HS, fill),
-                std::vector<float>(size_t(p.B) * p.NH * p.Tq, fill),
-                std::vector<float>(size_t(p.B) * p.NH * p.Tq * p.ld_att, fill)};
-  ndt::cpu::attention_span_forward(o.out.data(), o.lse.data(), o.att.data(), p.ld_att, p.col,
-                                   in.q.data(), in.k.data(), in.v.data(), p.B, p.Tq, p.Tk, p.NH,
-                                   p.NKV, p.HS, p.qs, p.ks);
+                std::vector<float>(size_t(p.B) * p.NH * p.Tq, fill)};
+  ndt::cpu::attention_span_forward(o.out.data(), o.lse.data(), in.q.data(), in.k.data(),
+                                   in.v.data(), p.B, p.Tq, p.Tk, p.NH, p.NKV, p.HS, p.qs, p.ks);
   return o;
-}
-
-// The forward without kept probabilities (att null; ld_att and col nonsense, being
-// ignored) into buffers holding `fill`: out and lse (att left empty).
-PairOutputs pair_forward_without_att(const Pair& p, const PairInputs& in, float fill) {
-  PairOutputs o{std::vector<float>(size_t(p.B) * p.Tq * p.NH * p.HS, fill),
-                std::vector<float>(size_t(p.B) * p.NH * p.Tq, fill),
-                {}};
-  ndt::cpu::attention_span_forward(o.out.data(), o.lse.data(), nullptr, -1, -3, in.q.data(),
-                                   in.k.data(), in.v.data(), p.B, p.Tq, p.Tk, p.NH, p.NKV, p.HS,
-                                   p.qs, p.ks);
-  return o;
-}
-
-// ... gives the kept forward's out and lse to the bit, everything outside the span
-// untouched alike.
-void expect_same_forward_without_att(const Pair& p, const PairInputs& in, const PairOutputs& kept,
-                                     float fill) {
-  const PairOutputs o = pair_forward_without_att(p, in, fill);
-  EXPECT_TRUE(same_bits(o.out, kept.out)) << "out without att";
-  EXPECT_TRUE(same_bits(o.lse, kept.lse)) << "lse without att";
 }
 
 struct Grads {
   std::vector<float> dq, dk, dv;
 };
 
-// Adds one pair's backward into g: the kept probabilities att (at p.ld_att, p.col), or,
-// with att null, recomputed from lse.
-void pair_backward(const Pair& p, const PairInputs& in, const float* att, const float* lse,
+// Adds one pair's backward into g, the probabilities recomputed from lse.
+void pair_backward(const Pair& p, const PairInputs& in, const float* lse,
                    const std::vector<float>& dout, const std::vector<float>& D, Grads& g) {
-  if (att != nullptr) {
-    ndt::cpu::attention_span_backward(g.dq.data(), g.dk.data(), g.dv.data(), dout.data(),
-                                      in.q.data(), in.k.data(), in.v.data(), att, p.ld_att, p.col,
-                                      D.data(), p.B, p.Tq, p.Tk, p.NH, p.NKV, p.HS, p.qs, p.ks);
-  } else {
-    ndt::cpu::attention_span_backward_recompute(g.dq.data(), g.dk.data(), g.dv.data(), dout.data(),
-                                                in.q.data(), in.k.data(), in.v.data(), lse,
-                                                D.data(), p.B, p.Tq, p.Tk, p.NH, p.NKV, p.HS, p.qs,
-                                                p.ks);
-  }
+  ndt::cpu::attention_span_backward_recompute(g.dq.data(), g.dk.data(), g.dv.data(), dout.data(),
+                                              in.q.data(), in.k.data(), in.v.data(), lse, D.data(),
+                                              p.B, p.Tq, p.Tk, p.NH, p.NKV, p.HS, p.qs, p.ks);
 }
 
 Grads zero_grads(const PairInputs& in) {
@@ -534,8 +439,7 @@ double reference_row(const Pair& p, const PairInputs& in, int b, int h, int t, i
 }
 
 // Checks every entry of a span-pair forward: the span's rows against the reference
-// (rows that see no key: out 0, lse -inf, probabilities 0, exactly), the pair's columns
-// only, everything else still `fill`.
+// (rows that see no key: out 0, lse -inf, exactly), everything else still `fill`.
 void check_pair_forward(const Pair& p, const PairInputs& in, const PairOutputs& o, float fill) {
   std::vector<double> ref, probs;
   const float fbits = fill;
@@ -544,7 +448,6 @@ void check_pair_forward(const Pair& p, const PairInputs& in, const PairOutputs& 
       for (int t = 0; t < p.Tq; ++t) {
         const size_t bh = size_t(b) * p.NH + h;
         const float* orow = o.out.data() + at(b, t, h, p.Tq, p.NH, p.HS);
-        const float* arow = o.att.data() + (bh * p.Tq + t) * p.ld_att;
         const float lse = o.lse[bh * p.Tq + t];
         const bool in_span = t >= p.qs.begin && t < p.qs.begin + p.qs.count;
         if (!in_span) {
@@ -552,9 +455,6 @@ void check_pair_forward(const Pair& p, const PairInputs& in, const PairOutputs& 
           for (int c = 0; c < p.HS; ++c)
             ASSERT_EQ(std::memcmp(orow + c, &fbits, 4), 0)
                 << "out written outside the span, t " << t;
-          for (int j = 0; j < p.ld_att; ++j)
-            ASSERT_EQ(std::memcmp(arow + j, &fbits, 4), 0)
-                << "att written outside the span, t " << t;
           continue;
         }
         const int n = seen(p, t - p.qs.begin);
@@ -570,99 +470,19 @@ void check_pair_forward(const Pair& p, const PairInputs& in, const PairOutputs& 
           }
           ASSERT_NEAR(orow[c], ref[c], 2e-5) << "b " << b << " h " << h << " t " << t << " c " << c;
         }
-        for (int j = 0; j < p.ld_att; ++j) {
-          const int key = j - p.col;
-          if (key < 0 || key >= p.ks.count) {
-            ASSERT_EQ(std::memcmp(arow + j, &fbits, 4), 0)
-                << "att column " << j << " written, t " << t;
-          } else if (key >= n) {
-            ASSERT_EQ(arow[j], 0.0f) << "masked entry t " << t << " key " << key;
-          } else {
-            ASSERT_NEAR(arow[j], probs[key], 2e-5) << "t " << t << " key " << key;
-          }
-        }
       }
 }
 
-// A key span wholly after the query span: every row sees no key (every row block is
-// skipped): out 0, lse -inf, probabilities 0, nothing else written; merging it into a
-// running result changes nothing, to the bit. Nor does the recomputing backward, even
-// with the merged (finite) lse: the positions alone mask every key.
-TEST(AttentionSpanMasking, KeySpanAfterQuerySpanSeesNothing) {
-  // Local rows 3 .. 102 at positions 0 .. 99; keys at positions 100 .. 139.
-  const Pair p{.Tq = 110, .Tk = 50, .qs = {3, 100, 0}, .ks = {5, 40, 100}, .ld_att = 60, .col = 7};
-  const PairInputs in = pair_inputs(p, 200);
-  const PairOutputs o = pair_forward(p, in, 7.0f);
-  check_pair_forward(p, in, o, 7.0f);
-  expect_same_forward_without_att(p, in, o, 7.0f);
-
-  // A running result over a key span that the rows do see (positions 0 .. 39).
-  Pair seen_pair = p;
-  seen_pair.ks = {5, 40, 0};
-  const PairOutputs run = pair_forward(seen_pair, in, 0.0f);
-  std::vector<float> out = run.out, lse = run.lse;
-  ndt::cpu::attention_merge(out.data(), lse.data(), o.out.data(), o.lse.data(), p.B, p.Tq, p.NH,
-                            p.HS, p.qs);
-  EXPECT_TRUE(same_bits(out, run.out));
-  EXPECT_TRUE(same_bits(lse, run.lse));
-
-  const std::vector<float> dout = random_vector(out.size(), 204);
-  std::vector<float> D(lse.size());
-  ndt::cpu::attention_row_dot(D.data(), dout.data(), out.data(), p.B, p.Tq, p.NH, p.HS);
-  Grads g{random_vector(in.q.size(), 205), random_vector(in.k.size(), 206),
-          random_vector(in.k.size(), 207)};
-  const Grads g0 = g;
-  pair_backward(p, in, nullptr, lse.data(), dout, D, g);
-  EXPECT_TRUE(same_bits(g.dq, g0.dq));
-  EXPECT_TRUE(same_bits(g.dk, g0.dk));
-  EXPECT_TRUE(same_bits(g.dv, g0.dv));
-}
-
-// A key span wholly before the query span: nothing masked, every row sees every key.
-TEST(AttentionSpanMasking, KeySpanBeforeQuerySpanIsUnmasked) {
-  const Pair p{.Tq = 100, .Tk = 90, .qs = {0, 100, 300}, .ks = {10, 80, 0}, .ld_att = 85, .col = 2};
-  const PairInputs in = pair_inputs(p, 210);
-  const PairOutputs o = pair_forward(p, in, 7.0f);
-  check_pair_forward(p, in, o, 7.0f);
-  expect_same_forward_without_att(p, in, o, 7.0f);
-  for (int i = 0; i < p.qs.count; ++i) ASSERT_EQ(seen(p, i), p.ks.count);
-  // Every probability of every row is non-zero.
-  for (int bh = 0; bh < p.B * p.NH; ++bh)
-    for (int t = 0; t < p.Tq; ++t)
-      for (int j = p.col; j < p.col + p.ks.count; ++j)
-        ASSERT_GT(o.att[(size_t(bh) * p.Tq + t) * p.ld_att + j], 0.0f) << "t " << t << " j " << j;
-}
-
-// A key span starting inside the query span: rows before its first key see nothing
-// (row block 0 is skipped whole, block 1 is part-masked), the rest a causal prefix.
-// The backward of this one pair (whose probabilities and lse are then already final),
-// kept and recomputed, against the same gradients accumulated in double.
-TEST(AttentionSpanMasking, KeySpanStartingInsideQuerySpan) {
-  const Pair p{
-      .Tq = 150, .Tk = 150, .qs = {0, 150, 0}, .ks = {0, 150, 70}, .ld_att = 150, .col = 0};
-  const PairInputs in = pair_inputs(p, 220);
-  const PairOutputs o = pair_forward(p, in, 7.0f);
-  check_pair_forward(p, in, o, 7.0f);
-  expect_same_forward_without_att(p, in, o, 7.0f);
-
-  const std::vector<float> dout = random_vector(o.out.size(), 224);
-  std::vector<float> D(o.lse.size(), kNaN);
-  ndt::cpu::attention_row_dot(D.data(), dout.data(), o.out.data(), p.B, p.Tq, p.NH, p.HS);
-  Grads kept = zero_grads(in), recomputed = zero_grads(in);
-  pair_backward(p, in, o.att.data(), nullptr, dout, D, kept);
-  pair_backward(p, in, nullptr, o.lse.data(), dout, D, recomputed);
-  // Recomputed against kept: exp(S - lse) against the forward's normalised softmax.
-  expect_close(recomputed.dq, kept.dq, 1e-6, "recomputed against kept dq");
-  expect_close(recomputed.dk, kept.dk, 1e-6, "recomputed against kept dk");
-  expect_close(recomputed.dv, kept.dv, 1e-6, "recomputed against kept dv");
-
+// The backward of one pair whose lse is final (the pair is all the keys there are),
+// accumulated in double from the float inputs and rounded to float at the end.
+Grads reference_pair_backward(const Pair& p, const PairInputs& in, const std::vector<float>& dout) {
   std::vector<double> rq(in.q.size(), 0.0), rk(in.k.size(), 0.0), rv(in.k.size(), 0.0), ro, probs;
   const double scale = 1.0 / std::sqrt(double(p.HS));
   for (int b = 0; b < p.B; ++b)
     for (int h = 0; h < p.NH; ++h) {
       const int kvh = h / (p.NH / p.NKV);
-      for (int t = 0; t < p.Tq; ++t) {
-        const int n = seen(p, t);
+      for (int i = 0; i < p.qs.count; ++i) {
+        const int t = p.qs.begin + i, n = seen(p, i);
         reference_row(p, in, b, h, t, n, ro, probs);
         const size_t qi = at(b, t, h, p.Tq, p.NH, p.HS);
         std::vector<double> dp(n, 0.0);
@@ -683,21 +503,90 @@ TEST(AttentionSpanMasking, KeySpanStartingInsideQuerySpan) {
         }
       }
     }
-  // Per entry as in the ring test, 1e-5 here: float kernel against double sums.
   auto as_float = [](const std::vector<double>& x) {
     return std::vector<float>(x.begin(), x.end());
   };
-  for (const Grads* g : {&kept, &recomputed}) {
-    const std::string how = g == &kept ? "kept " : "recomputed ";
-    expect_close(g->dq, as_float(rq), 1e-5, how + "dq");
-    expect_close(g->dk, as_float(rk), 1e-5, how + "dk");
-    expect_close(g->dv, as_float(rv), 1e-5, how + "dv");
-    // Rows that see no key get no gradient; keys no row of the span sees (none here) none.
-    for (int b = 0; b < p.B; ++b)
-      for (int t = 0; t < p.ks.position; ++t)
-        for (int c = 0; c < p.NH * p.HS; ++c)
-          ASSERT_EQ(g->dq[at(b, t, 0, p.Tq, p.NH, p.HS) + c], 0.0f) << how;
-  }
+  return {as_float(rq), as_float(rk), as_float(rv)};
+}
+
+// The recomputing backward of one pair (its lse then already final) against
+// reference_pair_backward. Per entry as in the ring test, 1e-5 here: float kernel
+// against double sums. Measured worst: 9.4e-7 (key span starting inside the query
+// span), 5.4e-7 (key span wholly before it).
+void check_pair_backward(const Pair& p, const PairInputs& in, const PairOutputs& o,
+                         uint64_t stream, Grads* got_out = nullptr) {
+  const std::vector<float> dout = random_vector(o.out.size(), stream);
+  std::vector<float> D(o.lse.size(), kNaN);
+  ndt::cpu::attention_row_dot(D.data(), dout.data(), o.out.data(), p.B, p.Tq, p.NH, p.HS);
+  Grads got = zero_grads(in);
+  pair_backward(p, in, o.lse.data(), dout, D, got);
+  const Grads want = reference_pair_backward(p, in, dout);
+  expect_close(got.dq, want.dq, 1e-5, "dq");
+  expect_close(got.dk, want.dk, 1e-5, "dk");
+  expect_close(got.dv, want.dv, 1e-5, "dv");
+  if (got_out) *got_out = std::move(got);
+}
+
+// A key span wholly after the query span: every row sees no key (every row block is
+// skipped): out 0, lse -inf, nothing else written; merging it into a running result
+// changes nothing, to the bit. Nor does the backward, even with the merged (finite)
+// lse: the positions alone mask every key.
+TEST(AttentionSpanMasking, KeySpanAfterQuerySpanSeesNothing) {
+  // Local rows 3 .. 102 at positions 0 .. 99; keys at positions 100 .. 139.
+  const Pair p{.Tq = 110, .Tk = 50, .qs = {3, 100, 0}, .ks = {5, 40, 100}};
+  const PairInputs in = pair_inputs(p, 200);
+  const PairOutputs o = pair_forward(p, in, 7.0f);
+  check_pair_forward(p, in, o, 7.0f);
+
+  // A running result over a key span that the rows do see (positions 0 .. 39).
+  Pair seen_pair = p;
+  seen_pair.ks = {5, 40, 0};
+  const PairOutputs run = pair_forward(seen_pair, in, 0.0f);
+  std::vector<float> out = run.out, lse = run.lse;
+  ndt::cpu::attention_merge(out.data(), lse.data(), o.out.data(), o.lse.data(), p.B, p.Tq, p.NH,
+                            p.HS, p.qs);
+  EXPECT_TRUE(same_bits(out, run.out));
+  EXPECT_TRUE(same_bits(lse, run.lse));
+
+  const std::vector<float> dout = random_vector(out.size(), 204);
+  std::vector<float> D(lse.size());
+  ndt::cpu::attention_row_dot(D.data(), dout.data(), out.data(), p.B, p.Tq, p.NH, p.HS);
+  Grads g{random_vector(in.q.size(), 205), random_vector(in.k.size(), 206),
+          random_vector(in.k.size(), 207)};
+  const Grads g0 = g;
+  pair_backward(p, in, lse.data(), dout, D, g);
+  EXPECT_TRUE(same_bits(g.dq, g0.dq));
+  EXPECT_TRUE(same_bits(g.dk, g0.dk));
+  EXPECT_TRUE(same_bits(g.dv, g0.dv));
+}
+
+// A key span wholly before the query span: nothing masked, every row sees every key,
+// forward and backward (of this one pair) against the double reference.
+TEST(AttentionSpanMasking, KeySpanBeforeQuerySpanIsUnmasked) {
+  const Pair p{.Tq = 100, .Tk = 90, .qs = {0, 100, 300}, .ks = {10, 80, 0}};
+  const PairInputs in = pair_inputs(p, 210);
+  for (int i = 0; i < p.qs.count; ++i) ASSERT_EQ(seen(p, i), p.ks.count);
+  const PairOutputs o = pair_forward(p, in, 7.0f);
+  check_pair_forward(p, in, o, 7.0f);
+  check_pair_backward(p, in, o, 214);
+}
+
+// A key span starting inside the query span: rows before its first key see nothing
+// (row block 0 is skipped whole, block 1 is part-masked), the rest a causal prefix.
+// The backward of this one pair (whose lse is then already final) against the same
+// gradients accumulated in double.
+TEST(AttentionSpanMasking, KeySpanStartingInsideQuerySpan) {
+  const Pair p{.Tq = 150, .Tk = 150, .qs = {0, 150, 0}, .ks = {0, 150, 70}};
+  const PairInputs in = pair_inputs(p, 220);
+  const PairOutputs o = pair_forward(p, in, 7.0f);
+  check_pair_forward(p, in, o, 7.0f);
+  Grads g;
+  check_pair_backward(p, in, o, 224, &g);
+  // Rows that see no key get no gradient; keys no row of the span sees (none here) none.
+  for (int b = 0; b < p.B; ++b)
+    for (int t = 0; t < p.ks.position; ++t)
+      for (int c = 0; c < p.NH * p.HS; ++c)
+        ASSERT_EQ(g.dq[at(b, t, 0, p.Tq, p.NH, p.HS) + c], 0.0f) << "t " << t;
 }
 
 // Recomputing, a row whose lse is -inf contributes nothing, though it sees every key:
@@ -705,9 +594,9 @@ TEST(AttentionSpanMasking, KeySpanStartingInsideQuerySpan) {
 // with that row's dO and D zero (which makes its dV and dS terms zero). Row block 1
 // (rows 64 .. 99) is -inf whole, block 0 every third row.
 TEST(AttentionSpanMasking, RowsWhoseLseIsInfiniteAddNothing) {
-  const Pair p{.Tq = 100, .Tk = 90, .qs = {0, 100, 300}, .ks = {10, 80, 0}, .ld_att = 85, .col = 2};
+  const Pair p{.Tq = 100, .Tk = 90, .qs = {0, 100, 300}, .ks = {10, 80, 0}};
   const PairInputs in = pair_inputs(p, 230);
-  const PairOutputs o = pair_forward_without_att(p, in, 0.0f);
+  const PairOutputs o = pair_forward(p, in, 0.0f);
   const std::vector<float> dout = random_vector(o.out.size(), 233);
   std::vector<float> D(o.lse.size());
   ndt::cpu::attention_row_dot(D.data(), dout.data(), o.out.data(), p.B, p.Tq, p.NH, p.HS);
@@ -725,8 +614,8 @@ TEST(AttentionSpanMasking, RowsWhoseLseIsInfiniteAddNothing) {
   const Grads g0{random_vector(in.q.size(), 234), random_vector(in.k.size(), 235),
                  random_vector(in.k.size(), 236)};
   Grads got = g0, want = g0;
-  pair_backward(p, in, nullptr, lse.data(), dout, D, got);
-  pair_backward(p, in, nullptr, o.lse.data(), dout_zeroed, D_zeroed, want);
+  pair_backward(p, in, lse.data(), dout, D, got);
+  pair_backward(p, in, o.lse.data(), dout_zeroed, D_zeroed, want);
   for (int b = 0; b < p.B; ++b)
     for (int t = 0; t < p.Tq; ++t) {
       if (!dropped(t)) continue;
@@ -742,8 +631,8 @@ TEST(AttentionSpanMasking, RowsWhoseLseIsInfiniteAddNothing) {
 
 // ---------------------------------------------------------------------------------
 // A whole sequence as one pair (qs = ks = all T rows, as Ulysses uses the span
-// kernels): the forward without kept probabilities and the recomputing backward give
-// the whole-sequence kernels' out, lse and gradients, within the ring test's tolerance.
+// kernels): the forward and the recomputing backward give the whole-sequence kernels'
+// out, lse and gradients, within the ring test's tolerance.
 // Measured worst: out and lse equal to the bit, 5.1e-7 dq, 5.3e-7 dk, 6.5e-7 dv.
 TEST(AttentionSpanWholeSequence, OnePairMatchesWholeSequenceKernels) {
   for (int T : {100, 130})
@@ -754,27 +643,24 @@ TEST(AttentionSpanWholeSequence, OnePairMatchesWholeSequenceKernels) {
                    .Tq = T,
                    .Tk = T,
                    .qs = {0, T, 0},
-                   .ks = {0, T, 0},
-                   .ld_att = T,
-                   .col = 0};
+                   .ks = {0, T, 0}};
       const PairInputs in = pair_inputs(p, 240 + T + NKV);
-      const PairOutputs o = pair_forward_without_att(p, in, kNaN);
-      expect_same_forward_without_att(p, in, pair_forward(p, in, kNaN), kNaN);
+      const PairOutputs o = pair_forward(p, in, kNaN);
       const std::vector<float> dout = random_vector(o.out.size(), 250 + T + NKV);
 
-      PairOutputs want{std::vector<float>(o.out.size()), std::vector<float>(o.lse.size()),
-                       std::vector<float>(size_t(p.B) * p.NH * T * T)};
-      ndt::cpu::attention_forward(want.out.data(), want.lse.data(), want.att.data(), in.q.data(),
+      PairOutputs want{std::vector<float>(o.out.size()), std::vector<float>(o.lse.size())};
+      std::vector<float> att(size_t(p.B) * p.NH * T * T);
+      ndt::cpu::attention_forward(want.out.data(), want.lse.data(), att.data(), in.q.data(),
                                   in.k.data(), in.v.data(), p.B, T, p.NH, NKV, p.HS);
       Grads want_g = zero_grads(in);
       ndt::cpu::attention_backward(want_g.dq.data(), want_g.dk.data(), want_g.dv.data(),
-                                   dout.data(), in.q.data(), in.k.data(), in.v.data(),
-                                   want.att.data(), p.B, T, p.NH, NKV, p.HS);
+                                   dout.data(), in.q.data(), in.k.data(), in.v.data(), att.data(),
+                                   p.B, T, p.NH, NKV, p.HS);
 
       std::vector<float> D(o.lse.size());
       ndt::cpu::attention_row_dot(D.data(), dout.data(), o.out.data(), p.B, T, p.NH, p.HS);
       Grads got = zero_grads(in);
-      pair_backward(p, in, nullptr, o.lse.data(), dout, D, got);
+      pair_backward(p, in, o.lse.data(), dout, D, got);
 
       constexpr double kTol = 1e-6;
       expect_close(o.out, want.out, kTol, "out");
@@ -786,7 +672,7 @@ TEST(AttentionSpanWholeSequence, OnePairMatchesWholeSequenceKernels) {
 }
 
 // ---------------------------------------------------------------------------------
-// attention_merge at -inf, and the rescale of a row without keys.
+// attention_merge at -inf.
 
 TEST(AttentionSpanMerge, InfiniteSidesGiveNoNaN) {
   const int B = 1, T = 6, NH = 2, HS = 8;
@@ -832,86 +718,64 @@ TEST(AttentionSpanMerge, InfiniteSidesGiveNoNaN) {
         }
       }
     }
-
-  // Rescale: a pair whose row saw no key (lse_part -inf) becomes 0, not NaN, even
-  // where the merged lse is -inf too.
-  const int ld = 5;
-  std::vector<float> att(size_t(B) * NH * T * ld, 0.25f);
-  ndt::cpu::attention_span_rescale(att.data(), ld, 1, 3, lse_part.data(), lse.data(), B, T, NH,
-                                   AttentionSpan{0, 4, 0});
-  for (int h = 0; h < NH; ++h)
-    for (int t = 0; t < T; ++t)
-      for (int j = 0; j < ld; ++j) {
-        const float a = att[(size_t(h) * T + t) * ld + j];
-        ASSERT_FALSE(std::isnan(a));
-        const bool scaled = t < 4 && j >= 1 && j < 4;
-        if (!scaled) {
-          EXPECT_EQ(a, 0.25f) << "untouched h " << h << " t " << t << " j " << j;
-        } else if (lse_part[size_t(h) * T + t] == -kInf) {
-          EXPECT_EQ(a, 0.0f) << "h " << h << " t " << t;
-        } else {
-          const double f = std::exp(double(lse_part[size_t(h) * T + t]) - lse[size_t(h) * T + t]);
-          EXPECT_NEAR(a, 0.25 * f, 1e-7) << "h " << h << " t " << t;
-        }
-      }
 }
 
 // ---------------------------------------------------------------------------------
-// The backwards' += contract, probabilities kept and recomputed.
+// The backward's += contract.
 
 TEST(AttentionSpanBackward, AccumulatesIntoGradients) {
-  const Pair p{.Tq = 40, .Tk = 30, .qs = {5, 30, 20}, .ks = {2, 25, 10}, .ld_att = 40, .col = 9};
+  const Pair p{.Tq = 40, .Tk = 30, .qs = {5, 30, 20}, .ks = {2, 25, 10}};
   const PairInputs in = pair_inputs(p, 400);
   const PairOutputs o = pair_forward(p, in, 0.0f);
   const std::vector<float> dout = random_vector(o.out.size(), 403);
   std::vector<float> D(o.lse.size());
   ndt::cpu::attention_row_dot(D.data(), dout.data(), o.out.data(), p.B, p.Tq, p.NH, p.HS);
-  for (bool recompute : {false, true}) {
-    SCOPED_TRACE(recompute ? "recomputed" : "kept");
-    // One pair: its lse is the final one.
-    auto backward = [&](Grads& g) {
-      pair_backward(p, in, recompute ? nullptr : o.att.data(), o.lse.data(), dout, D, g);
-    };
-    Grads g = zero_grads(in);
-    backward(g);
-    // Rows outside the spans get nothing.
-    for (int b = 0; b < p.B; ++b) {
-      for (int t = 0; t < p.Tq; ++t) {
-        if (t >= p.qs.begin && t < p.qs.begin + p.qs.count) continue;
-        for (int c = 0; c < p.NH * p.HS; ++c)
-          ASSERT_EQ(g.dq[at(b, t, 0, p.Tq, p.NH, p.HS) + c], 0.0f);
-      }
-      for (int t = 0; t < p.Tk; ++t) {
-        if (t >= p.ks.begin && t < p.ks.begin + p.ks.count) continue;
-        for (int c = 0; c < p.NKV * p.HS; ++c) {
-          ASSERT_EQ(g.dk[at(b, t, 0, p.Tk, p.NKV, p.HS) + c], 0.0f);
-          ASSERT_EQ(g.dv[at(b, t, 0, p.Tk, p.NKV, p.HS) + c], 0.0f);
-        }
+  // One pair: its lse is the final one.
+  auto backward = [&](Grads& g) { pair_backward(p, in, o.lse.data(), dout, D, g); };
+  Grads g = zero_grads(in);
+  backward(g);
+  // Something is added (so the checks below have something to add up) ...
+  const Grads zero = zero_grads(in);
+  EXPECT_FALSE(same_bits(g.dq, zero.dq));
+  EXPECT_FALSE(same_bits(g.dk, zero.dk));
+  EXPECT_FALSE(same_bits(g.dv, zero.dv));
+  // ... but rows outside the spans get nothing.
+  for (int b = 0; b < p.B; ++b) {
+    for (int t = 0; t < p.Tq; ++t) {
+      if (t >= p.qs.begin && t < p.qs.begin + p.qs.count) continue;
+      for (int c = 0; c < p.NH * p.HS; ++c)
+        ASSERT_EQ(g.dq[at(b, t, 0, p.Tq, p.NH, p.HS) + c], 0.0f);
+    }
+    for (int t = 0; t < p.Tk; ++t) {
+      if (t >= p.ks.begin && t < p.ks.begin + p.ks.count) continue;
+      for (int c = 0; c < p.NKV * p.HS; ++c) {
+        ASSERT_EQ(g.dk[at(b, t, 0, p.Tk, p.NKV, p.HS) + c], 0.0f);
+        ASSERT_EQ(g.dv[at(b, t, 0, p.Tk, p.NKV, p.HS) + c], 0.0f);
       }
     }
+  }
 
-    Grads twice = zero_grads(in);
-    backward(twice);
-    backward(twice);
-    const Grads base{random_vector(g.dq.size(), 404), random_vector(g.dk.size(), 405),
-                     random_vector(g.dv.size(), 406)};
-    Grads onto = base;
-    backward(onto);
-    // Twice from zero: 2g; onto random r: r + g (up to the rounding of the additions).
-    const char* names[] = {"dq", "dk", "dv"};
-    auto field = [](const Grads& x, int i) -> const std::vector<float>& {
-      return i == 0 ? x.dq : (i == 1 ? x.dk : x.dv);
-    };
-    for (int i = 0; i < 3; ++i) {
-      const std::vector<float>& gi = field(g, i);
-      std::vector<float> want_twice(gi.size()), want_onto(gi.size());
-      for (size_t j = 0; j < gi.size(); ++j) {
-        want_twice[j] = 2 * gi[j];
-        want_onto[j] = field(base, i)[j] + gi[j];
-      }
-      expect_close(field(twice, i), want_twice, 1e-6, std::string(names[i]) + " twice");
-      expect_close(field(onto, i), want_onto, 1e-6, std::string(names[i]) + " onto r");
+  Grads twice = zero_grads(in);
+  backward(twice);
+  backward(twice);
+  const Grads base{random_vector(g.dq.size(), 404), random_vector(g.dk.size(), 405),
+                   random_vector(g.dv.size(), 406)};
+  Grads onto = base;
+  backward(onto);
+  // Twice from zero: 2g; onto random r: r + g (up to the rounding of the additions).
+  const char* names[] = {"dq", "dk", "dv"};
+  auto field = [](const Grads& x, int i) -> const std::vector<float>& {
+    return i == 0 ? x.dq : (i == 1 ? x.dk : x.dv);
+  };
+  for (int i = 0; i < 3; ++i) {
+    const std::vector<float>& gi = field(g, i);
+    std::vector<float> want_twice(gi.size()), want_onto(gi.size());
+    for (size_t j = 0; j < gi.size(); ++j) {
+      want_twice[j] = 2 * gi[j];
+      want_onto[j] = field(base, i)[j] + gi[j];
     }
+    expect_close(field(twice, i), want_twice, 1e-6, std::string(names[i]) + " twice");
+    expect_close(field(onto, i), want_onto, 1e-6, std::string(names[i]) + " onto r");
   }
 }
 
@@ -923,70 +787,39 @@ TEST(AttentionSpanArguments, BadArgumentsAreRefusedByValue) {
   std::vector<float> buf(1 << 16, 0.0f);
   float* x = buf.data();
   const AttentionSpan ok{0, 4, 0};
-  auto forward = [&](int ld_att, int col, int Tq, int Tk, int NH, int NKV, AttentionSpan qs,
-                     AttentionSpan ks) {
-    return [=] {
-      ndt::cpu::attention_span_forward(x, x, x, ld_att, col, x, x, x, 1, Tq, Tk, NH, NKV, 8, qs,
-                                       ks);
-    };
+  auto forward = [&](int Tq, int Tk, int NH, int NKV, AttentionSpan qs, AttentionSpan ks) {
+    return [=] { ndt::cpu::attention_span_forward(x, x, x, x, x, 1, Tq, Tk, NH, NKV, 8, qs, ks); };
   };
-  auto backward = [&](int ld_att, int col, int Tq, int Tk, int NH, int NKV, AttentionSpan qs,
-                      AttentionSpan ks) {
-    return [=] {
-      ndt::cpu::attention_span_backward(x, x, x, x, x, x, x, x, ld_att, col, x, 1, Tq, Tk, NH, NKV,
-                                        8, qs, ks);
-    };
-  };
-  expect_error(forward(8, 0, 8, 8, 3, 2, ok, ok), {"attention_span_forward", "(3)", "(2)"});
-  expect_error(backward(8, 0, 8, 8, 4, 0, ok, ok), {"attention_span_backward", "(4)", "(0)"});
-  expect_error(forward(16, 0, 12, 16, 2, 1, {5, 10, 0}, ok),
-               {"query span", "begin 5", "count 10", "12 rows"});
-  expect_error(backward(16, 0, 16, 12, 2, 1, ok, {-1, 4, 0}), {"key span", "begin -1", "count 4"});
-  expect_error(forward(16, 0, 16, 16, 2, 1, ok, {0, -2, 0}), {"key span", "count -2"});
-  expect_error(forward(16, 10, 16, 16, 2, 1, ok, {0, 8, 0}), {"col 10", "count 8", "ld_att 16"});
-  expect_error(backward(16, -1, 16, 16, 2, 1, ok, ok), {"col -1", "ld_att 16"});
-  // The kept backward refuses a null att (a forward that kept none wants the recompute).
-  expect_error(
-      [&] {
-        ndt::cpu::attention_span_backward(x, x, x, x, x, x, x, nullptr, 16, 0, x, 1, 16, 16, 2, 1,
-                                          8, ok, ok);
-      },
-      {"attention_span_backward", "att is null"});
-  // Without att the forward ignores ld_att and col (nothing to refuse there), but checks
-  // the rest as before.
-  EXPECT_NO_THROW(ndt::cpu::attention_span_forward(x, x, nullptr, 0, -5, x, x, x, 1, 16, 16, 2, 1,
-                                                   8, ok, {0, 8, 0}));
-  expect_error(
-      [&] {
-        ndt::cpu::attention_span_forward(x, x, nullptr, 0, 0, x, x, x, 1, 16, 6, 2, 1, 8, ok,
-                                         {0, 8, 0});
-      },
-      {"attention_span_forward", "key span", "count 8", "6 rows"});
-  auto recompute = [&](int Tq, int Tk, int NH, int NKV, AttentionSpan qs, AttentionSpan ks) {
+  auto backward = [&](int Tq, int Tk, int NH, int NKV, AttentionSpan qs, AttentionSpan ks) {
     return [=] {
       ndt::cpu::attention_span_backward_recompute(x, x, x, x, x, x, x, x, x, 1, Tq, Tk, NH, NKV, 8,
                                                   qs, ks);
     };
   };
-  expect_error(recompute(8, 8, 6, 4, ok, ok), {"attention_span_backward_recompute", "(6)", "(4)"});
-  expect_error(recompute(12, 16, 2, 1, {5, 10, 0}, ok),
+  expect_error(forward(8, 8, 3, 2, ok, ok), {"attention_span_forward", "(3)", "(2)"});
+  expect_error(forward(12, 16, 2, 1, {5, 10, 0}, ok),
+               {"attention_span_forward", "query span", "begin 5", "count 10", "12 rows"});
+  expect_error(forward(16, 16, 2, 1, ok, {0, -2, 0}),
+               {"attention_span_forward", "key span", "count -2"});
+  expect_error(forward(16, 6, 2, 1, ok, {0, 8, 0}),
+               {"attention_span_forward", "key span", "count 8", "6 rows"});
+  // The same spans where they fit pass the checks.
+  EXPECT_NO_THROW(forward(16, 16, 2, 1, ok, {0, 8, 0})());
+  expect_error(backward(8, 8, 4, 0, ok, ok), {"attention_span_backward_recompute", "(4)", "(0)"});
+  expect_error(backward(8, 8, 6, 4, ok, ok), {"attention_span_backward_recompute", "(6)", "(4)"});
+  expect_error(backward(12, 16, 2, 1, {5, 10, 0}, ok),
                {"attention_span_backward_recompute", "query span", "begin 5", "count 10", "12 rows"});
-  expect_error(recompute(16, 3, 2, 1, ok, {1, 4, 0}),
+  expect_error(backward(16, 12, 2, 1, ok, {-1, 4, 0}),
+               {"attention_span_backward_recompute", "key span", "begin -1", "count 4"});
+  expect_error(backward(16, 3, 2, 1, ok, {1, 4, 0}),
                {"attention_span_backward_recompute", "key span", "begin 1", "count 4", "3 rows"});
-  expect_error(recompute(16, -2, 2, 1, ok, ok), {"attention_span_backward_recompute", "Tk -2"});
-  expect_error(recompute(-1, 16, 2, 1, ok, ok), {"attention_span_backward_recompute", "T -1"});
+  expect_error(backward(16, -2, 2, 1, ok, ok), {"attention_span_backward_recompute", "Tk -2"});
+  expect_error(backward(-1, 16, 2, 1, ok, ok), {"attention_span_backward_recompute", "T -1"});
   expect_error(
       [&] {
         ndt::cpu::attention_merge(x, x, x, x, 1, 6, 2, 8, {4, 3, 0});
       },
       {"attention_merge", "begin 4", "count 3", "6 rows"});
-  expect_error([&] { ndt::cpu::attention_span_rescale(x, 8, 6, 3, x, x, 1, 6, 2, ok); },
-               {"attention_span_rescale", "col 6", "count 3", "ld_att 8"});
-  expect_error(
-      [&] {
-        ndt::cpu::attention_span_rescale(x, 8, 0, 3, x, x, 1, 6, 2, {0, 7, 0});
-      },
-      {"attention_span_rescale", "count 7", "6 rows"});
   expect_error([&] { ndt::cpu::attention_row_dot(x, x, x, 1, -3, 2, 8); },
                {"attention_row_dot", "T -3"});
 }
@@ -995,25 +828,14 @@ TEST(AttentionSpanArguments, BadArgumentsAreRefusedByValue) {
 // The dispatch routes each span kernel to the cpu one: same bits.
 
 TEST(AttentionSpanDispatch, RoutesToCpuBitwise) {
-  const Pair p{.Tq = 20, .Tk = 20, .qs = {2, 15, 10}, .ks = {1, 18, 4}, .ld_att = 24, .col = 3};
+  const Pair p{.Tq = 20, .Tk = 20, .qs = {2, 15, 10}, .ks = {1, 18, 4}};
   const PairInputs in = pair_inputs(p, 500);
   const PairOutputs a = pair_forward(p, in, 0.0f);
-  PairOutputs b{std::vector<float>(a.out.size(), 0.0f), std::vector<float>(a.lse.size(), 0.0f),
-                std::vector<float>(a.att.size(), 0.0f)};
-  ndt::kernels::attention_span_forward(b.out.data(), b.lse.data(), b.att.data(), p.ld_att, p.col,
-                                       in.q.data(), in.k.data(), in.v.data(), p.B, p.Tq, p.Tk, p.NH,
-                                       p.NKV, p.HS, p.qs, p.ks);
+  PairOutputs b{std::vector<float>(a.out.size(), 0.0f), std::vector<float>(a.lse.size(), 0.0f)};
+  ndt::kernels::attention_span_forward(b.out.data(), b.lse.data(), in.q.data(), in.k.data(),
+                                       in.v.data(), p.B, p.Tq, p.Tk, p.NH, p.NKV, p.HS, p.qs, p.ks);
   EXPECT_TRUE(same_bits(a.out, b.out));
   EXPECT_TRUE(same_bits(a.lse, b.lse));
-  EXPECT_TRUE(same_bits(a.att, b.att));
-  // Without att.
-  const PairOutputs a0 = pair_forward_without_att(p, in, 0.0f);
-  PairOutputs b0{std::vector<float>(a.out.size(), 0.0f), std::vector<float>(a.lse.size(), 0.0f), {}};
-  ndt::kernels::attention_span_forward(b0.out.data(), b0.lse.data(), nullptr, -1, -3, in.q.data(),
-                                       in.k.data(), in.v.data(), p.B, p.Tq, p.Tk, p.NH, p.NKV, p.HS,
-                                       p.qs, p.ks);
-  EXPECT_TRUE(same_bits(a0.out, b0.out));
-  EXPECT_TRUE(same_bits(a0.lse, b0.lse));
 
   const std::vector<float> part = random_vector(a.out.size(), 503),
                            lpart = random_vector(a.lse.size(), 504);
@@ -1025,31 +847,13 @@ TEST(AttentionSpanDispatch, RoutesToCpuBitwise) {
   EXPECT_TRUE(same_bits(o1, o2));
   EXPECT_TRUE(same_bits(l1, l2));
 
-  std::vector<float> at1 = a.att, at2 = a.att;
-  ndt::cpu::attention_span_rescale(at1.data(), p.ld_att, p.col, p.ks.count, a.lse.data(), l1.data(),
-                                   p.B, p.Tq, p.NH, p.qs);
-  ndt::kernels::attention_span_rescale(at2.data(), p.ld_att, p.col, p.ks.count, a.lse.data(),
-                                       l1.data(), p.B, p.Tq, p.NH, p.qs);
-  EXPECT_TRUE(same_bits(at1, at2));
-
   const std::vector<float> dout = random_vector(a.out.size(), 505);
   std::vector<float> D1(a.lse.size()), D2(a.lse.size());
   ndt::cpu::attention_row_dot(D1.data(), dout.data(), a.out.data(), p.B, p.Tq, p.NH, p.HS);
   ndt::kernels::attention_row_dot(D2.data(), dout.data(), a.out.data(), p.B, p.Tq, p.NH, p.HS);
   EXPECT_TRUE(same_bits(D1, D2));
 
-  std::vector<float> g1(in.q.size() + 2 * in.k.size(), 0.0f), g2 = g1;
-  for (auto* g : {&g1, &g2}) {
-    float* dq = g->data();
-    float* dk = dq + in.q.size();
-    float* dv = dk + in.k.size();
-    (g == &g1 ? ndt::cpu::attention_span_backward : ndt::kernels::attention_span_backward)(
-        dq, dk, dv, dout.data(), in.q.data(), in.k.data(), in.v.data(), a.att.data(), p.ld_att,
-        p.col, D1.data(), p.B, p.Tq, p.Tk, p.NH, p.NKV, p.HS, p.qs, p.ks);
-  }
-  EXPECT_TRUE(same_bits(g1, g2));
-
-  std::vector<float> r1(g1.size(), 0.0f), r2 = r1;
+  std::vector<float> r1(in.q.size() + 2 * in.k.size(), 0.0f), r2 = r1;
   for (auto* g : {&r1, &r2}) {
     float* dq = g->data();
     float* dk = dq + in.q.size();

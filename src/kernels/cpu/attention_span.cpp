@@ -4,18 +4,18 @@
 // Causality across spans. The query at position p sees n(p) = clamp(p - ks.position + 1,
 // 0, ks.count) keys of the key span: its first n(p) rows. A row block computes only the
 // keys its last row sees; a block whose last row sees none is skipped (its outputs are
-// written as "no key": out 0, lse -inf, probabilities 0). A key span wholly before the
-// query span is unmasked, one wholly after it is all skipped.
+// written as "no key": out 0, lse -inf). A key span wholly before the query span is
+// unmasked, one wholly after it is all skipped.
 //
 // Threading as in attention.cpp: forward one OpenMP task per (b, h); backward one per
 // (b, kv_head) with that KV head's query heads looped inside, so each dK/dV row is
 // accumulated by one thread in a fixed order (race-free, bitwise the same on any thread
 // count); calls below kMinParallelWork multiply-adds run serially. sgemm inside the
 // parallel region runs single-threaded (see attention.cpp). Per-thread scratch holds one
-// row block at a time: the forward's probabilities when none are kept, the backward's
-// dP / dS and, recomputing, its probabilities.
+// row block at a time: the forward's scores / probabilities, the backward's recomputed
+// probabilities and its dP / dS.
 //
-// Recomputing (attention_span_backward_recompute) repeats the forward's score product
+// The backward (attention_span_backward_recompute) repeats the forward's score product
 // (same sgemm, same scale) and takes P = exp(S - lse) with the final lse directly: no
 // row maximum or sum is needed, since lse already normalises over all keys.
 #include "kernels/cpu/attention_span.h"
@@ -85,14 +85,7 @@ void check_span(const char* kernel, const char* what, const AttentionSpan& s, in
             s.begin, s.count, T, T);
 }
 
-void check_columns(const char* kernel, int ld_att, int col, int count) {
-  NDT_CHECK(col >= 0 && count >= 0 && int64_t{col} + count <= ld_att,
-            "{}: probability columns col {} + count {} exceed ld_att {}", kernel, col, count,
-            ld_att);
-}
-
-// Everything the forward and backward of a span pair share (the probability columns,
-// where there are kept probabilities, are checked by the caller: check_columns).
+// Everything the forward and backward of a span pair share.
 void check_pair(const char* kernel, int B, int Tq, int Tk, int NH, int NKV, int HS,
                 const AttentionSpan& qs, const AttentionSpan& ks) {
   check_rows(kernel, B, Tq, NH, HS);
@@ -109,44 +102,38 @@ int64_t pair_work(int B, int NH, int HS, const AttentionSpan& qs, const Attentio
 
 }  // namespace
 
-void attention_span_forward(float* out, float* lse, float* att, int ld_att, int col, const float* q,
-                            const float* k, const float* v, int B, int Tq, int Tk, int NH, int NKV,
-                            int HS, AttentionSpan qs, AttentionSpan ks) {
+void attention_span_forward(float* out, float* lse, const float* q, const float* k,
+                            const float* v, int B, int Tq, int Tk, int NH, int NKV, int HS,
+                            AttentionSpan qs, AttentionSpan ks) {
   check_pair("attention_span_forward", B, Tq, Tk, NH, NKV, HS, qs, ks);
-  const bool keep = att != nullptr;
-  if (keep) check_columns("attention_span_forward", ld_att, col, ks.count);
   const int group = NH / NKV;
   const int ldq = NH * HS, ldk = NKV * HS;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   const int tasks = B * NH;
   const bool parallel = use_parallel(pair_work(B, NH, HS, qs, ks));
-  // Without kept probabilities, one row block's scores/probabilities per thread:
-  // [rows, ks.count] with leading dimension ks.count.
-  const int64_t bsize = keep ? 0 : int64_t{std::min(qs.count, kRowBlock)} * ks.count;
+  // One row block's scores/probabilities per thread: [rows, ks.count] with leading
+  // dimension ks.count.
+  const int lda = ks.count;
+  const int64_t bsize = int64_t{std::min(qs.count, kRowBlock)} * ks.count;
   std::vector<float> scratch(static_cast<size_t>((parallel ? omp_get_max_threads() : 1) * bsize));
 
 #pragma omp parallel for schedule(static) if (parallel)
   for (int task = 0; task < tasks; ++task) {
     const int b = task / NH, h = task % NH, kvh = h / group;
-    // Everything from the spans' first rows (and the pair's first column).
+    // Everything from the spans' first rows.
     const float* qbh = q + (static_cast<int64_t>(b) * Tq + qs.begin) * ldq + h * HS;
     const float* kb = k + (static_cast<int64_t>(b) * Tk + ks.begin) * ldk + kvh * HS;
     const float* vb = v + (static_cast<int64_t>(b) * Tk + ks.begin) * ldk + kvh * HS;
     float* obh = out + (static_cast<int64_t>(b) * Tq + qs.begin) * ldq + h * HS;
     float* lbh = lse + static_cast<int64_t>(task) * Tq + qs.begin;
-    // Where a row block's probabilities go: att's rows, or this thread's scratch.
-    const int lda = keep ? ld_att : ks.count;
-    float* abh = keep ? att + (static_cast<int64_t>(task) * Tq + qs.begin) * ld_att + col
-                      : scratch.data() + (parallel ? omp_get_thread_num() : 0) * bsize;
+    float* ablk = scratch.data() + (parallel ? omp_get_thread_num() : 0) * bsize;
 
     for (int r0 = 0; r0 < qs.count; r0 += kRowBlock) {
       const int r1 = std::min(qs.count, r0 + kRowBlock), rows = r1 - r0;
       const int nblk = visible_keys(int64_t{qs.position} + r1 - 1, ks);
-      float* ablk = keep ? abh + static_cast<int64_t>(r0) * lda : abh;
       float* oblk = obh + static_cast<int64_t>(r0) * ldq;
       if (nblk == 0) {  // no row of the block sees a key
         for (int i = 0; i < rows; ++i) {
-          if (keep) std::fill_n(ablk + static_cast<int64_t>(i) * lda, ks.count, 0.0f);
           std::fill_n(oblk + static_cast<int64_t>(i) * ldq, HS, 0.0f);
           lbh[r0 + i] = kNegInf;
         }
@@ -159,7 +146,7 @@ void attention_span_forward(float* out, float* lse, float* att, int ld_att, int 
         float* row = ablk + static_cast<int64_t>(i) * lda;
         const int n = visible_keys(int64_t{qs.position} + r0 + i, ks);
         lbh[r0 + i] = n > 0 ? softmax_row(row, n) : kNegInf;
-        std::fill(row + n, row + (keep ? ks.count : nblk), 0.0f);
+        std::fill(row + n, row + nblk, 0.0f);
       }
       // O[r0:r1] = P[r0:r1, 0:nblk] V[0:nblk]   (a row that sees no key: P 0, O 0)
       sgemm(false, false, rows, HS, nblk, 1.0f, ablk, lda, vb, ldk, 0.0f, oblk, ldq);
@@ -205,31 +192,6 @@ void attention_merge(float* out, float* lse, const float* out_part, const float*
   }
 }
 
-void attention_span_rescale(float* att, int ld_att, int col, int count, const float* lse_part,
-                            const float* lse, int B, int Tq, int NH, AttentionSpan qs) {
-  check_rows("attention_span_rescale", B, Tq, NH, 1);
-  check_span("attention_span_rescale", "query", qs, Tq);
-  check_columns("attention_span_rescale", ld_att, col, count);
-  const int tasks = B * NH;
-  const bool parallel = use_parallel(int64_t{B} * NH * qs.count * count);
-
-#pragma omp parallel for schedule(static) if (parallel)
-  for (int task = 0; task < tasks; ++task) {
-    for (int t = qs.begin; t < qs.begin + qs.count; ++t) {
-      const int64_t li = static_cast<int64_t>(task) * Tq + t;
-      float* row = att + li * ld_att + col;
-      const float lp = lse_part[li];
-      if (lp == kNegInf) {
-        std::fill_n(row, count, 0.0f);
-        continue;
-      }
-      const float f = static_cast<float>(std::exp(static_cast<double>(lp) - lse[li]));
-#pragma omp simd
-      for (int j = 0; j < count; ++j) row[j] *= f;
-    }
-  }
-}
-
 void attention_row_dot(float* D, const float* dout, const float* out, int B, int T, int NH,
                        int HS) {
   check_rows("attention_row_dot", B, T, NH, HS);
@@ -253,24 +215,11 @@ void attention_row_dot(float* D, const float* dout, const float* out, int B, int
   }
 }
 
-namespace {
-
-// Where the backward of a span pair gets each row block's final probabilities: kept in
-// att (rows of qs, columns col ..), or, with att null, recomputed from q, k and the
-// merged lse.
-struct FinalProbabilities {
-  const float* att = nullptr;
-  int ld_att = 0, col = 0;
-  const float* lse = nullptr;
-};
-
-// attention_span_backward and attention_span_backward_recompute: the same row blocks and
-// products, the probabilities taken from `probs`.
-void span_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
-                   const float* k, const float* v, const FinalProbabilities& probs, const float* D,
-                   int B, int Tq, int Tk, int NH, int NKV, int HS, const AttentionSpan& qs,
-                   const AttentionSpan& ks) {
-  const bool kept = probs.att != nullptr;
+void attention_span_backward_recompute(float* dq, float* dk, float* dv, const float* dout,
+                                       const float* q, const float* k, const float* v,
+                                       const float* lse, const float* D, int B, int Tq, int Tk,
+                                       int NH, int NKV, int HS, AttentionSpan qs, AttentionSpan ks) {
+  check_pair("attention_span_backward_recompute", B, Tq, Tk, NH, NKV, HS, qs, ks);
   const int group = NH / NKV;
   const int ldq = NH * HS, ldk = NKV * HS;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
@@ -278,16 +227,15 @@ void span_backward(float* dq, float* dk, float* dv, const float* dout, const flo
   const bool parallel = use_parallel(pair_work(B, NH, HS, qs, ks));
   const int nbuf = parallel ? omp_get_max_threads() : 1;
   const int64_t bsize = static_cast<int64_t>(std::min(qs.count, kRowBlock)) * ks.count;
-  // Per thread, [rows, nblk] each: dP / dS of one row block and, recomputing, its
-  // probabilities.
-  const int64_t tsize = kept ? bsize : 2 * bsize;
+  // Per thread, [rows, nblk] each: one row block's recomputed probabilities and its dP / dS.
+  const int64_t tsize = 2 * bsize;
   std::vector<float> scratch(static_cast<size_t>(nbuf * tsize));
 
 #pragma omp parallel for schedule(static) if (parallel)
   for (int task = 0; task < tasks; ++task) {
     const int b = task / NKV, kvh = task % NKV;
     float* ds = scratch.data() + (parallel ? omp_get_thread_num() : 0) * tsize;
-    float* pbuf = ds + bsize;  // recomputing only
+    float* pbuf = ds + bsize;
     const int64_t koff = (static_cast<int64_t>(b) * Tk + ks.begin) * ldk + kvh * HS;
     const float* kb = k + koff;
     const float* vb = v + koff;
@@ -300,8 +248,7 @@ void span_backward(float* dq, float* dk, float* dv, const float* dout, const flo
       const float* dobh = dout + off;
       float* dqbh = dq + off;
       const int64_t bh = static_cast<int64_t>(b) * NH + h;
-      const float* abh = kept ? probs.att + (bh * Tq + qs.begin) * probs.ld_att + probs.col : nullptr;
-      const float* lbh = kept ? nullptr : probs.lse + bh * Tq + qs.begin;
+      const float* lbh = lse + bh * Tq + qs.begin;
       const float* dbh = D + bh * Tq + qs.begin;
 
       for (int r0 = 0; r0 < qs.count; r0 += kRowBlock) {
@@ -310,32 +257,25 @@ void span_backward(float* dq, float* dk, float* dv, const float* dout, const flo
         if (nblk == 0) continue;  // no row of the block sees a key: no gradient
         const float* qblk = qbh + static_cast<int64_t>(r0) * ldq;
         const float* doblk = dobh + static_cast<int64_t>(r0) * ldq;
-        const float* pblk = pbuf;
-        int ldp = nblk;
-        if (kept) {
-          pblk = abh + static_cast<int64_t>(r0) * probs.ld_att;
-          ldp = probs.ld_att;
-        } else {
-          // S[r0:r1, 0:nblk] = scale * Q[r0:r1] K[0:nblk]^T as in the forward, then
-          // P = exp(S - lse) on the visible keys (0 where masked or lse is -inf).
-          sgemm(false, true, rows, nblk, HS, scale, qblk, ldq, kb, ldk, 0.0f, pbuf, nblk);
-          for (int i = 0; i < rows; ++i) {
-            const float l = lbh[r0 + i];
-            const int n = l == kNegInf ? 0 : visible_keys(int64_t{qs.position} + r0 + i, ks);
-            float* p = pbuf + static_cast<int64_t>(i) * nblk;
+        // S[r0:r1, 0:nblk] = scale * Q[r0:r1] K[0:nblk]^T as in the forward, then
+        // P = exp(S - lse) on the visible keys (0 where masked or lse is -inf).
+        sgemm(false, true, rows, nblk, HS, scale, qblk, ldq, kb, ldk, 0.0f, pbuf, nblk);
+        for (int i = 0; i < rows; ++i) {
+          const float l = lbh[r0 + i];
+          const int n = l == kNegInf ? 0 : visible_keys(int64_t{qs.position} + r0 + i, ks);
+          float* p = pbuf + static_cast<int64_t>(i) * nblk;
 #pragma omp simd
-            for (int j = 0; j < n; ++j) p[j] = exp_vec(p[j] - l);
-            std::fill(p + n, p + nblk, 0.0f);
-          }
+          for (int j = 0; j < n; ++j) p[j] = exp_vec(p[j] - l);
+          std::fill(p + n, p + nblk, 0.0f);
         }
         // dV[0:nblk] += P[r0:r1, 0:nblk]^T dO[r0:r1]
-        sgemm(true, false, nblk, HS, rows, 1.0f, pblk, ldp, doblk, ldq, 1.0f, dvb, ldk);
+        sgemm(true, false, nblk, HS, rows, 1.0f, pbuf, nblk, doblk, ldq, 1.0f, dvb, ldk);
         // dP[r0:r1, 0:nblk] = dO[r0:r1] V[0:nblk]^T   (ds has leading dimension nblk)
         sgemm(false, true, rows, nblk, HS, 1.0f, doblk, ldq, vb, ldk, 0.0f, ds, nblk);
         // dS = P o (dP - D) * scale; zero where masked.
         for (int i = 0; i < rows; ++i) {
           const int n = visible_keys(int64_t{qs.position} + r0 + i, ks);
-          const float* p = pblk + static_cast<int64_t>(i) * ldp;
+          const float* p = pbuf + static_cast<int64_t>(i) * nblk;
           float* d = ds + static_cast<int64_t>(i) * nblk;
           const float dot = dbh[r0 + i];
 #pragma omp simd
@@ -350,29 +290,6 @@ void span_backward(float* dq, float* dk, float* dv, const float* dout, const flo
       }
     }
   }
-}
-
-}  // namespace
-
-void attention_span_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
-                             const float* k, const float* v, const float* att, int ld_att, int col,
-                             const float* D, int B, int Tq, int Tk, int NH, int NKV, int HS,
-                             AttentionSpan qs, AttentionSpan ks) {
-  check_pair("attention_span_backward", B, Tq, Tk, NH, NKV, HS, qs, ks);
-  check_columns("attention_span_backward", ld_att, col, ks.count);
-  NDT_CHECK(att != nullptr, "attention_span_backward: att is null (without kept probabilities, "
-                            "use attention_span_backward_recompute)");
-  span_backward(dq, dk, dv, dout, q, k, v, FinalProbabilities{att, ld_att, col, nullptr}, D, B, Tq,
-                Tk, NH, NKV, HS, qs, ks);
-}
-
-void attention_span_backward_recompute(float* dq, float* dk, float* dv, const float* dout,
-                                       const float* q, const float* k, const float* v,
-                                       const float* lse, const float* D, int B, int Tq, int Tk,
-                                       int NH, int NKV, int HS, AttentionSpan qs, AttentionSpan ks) {
-  check_pair("attention_span_backward_recompute", B, Tq, Tk, NH, NKV, HS, qs, ks);
-  span_backward(dq, dk, dv, dout, q, k, v, FinalProbabilities{nullptr, 0, 0, lse}, D, B, Tq, Tk,
-                NH, NKV, HS, qs, ks);
 }
 
 }  // namespace ndt::cpu
