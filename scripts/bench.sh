@@ -2,7 +2,7 @@
 # The benchmarks behind docs/performance.md. Builds, then prints, for each model and
 # thread count, training tokens/s and MFU next to the sgemm throughput at the same
 # thread count, and memory (predicted, ledger, process RSS). Slow: the gpt2-124m runs
-# take a few minutes on 2 cores. Usage: scripts/bench.sh [train] [comm] [dp] [zero] [tp] [checkpoint]
+# take a few minutes on 2 cores. Usage: scripts/bench.sh [train] [comm] [dp] [zero] [tp] [cp] [checkpoint]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh ndtrain >/dev/null
@@ -36,9 +36,20 @@ for part in $what; do
       mpirun -np 2 "${mpirun_flags[@]}" ./build/ndtrain bench train --preset gpt2-124m --batch 8 --seq 256 --threads 1 --steps 3 --vocab 50304 --tp 2
       mpirun -np 2 "${mpirun_flags[@]}" ./build/ndtrain bench train --preset gpt2-124m --batch 8 --seq 256 --threads 1 --steps 3 --vocab 50304 --tp 2 --sequence-parallel
       ;;
+    cp)
+      # Long context on a tiny model: one rank with 2 threads, then ring and Ulysses at
+      # cp = 2 (one thread per rank), alternated three times (the machine is noisy).
+      ./build/ndtrain bench train --preset gpt2-tiny --batch 1 --seq 4096 --threads 2 --steps 3
+      for round in 1 2 3; do
+        for mode in ring ulysses; do
+          mpirun -np 2 "${mpirun_flags[@]}" ./build/ndtrain bench train --preset gpt2-tiny --batch 1 --seq 4096 --threads 1 --steps 5 --cp 2 --cp-mode "$mode"
+        done
+      done
+      ./build/ndtrain bench train --preset llama-tiny --batch 1 --seq 1024 --steps 1 --memory-budget-gib 1
+      ;;
     checkpoint)
       ./build/ndtrain bench checkpoint --preset gpt2-124m --reps 3
       ;;
-    *) echo "unknown benchmark '$part' (train, comm, dp, zero, tp, checkpoint)" >&2; exit 2 ;;
+    *) echo "unknown benchmark '$part' (train, comm, dp, zero, tp, cp, checkpoint)" >&2; exit 2 ;;
   esac
 done
