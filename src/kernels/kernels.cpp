@@ -210,8 +210,8 @@ void embedding_backward_range(float* dtable, const float* dout, const int32_t* i
 }
 
 void softmax_cross_entropy(float* logits, float* losses, const int32_t* targets, int N, int V,
-                           float grad_scale) {
-  NDT_ROUTE(softmax_cross_entropy, logits, losses, targets, N, V, grad_scale);
+                           float grad_scale, float z_loss, float* z_losses) {
+  NDT_ROUTE(softmax_cross_entropy, logits, losses, targets, N, V, grad_scale, z_loss, z_losses);
 }
 void cross_entropy_row_max(const float* logits, float* row_max, int rows, int V) {
   NDT_ROUTE(cross_entropy_row_max, logits, row_max, rows, V);
@@ -222,9 +222,9 @@ void cross_entropy_exp_sums(float* logits, const float* row_max, const int32_t* 
 }
 void cross_entropy_finish(float* logits, float* losses, const float* row_max, const float* sums,
                           const float* target_logit, const int32_t* targets, int64_t vocab_begin, int rows,
-                          int V, float grad_scale) {
+                          int V, float grad_scale, float z_loss, float* z_losses) {
   NDT_ROUTE(cross_entropy_finish, logits, losses, row_max, sums, target_logit, targets, vocab_begin, rows, V,
-            grad_scale);
+            grad_scale, z_loss, z_losses);
 }
 
 void adamw_update(float* param, const float* grad, float* m, float* v, int64_t n,

@@ -145,15 +145,16 @@ void embedding_forward_range(float* out, const int32_t* ids, const float* table,
 void embedding_backward_range(float* dtable, const float* dout, const int32_t* ids, int64_t vocab_begin,
                               int64_t local_vocab, int64_t rows, int64_t C);
 
-// --- Loss (cross_entropy.h): fused, or in three pieces for a vocab-parallel caller.
+// --- Loss (cross_entropy.h): fused, or in three pieces for a vocab-parallel caller;
+// both with the optional z-loss (coefficient z_loss, per-row terms into z_losses).
 void softmax_cross_entropy(float* logits, float* losses, const int32_t* targets, int N, int V,
-                           float grad_scale);
+                           float grad_scale, float z_loss = 0.0f, float* z_losses = nullptr);
 void cross_entropy_row_max(const float* logits, float* row_max, int rows, int V);
 void cross_entropy_exp_sums(float* logits, const float* row_max, const int32_t* targets, int64_t vocab_begin,
                             float* sums, float* target_logit, int rows, int V, bool keep_exp);
 void cross_entropy_finish(float* logits, float* losses, const float* row_max, const float* sums,
                           const float* target_logit, const int32_t* targets, int64_t vocab_begin, int rows,
-                          int V, float grad_scale);
+                          int V, float grad_scale, float z_loss = 0.0f, float* z_losses = nullptr);
 
 // --- Optimiser (adamw.h).
 using AdamWStep = cpu::AdamWStep;

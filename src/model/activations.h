@@ -111,7 +111,8 @@ struct DeferredWeightGradient {
 struct MicroBatchContext {
   int B = 0, T = 0;  // T: this rank's tokens of each sequence
   CpLayout cp;       // how the sequences are split over context parallelism (size 1: whole)
-  // Backward computes the gradient of grad_scale x (sum of the token losses).
+  // Backward computes the gradient of grad_scale x (sum of the token losses, plus their
+  // z-loss terms with a z-loss: see z_loss_sum).
   float grad_scale = 0;
   // No backward will follow (evaluation, generation): the head computes the loss in
   // forward (when there are targets).
@@ -129,7 +130,10 @@ struct MicroBatchContext {
   ActivationCheckpointing checkpointing;  // what the blocks saved (set by carve_context)
   // Per block: the weight gradients its backward_input left for its backward_weight.
   std::vector<std::vector<DeferredWeightGradient>> deferred;
-  double loss_sum = 0;  // the sum of the token losses, set by the head's forward
+  double loss_sum = 0;  // the sum of the token losses (cross-entropy), set by the head's forward
+  // The sum of the tokens' z-loss terms, z_loss x lse^2 (Transformer::set_z_loss; 0 without
+  // it), set with loss_sum. Backward's gradient is that of grad_scale x (loss_sum + z_loss_sum).
+  double z_loss_sum = 0;
   int64_t rows() const { return int64_t{B} * T; }
 };
 

@@ -27,22 +27,28 @@ void Head::forward(MicroBatchContext& ctx) {
   float* lnf_local = tp_->splits_rows() ? ws_.block.dln_local : h.lnf;
   norm_forward(c_, lnf_local, h.lnf_mean, h.lnf_rstd, ctx.stream.back(), *lnf_w_, lnf_b_, Nl);
   tp_->column_input_forward(lnf_local, h.lnf, Nl, C);
-  if (ctx.forward_only && !ctx.targets.empty()) ctx.loss_sum = output_layer_and_loss(ctx, 0.0f);
+  if (ctx.forward_only && !ctx.targets.empty()) output_layer_and_loss(ctx, 0.0f);
 }
 
-double Head::output_layer_and_loss(MicroBatchContext& ctx, float grad_scale) {
+void Head::output_layer_and_loss(MicroBatchContext& ctx, float grad_scale) {
   const int N = static_cast<int>(ctx.rows()), C = c_.d_model, chunk = ws_.loss_chunk_rows();
   const Parameter& w = weight();
   const int V_local = static_cast<int>(w.local_shape[0]);
   const bool backward = grad_scale != 0.0f;
   const float* lnf = ctx.head.lnf;
   float* losses = ctx.head.losses;
+  const bool z = z_loss_ != 0.0f;
+  if (z) z_losses_.resize(static_cast<size_t>(std::min(chunk, N)));
+  double z_sum = 0;  // in row order, as the losses below: independent of the chunk size
   if (backward) kernels::zero(ws_.dlnf, int64_t{N} * C);
   for (int r0 = 0; r0 < N; r0 += chunk) {
     const int rows = std::min(chunk, N - r0);
     matmul_forward(ws_.matmul, ws_.logits, lnf + int64_t{r0} * C, w, nullptr, rows);
     vocab_parallel_cross_entropy(*tp_, ws_.logits, losses + r0, ctx.targets.data() + r0, rows, V_local,
-                                 w.local_offset[0], grad_scale, ws_.loss_work);
+                                 w.local_offset[0], grad_scale, ws_.loss_work, z_loss_, z ? z_losses_.data() : nullptr);
+    if (z) {
+      for (int i = 0; i < rows; ++i) z_sum += z_losses_[static_cast<size_t>(i)];
+    }
     if (backward) {
       matmul_backward(ws_.matmul, ws_.dlnf + int64_t{r0} * C, /*weight_grad=*/true, nullptr, ws_.logits,
                       lnf + int64_t{r0} * C, w, rows);
@@ -50,13 +56,14 @@ double Head::output_layer_and_loss(MicroBatchContext& ctx, float grad_scale) {
   }
   double sum = 0;
   for (int i = 0; i < N; ++i) sum += losses[i];
-  return sum;
+  ctx.loss_sum = sum;
+  ctx.z_loss_sum = z_sum;
 }
 
 void Head::backward(MicroBatchContext& ctx, ModelHooks* hooks) {
   ws_.fit(ctx);
   const int64_t Nl = tp_->local_rows(ctx.rows()), C = c_.d_model;
-  ctx.loss_sum = output_layer_and_loss(ctx, ctx.grad_scale);
+  output_layer_and_loss(ctx, ctx.grad_scale);
   // dlnf holds this rank's part of the output layer's input gradient (its vocabulary).
   const float* dlnf = tp_->column_input_backward(ws_.dlnf, ws_.block.dln_local, Nl, C);
   kernels::zero(ws_.dstream, Nl * C);

@@ -89,9 +89,9 @@ void vocab_parallel_embedding_backward(const TensorParallelRegions& tp, const Pa
 
 void vocab_parallel_cross_entropy(const TensorParallelRegions& tp, float* logits, float* losses,
                                   const int32_t* targets, int rows, int local_vocab, int64_t vocab_begin,
-                                  float grad_scale, float* work) {
+                                  float grad_scale, float* work, float z_loss, float* z_losses) {
   if (!tp.active()) {
-    kernels::softmax_cross_entropy(logits, losses, targets, rows, local_vocab, grad_scale);
+    kernels::softmax_cross_entropy(logits, losses, targets, rows, local_vocab, grad_scale, z_loss, z_losses);
     return;
   }
   const int64_t V = int64_t{local_vocab} * tp.size();
@@ -108,7 +108,7 @@ void vocab_parallel_cross_entropy(const TensorParallelRegions& tp, float* logits
                                   /*keep_exp=*/grad_scale != 0.0f);
   tp.all_reduce(sums, 2 * int64_t{rows}, Reduction::sum);  // sums and target logits together
   kernels::cross_entropy_finish(logits, losses, row_max, sums, target_logit, targets, vocab_begin, rows, local_vocab,
-                                grad_scale);
+                                grad_scale, z_loss, z_losses);
 }
 
 PartialGradients::PartialGradients(const TensorParallelRegions& tp, const std::vector<const Parameter*>& params)

@@ -69,9 +69,14 @@ void vocab_parallel_embedding_backward(const TensorParallelRegions& tp, const Pa
 // target) are all-reduced (sum) together. losses[n] is the same on every rank. With
 // grad_scale != 0 the logits are overwritten by grad_scale x (softmax - onehot) of this
 // rank's slice. work: 3 x rows floats.
+// z-loss (PaLM): z_losses[n] = z_loss x lse^2 of row n (lse: the whole vocabulary's
+// log-sum-exp, row max + log(exp sum) after the all-reduces, so no communication of its
+// own; the same on every rank; z_losses may be null), and with grad_scale != 0 the
+// gradient is that of grad_scale x (losses + z_losses): grad_scale x (softmax x (1 + 2
+// z_loss lse) - onehot). z_loss = 0: bitwise the results without it.
 void vocab_parallel_cross_entropy(const TensorParallelRegions& tp, float* logits, float* losses,
                                   const int32_t* targets, int rows, int local_vocab, int64_t vocab_begin,
-                                  float grad_scale, float* work);
+                                  float grad_scale, float* work, float z_loss = 0.0f, float* z_losses = nullptr);
 
 // Gradients of parameters replicated over tp that each rank computes only in part
 // (placement of the gradient Partial on tp: its own heads' share of a QK-norm weight,

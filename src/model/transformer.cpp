@@ -6,6 +6,7 @@
 #include "model/head.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace ndt {
 
@@ -130,6 +131,14 @@ void Transformer::set_precision(const Precision& precision) {
   workspace_.matmul.fp8 = fp8_.get();
 }
 
+void Transformer::set_z_loss(float coefficient) {
+  NDT_CHECK(std::isfinite(coefficient) && coefficient >= 0.0f,
+            "optim.z_loss = {} must be finite and non-negative (0: no z-loss)", coefficient);
+  head_->set_z_loss(coefficient);
+}
+
+float Transformer::z_loss() const { return head_->z_loss(); }
+
 int64_t Transformer::predict_activation_bytes(const ModelConfig& c, int B, int T, int loss_chunk_rows,
                                               const ActivationLayout& tp, const ActivationCheckpointing& policy,
                                               const std::vector<char>& local_units, DType compute) {
@@ -177,6 +186,7 @@ void Transformer::prepare_split(MicroBatchContext& ctx, const int32_t* inputs, c
   ctx.grad_scale = grad_scale;
   ctx.forward_only = forward_only;
   ctx.loss_sum = 0;
+  ctx.z_loss_sum = 0;
 }
 
 double run_forward_backward(Transformer& model, MicroBatchContext& ctx, ModelHooks* hooks) {

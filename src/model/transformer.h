@@ -74,6 +74,14 @@ class Transformer {
   const Precision& precision() const { return precision_; }
   Fp8Linears* fp8() { return fp8_.get(); }  // precision.fp8, else null
 
+  // The output z-loss (PaLM): each token adds coefficient x lse^2 (lse: the log-sum-exp of
+  // its logits over the whole vocabulary) to the loss that backward differentiates; the
+  // head sums the terms into ctx.z_loss_sum, apart from the cross-entropy in ctx.loss_sum
+  // (which the returned mean losses stay). 0 (default): none, bitwise as without it.
+  // Throws ndt::Error naming optim.z_loss unless the coefficient is finite and >= 0.
+  void set_z_loss(float coefficient);
+  float z_loss() const;
+
   // Sizes ctx for a micro-batch of B rows of T tokens and copies its tokens in (targets
   // may be null when no loss is wanted). Backward will compute the gradient of
   // grad_scale x (sum of token losses); forward_only: no backward follows. Under context

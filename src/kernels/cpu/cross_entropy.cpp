@@ -13,9 +13,19 @@
 #include <limits>
 
 namespace ndt::cpu {
+namespace {
+
+// What the softmax part of the gradient is multiplied by: grad_scale x d(lse + z_loss x
+// lse^2)/d(lse). Without the z-loss exactly grad_scale (the same bits as before it).
+double softmax_scale(float grad_scale, float z_loss, double lse) {
+  if (z_loss == 0.0f) return grad_scale;
+  return static_cast<double>(grad_scale) * (1.0 + 2.0 * static_cast<double>(z_loss) * lse);
+}
+
+}  // namespace
 
 void softmax_cross_entropy(float* logits, float* losses, const int32_t* targets, int N, int V,
-                           float grad_scale) {
+                           float grad_scale, float z_loss, float* z_losses) {
   // Validate before touching anything (and outside the parallel region, where a throw
   // would terminate).
   for (int n = 0; n < N; ++n) {
@@ -49,10 +59,11 @@ void softmax_cross_entropy(float* logits, float* losses, const int32_t* targets,
 #pragma omp simd reduction(+ : sum)
       for (int j = 0; j < V; ++j) sum += exp_vec(row[j] - mx);
     }
-    losses[n] = static_cast<float>(static_cast<double>(mx) + std::log(sum) -
-                                   static_cast<double>(target_logit));
+    const double lse = static_cast<double>(mx) + std::log(sum);
+    losses[n] = static_cast<float>(lse - static_cast<double>(target_logit));
+    if (z_losses) z_losses[n] = static_cast<float>(z_loss * lse * lse);
     if (with_grad) {
-      const float f = static_cast<float>(grad_scale / sum);
+      const float f = static_cast<float>(softmax_scale(grad_scale, z_loss, lse) / sum);
 #pragma omp simd
       for (int j = 0; j < V; ++j) row[j] *= f;
       row[target] -= grad_scale;
@@ -104,15 +115,16 @@ void cross_entropy_exp_sums(float* logits, const float* row_max, const int32_t* 
 
 void cross_entropy_finish(float* logits, float* losses, const float* row_max, const float* sums,
                           const float* target_logit, const int32_t* targets, int64_t vocab_begin, int rows,
-                          int V, float grad_scale) {
+                          int V, float grad_scale, float z_loss, float* z_losses) {
   const bool with_grad = grad_scale != 0.0f;
 #pragma omp parallel for schedule(static) if (parallel_rows(rows, V))
   for (int n = 0; n < rows; ++n) {
-    losses[n] = static_cast<float>(static_cast<double>(row_max[n]) + std::log(static_cast<double>(sums[n])) -
-                                   static_cast<double>(target_logit[n]));
+    const double lse = static_cast<double>(row_max[n]) + std::log(static_cast<double>(sums[n]));
+    losses[n] = static_cast<float>(lse - static_cast<double>(target_logit[n]));
+    if (z_losses) z_losses[n] = static_cast<float>(z_loss * lse * lse);
     if (!with_grad) continue;
     float* row = logits + int64_t{n} * V;
-    const float f = static_cast<float>(grad_scale / static_cast<double>(sums[n]));
+    const float f = static_cast<float>(softmax_scale(grad_scale, z_loss, lse) / static_cast<double>(sums[n]));
 #pragma omp simd
     for (int j = 0; j < V; ++j) row[j] *= f;
     const int64_t t = targets[n] - vocab_begin;
