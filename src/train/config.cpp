@@ -180,7 +180,12 @@ const std::vector<Field>& fields() {
       return fmt::format("\"{}\"", weight_decay_policy_name(c.weight_decay_policy));
     };
     f.push_back(decay_policy);
-    f.push_back(field<float>("optim.grad_clip", NDT_REF(grad_clip), "Clip the global gradient norm to this value; 0 disables."));
+    f.push_back(field<float>("optim.grad_clip", NDT_REF(grad_clip), "optim.clip_mode = norm: clip the global gradient norm to this value; 0 disables."));
+    f.push_back(field<std::string>("optim.clip_mode", NDT_REF(clip_mode), "norm (clip to optim.grad_clip) or zclip (ZClip: after optim.zclip_warmup steps, a norm whose z-score on an exponential moving average of the norm's mean and variance exceeds optim.zclip_threshold is clipped to mean + threshold x std; src/optim/zclip.h, docs/stability.md)."));
+    f.push_back(field<float>("optim.z_loss", NDT_REF(z_loss), "PaLM's z-loss: adds this x lse(logits)^2 per token to the loss (inside the fused and vocab-parallel cross-entropy), keeping the softmax normaliser near 1; reported as z_loss apart from the loss. 0: off (1e-4 is PaLM's)."));
+    f.push_back(field<double>("optim.zclip_alpha", NDT_REF(zclip.alpha), "ZClip: the moving averages' decay, in (0, 1)."));
+    f.push_back(field<double>("optim.zclip_threshold", NDT_REF(zclip.threshold), "ZClip: the z-score above which a norm is clipped."));
+    f.push_back(field<int>("optim.zclip_warmup", NDT_REF(zclip.warmup_steps), "ZClip: applied steps whose norms only start the statistics (never clipped)."));
 
     f.push_back(field<std::string>("data.train", NDT_REF(train_data), "Training token shard (llm.c format, see `ndtrain prepare`)."));
     f.push_back(field<std::string>("data.val", NDT_REF(val_data), "Validation token shard."));
@@ -236,6 +241,17 @@ const std::vector<Field>& fields() {
     f.push_back(field<double>("precision.loss_scale.max_scale", NDT_REF(loss_scale.max_scale), "Largest scale."));
     f.push_back(field<int64_t>("debug.nonfinite_gradient_step", NDT_REF(nonfinite_gradient_step), "Fault injection: at this step (1-based; 0: never), after backward, one gradient element on rank debug.nonfinite_gradient_rank becomes +inf, as an fp16 overflow would. Shows the loss scaler (or the non-finite stop) at work on any layout."));
     f.push_back(field<int>("debug.nonfinite_gradient_rank", NDT_REF(nonfinite_gradient_rank), "The world rank debug.nonfinite_gradient_step corrupts."));
+    f.push_back(field<std::string>("debug.corrupt_batches", NDT_REF(corrupt_batches), "Fault injection: \"FIRST:COUNT\" replaces the inputs and targets of training batches FIRST .. FIRST+COUNT-1 (0-based data positions, on every rank) with random tokens: a corrupted data window, the loss spike stability.on_spike defends against (docs/stability.md). Empty: none."));
+    f.push_back(field<std::string>("stability.on_spike", NDT_REF(on_spike), "What a loss or gradient-norm spike (see stability.spike_*) does: warn (a log line and a metrics event; the update is applied), skip (the update is not applied on any rank; the batch is consumed), or rollback (reload the newest checkpoint, skip the data window since it, continue; needs checkpoint.every > 0)."));
+    f.push_back(field<std::string>("stability.on_nonfinite", NDT_REF(on_nonfinite), "What a NaN or infinite loss or gradient norm on any rank does (never applied): stop (save the last finite state and end the run with an error), skip (go on with the next batch), or rollback (as stability.on_spike)."));
+    f.push_back(field<int>("stability.spike_window", NDT_REF(spike.window), "Applied steps whose loss and gradient norm a step is compared with."));
+    f.push_back(field<int>("stability.spike_min_samples", NDT_REF(spike.min_samples), "Steps in the window before any spike is called."));
+    f.push_back(field<double>("stability.spike_zscore", NDT_REF(spike.zscore), "A spike is above the window's mean + this many standard deviations ..."));
+    f.push_back(field<double>("stability.spike_min_increase", NDT_REF(spike.min_increase), "... and above the mean by at least this fraction (0.25: 25%), for the loss and for the gradient norm alike."));
+    f.push_back(field<int>("stability.max_rollbacks", NDT_REF(max_rollbacks), "Rollbacks allowed within stability.rollback_window steps; one more ends the run with an error naming the newest checkpoint."));
+    f.push_back(field<int64_t>("stability.rollback_window", NDT_REF(rollback_window), "The window, in steps, stability.max_rollbacks counts over."));
+    f.push_back(field<float>("stability.rollback_lr_factor", NDT_REF(rollback_lr_factor), "After a rollback, the learning rate is multiplied by this for stability.rollback_lr_steps steps (1: unchanged)."));
+    f.push_back(field<int64_t>("stability.rollback_lr_steps", NDT_REF(rollback_lr_steps), "Steps after a rollback that run at stability.rollback_lr_factor x the scheduled learning rate."));
 
     f.push_back(field<int>("parallel.pp", NDT_REF(mesh.pp), "Pipeline-parallel ranks (mesh axis pp, outermost): the model's units split into pp x pp_virtual_stages contiguous chunks, chunk c on pp rank c mod pp; the micro-batches of a step (train.batch_size / (train.micro_batch_size x data-parallel size)) flow through them in the order of parallel.pp_schedule. Composes with DDP, ZeRO-1/2/3 (FSDP, HSDP) and tensor parallelism (docs/pipeline.md)."));
     f.push_back(field<std::string>("parallel.pp_schedule", NDT_REF(pp_schedule), "Pipeline schedule: gpipe (every forward, then every backward; holds m micro-batches' activations), 1f1b (holds at most pp), interleaved_1f1b (pp_virtual_stages >= 2 chunks per rank, the micro-batch count a multiple of pp; bubble / v), zb_h1 (zero bubble: weight gradients deferred into the bubble)."));
@@ -372,6 +388,26 @@ void RunConfig::validate() const {
             nonfinite_gradient_step);
   NDT_CHECK(nonfinite_gradient_rank >= 0, "debug.nonfinite_gradient_rank = {} must not be negative",
             nonfinite_gradient_rank);
+  parse_batch_window(corrupt_batches);
+  NDT_CHECK(clip_mode == "norm" || clip_mode == "zclip", "optim.clip_mode = \"{}\" is not a clip mode: norm or zclip",
+            clip_mode);
+  zclip.validate();
+  NDT_CHECK(std::isfinite(z_loss) && z_loss >= 0, "optim.z_loss = {} must be finite and non-negative (0: no z-loss)",
+            z_loss);
+  NDT_CHECK(on_spike == "warn" || on_spike == "skip" || on_spike == "rollback",
+            "stability.on_spike = \"{}\" is not an action: warn, skip or rollback", on_spike);
+  NDT_CHECK(on_nonfinite == "stop" || on_nonfinite == "skip" || on_nonfinite == "rollback",
+            "stability.on_nonfinite = \"{}\" is not an action: stop, skip or rollback", on_nonfinite);
+  spike.validate();
+  NDT_CHECK(max_rollbacks >= 0, "stability.max_rollbacks = {} must not be negative", max_rollbacks);
+  NDT_CHECK(rollback_window >= 1, "stability.rollback_window = {} must be at least 1", rollback_window);
+  NDT_CHECK(std::isfinite(rollback_lr_factor) && rollback_lr_factor > 0 && rollback_lr_factor <= 1,
+            "stability.rollback_lr_factor = {} must lie in (0, 1]", rollback_lr_factor);
+  NDT_CHECK(rollback_lr_steps >= 0, "stability.rollback_lr_steps = {} must not be negative", rollback_lr_steps);
+  NDT_CHECK(!rolls_back() || (checkpoint_every > 0 && (!checkpoint_dir.empty() || !out_dir.empty())),
+            "a rollback (stability.on_spike or stability.on_nonfinite = \"rollback\") reloads the newest checkpoint: "
+            "set checkpoint.every > 0 (now {}) and a checkpoint folder (checkpoint.dir or runtime.out_dir)",
+            checkpoint_every);
   NDT_CHECK(steps >= 0, "train.steps = {} must not be negative (0: write the initial state and stop)", steps);
   NDT_CHECK(batch_size > 0, "train.batch_size = {} must be positive", batch_size);
   NDT_CHECK(micro_batch_size >= 0, "train.micro_batch_size = {} must not be negative (0: automatic)",
@@ -502,6 +538,19 @@ MeshShape RunConfig::resolve_mesh(int world_size) const {
     check_pipeline_shape(pipeline_schedule_from_name(pp_schedule), PipelineShape{m.pp, pp_virtual_stages, micro_batches});
   }
   return m;
+}
+
+std::optional<std::pair<int64_t, int64_t>> parse_batch_window(const std::string& text) {
+  if (text.empty()) return std::nullopt;
+  const size_t colon = text.find(':');
+  int64_t first = -1, count = -1;
+  const bool parsed = colon != std::string::npos &&
+                      std::from_chars(text.data(), text.data() + colon, first).ptr == text.data() + colon &&
+                      std::from_chars(text.data() + colon + 1, text.data() + text.size(), count).ptr ==
+                          text.data() + text.size();
+  NDT_CHECK(parsed && first >= 0 && count >= 1,
+            "debug.corrupt_batches = \"{}\" is not FIRST:COUNT with FIRST >= 0 and COUNT >= 1 (e.g. \"40:2\")", text);
+  return std::pair{first, count};
 }
 
 std::vector<ConfigFieldDoc> config_field_docs() {

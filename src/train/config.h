@@ -11,9 +11,12 @@
 #include "optim/adamw.h"
 #include "optim/loss_scaler.h"
 #include "optim/schedule.h"
+#include "optim/zclip.h"
 #include "optim/weight_decay.h"
+#include "train/spike_detector.h"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,7 +42,10 @@ struct RunConfig {
   LrSchedule schedule{.decay_steps = 0};  // decay_steps 0: train.steps
   AdamWConfig adamw;
   WeightDecayPolicy weight_decay_policy = WeightDecayPolicy::matrices;
-  float grad_clip = 1.0f;
+  float grad_clip = 1.0f;  // clip_mode norm: the fixed global-norm bound (0: off)
+  std::string clip_mode = "norm";  // norm | zclip (optim/zclip.h)
+  float z_loss = 0;  // coefficient of PaLM's z-loss, lse(logits)^2 per token (0: off)
+  ZClipConfig zclip;
 
   // [data]
   std::string train_data;
@@ -71,9 +77,20 @@ struct RunConfig {
   LossScalerConfig loss_scale;
   bool scales_loss() const;  // dynamic loss scaling is on
 
-  // [debug] fault injection, to show the defences work (docs/precision.md)
+  // [stability] (docs/stability.md)
+  std::string on_spike = "warn";      // warn | skip | rollback
+  std::string on_nonfinite = "stop";  // stop | skip | rollback
+  SpikeDetectorConfig spike;
+  int max_rollbacks = 3;              // within rollback_window steps; one more stops the run
+  int64_t rollback_window = 1000;
+  float rollback_lr_factor = 1.0f;    // the learning rate's factor for rollback_lr_steps after a rollback
+  int64_t rollback_lr_steps = 0;
+  bool rolls_back() const { return on_spike == "rollback" || on_nonfinite == "rollback"; }
+
+  // [debug] fault injection, to show the defences work (docs/precision.md, docs/stability.md)
   int64_t nonfinite_gradient_step = 0;  // on this step (1-based; 0: never) a gradient becomes +inf
   int nonfinite_gradient_rank = 0;      // on this world rank
+  std::string corrupt_batches;          // "FIRST:COUNT": these training batches get random tokens
 
   // [checkpoint]
   std::string checkpoint_dir;  // empty: <out_dir>/checkpoints
@@ -105,6 +122,8 @@ struct ConfigFieldDoc {
   std::string default_value;
   std::string doc;
 };
+// debug.corrupt_batches: "FIRST:COUNT" as (first, count); empty: none. Throws naming the value.
+std::optional<std::pair<int64_t, int64_t>> parse_batch_window(const std::string& text);
 std::vector<ConfigFieldDoc> config_field_docs();
 // "key = value" lines of a config, for the run log.
 std::string describe_run_config(const RunConfig& config);

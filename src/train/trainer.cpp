@@ -5,6 +5,7 @@
 
 #include "checkpoint/directory.h"
 #include "core/memory.h"
+#include "core/rng.h"
 #include "core/timing.h"
 #include "kernels/kernels.h"
 #include "optim/clip.h"
@@ -81,8 +82,11 @@ Trainer::Trainer(const RunConfig& config, DeviceMesh* mesh, std::ostream* log)
       mesh_(mesh),
       log_(leads(mesh) ? log : nullptr),
       train_data_({config.train_data}),
-      train_loader_(train_data_, config.batch_size, config.seq_len, config.seed) {
+      train_loader_(train_data_, config.batch_size, config.seq_len, config.seed),
+      spikes_(config.spike) {
   config_.validate();
+  corrupt_ = parse_batch_window(config_.corrupt_batches);
+  if (config_.clip_mode == "zclip") zclip_ = std::make_unique<ZClip>(config_.zclip);
   if (mesh_) {
     const MeshShape expected = config_.resolve_mesh(mesh_->world().size());
     NDT_CHECK(mesh_->shape().str() == expected.str(), "the mesh {} does not match the config's {}",
@@ -118,6 +122,7 @@ Trainer::Trainer(const RunConfig& config, DeviceMesh* mesh, std::ostream* log)
   apply_weight_decay_policy(model_->store(), config_.weight_decay_policy);
   model_->set_activation_checkpointing(config_.activation_checkpointing);
   model_->set_precision(config_.precision);
+  model_->set_z_loss(config_.z_loss);
   ParallelOptions options{config_.zero_stage, static_cast<size_t>(config_.bucket_mb * 1024 * 1024),
                           config_.reshard_after_forward, config_.prefetch, config_.sequence_parallel,
                           cp_mode_from_name(config_.cp_mode), cp_chunks_from_name(config_.cp_chunks), config_.adamw,
@@ -150,14 +155,7 @@ Trainer::Trainer(const RunConfig& config, DeviceMesh* mesh, std::ostream* log)
     const std::filesystem::path dir = resolve_resume(config_.resume, checkpoints_->root());
     const nlohmann::json state = load_training_checkpoint(dir, *sync_, config_, mesh_);
     step_ = state.at("step").get<int64_t>();
-    if (model_->fp8() && state.contains("fp8_scaling")) {  // else (saved without fp8): fresh histories
-      model_->fp8()->restore(state.at("fp8_scaling").get<std::vector<float>>());
-    }
-    if (loss_scaler_ && state.contains("loss_scaler")) {  // else (saved without scaling): the initial scale
-      const nlohmann::json& ls = state.at("loss_scaler");
-      loss_scaler_->restore({ls.at("scale").get<double>(), ls.at("clean_steps").get<int>(),
-                             ls.at("skipped").get<int64_t>()});
-    }
+    restore_states(state, /*resume=*/true);
     resumed_step = step_;
     NDT_CHECK(step_ < config_.steps, "checkpoint {} is at step {}: train.steps = {} leaves nothing to train", dir.string(),
               step_, config_.steps);
@@ -202,7 +200,93 @@ void Trainer::save_checkpoint(bool async) {
     state["loss_scaler"] = {{"scale", ls.scale}, {"clean_steps", ls.clean_steps}, {"skipped", ls.skipped}};
   }
   if (const Fp8Linears* fp8 = model_->fp8()) state["fp8_scaling"] = fp8->state();
+  nlohmann::json skipped = nlohmann::json::array();
+  for (const auto& [first, count] : skipped_batches_) skipped.push_back({first, count});
+  if (zclip_) state["zclip"] = zclip_->state();
+  state["stability"] = {{"batch_offset", batch_offset_},
+                        {"skipped_batches", skipped},
+                        {"rollback_steps", rollback_steps_},
+                        {"lr_factor_until", lr_factor_until_},
+                        {"spike_window", spikes_.state()}};
   checkpoints_->save(step_, *sync_, state, async);
+}
+
+void Trainer::restore_states(const nlohmann::json& state, bool resume) {
+  if (model_->fp8() && state.contains("fp8_scaling")) {  // else (saved without fp8): fresh histories
+    model_->fp8()->restore(state.at("fp8_scaling").get<std::vector<float>>());
+  }
+  if (loss_scaler_ && state.contains("loss_scaler")) {  // else (saved without scaling): the initial scale
+    const nlohmann::json& ls = state.at("loss_scaler");
+    loss_scaler_->restore({ls.at("scale").get<double>(), ls.at("clean_steps").get<int>(),
+                           ls.at("skipped").get<int64_t>()});
+  }
+  if (zclip_ && state.contains("zclip")) zclip_->restore(state.at("zclip").get<std::vector<double>>());
+  if (!state.contains("stability")) return;  // saved before the stability state existed
+  const nlohmann::json& st = state.at("stability");
+  spikes_.restore(st.at("spike_window").get<std::vector<double>>());
+  // A rollback keeps what it knows of the data skipped and the rollbacks since; a
+  // resume takes the run's record from the checkpoint.
+  if (!resume) return;
+  batch_offset_ = st.at("batch_offset").get<int64_t>();
+  skipped_batches_.clear();
+  for (const nlohmann::json& w : st.at("skipped_batches")) skipped_batches_.emplace_back(w.at(0), w.at(1));
+  rollback_steps_ = st.at("rollback_steps").get<std::vector<int64_t>>();
+  lr_factor_until_ = st.at("lr_factor_until").get<int64_t>();
+}
+
+void Trainer::skip_batches(int64_t count) {
+  NDT_CHECK(count >= 0, "skip_batches: {} batches", count);
+  if (count == 0) return;
+  skipped_batches_.emplace_back(step_ + batch_offset_, count);
+  batch_offset_ += count;
+}
+
+void Trainer::fetch_train_batch(int row_begin, int rows) {
+  const int64_t batch = step_ + batch_offset_;
+  train_loader_.train_batch(batch, row_begin, rows, inputs_.data(), targets_.data());
+  if (!corrupt_ || batch < corrupt_->first || batch >= corrupt_->first + corrupt_->second) return;
+  // debug.corrupt_batches: random inputs and one target token for the whole batch, a
+  // function of (seed, batch, position) alone: every row pulls the same way, so the
+  // loss and the gradient norm both jump.
+  const int64_t n = int64_t{rows} * config_.seq_len, base = (batch * config_.batch_size + row_begin) * config_.seq_len;
+  const int32_t target =
+      static_cast<int32_t>(philox(config_.seed, hash_name("corrupt-target"), static_cast<uint64_t>(batch))[0] %
+                           config_.model.vocab_size);
+  for (int64_t i = 0; i < n; ++i) {
+    const auto words = philox(config_.seed, hash_name("corrupt-batch"), static_cast<uint64_t>(base + i));
+    inputs_[static_cast<size_t>(i)] = static_cast<int32_t>(words[0] % config_.model.vocab_size);
+    targets_[static_cast<size_t>(i)] = target;
+  }
+}
+
+void Trainer::rollback(StepStats& s, const std::string& reason) {
+  const int64_t at = s.step + 1;  // the 1-based step that failed
+  int64_t recent = 0;
+  for (int64_t r : rollback_steps_) recent += r > at - config_.rollback_window;
+  checkpoints_->finish();
+  const std::optional<std::filesystem::path> latest = ckpt::latest_checkpoint(checkpoints_->root());
+  if (recent >= config_.max_rollbacks || !latest) {
+    fail("step {}: {}; {}, so the run stops. The newest checkpoint, {}, holds a state from before the trouble: look at "
+         "the data after it (batch {}) or lower optim.lr (now {}), then resume with --resume",
+         at, reason,
+         latest ? fmt::format("this would be rollback {} within {} steps (stability.max_rollbacks = {})", recent + 1,
+                              config_.rollback_window, config_.max_rollbacks)
+                : std::string("there is no checkpoint to roll back to yet"),
+         latest ? latest->string() : std::string("(none)"), s.step + batch_offset_, config_.schedule.max_lr);
+  }
+  const nlohmann::json state = load_training_checkpoint(*latest, *sync_, config_, mesh_);
+  const int64_t to = state.at("step").get<int64_t>();
+  restore_states(state, /*resume=*/false);
+  // The batches of steps to .. s.step (those that led here) are skipped: from now on the
+  // data is that many batches further on.
+  const int64_t first = to + batch_offset_, count = s.step + 1 - to;
+  step_ = to;
+  skip_batches(count);
+  rollback_steps_.push_back(at);
+  lr_factor_until_ = to + config_.rollback_lr_steps;
+  ++summary_counts_.rollbacks;
+  s.intervention = fmt::format("rolled back to step {} ({}) and skipped training batches {}..{}: {}", to,
+                               latest->string(), first, first + count - 1, reason);
 }
 
 std::string Trainer::describe_sync() const {
@@ -348,17 +432,17 @@ StepStats Trainer::step() {
   model_->store().refresh_compute();  // the last step (or a load) changed the values
   if (Fp8Linears* fp8 = model_->fp8()) fp8->begin_step();
   sync_->zero_grads();
-  double loss = 0;
+  double loss = 0, z_loss = 0;  // mean token losses: cross-entropy, and optim.z_loss's term
   if (pipeline_) {
     // The sum of this rank's token losses over its micro-batches, per token it holds.
     loss = pipeline_step(grad_scale) / (static_cast<double>(micro) * local_tokens(T));
   } else {
     for (int m = 0; m < accum; ++m) {
-      train_loader_.train_batch(step_, dp_rank_ * rows_per_rank_ + m * micro, micro, inputs_.data(),
-                                targets_.data());
+      fetch_train_batch(dp_rank_ * rows_per_rank_ + m * micro, micro);
       sync_->begin_backward(/*sync=*/m == accum - 1);
       model_->prepare(ctx_, inputs_.data(), targets_.data(), micro, T, grad_scale, /*forward_only=*/false);
       loss += run_forward_backward(*model_, ctx_, sync_.get());
+      z_loss += ctx_.z_loss_sum / static_cast<double>(ctx_.rows());
       sync_->finish_backward();
     }
   }
@@ -368,7 +452,8 @@ StepStats Trainer::step() {
   // The gradients hold loss_scale x the true ones: the norm, the clip and the update
   // divide it out.
   const double norm = sync_->grad_norm() / loss_scale;
-  const float lr = config_.schedule.at(step_);
+  // After a rollback, stability.rollback_lr_factor for stability.rollback_lr_steps steps.
+  const float lr = config_.schedule.at(step_) * (step_ < lr_factor_until_ ? config_.rollback_lr_factor : 1.0f);
   StepStats s;
   s.loss_scale = loss_scale;
   s.finite = on_every_rank(std::isfinite(loss) && std::isfinite(norm));
@@ -377,9 +462,45 @@ StepStats Trainer::step() {
   } else if (s.finite && loss_scaler_) {
     loss_scaler_->update(false);
   }
-  if (s.finite) sync_->step(lr, clip_factor(norm, config_.grad_clip) / loss_scale);
-  s.step = s.finite || s.overflow_skipped ? step_++ : step_;
+  // Stability (docs/stability.md): a non-finite step the loss scaler did not handle, or
+  // a spike against the recent steps. The loss and the norm are global, so every rank
+  // reaches the same verdict.
+  std::string action, reason;
+  if (!s.finite && !s.overflow_skipped) {
+    action = config_.on_nonfinite;
+    reason = fmt::format("the loss is {} and the gradient norm {}", loss, norm);
+  } else if (s.finite) {
+    reason = spikes_.check(loss, norm);
+    if (!reason.empty()) action = config_.on_spike, ++summary_counts_.spikes;
+  }
+  const bool apply = s.finite && (reason.empty() || action == "warn");
+  if (apply) {
+    float clip = clip_factor(norm, config_.grad_clip);
+    if (zclip_) {
+      const ZClip::Decision d = zclip_->update(norm);
+      clip = d.clipped ? static_cast<float>(std::min(1.0, d.target / norm)) : 1.0f;
+      if (d.clipped) {
+        ++summary_counts_.zclips;
+        s.intervention = fmt::format("ZClip: gradient norm {:.4g} (z-score {:.1f}) clipped to {:.4g}", norm, d.z,
+                                     d.target);
+      }
+    }
+    sync_->step(lr, clip / loss_scale);
+    spikes_.record(loss, norm);
+  }
+  s.step = step_;
+  if (apply || s.overflow_skipped || action == "skip") ++step_;
+  if (action == "warn") {
+    s.intervention = "spike (update applied): " + reason + (s.intervention.empty() ? "" : "; " + s.intervention);
+  } else if (action == "skip") {
+    ++summary_counts_.skipped_steps;
+    s.intervention = "update skipped on every rank: " + reason;
+  } else if (action == "rollback") {
+    rollback(s, reason);
+  }
   s.loss = loss;
+  // (Under pipeline parallelism the z term is in the gradients but not reported.)
+  if (config_.z_loss > 0 && !pipeline_) s.z_loss = mean_over_dp(z_loss / accum);
   s.lr = lr;
   s.grad_norm = norm;
   s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -395,11 +516,13 @@ StepStats Trainer::step() {
                            {"tokens_per_s", s.tokens_per_s}, {"mfu", s.mfu}, {"hfu", s.hfu},
                            {"peak_mem_bytes", s.peak_bytes}};
   if (loss_scaler_) record["loss_scale"] = s.loss_scale;
+  if (config_.z_loss > 0 && !pipeline_) record["z_loss"] = number(s.z_loss);
   if (s.overflow_skipped) {
     record["update_skipped"] = fmt::format("overflow at loss scale {}: scale now {}", s.loss_scale, loss_scaler_->scale());
   } else if (!s.finite) {
     record["update_skipped"] = "non-finite loss or gradient norm";
   }
+  if (!s.intervention.empty()) record["intervention"] = s.intervention;
   if (pipeline_) {
     // This rank's measured bubble: its time outside compute actions, over its schedule's time.
     const PipelineStepTimes& t = pipeline_->last_step_times();
@@ -413,7 +536,7 @@ StepStats Trainer::step() {
 double Trainer::pipeline_step(float grad_scale) {
   const int micro = config_.micro_batch_size, T = config_.seq_len;
   auto prepare = [&](int mb, MicroBatchContext& ctx, bool forward_only) {
-    train_loader_.train_batch(step_, dp_rank_ * rows_per_rank_ + mb * micro, micro, inputs_.data(), targets_.data());
+    fetch_train_batch(dp_rank_ * rows_per_rank_ + mb * micro, micro);
     model_->prepare(ctx, inputs_.data(), targets_.data(), micro, T, grad_scale, forward_only);
   };
   // Gradients accumulate over the whole schedule (ZeRO-2/3 reduce-scatter each group's
@@ -505,9 +628,9 @@ double Trainer::evaluate() {
 
 void Trainer::print_step(const StepStats& s) {
   fmt::print(*log_,
-             "step {:>5}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:>8.0f} tok/s | MFU {:5.1f}%{} | "
+             "step {:>5}/{} | loss {:.4f}{} | lr {:.2e} | grad norm {:.3f} | {:>8.0f} tok/s | MFU {:5.1f}%{} | "
              "peak mem {:.1f} MiB | {:.0f} ms{}\n",
-             s.step + 1, config_.steps, s.loss, s.lr, s.grad_norm, s.tokens_per_s, 100.0 * s.mfu,
+             s.step + 1, config_.steps, s.loss, s.z_loss > 0 ? fmt::format(" (z-loss {:.2e})", s.z_loss) : "", s.lr, s.grad_norm, s.tokens_per_s, 100.0 * s.mfu,
              recomputes() ? fmt::format(" HFU {:5.1f}%", 100.0 * s.hfu) : "", mib(s.peak_bytes), 1e3 * s.seconds,
              dp_size_ > 1 ? fmt::format(" (comm wait {:.0f} ms)", 1e3 * s.comm_wait_seconds) : "");
   log_->flush();
@@ -542,7 +665,11 @@ RunSummary Trainer::run() {
   install_stop_handler();
   while (step_ < config_.steps) {
     const StepStats s = step();
-    if (!s.finite && !s.overflow_skipped) stop_on_non_finite(s);
+    if (!s.finite && !s.overflow_skipped && config_.on_nonfinite == "stop") stop_on_non_finite(s);
+    if (!s.intervention.empty()) {
+      if (log_) fmt::print(*log_, "step {:>5}/{} | {}\n", s.step + 1, config_.steps, s.intervention);
+      metrics_->write({{"step", s.step + 1}, {"event", s.intervention}});
+    }
     if (s.overflow_skipped && log_) {
       fmt::print(*log_, "step {:>5}/{} | overflow (loss {}, gradient norm {}) at loss scale {}: update skipped, scale "
                  "now {}\n",
@@ -551,7 +678,9 @@ RunSummary Trainer::run() {
     summary.losses.push_back(s.loss);
     // The first step pays for first-touch page faults; leave it out of the medians.
     if (s.step > 0 || config_.steps == 1) rates.push_back(s.tokens_per_s), mfus.push_back(s.mfu), hfus.push_back(s.hfu);
-    if (config_.checkpoint_every > 0 && step_ % config_.checkpoint_every == 0 && step_ < config_.steps) {
+    // (A rollback to a checkpoint's step does not save that step again.)
+    if (config_.checkpoint_every > 0 && step_ % config_.checkpoint_every == 0 && step_ < config_.steps &&
+        checkpoints_->last_saved_step() != step_) {
       save_checkpoint(config_.checkpoint_async);
     }
     if (checkpoints_->poll()) {  // SIGTERM on some rank: save (below) and stop
@@ -595,6 +724,10 @@ RunSummary Trainer::run() {
   summary.median_mfu = median(mfus);
   summary.median_hfu = median(hfus);
   if (loss_scaler_) summary.overflow_skipped_steps = loss_scaler_->skipped_steps();
+  summary.spikes = summary_counts_.spikes;
+  summary.skipped_steps = summary_counts_.skipped_steps;
+  summary.rollbacks = summary_counts_.rollbacks;
+  summary.zclips = summary_counts_.zclips;
   // Every rank samples (the same tokens): under FSDP the forward pass is collective.
   // Sampling runs on a context of the model's own: the training context goes first, so
   // the activation peak stays the training one.
@@ -622,6 +755,10 @@ RunSummary Trainer::run() {
                     {"val_loss", validated ? nlohmann::json(summary.val_losses.back().second) : nlohmann::json()},
                     {"stopped_by_signal", summary.stopped_by_signal},
                     {"overflow_skipped_steps", summary.overflow_skipped_steps},
+                    {"spikes", summary.spikes},
+                    {"skipped_steps", summary.skipped_steps},
+                    {"rollbacks", summary.rollbacks},
+                    {"zclip_clipped_steps", summary.zclips},
                     {"unigram_entropy", summary.unigram_entropy},
                     {"median_tokens_per_s", summary.median_tokens_per_s},
                     {"median_mfu", summary.median_mfu},
@@ -660,6 +797,14 @@ RunSummary Trainer::run() {
     if (!by_tag.empty()) by_tag.pop_back();
     fmt::print(*log_, "peak memory: ledger {:.1f} MiB ({} MiB), process RSS {:.1f} MiB\n",
                mib(ledger.peak_total()), by_tag.substr(1), mib(process_peak_rss_bytes()));
+    if (summary.spikes + summary.skipped_steps + summary.rollbacks + summary.zclips > 0) {
+      fmt::print(*log_, "stability: {} spike{} detected, {} update{} skipped, {} rollback{}, {} ZClip clip{}{}\n",
+                 summary.spikes, summary.spikes == 1 ? "" : "s", summary.skipped_steps,
+                 summary.skipped_steps == 1 ? "" : "s", summary.rollbacks, summary.rollbacks == 1 ? "" : "s",
+                 summary.zclips, summary.zclips == 1 ? "" : "s",
+                 skipped_batches_.empty() ? std::string()
+                                          : fmt::format("; {} training batches skipped", batch_offset_));
+    }
     if (loss_scaler_) {
       fmt::print(*log_, "loss scaling: {} step{} skipped for overflow; final scale {}\n",
                  summary.overflow_skipped_steps, summary.overflow_skipped_steps == 1 ? "" : "s", loss_scaler_->scale());

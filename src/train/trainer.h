@@ -8,6 +8,7 @@
 #include "comm/device_mesh.h"
 #include "data/loader.h"
 #include "model/transformer.h"
+#include "optim/zclip.h"
 #include "parallel/gradient_sync.h"
 #include "parallel/pipeline_runner.h"
 #include "parallel/tensor_parallel.h"
@@ -16,9 +17,11 @@
 #include "train/peak_flops.h"
 #include "train/metrics.h"
 #include "train/run_lock.h"
+#include "train/spike_detector.h"
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -27,7 +30,8 @@ namespace ndt {
 
 struct StepStats {
   int64_t step = 0;  // 0-based index of the step just taken
-  double loss = 0;
+  double loss = 0;     // mean token cross-entropy (without the z-loss)
+  double z_loss = 0;   // optim.z_loss: the mean token z term (0 when off)
   float lr = 0;
   double grad_norm = 0;
   double seconds = 0;
@@ -45,6 +49,9 @@ struct StepStats {
   // advance steps_done() and ends the run.
   float loss_scale = 1;
   bool overflow_skipped = false;
+  // What the stability checks did (docs/stability.md), "" when nothing: a spike warned
+  // of, an update skipped, a rollback.
+  std::string intervention;
 };
 
 struct RunSummary {
@@ -57,6 +64,10 @@ struct RunSummary {
   std::string sample;
   bool stopped_by_signal = false;  // SIGTERM: stopped (and saved) before train.steps
   int64_t overflow_skipped_steps = 0;  // dynamic loss scaling: steps skipped for overflow
+  int64_t spikes = 0;         // loss or gradient-norm spikes detected
+  int64_t skipped_steps = 0;  // updates skipped by stability.on_spike / on_nonfinite = skip
+  int64_t rollbacks = 0;
+  int64_t zclips = 0;         // steps ZClip clipped (optim.clip_mode = zclip)
 };
 
 class Trainer {
@@ -92,9 +103,23 @@ class Trainer {
   const TrainingCheckpoints& checkpoints() const { return *checkpoints_; }
   GradientSync& gradient_sync() { return *sync_; }
   const DynamicLossScaler* loss_scaler() const { return loss_scaler_.get(); }  // null: no loss scaling
+  // From the next step on, the training data is `count` batches further on (what a
+  // rollback does after reloading; tests use it for the run whose data lacks a window).
+  void skip_batches(int64_t count);
+  // Training batches skipped so far, as (first data position, count).
+  const std::vector<std::pair<int64_t, int64_t>>& skipped_batches() const { return skipped_batches_; }
 
  private:
   [[noreturn]] void stop_on_non_finite(const StepStats& s);
+  // The micro-batch of rows [row_begin, row_begin + rows) of this step's training batch
+  // (data position step + batch offset) into inputs_ / targets_; debug.corrupt_batches.
+  void fetch_train_batch(int row_begin, int rows);
+  // stability.*: reload the newest checkpoint and skip the batches since it, or stop
+  // after too many rollbacks (an error naming that checkpoint).
+  void rollback(StepStats& s, const std::string& reason);
+  // The states beside the tensors a checkpoint holds: fp8, the loss scaler, the spike
+  // window, and on resume the data offset and the rollback record.
+  void restore_states(const nlohmann::json& state, bool resume);
   void print_header();
   void print_step(const StepStats& s);
   // The mean over the data- and context-parallel ranks.
@@ -136,6 +161,17 @@ class Trainer {
   double sum_over_pp(double value);
   void sum_tied_embedding_gradient();
   int64_t step_ = 0;
+  // Stability: the data position of step s is s + batch_offset_ (skipped windows).
+  SpikeDetector spikes_;
+  int64_t batch_offset_ = 0;
+  std::vector<std::pair<int64_t, int64_t>> skipped_batches_;
+  std::vector<int64_t> rollback_steps_;  // the 1-based steps that rolled back
+  int64_t lr_factor_until_ = 0;
+  std::optional<std::pair<int64_t, int64_t>> corrupt_;  // debug.corrupt_batches
+  struct {
+    int64_t spikes = 0, skipped_steps = 0, rollbacks = 0, zclips = 0;
+  } summary_counts_;
+  std::unique_ptr<ZClip> zclip_;  // optim.clip_mode = zclip
   std::vector<int32_t> inputs_, targets_;
   MicroBatchContext ctx_;  // the micro-batch in flight
 };

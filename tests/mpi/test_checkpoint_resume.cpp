@@ -10,6 +10,7 @@
 #include "../train/test_support.h"
 #include "mpi_env.h"
 #include "parity.h"
+#include "shared_dir.h"
 
 #include "checkpoint/directory.h"
 #include "checkpoint/reader.h"
@@ -33,30 +34,8 @@
 namespace ndt {
 namespace {
 
+using testing::SharedDir;
 using testing::tiny_run;
-
-// A folder every rank of `comm` names the same (rank 0's pid), removed at scope exit.
-class SharedDir {
- public:
-  explicit SharedDir(Communicator& comm) : comm_(comm) {
-    static int counter = 0;
-    int32_t id[2] = {static_cast<int32_t>(::getpid()), counter++};
-    comm.broadcast(id, 2, DType::i32, 0);
-    path_ = std::filesystem::path("/tmp") / ("ndt_shared_" + std::to_string(id[0]) + "_" + std::to_string(id[1]));
-    if (comm.rank() == 0) std::filesystem::remove_all(path_), std::filesystem::create_directories(path_);
-    comm.barrier();
-  }
-  ~SharedDir() {
-    comm_.barrier();
-    std::error_code ec;
-    if (comm_.rank() == 0) std::filesystem::remove_all(path_, ec);
-  }
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  Communicator& comm_;
-  std::filesystem::path path_;
-};
 
 struct Layout {
   int dp_shard = 1, tp = 1, zero_stage = 0;

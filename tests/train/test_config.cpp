@@ -119,6 +119,30 @@ TEST_F(ConfigTest, ContextParallelSettings) {
                         "parallel.tp = 4");
 }
 
+TEST_F(ConfigTest, StabilitySettings) {
+  EXPECT_ERROR_MENTIONS(error_of({"stability.on_spike=panic"}),
+                        "stability.on_spike = \"panic\" is not an action: warn, skip or rollback");
+  EXPECT_ERROR_MENTIONS(error_of({"stability.on_nonfinite=ignore"}),
+                        "stability.on_nonfinite = \"ignore\" is not an action: stop, skip or rollback");
+  EXPECT_ERROR_MENTIONS(error_of({"stability.on_spike=rollback"}),
+                        "reloads the newest checkpoint: set checkpoint.every > 0 (now 0)");
+  EXPECT_EQ(error_of({"stability.on_spike=rollback", "checkpoint.every=10"}), "");
+  EXPECT_ERROR_MENTIONS(error_of({"stability.spike_window=1"}), "stability.spike_window = 1 must be at least 2");
+  EXPECT_ERROR_MENTIONS(error_of({"stability.spike_min_samples=40"}),
+                        "stability.spike_min_samples = 40 must lie in [2, stability.spike_window = 32]");
+  EXPECT_ERROR_MENTIONS(error_of({"stability.spike_zscore=0"}), "stability.spike_zscore = 0 must be positive");
+  EXPECT_ERROR_MENTIONS(error_of({"stability.spike_min_increase=-1"}), "stability.spike_min_increase = -1");
+  EXPECT_ERROR_MENTIONS(error_of({"stability.max_rollbacks=-1"}), "stability.max_rollbacks = -1");
+  EXPECT_ERROR_MENTIONS(error_of({"stability.rollback_window=0"}), "stability.rollback_window = 0");
+  EXPECT_ERROR_MENTIONS(error_of({"stability.rollback_lr_factor=2"}), "stability.rollback_lr_factor = 2 must lie in (0, 1]");
+  EXPECT_ERROR_MENTIONS(error_of({"stability.rollback_lr_steps=-5"}), "stability.rollback_lr_steps = -5");
+  for (const char* bad : {"5", "a:2", "5:0", "-1:2", "3:2x"}) {
+    EXPECT_ERROR_MENTIONS(error_of({std::string("debug.corrupt_batches=") + bad}),
+                          std::string("debug.corrupt_batches = \"") + bad + "\" is not FIRST:COUNT");
+  }
+  EXPECT_EQ(error_of({"debug.corrupt_batches=40:2"}), "");
+}
+
 TEST_F(ConfigTest, CheckpointSettings) {
   EXPECT_ERROR_MENTIONS(error_of({"checkpoint.every=-5"}), "checkpoint.every = -5 must not be negative");
   EXPECT_ERROR_MENTIONS(error_of({"checkpoint.keep_last=0"}), "checkpoint.keep_last = 0 must be at least 1");
