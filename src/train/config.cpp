@@ -247,7 +247,9 @@ const std::vector<Field>& fields() {
     f.push_back(field<int>("stability.spike_window", NDT_REF(spike.window), "Applied steps whose loss and gradient norm a step is compared with."));
     f.push_back(field<int>("stability.spike_min_samples", NDT_REF(spike.min_samples), "Steps in the window before any spike is called."));
     f.push_back(field<double>("stability.spike_zscore", NDT_REF(spike.zscore), "A spike is above the window's mean + this many standard deviations ..."));
-    f.push_back(field<double>("stability.spike_min_increase", NDT_REF(spike.min_increase), "... and above the mean by at least this fraction (0.25: 25%), for the loss and for the gradient norm alike."));
+    f.push_back(field<double>("stability.spike_min_increase", NDT_REF(spike.min_increase), "... and a loss above the mean by at least this fraction (0.25: 25%)."));
+    f.push_back(field<double>("stability.spike_norm_min_increase", NDT_REF(spike.norm_min_increase), "... and a gradient norm above the mean by at least this fraction (1: twice the mean; clean norms have heavier tails than losses)."));
+    f.push_back(field<int64_t>("stability.rollback_extra_batches", NDT_REF(rollback_extra_batches), "A rollback skips the batches since the checkpoint up to the spike's, and this many after it (a corrupted window is often longer than the batch that showed it; PaLM skipped a few hundred)."));
     f.push_back(field<int>("stability.max_rollbacks", NDT_REF(max_rollbacks), "Rollbacks allowed within stability.rollback_window steps; one more ends the run with an error naming the newest checkpoint."));
     f.push_back(field<int64_t>("stability.rollback_window", NDT_REF(rollback_window), "The window, in steps, stability.max_rollbacks counts over."));
     f.push_back(field<float>("stability.rollback_lr_factor", NDT_REF(rollback_lr_factor), "After a rollback, the learning rate is multiplied by this for stability.rollback_lr_steps steps (1: unchanged)."));
@@ -404,6 +406,8 @@ void RunConfig::validate() const {
   NDT_CHECK(std::isfinite(rollback_lr_factor) && rollback_lr_factor > 0 && rollback_lr_factor <= 1,
             "stability.rollback_lr_factor = {} must lie in (0, 1]", rollback_lr_factor);
   NDT_CHECK(rollback_lr_steps >= 0, "stability.rollback_lr_steps = {} must not be negative", rollback_lr_steps);
+  NDT_CHECK(rollback_extra_batches >= 0, "stability.rollback_extra_batches = {} must not be negative",
+            rollback_extra_batches);
   NDT_CHECK(!rolls_back() || (checkpoint_every > 0 && (!checkpoint_dir.empty() || !out_dir.empty())),
             "a rollback (stability.on_spike or stability.on_nonfinite = \"rollback\") reloads the newest checkpoint: "
             "set checkpoint.every > 0 (now {}) and a checkpoint folder (checkpoint.dir or runtime.out_dir)",

@@ -83,6 +83,7 @@ struct RunConfig {
   SpikeDetectorConfig spike;
   int max_rollbacks = 3;              // within rollback_window steps; one more stops the run
   int64_t rollback_window = 1000;
+  int64_t rollback_extra_batches = 0;  // skipped beyond the spike's batch too
   float rollback_lr_factor = 1.0f;    // the learning rate's factor for rollback_lr_steps after a rollback
   int64_t rollback_lr_steps = 0;
   bool rolls_back() const { return on_spike == "rollback" || on_nonfinite == "rollback"; }

@@ -15,6 +15,8 @@ void SpikeDetectorConfig::validate() const {
   NDT_CHECK(std::isfinite(zscore) && zscore > 0, "stability.spike_zscore = {} must be positive", zscore);
   NDT_CHECK(std::isfinite(min_increase) && min_increase >= 0, "stability.spike_min_increase = {} must not be negative",
             min_increase);
+  NDT_CHECK(std::isfinite(norm_min_increase) && norm_min_increase >= 0,
+            "stability.spike_norm_min_increase = {} must not be negative", norm_min_increase);
 }
 
 SpikeDetector::SpikeDetector(const SpikeDetectorConfig& config) : config_(config) { config_.validate(); }
@@ -22,7 +24,7 @@ SpikeDetector::SpikeDetector(const SpikeDetectorConfig& config) : config_(config
 namespace {
 
 // "" or why `value` is a spike against `history`.
-std::string spike_of(const char* what, double value, const std::deque<double>& history,
+std::string spike_of(const char* what, double value, const std::deque<double>& history, double min_increase,
                      const SpikeDetectorConfig& c) {
   if (static_cast<int>(history.size()) < c.min_samples) return "";
   double mean = 0;
@@ -31,7 +33,7 @@ std::string spike_of(const char* what, double value, const std::deque<double>& h
   double var = 0;
   for (double v : history) var += (v - mean) * (v - mean);
   const double std = std::sqrt(var / static_cast<double>(history.size()));
-  if (value > mean + c.zscore * std && value > mean * (1 + c.min_increase)) {
+  if (value > mean + c.zscore * std && value > mean * (1 + min_increase)) {
     return fmt::format("{} {:.4g} is above the last {} steps' mean {:.4g} + {} x std {:.3g} and {:.0f}% over the mean",
                        what, value, history.size(), mean, c.zscore, std, 100 * (value / mean - 1));
   }
@@ -41,9 +43,9 @@ std::string spike_of(const char* what, double value, const std::deque<double>& h
 }  // namespace
 
 std::string SpikeDetector::check(double loss, double norm) const {
-  const std::string l = spike_of("loss", loss, losses_, config_);
+  const std::string l = spike_of("loss", loss, losses_, config_.min_increase, config_);
   if (!l.empty()) return l;
-  return spike_of("gradient norm", norm, norms_, config_);
+  return spike_of("gradient norm", norm, norms_, config_.norm_min_increase, config_);
 }
 
 void SpikeDetector::record(double loss, double norm) {

@@ -277,9 +277,10 @@ void Trainer::rollback(StepStats& s, const std::string& reason) {
   const nlohmann::json state = load_training_checkpoint(*latest, *sync_, config_, mesh_);
   const int64_t to = state.at("step").get<int64_t>();
   restore_states(state, /*resume=*/false);
-  // The batches of steps to .. s.step (those that led here) are skipped: from now on the
-  // data is that many batches further on.
-  const int64_t first = to + batch_offset_, count = s.step + 1 - to;
+  // The batches of steps to .. s.step (those that led here), and
+  // stability.rollback_extra_batches after them, are skipped: from now on the data is
+  // that many batches further on.
+  const int64_t first = to + batch_offset_, count = s.step + 1 - to + config_.rollback_extra_batches;
   step_ = to;
   skip_batches(count);
   rollback_steps_.push_back(at);

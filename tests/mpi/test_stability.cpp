@@ -74,6 +74,31 @@ TEST(StabilityNonFinite, ANanOnOneRankSkipsTheStepOnEveryRank) {
   }
 }
 
+// stability.on_spike = skip: the corrupted batch's step is called a spike on every rank
+// and its update is not applied; the batch is consumed and the run goes on.
+// Catches: a spike's update applied anyway, or skipped on some ranks only.
+TEST(StabilitySkip, ASpikeIsSkippedOnEveryRank) {
+  Communicator& world = testing::world();
+  testing::TempDir data;
+  write_shard(data.file("train.bin"), testing::synthetic_text(30000, 15));
+  RunConfig c = tiny_run(data.file("train.bin"), 8, 0);
+  c.steps = 24;
+  c.corrupt_batches = "20:1";
+  c.on_spike = "skip";
+  c.spike.window = 16;
+  c.spike.zscore = 3;
+  c.spike.min_increase = 0.2;
+  DeviceMesh mesh(world, c.resolve_mesh(world.size()));
+  Trainer trainer(c, &mesh, nullptr);
+  while (trainer.steps_done() < 20) EXPECT_EQ(trainer.step().intervention, "");
+  const std::vector<float> before = trainer.full_parameters();
+  const StepStats spike = trainer.step();
+  EXPECT_NE(spike.intervention.find("update skipped on every rank: loss"), std::string::npos) << spike.intervention;
+  EXPECT_EQ(trainer.steps_done(), 21);
+  EXPECT_EQ(trainer.full_parameters(), before);
+  EXPECT_EQ(trainer.step().intervention, "") << "the next batch is clean";
+}
+
 // Stability settings of the rollback tests: checkpoints every 5 steps, a loss spike
 // called at 3 standard deviations and 20% over the mean of the last 16 steps.
 RunConfig rollback_run(const std::string& train, const std::filesystem::path& dir, bool fsdp_tp) {
