@@ -2,7 +2,9 @@
 // data parallelism over the mesh's "dp" axis (replicated, or ZeRO-sharded over
 // dp_shard), global-norm clipping, AdamW with warmup
 // + cosine, periodic validation, one progress line and one metrics.jsonl record per
-// step (rank 0), a summary and a text sample at the end.
+// step (rank 0), a summary and a text sample at the end; each step's loss and gradient
+// norm checked for spikes and non-finite values, with skips and rollbacks
+// (docs/stability.md).
 #pragma once
 
 #include "comm/device_mesh.h"
@@ -85,7 +87,8 @@ class Trainer {
   double evaluate();  // mean validation loss over train.eval_batches batches of train.batch_size rows
   // Trains to train.steps (or a SIGTERM), saves, evaluates and samples. A step whose
   // loss or gradient norm is not finite ends the run with an ndt::Error after saving
-  // the last finite state (if checkpoints are on). The final checkpoint is written
+  // the last finite state (if checkpoints are on) under stability.on_nonfinite = stop;
+  // skip and rollback go on (docs/stability.md), and too many rollbacks end it too. The final checkpoint is written
   // before the final evaluation and the sample, so neither can lose it.
   RunSummary run();
 
