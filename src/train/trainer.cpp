@@ -265,14 +265,19 @@ void Trainer::rollback(StepStats& s, const std::string& reason) {
   for (int64_t r : rollback_steps_) recent += r > at - config_.rollback_window;
   checkpoints_->finish();
   const std::optional<std::filesystem::path> latest = ckpt::latest_checkpoint(checkpoints_->root());
-  if (recent >= config_.max_rollbacks || !latest) {
+  if (!latest) {  // before the first save: nothing to go back to, so the update is only skipped
+    step_ = s.step + 1;
+    ++summary_counts_.skipped_steps;
+    s.intervention = "no checkpoint to roll back to yet, so the update is skipped on every rank: " + reason;
+    return;
+  }
+  if (recent >= config_.max_rollbacks) {
     fail("step {}: {}; {}, so the run stops. The newest checkpoint, {}, holds a state from before the trouble: look at "
          "the data after it (batch {}) or lower optim.lr (now {}), then resume with --resume",
          at, reason,
-         latest ? fmt::format("this would be rollback {} within {} steps (stability.max_rollbacks = {})", recent + 1,
-                              config_.rollback_window, config_.max_rollbacks)
-                : std::string("there is no checkpoint to roll back to yet"),
-         latest ? latest->string() : std::string("(none)"), s.step + batch_offset_, config_.schedule.max_lr);
+         fmt::format("this would be rollback {} within {} steps (stability.max_rollbacks = {})", recent + 1,
+                     config_.rollback_window, config_.max_rollbacks),
+         latest->string(), s.step + batch_offset_, config_.schedule.max_lr);
   }
   const nlohmann::json state = load_training_checkpoint(*latest, *sync_, config_, mesh_);
   const int64_t to = state.at("step").get<int64_t>();

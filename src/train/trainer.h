@@ -118,7 +118,8 @@ class Trainer {
   // (data position step + batch offset) into inputs_ / targets_; debug.corrupt_batches.
   void fetch_train_batch(int row_begin, int rows);
   // stability.*: reload the newest checkpoint and skip the batches since it, or stop
-  // after too many rollbacks (an error naming that checkpoint).
+  // after too many rollbacks (an error naming that checkpoint); before the first save,
+  // only skip the update.
   void rollback(StepStats& s, const std::string& reason);
   // The states beside the tensors a checkpoint holds: fp8, the loss scaler, the spike
   // window, and on resume the data offset and the rollback record.

@@ -99,6 +99,33 @@ TEST(StabilitySkip, ASpikeIsSkippedOnEveryRank) {
   EXPECT_EQ(trainer.step().intervention, "") << "the next batch is clean";
 }
 
+// A rollback asked for before the first checkpoint skips the update instead.
+// Catches: a run that dies (or reloads nothing and applies the spike) when a spike comes before any save.
+TEST(StabilityRollback, BeforeTheFirstCheckpointTheUpdateIsSkipped) {
+  Communicator& world = testing::world();
+  testing::TempDir data;
+  write_shard(data.file("train.bin"), testing::synthetic_text(30000, 16));
+  SharedDir dir(world);
+  RunConfig c = tiny_run(data.file("train.bin"), 8, 0);
+  c.steps = 24;
+  c.checkpoint_every = 50;
+  c.checkpoint_dir = dir.path().string();
+  c.corrupt_batches = "20:1";
+  c.on_spike = "rollback";
+  c.spike.window = 16;
+  c.spike.zscore = 3;
+  c.spike.min_increase = 0.2;
+  DeviceMesh mesh(world, c.resolve_mesh(world.size()));
+  Trainer trainer(c, &mesh, nullptr);
+  while (trainer.steps_done() < 20) trainer.step();
+  const std::vector<float> before = trainer.full_parameters();
+  const StepStats spike = trainer.step();
+  EXPECT_NE(spike.intervention.find("no checkpoint to roll back to yet, so the update is skipped"), std::string::npos)
+      << spike.intervention;
+  EXPECT_EQ(trainer.steps_done(), 21);
+  EXPECT_EQ(trainer.full_parameters(), before);
+}
+
 // Stability settings of the rollback tests: checkpoints every 5 steps, a loss spike
 // called at 3 standard deviations and 20% over the mean of the last 16 steps.
 RunConfig rollback_run(const std::string& train, const std::filesystem::path& dir, bool fsdp_tp) {
