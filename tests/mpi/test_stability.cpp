@@ -74,6 +74,14 @@ TEST(StabilityNonFinite, ANanOnOneRankSkipsTheStepOnEveryRank) {
   }
 }
 
+// The spike thresholds of these tests: 3 standard deviations and 20% over the mean of
+// the last 16 steps (a corrupted batch's loss is far beyond; clean steps are not).
+void use_test_spike_thresholds(RunConfig& c) {
+  c.spike.window = 16;
+  c.spike.zscore = 3;
+  c.spike.min_increase = 0.2;
+}
+
 // stability.on_spike = skip: the corrupted batch's step is called a spike on every rank
 // and its update is not applied; the batch is consumed and the run goes on.
 // Catches: a spike's update applied anyway, or skipped on some ranks only.
@@ -85,9 +93,7 @@ TEST(StabilitySkip, ASpikeIsSkippedOnEveryRank) {
   c.steps = 24;
   c.corrupt_batches = "20:1";
   c.on_spike = "skip";
-  c.spike.window = 16;
-  c.spike.zscore = 3;
-  c.spike.min_increase = 0.2;
+  use_test_spike_thresholds(c);
   DeviceMesh mesh(world, c.resolve_mesh(world.size()));
   Trainer trainer(c, &mesh, nullptr);
   while (trainer.steps_done() < 20) EXPECT_EQ(trainer.step().intervention, "");
@@ -112,9 +118,7 @@ TEST(StabilityRollback, BeforeTheFirstCheckpointTheUpdateIsSkipped) {
   c.checkpoint_dir = dir.path().string();
   c.corrupt_batches = "20:1";
   c.on_spike = "rollback";
-  c.spike.window = 16;
-  c.spike.zscore = 3;
-  c.spike.min_increase = 0.2;
+  use_test_spike_thresholds(c);
   DeviceMesh mesh(world, c.resolve_mesh(world.size()));
   Trainer trainer(c, &mesh, nullptr);
   while (trainer.steps_done() < 20) trainer.step();
@@ -126,16 +130,14 @@ TEST(StabilityRollback, BeforeTheFirstCheckpointTheUpdateIsSkipped) {
   EXPECT_EQ(trainer.full_parameters(), before);
 }
 
-// Stability settings of the rollback tests: checkpoints every 5 steps, a loss spike
-// called at 3 standard deviations and 20% over the mean of the last 16 steps.
+// Stability settings of the rollback tests: checkpoints every 5 steps and the test
+// thresholds.
 RunConfig rollback_run(const std::string& train, const std::filesystem::path& dir, bool fsdp_tp) {
   RunConfig c = tiny_run(train, 8, 0);
   c.steps = 36;
   c.checkpoint_every = 5;
   c.checkpoint_dir = dir.string();
-  c.spike.window = 16;
-  c.spike.zscore = 3;
-  c.spike.min_increase = 0.2;
+  use_test_spike_thresholds(c);
   if (fsdp_tp) {
     testing::use_llama(c);
     c.zero_stage = 3;
