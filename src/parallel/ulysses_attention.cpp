@@ -23,8 +23,14 @@ UlyssesAttention::UlyssesAttention(Communicator& cp, const CpLayout& layout) : c
 // Blocks of the all-to-all are [B, T, H / cp, HS] (rank j's rows, one rank's heads):
 // in to_heads block j holds heads j*P.. of this rank's rows, going to rank j; received
 // block j holds this rank's heads of rank j's rows, placed at their positions.
-void UlyssesAttention::to_heads(const float* tokens, float* heads, int B, int T, int H, int HS, float* send,
-                                float* recv) const {
+UlyssesAttention::Positions UlyssesAttention::positions(int whole) const {
+  Positions all;
+  for (int j = 0; j < layout_.size; ++j) all.push_back(layout_.positions(j, whole));
+  return all;
+}
+
+void UlyssesAttention::to_heads(const float* tokens, float* heads, int B, int T, int H, int HS,
+                                const Positions& positions, float* send, float* recv) const {
   const int n = layout_.size, P = H / n, whole = n * T;
   const int64_t piece = int64_t{P} * HS, block = int64_t{B} * T * piece;
   for (int j = 0; j < n; ++j) {
@@ -34,10 +40,10 @@ void UlyssesAttention::to_heads(const float* tokens, float* heads, int B, int T,
   }
   cp_.all_to_all(send, recv, static_cast<size_t>(block), DType::f32);
   for (int j = 0; j < n; ++j) {
-    const std::vector<int32_t> positions = layout_.positions(j, whole);
+    const std::vector<int32_t>& rows = positions[static_cast<size_t>(j)];
     for (int b = 0; b < B; ++b) {
       for (int t = 0; t < T; ++t) {
-        kernels::copy(heads + (int64_t{b} * whole + positions[static_cast<size_t>(t)]) * piece,
+        kernels::copy(heads + (int64_t{b} * whole + rows[static_cast<size_t>(t)]) * piece,
                       recv + j * block + (int64_t{b} * T + t) * piece, piece);
       }
     }
@@ -45,15 +51,15 @@ void UlyssesAttention::to_heads(const float* tokens, float* heads, int B, int T,
 }
 
 void UlyssesAttention::to_tokens(const float* heads, float* tokens, int B, int T, int H, int HS, bool accumulate,
-                                 float* send, float* recv) const {
+                                 const Positions& positions, float* send, float* recv) const {
   const int n = layout_.size, P = H / n, whole = n * T;
   const int64_t piece = int64_t{P} * HS, block = int64_t{B} * T * piece;
   for (int j = 0; j < n; ++j) {
-    const std::vector<int32_t> positions = layout_.positions(j, whole);
+    const std::vector<int32_t>& rows = positions[static_cast<size_t>(j)];
     for (int b = 0; b < B; ++b) {
       for (int t = 0; t < T; ++t) {
         kernels::copy(send + j * block + (int64_t{b} * T + t) * piece,
-                      heads + (int64_t{b} * whole + positions[static_cast<size_t>(t)]) * piece, piece);
+                      heads + (int64_t{b} * whole + rows[static_cast<size_t>(t)]) * piece, piece);
       }
     }
   }
@@ -83,15 +89,16 @@ void UlyssesAttention::forward(const AttentionForward& a) const {
   float* out = v + N * KD;
   float* send = out + N * QD;
   float* recv = send + N * QD;
-  to_heads(a.q, q, a.B, a.T, a.NH, a.HS, send, recv);
-  to_heads(a.k, k, a.B, a.T, a.NKV, a.HS, send, recv);
-  to_heads(a.v, v, a.B, a.T, a.NKV, a.HS, send, recv);
+  const Positions at = positions(whole);  // every rank's rows' sequence positions
+  to_heads(a.q, q, a.B, a.T, a.NH, a.HS, at, send, recv);
+  to_heads(a.k, k, a.B, a.T, a.NKV, a.HS, at, send, recv);
+  to_heads(a.v, v, a.B, a.T, a.NKV, a.HS, at, send, recv);
   // Whole sequences of this rank's heads, as one query-key pair without kept
   // probabilities; lse is kept head-split: [B, NH / cp, cp x T].
   const kernels::AttentionSpan all{0, whole, 0};
   kernels::attention_span_forward(out, a.lse, q, k, v, a.B, whole, whole, a.NH / n, a.NKV / n, a.HS,
                                   all, all);
-  to_tokens(out, a.out, a.B, a.T, a.NH, a.HS, /*accumulate=*/false, send, recv);
+  to_tokens(out, a.out, a.B, a.T, a.NH, a.HS, /*accumulate=*/false, at, send, recv);
 }
 
 void UlyssesAttention::backward(const AttentionBackward& a) const {
@@ -108,11 +115,12 @@ void UlyssesAttention::backward(const AttentionBackward& a) const {
   float* send = dv + N * KD;
   float* recv = send + N * QD;
   float* D = recv + N * QD;
-  to_heads(a.q, q, a.B, a.T, a.NH, a.HS, send, recv);
-  to_heads(a.k, k, a.B, a.T, a.NKV, a.HS, send, recv);
-  to_heads(a.v, v, a.B, a.T, a.NKV, a.HS, send, recv);
-  to_heads(a.out, out, a.B, a.T, a.NH, a.HS, send, recv);
-  to_heads(a.dout, dout, a.B, a.T, a.NH, a.HS, send, recv);
+  const Positions at = positions(whole);
+  to_heads(a.q, q, a.B, a.T, a.NH, a.HS, at, send, recv);
+  to_heads(a.k, k, a.B, a.T, a.NKV, a.HS, at, send, recv);
+  to_heads(a.v, v, a.B, a.T, a.NKV, a.HS, at, send, recv);
+  to_heads(a.out, out, a.B, a.T, a.NH, a.HS, at, send, recv);
+  to_heads(a.dout, dout, a.B, a.T, a.NH, a.HS, at, send, recv);
   kernels::attention_row_dot(D, dout, out, a.B, whole, a.NH / n, a.HS);
   kernels::zero(dq, N * QD);
   kernels::zero(dk, N * KD);
@@ -120,9 +128,9 @@ void UlyssesAttention::backward(const AttentionBackward& a) const {
   const kernels::AttentionSpan all{0, whole, 0};
   kernels::attention_span_backward_recompute(dq, dk, dv, dout, q, k, v, a.lse, D, a.B, whole, whole, a.NH / n,
                                              a.NKV / n, a.HS, all, all);
-  to_tokens(dq, a.dq, a.B, a.T, a.NH, a.HS, /*accumulate=*/true, send, recv);
-  to_tokens(dk, a.dk, a.B, a.T, a.NKV, a.HS, /*accumulate=*/true, send, recv);
-  to_tokens(dv, a.dv, a.B, a.T, a.NKV, a.HS, /*accumulate=*/true, send, recv);
+  to_tokens(dq, a.dq, a.B, a.T, a.NH, a.HS, /*accumulate=*/true, at, send, recv);
+  to_tokens(dk, a.dk, a.B, a.T, a.NKV, a.HS, /*accumulate=*/true, at, send, recv);
+  to_tokens(dv, a.dv, a.B, a.T, a.NKV, a.HS, /*accumulate=*/true, at, send, recv);
 }
 
 }  // namespace ndt

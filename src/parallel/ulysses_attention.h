@@ -18,6 +18,7 @@
 #include "model/context_parallel_attention.h"
 
 #include <cstdint>
+#include <vector>
 
 namespace ndt {
 
@@ -31,12 +32,17 @@ class UlyssesAttention : public ContextParallelAttention {
   void backward(const AttentionBackward& a) const override;
 
  private:
+  // Every cp rank's local rows' sequence positions (CpLayout::positions), for sequences
+  // of `whole` tokens: computed once per forward or backward.
+  using Positions = std::vector<std::vector<int32_t>>;
+  Positions positions(int whole) const;
   // [B, T, H, HS] of this rank's tokens -> [B, cp x T, H / cp, HS] of all tokens in
   // sequence order, this rank's heads. send and recv: B x T x H x HS floats each.
-  void to_heads(const float* tokens, float* heads, int B, int T, int H, int HS, float* send, float* recv) const;
+  void to_heads(const float* tokens, float* heads, int B, int T, int H, int HS, const Positions& positions,
+                float* send, float* recv) const;
   // The inverse: heads -> tokens, added (+=) when accumulate, else written.
-  void to_tokens(const float* heads, float* tokens, int B, int T, int H, int HS, bool accumulate, float* send,
-                 float* recv) const;
+  void to_tokens(const float* heads, float* tokens, int B, int T, int H, int HS, bool accumulate,
+                 const Positions& positions, float* send, float* recv) const;
   Communicator& cp_;
   CpLayout layout_;
 };

@@ -307,11 +307,18 @@ std::string Trainer::describe_sync() const {
 int Trainer::local_tokens(int T) const { return mesh_ ? T / mesh_->size(Axis::cp) : T; }
 
 double Trainer::mean_over_dp(double local) {
-  if (mesh_ == nullptr || mesh_->size(Axis::dp_cp) == 1) return local;
-  float value = static_cast<float>(local);
+  mean_over_dp(&local, 1);
+  return local;
+}
+
+void Trainer::mean_over_dp(double* values, int n) {
+  if (mesh_ == nullptr || mesh_->size(Axis::dp_cp) == 1) return;
+  std::array<float, 2> buffer{};
+  NDT_CHECK(n >= 1 && n <= static_cast<int>(buffer.size()), "mean_over_dp: {} values", n);
+  for (int i = 0; i < n; ++i) buffer[static_cast<size_t>(i)] = static_cast<float>(values[i]);
   // Over the context-parallel ranks too: each holds as many of a sequence's tokens.
-  mesh_->axis(Axis::dp_cp).all_reduce(&value, 1, DType::f32, ReduceOp::avg);
-  return value;
+  mesh_->axis(Axis::dp_cp).all_reduce(buffer.data(), static_cast<size_t>(n), DType::f32, ReduceOp::avg);
+  for (int i = 0; i < n; ++i) values[i] = buffer[static_cast<size_t>(i)];
 }
 
 std::vector<Axis> Trainer::reported_axes() const {
@@ -452,7 +459,13 @@ StepStats Trainer::step() {
       sync_->finish_backward();
     }
   }
-  loss = mean_over_dp(loss / accum);
+  // The mean losses over the ranks; the z term (optim.z_loss, not reported under
+  // pipeline parallelism: its gradient is right, the runner sums only the loss) in the
+  // same all-reduce.
+  const bool reports_z = config_.z_loss > 0 && !pipeline_;
+  double means[2] = {loss / accum, z_loss / accum};
+  mean_over_dp(means, reports_z ? 2 : 1);
+  loss = means[0];
   update_fp8_scales();
   if (config_.nonfinite_gradient_step == step_ + 1) inject_nonfinite_gradient();
   // The gradients hold loss_scale x the true ones: the norm, the clip and the update
@@ -505,8 +518,7 @@ StepStats Trainer::step() {
     rollback(s, reason);
   }
   s.loss = loss;
-  // (Under pipeline parallelism the z term is in the gradients but not reported.)
-  if (config_.z_loss > 0 && !pipeline_) s.z_loss = mean_over_dp(z_loss / accum);
+  if (reports_z) s.z_loss = means[1];
   s.lr = lr;
   s.grad_norm = norm;
   s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -522,7 +534,7 @@ StepStats Trainer::step() {
                            {"tokens_per_s", s.tokens_per_s}, {"mfu", s.mfu}, {"hfu", s.hfu},
                            {"peak_mem_bytes", s.peak_bytes}};
   if (loss_scaler_) record["loss_scale"] = s.loss_scale;
-  if (config_.z_loss > 0 && !pipeline_) record["z_loss"] = number(s.z_loss);
+  if (reports_z) record["z_loss"] = number(s.z_loss);
   if (s.overflow_skipped) {
     record["update_skipped"] = fmt::format("overflow at loss scale {}: scale now {}", s.loss_scale, loss_scaler_->scale());
   } else if (!s.finite) {

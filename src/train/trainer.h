@@ -126,8 +126,10 @@ class Trainer {
   void restore_states(const nlohmann::json& state, bool resume);
   void print_header();
   void print_step(const StepStats& s);
-  // The mean over the data- and context-parallel ranks.
+  // The mean over the data- and context-parallel ranks (as f32); the array form
+  // averages up to 2 values in one all-reduce, in place.
   double mean_over_dp(double local);
+  void mean_over_dp(double* values, int n);
   // The tokens of a sequence of T this rank holds (T / cp).
   int local_tokens(int T) const;
   bool on_every_rank(bool local);  // collective: local is true on every rank

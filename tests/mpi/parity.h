@@ -55,6 +55,7 @@ struct TrainedRun {
   std::vector<double> losses;
   std::vector<double> grad_norms;  // of each step, before clipping
   std::vector<float> params;
+  std::vector<std::string> interventions;  // of each step (StepStats::intervention; "" when none)
 };
 
 inline TrainedRun train(const RunConfig& config, DeviceMesh* mesh) {
@@ -64,6 +65,7 @@ inline TrainedRun train(const RunConfig& config, DeviceMesh* mesh) {
     const StepStats stats = trainer.step();
     run.losses.push_back(stats.loss);
     run.grad_norms.push_back(stats.grad_norm);
+    run.interventions.push_back(stats.intervention);
   }
   run.params = trainer.full_parameters();
   return run;
