@@ -8,8 +8,18 @@
 
 namespace ndt {
 
-BlockDims::BlockDims(const ModelConfig& c, const ActivationLayout& tp, int B, int T)
-    : N(int64_t{B} * T), Nl(tp.local_rows(N)), C(c.d_model), F(c.d_ff / tp.tp),
+namespace {
+
+int widest_mlp(const ModelConfig& c) {
+  int widest = 0;
+  for (int l = 0; l < c.n_layer; ++l) widest = std::max(widest, c.mlp_d_ff(l));
+  return widest;
+}
+
+}  // namespace
+
+BlockDims::BlockDims(const ModelConfig& c, const ActivationLayout& tp, int B, int T, int layer)
+    : N(int64_t{B} * T), Nl(tp.local_rows(N)), C(c.d_model), F((layer < 0 ? widest_mlp(c) : c.mlp_d_ff(layer)) / tp.tp),
       QD(int64_t{c.d_model} / tp.tp), KD(int64_t{c.kv_heads()} / tp.tp * c.head_dim()),
       NH(c.n_head / tp.tp), NKV(c.kv_heads() / tp.tp), HS(c.head_dim()) {}
 
@@ -128,8 +138,9 @@ void carve_local_row_acts(const ModelConfig& c, const BlockDims& d, BlockActivat
   m.take(a, &A::ln2_rstd, d.Nl);
 }
 
-BlockActivations carve_block(const ModelConfig& c, const ActivationLayout& tp, int B, int T, BlockCarver& m) {
-  const BlockDims d(c, tp, B, T);
+BlockActivations carve_block(const ModelConfig& c, const ActivationLayout& tp, int B, int T, BlockCarver& m,
+                             int layer = -1) {
+  const BlockDims d(c, tp, B, T, layer);
   const bool recomputed = true;  // by selective recompute
   BlockActivations a;
   carve_local_row_acts(c, d, a, m);
@@ -191,7 +202,7 @@ void carve_context_views(MicroBatchContext* ctx, const ModelConfig& c, const Act
   for (int l = 0; l < L; ++l) {
     if (!local(1 + l)) continue;
     BlockCarver saved(policy.of_block(l), /*complement=*/false, compute, m, &packed[static_cast<size_t>(l)]);
-    blocks[static_cast<size_t>(l)] = carve_block(c, tp, B, T, saved);
+    blocks[static_cast<size_t>(l)] = carve_block(c, tp, B, T, saved, l);
   }
   HeadActivations head;
   if (local(L + 1)) {
@@ -294,6 +305,7 @@ void carve_context(MicroBatchContext& ctx, const ModelConfig& c, const Activatio
   carve_context_views(&ctx, c, tp, B, T, policy, local_units, compute, m);
   ctx.B = B, ctx.T = T;
   ctx.cp = tp.cp;
+  ctx.moe.resize(static_cast<size_t>(c.n_layer));
   ctx.checkpointing = policy;
 }
 

@@ -14,6 +14,7 @@
 #include "model/config.h"
 #include "model/activation_layout.h"
 #include "model/matmul.h"
+#include "model/moe.h"
 #include "model/tensor_parallel_regions.h"
 
 #include <cstdint>
@@ -23,10 +24,12 @@
 
 namespace ndt {
 
-// Row counts and this rank's widths for a micro-batch of B x T.
+// Row counts and this rank's widths for a micro-batch of B x T; F is block `layer`'s
+// dense MLP width (an MoE block's shared MLP, 0 without one), or for layer = -1 the
+// widest block's (what shared buffers are sized for).
 struct BlockDims {
   int64_t N, Nl, C, F, QD, KD, NH, NKV, HS;
-  BlockDims(const ModelConfig& c, const ActivationLayout& tp, int B, int T);
+  BlockDims(const ModelConfig& c, const ActivationLayout& tp, int B, int T, int layer = -1);
 };
 
 // Activation checkpointing (train.activation_checkpointing, docs/activation_checkpointing.md):
@@ -134,6 +137,8 @@ struct MicroBatchContext {
   // The sum of the tokens' z-loss terms, z_loss x lse^2 (Transformer::set_z_loss; 0 without
   // it), set with loss_sum. Backward's gradient is that of grad_scale x (loss_sum + z_loss_sum).
   double z_loss_sum = 0;
+  // Per block, what an MoE block's routed experts keep for backward (model/moe.h).
+  std::vector<MoeActivations> moe;
   int64_t rows() const { return int64_t{B} * T; }
 };
 

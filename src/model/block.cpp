@@ -10,7 +10,7 @@ namespace ndt {
 
 std::vector<ParameterSpec> block_parameter_specs(const ModelConfig& c, int layer) {
   const std::string p = "blocks." + std::to_string(layer) + ".";
-  const int64_t C = c.d_model, F = c.d_ff, QD = c.d_model, KD = int64_t{c.kv_heads()} * c.head_dim();
+  const int64_t C = c.d_model, F = c.mlp_d_ff(layer), QD = c.d_model, KD = int64_t{c.kv_heads()} * c.head_dim();
   const float std = c.init_std;
   const float residual_std = c.init_std / std::sqrt(2.0f * c.n_layer);
   const bool bias = c.has_bias();
@@ -36,7 +36,8 @@ std::vector<ParameterSpec> block_parameter_specs(const ModelConfig& c, int layer
   }
   linear("attn.wo", C, QD, residual_std, Split::row);
   norm("ln2");
-  if (c.arch == Arch::gpt2) {
+  if (F == 0) {  // an MoE block without a shared MLP
+  } else if (c.arch == Arch::gpt2) {
     linear("mlp.fc", F, C, std, Split::column);
     linear("mlp.proj", C, F, residual_std, Split::row);
   } else {
@@ -44,6 +45,7 @@ std::vector<ParameterSpec> block_parameter_specs(const ModelConfig& c, int layer
     linear("mlp.up", F, C, std, Split::column);
     linear("mlp.down", C, F, residual_std, Split::row);
   }
+  if (c.is_moe_block(layer)) append_moe_parameter_specs(specs, c, layer);
   for (ParameterSpec& s : specs) s.unit = 1 + layer;
   return specs;
 }
@@ -62,16 +64,29 @@ Block::Block(const ModelConfig& config, int layer, const ParameterStore& store, 
   wo_ = {find(store, "attn.wo.weight"), find(store, "attn.wo.bias", bias)};
   q_norm_ = find(store, "attn.q_norm.weight", c_.qk_norm);
   k_norm_ = find(store, "attn.k_norm.weight", c_.qk_norm);
-  fc_ = {find(store, gpt2 ? "mlp.fc.weight" : "mlp.gate.weight"), find(store, "mlp.fc.bias", bias)};
-  up_ = {find(store, "mlp.up.weight", !gpt2), nullptr};
-  proj_ = {find(store, gpt2 ? "mlp.proj.weight" : "mlp.down.weight"), find(store, "mlp.proj.bias", bias)};
+  const bool dense = c_.mlp_d_ff(layer) > 0;
+  fc_ = {find(store, gpt2 ? "mlp.fc.weight" : "mlp.gate.weight", dense), find(store, "mlp.fc.bias", dense && bias)};
+  up_ = {find(store, "mlp.up.weight", dense && !gpt2), nullptr};
+  proj_ = {find(store, gpt2 ? "mlp.proj.weight" : "mlp.down.weight", dense),
+           find(store, "mlp.proj.bias", dense && bias)};
+  if (c_.is_moe_block(layer)) {
+    moe_ = MoeLayer(c_, find(store, "moe.router.weight"), find(store, gpt2 ? "moe.experts.fc.weight" : "moe.experts.gate.weight"),
+                    find(store, "moe.experts.up.weight", !gpt2),
+                    find(store, gpt2 ? "moe.experts.proj.weight" : "moe.experts.down.weight"));
+  }
   for (ColumnParallelLinear* l : {&wq_, &wk_, &wv_, &fc_, &up_}) l->precision = &ws_.matmul;
   for (RowParallelLinear* l : {&wo_, &proj_}) l->precision = &ws_.matmul;
 }
 
 void Block::bind(const TensorParallelRegions& tp) {
   tp_ = &tp;
-  partial_ = PartialGradients(tp, {ln1_w_, ln1_b_, ln2_w_, ln2_b_, wo_.bias, proj_.bias, q_norm_, k_norm_});
+  if (moe_.active()) {
+    NDT_CHECK(c_.expert_d_ff() % tp.size() == 0 && c_.moe_shared_d_ff % tp.size() == 0,
+              "model.moe_d_ff = {} and model.moe_shared_d_ff = {} must divide over parallel.tp = {} (each tp rank "
+              "holds a slice of every expert's hidden units)",
+              c_.expert_d_ff(), c_.moe_shared_d_ff, tp.size());
+  }
+  partial_ = PartialGradients(tp, {ln1_w_, ln1_b_, ln2_w_, ln2_b_, wo_.bias, proj_.bias, q_norm_, k_norm_, moe_.router()});
 }
 
 const Parameter* Block::find(const ParameterStore& store, const std::string& suffix, bool required) {
@@ -116,11 +131,24 @@ void Block::activation(const BlockActivations& a, const BlockDims& d) {
   }
 }
 
-void Block::forward(MicroBatchContext& ctx) {
+void Block::activation_backward(const BlockActivations& a, const BlockDims& d) {
+  BlockScratch& s = ws_.block;
+  kernels::zero(s.dff_b, d.N * d.F);
+  if (c_.arch == Arch::gpt2) {
+    kernels::gelu_backward(s.dff_b, a.ff_pre, s.dff_a, d.N * d.F);
+  } else {
+    kernels::zero(s.dff_c, d.N * d.F);
+    kernels::swiglu_backward(s.dff_b, s.dff_c, s.dff_a, a.ff_pre, a.ff_up, d.N * d.F);
+  }
+}
+
+void Block::forward(MicroBatchContext& ctx) { forward_pass(ctx, /*recompute=*/false); }
+
+void Block::forward_pass(MicroBatchContext& ctx, bool recompute) {
   const int B = ctx.B, T = ctx.T;
   ws_.fit(ctx);
   const TensorParallelRegions& tp = *tp_;
-  const BlockDims d(c_, tp.layout(), B, T);
+  const BlockDims d(c_, tp.layout(), B, T, layer_);
   const float* x_in = ctx.stream[static_cast<size_t>(layer_)];
   float* x_out = ctx.stream[static_cast<size_t>(layer_) + 1];
   const BlockActivations a = activations(ctx);
@@ -156,16 +184,64 @@ void Block::forward(MicroBatchContext& ctx) {
 
   // MLP, the same way.
   norm(a.ln2, a.ln2_mean, a.ln2_rstd, a.x_mid, *ln2_w_, ln2_b_, d);
-  fc_.forward(a.ff_pre, a.ln2, d.N);
-  round_to_compute(a.ff_pre, d.N * d.F);
-  if (c_.arch == Arch::llama) {
-    up_.forward(a.ff_up, a.ln2, d.N);
-    round_to_compute(a.ff_up, d.N * d.F);
-  }
-  activation(a, d);
-  proj_.forward(tp, x_out, tp.splits_rows() ? s.dln : x_out, a.ff_act, d.N);
+  mlp_forward(ctx, a, d, x_out, recompute);
   kernels::add_inplace(x_out, a.x_mid, d.Nl * d.C);
   pack_block_activations(ctx, layer_, ws_.recompute);
+}
+
+MoeBatch Block::moe_batch(const MicroBatchContext& ctx) const {
+  return {ctx.B, ctx.T, ctx.cp.size, ctx.grad_scale, tp_->rank() == 0};
+}
+
+void Block::mlp_forward(MicroBatchContext& ctx, const BlockActivations& a, const BlockDims& d, float* x_out,
+                        bool recompute) {
+  const TensorParallelRegions& tp = *tp_;
+  float* partial = tp.splits_rows() ? ws_.block.dln : x_out;  // [N, C]
+  if (d.F > 0) {
+    fc_.forward(a.ff_pre, a.ln2, d.N);
+    round_to_compute(a.ff_pre, d.N * d.F);
+    if (c_.arch == Arch::llama) {
+      up_.forward(a.ff_up, a.ln2, d.N);
+      round_to_compute(a.ff_up, d.N * d.F);
+    }
+    activation(a, d);
+    if (!moe_.active()) {
+      proj_.forward(tp, x_out, partial, a.ff_act, d.N);
+      return;
+    }
+    matmul_forward(ws_.matmul, partial, a.ff_act, *proj_.weight, nullptr, d.N);
+  } else {
+    kernels::zero(partial, d.N * d.C);
+  }
+  // The routed experts add their (tp-partial) output to the shared MLP's before the
+  // region's reduction. Evaluation and recompute add nothing to the totals.
+  MoeTotals* totals = recompute || ctx.forward_only ? nullptr : moe_totals_;
+  moe_.bind(*experts_, attention(ctx));
+  moe_.forward(ctx.moe[static_cast<size_t>(layer_)], moe_batch(ctx), a.ln2, partial, totals ? &totals->aux_sum : nullptr,
+               totals ? &totals->z_sum : nullptr, totals ? &totals->stats : nullptr);
+  const float* y = tp.row_output_forward(partial, x_out, d.Nl, d.C);
+  if (y != x_out) kernels::copy(x_out, y, d.Nl * d.C);
+  if (proj_.bias) kernels::add_bias(x_out, proj_.bias->data(), d.Nl, d.C);
+}
+
+void Block::moe_mlp_backward(MicroBatchContext& ctx, const BlockActivations& a, const BlockDims& d, ModelHooks* hooks) {
+  const TensorParallelRegions& tp = *tp_;
+  BlockScratch& s = ws_.block;
+  float* dres = ws_.dstream;  // dL/dx_out [Nl, C]
+  const float* dout = tp.row_output_backward(dres, s.dout_full, d.Nl, d.C);  // all rows
+  kernels::zero(s.dln, d.N * d.C);
+  if (d.F > 0) {  // the shared MLP
+    if (proj_.bias) kernels::bias_backward(partial_.grad(proj_.bias), dres, d.Nl, d.C);
+    kernels::zero(s.dff_a, d.N * d.F);
+    matmul_backward(ws_.matmul, s.dff_a, /*weight_grad=*/true, nullptr, dout, a.ff_act, *proj_.weight, d.N);
+    activation_backward(a, d);
+    if (c_.arch == Arch::llama) up_.backward(s.dln, s.dff_c, a.ln2, d.N);
+    fc_.backward(s.dln, s.dff_b, a.ln2, d.N);
+    if (hooks) hooks->poll();
+  }
+  moe_.bind(*experts_, attention(ctx));
+  moe_.backward(ctx.moe[static_cast<size_t>(layer_)], moe_batch(ctx), a.ln2, dout, partial_.grad(moe_.router()), s.dln);
+  if (hooks) hooks->poll();
 }
 
 void Block::recompute(MicroBatchContext& ctx, const BlockActivations& a, const BlockDims& d) {
@@ -174,7 +250,7 @@ void Block::recompute(MicroBatchContext& ctx, const BlockActivations& a, const B
     case CheckpointMode::full:
       // The whole forward again, into the recompute area; it also rewrites the block's
       // output (the next block's input) with the same values.
-      forward(ctx);
+      forward_pass(ctx, /*recompute=*/true);
       return;
     case CheckpointMode::selective: {
       const float* x_in = ctx.stream[static_cast<size_t>(layer_)];
@@ -215,7 +291,7 @@ void Block::backward_pass(MicroBatchContext& ctx, ModelHooks* hooks, std::vector
   const int B = ctx.B, T = ctx.T;
   ws_.fit(ctx);
   const TensorParallelRegions& tp = *tp_;
-  const BlockDims d(c_, tp.layout(), B, T);
+  const BlockDims d(c_, tp.layout(), B, T, layer_);
   float* dres = ws_.dstream;
   const float* x_in = ctx.stream[static_cast<size_t>(layer_)];
   const BlockActivations a = activations(ctx);
@@ -251,21 +327,21 @@ void Block::backward_pass(MicroBatchContext& ctx, ModelHooks* hooks, std::vector
   };
 
   // MLP: dres is dL/dx_out, which is also dL/d(mlp output).
-  kernels::zero(s.dff_a, d.N * d.F);
-  row(proj_, s.dff_a, dres, a.ff_act, partial_.grad(proj_.bias));
-  poll();
-  kernels::zero(s.dff_b, d.N * d.F);
-  kernels::zero(s.dln, d.N * d.C);
-  if (c_.arch == Arch::gpt2) {
-    kernels::gelu_backward(s.dff_b, a.ff_pre, s.dff_a, d.N * d.F);
+  if (moe_.active()) {
+    moe_mlp_backward(ctx, a, d, hooks);
   } else {
-    kernels::zero(s.dff_c, d.N * d.F);
-    kernels::swiglu_backward(s.dff_b, s.dff_c, s.dff_a, a.ff_pre, a.ff_up, d.N * d.F);
-    column(up_, s.dln, s.dff_c, a.ln2);
+    kernels::zero(s.dff_a, d.N * d.F);
+    row(proj_, s.dff_a, dres, a.ff_act, partial_.grad(proj_.bias));
+    poll();
+    kernels::zero(s.dln, d.N * d.C);
+    activation_backward(a, d);
+    if (c_.arch == Arch::llama) {
+      column(up_, s.dln, s.dff_c, a.ln2);
+      poll();
+    }
+    column(fc_, s.dln, s.dff_b, a.ln2);
     poll();
   }
-  column(fc_, s.dln, s.dff_b, a.ln2);
-  poll();
   // dres becomes dL/dx_mid: the residual path plus the norm2 path.
   const float* dln2 = tp.column_input_backward(s.dln, s.dln_local, d.Nl, d.C);
   norm_backward(c_, dres, partial_.grad(ln2_w_), partial_.grad(ln2_b_), *ln2_w_, dln2, a.x_mid, a.ln2_mean,

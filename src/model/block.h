@@ -1,6 +1,10 @@
 // One transformer block, a unit (model/unit.h) with explicit forward and backward:
 //   x_mid = x + Wo · attention(norm1(x))        (q, k, v projections; QK-norm; RoPE)
 //   x_out = x_mid + MLP(norm2(x_mid))           (GELU 4x for gpt2, SwiGLU for llama)
+// In an MoE block (ModelConfig::is_moe_block) the MLP is the routed experts
+// (model/moe.h) plus, when moe_shared_d_ff > 0, a shared MLP of that width (the
+// block's mlp.* parameters) every token passes through; both outputs are summed before
+// the row-parallel reduction. An MoE block runs its whole MLP backward in backward_input.
 // It saves what backward needs in the context's BlockActivations, or, under activation
 // checkpointing (model/activations.h), part of it, and recomputes the rest at the start
 // of its backward. Under tensor
@@ -12,6 +16,7 @@
 #include "model/activations.h"
 #include "model/config.h"
 #include "model/context_parallel_attention.h"
+#include "model/moe.h"
 #include "model/parameter.h"
 #include "model/tp_layers.h"
 #include "model/unit.h"
@@ -40,6 +45,9 @@ class Block : public Unit {
   void bind(const TensorParallelRegions& tp) override;
   // The attention core's implementation (context parallelism; not owned).
   void bind_attention(const ContextParallelAttention& attention) { attention_ = &attention; }
+  // Where the routed rows go (expert parallelism; not owned), and where the routing
+  // totals of training forwards are added (not owned).
+  void bind_experts(const ExpertDispatch& dispatch, MoeTotals* totals) { experts_ = &dispatch, moe_totals_ = totals; }
 
  private:
   const Parameter* find(const ParameterStore& store, const std::string& suffix, bool required = true);
@@ -50,8 +58,17 @@ class Block : public Unit {
   // The context's attention: the bound one if the context's sequences are split, else local.
   const ContextParallelAttention& attention(const MicroBatchContext& ctx) const;
   void activation(const BlockActivations& a, const BlockDims& d);
+  // The activation's backward: dff_a (its output gradient) -> dff_b (and dff_c, llama's up).
+  void activation_backward(const BlockActivations& a, const BlockDims& d);
   // In low precision, x rounded to the compute dtype in place (fp32: nothing).
   void round_to_compute(float* x, int64_t n) const;
+  // forward, or (recompute: full activation checkpointing's rerun) the same without
+  // adding to the MoE totals.
+  void forward_pass(MicroBatchContext& ctx, bool recompute);
+  // The MLP's output, added to x_out after the region's reduction: dense or MoE.
+  void mlp_forward(MicroBatchContext& ctx, const BlockActivations& a, const BlockDims& d, float* x_out, bool recompute);
+  void moe_mlp_backward(MicroBatchContext& ctx, const BlockActivations& a, const BlockDims& d, ModelHooks* hooks);
+  MoeBatch moe_batch(const MicroBatchContext& ctx) const;
   // The backward; deferred == null: fused, else the weight gradients go there.
   void backward_pass(MicroBatchContext& ctx, ModelHooks* hooks, std::vector<DeferredWeightGradient>* deferred);
   // What the context's checkpointing policy left out of this block's saved activations.
@@ -62,6 +79,9 @@ class Block : public Unit {
   Workspace& ws_;
   const TensorParallelRegions* tp_ = nullptr;
   const ContextParallelAttention* attention_ = nullptr;
+  const ExpertDispatch* experts_ = nullptr;
+  MoeTotals* moe_totals_ = nullptr;
+  MoeLayer moe_;
   const Parameter *ln1_w_, *ln1_b_, *ln2_w_, *ln2_b_;
   ColumnParallelLinear wq_, wk_, wv_, fc_, up_;  // fc = gate for llama
   RowParallelLinear wo_, proj_;                  // proj = down for llama

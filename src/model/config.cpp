@@ -14,6 +14,14 @@ Arch arch_from_name(std::string_view name) {
   fail("model.arch = \"{}\" is not a known architecture (gpt2, llama)", name);
 }
 
+std::string_view moe_score_name(MoeScore score) { return score == MoeScore::softmax ? "softmax" : "sigmoid"; }
+
+MoeScore moe_score_from_name(std::string_view name) {
+  if (name == "softmax") return MoeScore::softmax;
+  if (name == "sigmoid") return MoeScore::sigmoid;
+  fail("model.moe_score = \"{}\" is not a router score (softmax, sigmoid)", name);
+}
+
 void ModelConfig::set_arch(Arch family) {
   arch = family;
   tied_embeddings = family == Arch::gpt2;
@@ -40,6 +48,21 @@ void ModelConfig::validate() const {
     NDT_CHECK(head_dim() % 2 == 0, "RoPE needs an even head dimension: model.d_model / model.n_head = {}",
               head_dim());
     NDT_CHECK(rope_theta > 0, "model.rope_theta = {} must be positive", rope_theta);
+  }
+  if (n_experts != 0) {
+    positive("n_experts", n_experts);
+    positive("moe_top_k", moe_top_k);
+    positive("moe_every", moe_every);
+    NDT_CHECK(moe_top_k <= n_experts, "model.moe_top_k = {} exceeds model.n_experts = {}", moe_top_k, n_experts);
+    NDT_CHECK(moe_every <= n_layer, "model.moe_every = {} exceeds model.n_layer = {}: no block would be an MoE block",
+              moe_every, n_layer);
+    NDT_CHECK(moe_d_ff >= 0, "model.moe_d_ff = {} must be positive (or 0: model.d_ff)", moe_d_ff);
+    NDT_CHECK(moe_shared_d_ff >= 0, "model.moe_shared_d_ff = {} must be positive (or 0: no shared MLP)",
+              moe_shared_d_ff);
+    NDT_CHECK(moe_capacity_factor == 0 || moe_capacity_factor > 0,
+              "model.moe_capacity_factor = {} must be positive (or 0: dropless)", moe_capacity_factor);
+    NDT_CHECK(moe_aux_loss >= 0, "model.moe_aux_loss = {} must be >= 0", moe_aux_loss);
+    NDT_CHECK(moe_z_loss >= 0, "model.moe_z_loss = {} must be >= 0", moe_z_loss);
   }
   NDT_CHECK(norm_eps > 0, "model.norm_eps = {} must be positive", norm_eps);
   NDT_CHECK(init_std > 0, "model.init_std = {} must be positive", init_std);

@@ -3,7 +3,11 @@
 //   llama: RMSNorm, RoPE, SwiGLU MLP, no biases, untied output, grouped K/V heads.
 // (Tied or untied is a default of the family, set by set_arch() and the presets; either
 // family may override it.)
-// Either may add QK-norm (RMSNorm over each head's query and key vectors).
+// Either may add QK-norm (RMSNorm over each head's query and key vectors), and either
+// may replace the MLP of every moe_every-th block by a mixture of experts (model/moe.h):
+// a router choosing moe_top_k of n_experts experts per token (each an MLP of the
+// family's kind, SwiGLU or GELU, width moe_d_ff, without biases), plus optionally a
+// shared MLP of width moe_shared_d_ff that every token passes through.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +20,12 @@ namespace ndt {
 enum class Arch { gpt2, llama };
 std::string_view arch_name(Arch arch);
 Arch arch_from_name(std::string_view name);  // throws naming the value
+
+// How the router turns its logits into expert scores: softmax over the experts
+// (Mixtral, Switch), or an independent sigmoid per expert (DeepSeek-V3).
+enum class MoeScore { softmax, sigmoid };
+std::string_view moe_score_name(MoeScore score);
+MoeScore moe_score_from_name(std::string_view name);  // throws naming the value
 
 struct ModelConfig {
   Arch arch = Arch::gpt2;
@@ -32,9 +42,28 @@ struct ModelConfig {
   float rope_theta = 10000.0f;
   float init_std = 0.02f;  // residual projections use init_std / sqrt(2 n_layer)
 
+  // Mixture of experts (n_experts = 0: every block dense). Block l is an MoE block when
+  // (l + 1) % moe_every == 0.
+  int n_experts = 0;
+  int moe_top_k = 2;
+  int moe_every = 1;
+  int moe_d_ff = 0;         // each routed expert's hidden width (0: d_ff)
+  int moe_shared_d_ff = 0;  // the MoE blocks' shared MLP width (0: none)
+  MoeScore moe_score = MoeScore::softmax;
+  bool moe_normalize_top_k = true;  // the chosen experts' weights divided by their sum
+  // Tokens per expert and sequence at most ceil(factor x T x top_k / n_experts); 0: dropless.
+  float moe_capacity_factor = 0.0f;
+  float moe_aux_loss = 0.01f;  // load-balancing loss coefficient (Switch form, per sequence)
+  float moe_z_loss = 0.0f;     // router z-loss coefficient (ST-MoE)
+
   int head_dim() const { return d_model / n_head; }
   int kv_heads() const { return arch == Arch::gpt2 ? n_head : n_kv_head; }
   bool has_bias() const { return arch == Arch::gpt2; }
+  bool is_moe() const { return n_experts > 0; }
+  bool is_moe_block(int layer) const { return n_experts > 0 && (layer + 1) % moe_every == 0; }
+  int expert_d_ff() const { return moe_d_ff > 0 ? moe_d_ff : d_ff; }
+  // The dense MLP width of block `layer`: d_ff, or in an MoE block the shared MLP's (0: none).
+  int mlp_d_ff(int layer) const { return is_moe_block(layer) ? moe_shared_d_ff : d_ff; }
 
   // Sets the family and its defaults for the keys the families differ in by default
   // (tied_embeddings: gpt2 tied, llama untied); a config sets explicit keys after it.

@@ -59,6 +59,9 @@ class ContextParallelAttention {
   virtual int rank() const { return 0; }
   virtual void forward(const AttentionForward& a) const;
   virtual void backward(const AttentionBackward& a) const;
+  // x[0..n) summed over the cp ranks, in place (per-sequence statistics of a split
+  // sequence: the MoE router's, model/moe.h). The identity for cp = 1.
+  virtual void sum_over_ranks(float* x, int64_t n) const {}
 };
 
 // The floats of attention probabilities a block keeps for B x T local rows of NH heads:

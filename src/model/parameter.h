@@ -42,6 +42,9 @@ struct ParameterSpec {
   // The model unit that owns it (model/unit.h: 0 the embedding, 1 + l block l, the last
   // the head). A unit's parameters are contiguous, in unit order.
   int unit = 0;
+  // A routed expert's weight ([experts, ...]): dim 0 indexes the experts, which expert
+  // parallelism splits over ep (parallel/expert_parallel.h). Its tp_dim is then 1 or 2.
+  bool expert = false;
 };
 
 struct Parameter {

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 namespace ndt {
 
@@ -59,6 +60,7 @@ Transformer::Transformer(const ModelConfig& config, uint64_t seed, int loss_chun
   units_.push_back(std::move(head));
   set_tensor_parallel(std::make_unique<TensorParallelRegions>());
   set_context_parallel(std::make_unique<ContextParallelAttention>());
+  set_expert_dispatch(std::make_unique<ExpertDispatch>());
 }
 
 Transformer::~Transformer() = default;
@@ -73,6 +75,15 @@ void Transformer::set_context_parallel(std::unique_ptr<ContextParallelAttention>
   cp_ = std::move(cp);
   for (Block* b : blocks_) b->bind_attention(*cp_);
 }
+
+void Transformer::set_expert_dispatch(std::unique_ptr<ExpertDispatch> ep) {
+  NDT_CHECK(config_.n_experts % ep->size() == 0, "model.n_experts = {} does not split over parallel.ep = {}",
+            config_.n_experts, ep->size());
+  ep_ = std::move(ep);
+  for (Block* b : blocks_) b->bind_experts(*ep_, &moe_totals_);
+}
+
+MoeTotals Transformer::take_moe_totals() { return std::exchange(moe_totals_, MoeTotals{}); }
 
 ActivationLayout Transformer::activation_layout() const {
   ActivationLayout layout = tp_->layout();
@@ -89,8 +100,26 @@ int64_t Transformer::matmul_params() const {
   return n;
 }
 
+namespace {
+
+// Expert parameters a token does not use in one MoE block (all but top_k experts).
+int64_t idle_expert_params(const ModelConfig& c) {
+  const int64_t matrices = c.arch == Arch::gpt2 ? 2 : 3;
+  return int64_t{c.n_experts - c.moe_top_k} * matrices * c.expert_d_ff() * c.d_model;
+}
+
+}  // namespace
+
+int64_t Transformer::active_matmul_params() const {
+  int64_t n = matmul_params();
+  for (int l = 0; l < config_.n_layer; ++l) {
+    if (config_.is_moe_block(l)) n -= idle_expert_params(config_);
+  }
+  return n;
+}
+
 double Transformer::flops_per_token(int T) const {
-  return 6.0 * static_cast<double>(matmul_params()) +
+  return 6.0 * static_cast<double>(active_matmul_params()) +
          12.0 * config_.n_layer * config_.d_model * static_cast<double>(T);
 }
 
@@ -105,6 +134,7 @@ double Transformer::recompute_flops_per_token(int T) const {
       case CheckpointMode::full: {
         int64_t block_params = 0;
         for (const ParameterSpec& spec : block_parameter_specs(config_, l)) block_params += shape_numel(spec.logical_shape);
+        if (config_.is_moe_block(l)) block_params -= idle_expert_params(config_);
         flops += 2.0 * static_cast<double>(block_params) + attention_core;
         break;
       }
@@ -124,6 +154,10 @@ void Transformer::set_precision(const Precision& precision) {
             "precision.fp8 = true computes the linear layers' fp8 products in the bf16 GEMM: it needs "
             "precision.compute = \"bf16\", not \"{}\"",
             compute_dtype_config_name(precision.compute));
+  NDT_CHECK(!config_.is_moe() || precision.compute == DType::f32,
+            "model.n_experts = {} (mixture of experts) computes in fp32 only: precision.compute = \"{}\" is not "
+            "supported with it yet",
+            config_.n_experts, compute_dtype_config_name(precision.compute));
   precision_ = precision;
   store_.set_compute_dtype(precision.compute);
   workspace_.set_compute_dtype(precision.compute);

@@ -10,6 +10,7 @@
 #include "model/activations.h"
 #include "model/config.h"
 #include "model/context_parallel_attention.h"
+#include "model/expert_dispatch.h"
 #include "model/fp8_linear.h"
 #include "model/hooks.h"
 #include "model/parameter.h"
@@ -49,6 +50,13 @@ class Transformer {
   // from now on hold this rank's tokens of each sequence.
   void set_context_parallel(std::unique_ptr<ContextParallelAttention> cp);
   const ContextParallelAttention& context_parallel() const { return *cp_; }
+  // Where the MoE blocks' routed rows go (default: ep = 1, every expert here). Install
+  // before the first forward.
+  void set_expert_dispatch(std::unique_ptr<ExpertDispatch> ep);
+  const ExpertDispatch& expert_dispatch() const { return *ep_; }
+  // What the MoE blocks' training forwards on this rank added up since the last call
+  // (their loss terms in token-loss units, the routing counts), and a reset.
+  MoeTotals take_moe_totals();
   // How this rank's activations are split over tp and cp.
   ActivationLayout activation_layout() const;
 
@@ -100,8 +108,8 @@ class Transformer {
   void set_hooks(ModelHooks* hooks) { hooks_ = hooks; }  // not owned; nullptr: none
 
   // Training FLOPs per token of the whole model (all tp ranks together): 6 x (parameters
-  // used in matmuls) + 12 x n_layer x d_model x T (attention scores and weighted sum,
-  // forward and backward, counted in full).
+  // a token uses in matmuls: of an MoE block's experts, top_k) + 12 x n_layer x d_model x
+  // T (attention scores and weighted sum, forward and backward, counted in full).
   double flops_per_token(int T) const;
   // FLOPs per token that activation checkpointing adds by recomputing (matmuls only, as
   // flops_per_token counts them): full recompute reruns a block's forward, 2 x its
@@ -113,6 +121,8 @@ class Transformer {
   // Parameters in matmuls (logical, whole model): all except lookup-only tables
   // (positions; untied input embedding).
   int64_t matmul_params() const;
+  // Of those, the ones each token uses: an MoE block's router and top_k of its experts.
+  int64_t active_matmul_params() const;
 
   // Activation memory per rank (ledger tag activations) for one context of B sequences of
   // T tokens (under context parallelism this rank holds T / cp of each) and the
@@ -133,6 +143,8 @@ class Transformer {
   ParameterStore store_;
   std::unique_ptr<TensorParallelRegions> tp_;
   std::unique_ptr<ContextParallelAttention> cp_;
+  std::unique_ptr<ExpertDispatch> ep_;
+  MoeTotals moe_totals_;
   std::vector<Block*> blocks_;
   Workspace workspace_;
   ActivationCheckpointing checkpointing_;

@@ -44,6 +44,10 @@ RingAttention::RingAttention(Communicator& cp, const CpLayout& layout) : cp_(cp)
             layout.size, cp.size());
 }
 
+void RingAttention::sum_over_ranks(float* x, int64_t n) const {
+  cp_.all_reduce(x, static_cast<size_t>(n), DType::f32, ReduceOp::sum);
+}
+
 void RingAttention::forward(const AttentionForward& a) const {
   const int n = layout_.size, r = cp_.rank(), T = a.T, whole = n * T;
   const int next = (r + 1) % n, prev = (r + n - 1) % n;

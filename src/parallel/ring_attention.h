@@ -31,6 +31,7 @@ class RingAttention : public ContextParallelAttention {
   int rank() const override { return cp_.rank(); }
   void forward(const AttentionForward& a) const override;
   void backward(const AttentionBackward& a) const override;
+  void sum_over_ranks(float* x, int64_t n) const override;
   // Query-key score pairs this rank computed in forward so far (visible pairs, summed
   // over sequences and heads): the attention FLOPs are 4 x head size x this.
   int64_t score_pairs() const { return score_pairs_; }

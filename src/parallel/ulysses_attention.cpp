@@ -77,6 +77,10 @@ void UlyssesAttention::to_tokens(const float* heads, float* tokens, int B, int T
   }
 }
 
+void UlyssesAttention::sum_over_ranks(float* x, int64_t n) const {
+  cp_.all_reduce(x, static_cast<size_t>(n), DType::f32, ReduceOp::sum);
+}
+
 void UlyssesAttention::forward(const AttentionForward& a) const {
   const int n = layout_.size, whole = n * a.T;
   validate_ulysses(a.NH, a.NKV, n);

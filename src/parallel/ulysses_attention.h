@@ -30,6 +30,7 @@ class UlyssesAttention : public ContextParallelAttention {
   int rank() const override { return cp_.rank(); }
   void forward(const AttentionForward& a) const override;
   void backward(const AttentionBackward& a) const override;
+  void sum_over_ranks(float* x, int64_t n) const override;
 
  private:
   // Every cp rank's local rows' sequence positions (CpLayout::positions), for sequences

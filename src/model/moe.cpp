@@ -1,0 +1,370 @@
+#include "model/moe.h"
+
+#include "core/error.h"
+#include "kernels/kernels.h"
+#include "model/context_parallel_attention.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace ndt {
+
+void MoeStats::add(const MoeStats& other) {
+  if (tokens_per_expert.size() < other.tokens_per_expert.size()) {
+    tokens_per_expert.resize(other.tokens_per_expert.size(), 0);
+  }
+  for (size_t e = 0; e < other.tokens_per_expert.size(); ++e) tokens_per_expert[e] += other.tokens_per_expert[e];
+  assignments += other.assignments;
+  dropped += other.dropped;
+}
+
+void append_moe_parameter_specs(std::vector<ParameterSpec>& specs, const ModelConfig& c, int layer) {
+  const std::string p = "blocks." + std::to_string(layer) + ".moe.";
+  const int64_t E = c.n_experts, C = c.d_model, F = c.expert_d_ff();
+  const float residual_std = c.init_std / std::sqrt(2.0f * c.n_layer);
+  // Replicated over tp, and used inside the region: every tp rank computes the same
+  // logits, but the gradient reaching them through its slice of the experts is partial.
+  specs.push_back({p + "router.weight", {E, C}, InitKind::normal, c.init_std, true, -1, true});
+  auto expert = [&](const std::string& name, const Shape& shape, float init_std, int tp_dim) {
+    ParameterSpec s{p + "experts." + name + ".weight", shape, InitKind::normal, init_std, true, tp_dim};
+    s.expert = true;
+    specs.push_back(s);
+  };
+  const bool gpt2 = c.arch == Arch::gpt2;
+  expert(gpt2 ? "fc" : "gate", {E, F, C}, c.init_std, 1);  // column-parallel: hidden units over tp
+  if (!gpt2) expert("up", {E, F, C}, c.init_std, 1);
+  expert(gpt2 ? "proj" : "down", {E, C, F}, residual_std, 2);  // row-parallel
+}
+
+int64_t moe_active_matmul_params(const ModelConfig& c) {
+  const int64_t matrices = c.arch == Arch::gpt2 ? 2 : 3;
+  return int64_t{c.n_experts} * c.d_model + int64_t{c.moe_top_k} * matrices * c.expert_d_ff() * c.d_model;
+}
+
+MoeLayer::MoeLayer(const ModelConfig& config, const Parameter* router, const Parameter* gate, const Parameter* up,
+                   const Parameter* down)
+    : c_(&config), router_(router), gate_(gate), up_(up), down_(down) {}
+
+namespace {
+
+Tensor activations(int64_t rows, int64_t width) {
+  return Tensor::empty({rows * width}, DType::f32, MemTag::activations);
+}
+
+// Scores of one token's logits: softmax or sigmoid; lse: the logits' log-sum-exp.
+void token_scores(MoeScore kind, const float* logits, int E, float* score, float* softmax, double* lse) {
+  float m = logits[0];
+  for (int e = 1; e < E; ++e) m = std::max(m, logits[e]);
+  double sum = 0;
+  for (int e = 0; e < E; ++e) sum += std::exp(static_cast<double>(logits[e] - m));
+  *lse = m + std::log(sum);
+  for (int e = 0; e < E; ++e) softmax[e] = static_cast<float>(std::exp(static_cast<double>(logits[e] - m)) / sum);
+  for (int e = 0; e < E; ++e) {
+    score[e] = kind == MoeScore::softmax ? softmax[e] : 1.0f / (1.0f + std::exp(-logits[e]));
+  }
+}
+
+}  // namespace
+
+void MoeLayer::route(MoeActivations& a, const MoeBatch& batch, const float* x, double* aux_sum, double* z_sum,
+                     MoeStats* stats) const {
+  const ModelConfig& c = *c_;
+  const int E = c.n_experts, k = c.moe_top_k, C = c.d_model, B = batch.B, T = batch.T;
+  const int64_t N = int64_t{B} * T, whole_T = int64_t{T} * batch.cp;
+  NDT_CHECK(c.moe_capacity_factor == 0 || batch.cp == 1,
+            "model.moe_capacity_factor = {} with parallel.cp = {} is not supported: capacity admits a sequence's "
+            "tokens in position order, which a split sequence does not have on one rank",
+            c.moe_capacity_factor, batch.cp);
+  a.logits = activations(N, E);
+  float* logits = a.logits.data<float>();
+  kernels::linear_forward(logits, x, router_->data(), nullptr, static_cast<int>(N), C, E);
+
+  // Scores, top-k and weights; each sequence's choice counts and normalised score sums.
+  a.expert.assign(static_cast<size_t>(N * k), 0);
+  a.weight.assign(static_cast<size_t>(N * k), 0.0f);
+  std::vector<float> sums(static_cast<size_t>(2 * B * E), 0.0f);  // [B, E] counts, then [B, E] score sums
+  std::vector<float> score(static_cast<size_t>(E)), softmax(static_cast<size_t>(E));
+  double z = 0;
+  for (int64_t t = 0; t < N; ++t) {
+    double lse = 0;
+    token_scores(c.moe_score, logits + t * E, E, score.data(), softmax.data(), &lse);
+    z += lse * lse;
+    int32_t* chosen = a.expert.data() + t * k;
+    float* w = a.weight.data() + t * k;
+    float chosen_sum = 0;
+    for (int j = 0; j < k; ++j) {
+      int best = -1;
+      for (int e = 0; e < E; ++e) {
+        if (std::find(chosen, chosen + j, e) != chosen + j) continue;
+        if (best < 0 || score[e] > score[best]) best = e;
+      }
+      chosen[j] = best;
+      w[j] = score[best];
+      chosen_sum += w[j];
+    }
+    if (c.moe_normalize_top_k) {
+      for (int j = 0; j < k; ++j) w[j] /= chosen_sum;
+    }
+    const int64_t b = t / T;
+    float* counts = sums.data() + b * E;
+    float* score_sums = sums.data() + int64_t{B} * E + b * E;
+    for (int j = 0; j < k; ++j) counts[chosen[j]] += 1.0f;
+    float total = 0;
+    for (int e = 0; e < E; ++e) total += score[e];
+    for (int e = 0; e < E; ++e) score_sums[e] += c.moe_score == MoeScore::softmax ? score[e] : score[e] / total;
+  }
+  if (batch.cp > 1) cp_->sum_over_ranks(sums.data(), static_cast<int64_t>(sums.size()));
+  a.frac.assign(static_cast<size_t>(B * E), 0.0f);
+  double aux = 0;
+  for (int b = 0; b < B; ++b) {
+    double sequence = 0;
+    for (int e = 0; e < E; ++e) {
+      const double f = sums[static_cast<size_t>(b * E + e)] / static_cast<double>(whole_T * k);
+      const double P = sums[static_cast<size_t>(int64_t{B} * E + b * E + e)] / static_cast<double>(whole_T);
+      a.frac[static_cast<size_t>(b * E + e)] = static_cast<float>(f);
+      sequence += f * P;
+    }
+    aux += E * sequence;
+  }
+  // In token-loss units: this rank's T of each sequence's whole_T tokens carry the
+  // sequence's term (the cp ranks' shares add up to it).
+  if (aux_sum) *aux_sum += c.moe_aux_loss * static_cast<double>(T) * aux;
+  if (z_sum) *z_sum += c.moe_z_loss * z;
+
+  // Capacity: admitted in position order, per sequence (the local rows of a sequence are
+  // in position order without cp).
+  const int64_t capacity =
+      c.moe_capacity_factor > 0
+          ? static_cast<int64_t>(std::ceil(static_cast<double>(c.moe_capacity_factor) * whole_T * k / E))
+          : N * k;
+  std::vector<int64_t> kept(static_cast<size_t>(E), 0), in_sequence(static_cast<size_t>(E), 0);
+  a.row.assign(static_cast<size_t>(N * k), -1);
+  int64_t dropped = 0;
+  for (int64_t t = 0; t < N; ++t) {
+    if (t % T == 0) std::fill(in_sequence.begin(), in_sequence.end(), 0);
+    for (int j = 0; j < k; ++j) {
+      const int e = a.expert[static_cast<size_t>(t * k + j)];
+      if (in_sequence[static_cast<size_t>(e)] >= capacity) {
+        ++dropped;
+        continue;
+      }
+      ++in_sequence[static_cast<size_t>(e)];
+      a.row[static_cast<size_t>(t * k + j)] = kept[static_cast<size_t>(e)]++;  // rank within its expert, for now
+    }
+  }
+  // Token side: grouped by expert, each expert's rows in token order.
+  std::vector<int64_t> first(static_cast<size_t>(E), 0);
+  for (int e = 1; e < E; ++e) first[static_cast<size_t>(e)] = first[static_cast<size_t>(e - 1)] + kept[static_cast<size_t>(e - 1)];
+  for (int64_t i = 0; i < N * k; ++i) {
+    if (a.row[static_cast<size_t>(i)] >= 0) a.row[static_cast<size_t>(i)] += first[static_cast<size_t>(a.expert[static_cast<size_t>(i)])];
+  }
+  a.route = ExpertRoute{};
+  a.route.send_counts = kept;
+  dispatch_->plan(a.route);
+  if (stats) {
+    if (stats->tokens_per_expert.size() < static_cast<size_t>(E)) stats->tokens_per_expert.resize(static_cast<size_t>(E), 0);
+    for (int e = 0; e < E; ++e) stats->tokens_per_expert[static_cast<size_t>(e)] += kept[static_cast<size_t>(e)];
+    stats->assignments += N * k;
+    stats->dropped += dropped;
+  }
+}
+
+void MoeLayer::experts_forward(MoeActivations& a) const {
+  const ExpertRoute& r = a.route;
+  const int64_t R = r.expert_rows(), C = c_->d_model, F = gate_->local_shape[1];
+  a.hidden = activations(R, F);
+  a.act = activations(R, F);
+  a.up = up_ ? activations(R, F) : Tensor();
+  Tensor outputs = activations(R, C);
+  const float* in = a.inputs.data<float>();
+  float* hidden = a.hidden.data<float>();
+  int64_t row = 0;
+  for (int le = 0; le < r.local_experts; ++le) {  // one GEMM per expert and matrix
+    const int n = static_cast<int>(r.expert_count(le));
+    if (n == 0) continue;
+    kernels::linear_forward(hidden + row * F, in + row * C, gate_->data() + le * F * C, nullptr, n, static_cast<int>(C),
+                            static_cast<int>(F));
+    if (up_) {
+      kernels::linear_forward(a.up.data<float>() + row * F, in + row * C, up_->data() + le * F * C, nullptr, n,
+                              static_cast<int>(C), static_cast<int>(F));
+    }
+    row += n;
+  }
+  if (up_) {
+    kernels::swiglu_forward(a.act.data<float>(), hidden, a.up.data<float>(), R * F);
+  } else {
+    kernels::gelu_forward(a.act.data<float>(), hidden, R * F);
+  }
+  row = 0;
+  for (int le = 0; le < r.local_experts; ++le) {
+    const int n = static_cast<int>(r.expert_count(le));
+    if (n == 0) continue;
+    kernels::linear_forward(outputs.data<float>() + row * C, a.act.data<float>() + row * F,
+                            down_->data() + le * C * F, nullptr, n, static_cast<int>(F), static_cast<int>(C));
+    row += n;
+  }
+  a.outputs = activations(r.token_rows(), C);
+  dispatch_->from_experts(r, outputs.data<float>(), a.outputs.data<float>(), C);
+}
+
+void MoeLayer::forward(MoeActivations& a, const MoeBatch& batch, const float* x, float* out, double* aux_sum,
+                       double* z_sum, MoeStats* stats) const {
+  const int k = c_->moe_top_k;
+  const int64_t C = c_->d_model, N = int64_t{batch.B} * batch.T;
+  route(a, batch, x, aux_sum, z_sum, stats);
+  // Dispatch: each kept slot's token row, grouped by expert, to the rank holding it.
+  Tensor rows = activations(a.route.token_rows(), C);
+  for (int64_t i = 0; i < N * k; ++i) {
+    const int64_t r = a.row[static_cast<size_t>(i)];
+    if (r >= 0) kernels::copy(rows.data<float>() + r * C, x + (i / k) * C, C);
+  }
+  a.inputs = activations(a.route.expert_rows(), C);
+  dispatch_->to_experts(a.route, rows.data<float>(), a.inputs.data<float>(), C);
+  rows = Tensor();
+  experts_forward(a);
+  // Combine.
+  const float* y = a.outputs.data<float>();
+  for (int64_t t = 0; t < N; ++t) {
+    for (int j = 0; j < k; ++j) {
+      const int64_t r = a.row[static_cast<size_t>(t * k + j)];
+      if (r < 0) continue;
+      const float w = a.weight[static_cast<size_t>(t * k + j)];
+      float* o = out + t * C;
+      const float* yr = y + r * C;
+      for (int64_t i = 0; i < C; ++i) o[i] += w * yr[i];
+    }
+  }
+}
+
+void MoeLayer::experts_backward(MoeActivations& a, float* dinputs) const {
+  const ExpertRoute& r = a.route;
+  const int64_t R = r.expert_rows(), C = c_->d_model, F = gate_->local_shape[1];
+  Tensor dact = Tensor::zeros({R * F}, DType::f32, MemTag::activations);
+  Tensor dhidden = Tensor::zeros({R * F}, DType::f32, MemTag::activations);
+  Tensor dup = up_ ? Tensor::zeros({R * F}, DType::f32, MemTag::activations) : Tensor();
+  Tensor dout = activations(R, C);
+  kernels::copy(dout.data<float>(), dinputs, R * C);
+  kernels::zero(dinputs, R * C);
+  int64_t row = 0;
+  for (int le = 0; le < r.local_experts; ++le) {
+    const int n = static_cast<int>(r.expert_count(le));
+    if (n == 0) continue;
+    kernels::linear_backward(dact.data<float>() + row * F, down_->grad_data() + le * C * F, nullptr,
+                             dout.data<float>() + row * C, a.act.data<float>() + row * F, down_->data() + le * C * F,
+                             n, static_cast<int>(F), static_cast<int>(C));
+    row += n;
+  }
+  if (up_) {
+    kernels::swiglu_backward(dhidden.data<float>(), dup.data<float>(), dact.data<float>(), a.hidden.data<float>(),
+                             a.up.data<float>(), R * F);
+  } else {
+    kernels::gelu_backward(dhidden.data<float>(), a.hidden.data<float>(), dact.data<float>(), R * F);
+  }
+  row = 0;
+  for (int le = 0; le < r.local_experts; ++le) {
+    const int n = static_cast<int>(r.expert_count(le));
+    if (n == 0) continue;
+    const float* in = a.inputs.data<float>() + row * C;
+    kernels::linear_backward(dinputs + row * C, gate_->grad_data() + le * F * C, nullptr,
+                             dhidden.data<float>() + row * F, in, gate_->data() + le * F * C, n, static_cast<int>(C),
+                             static_cast<int>(F));
+    if (up_) {
+      kernels::linear_backward(dinputs + row * C, up_->grad_data() + le * F * C, nullptr, dup.data<float>() + row * F,
+                               in, up_->data() + le * F * C, n, static_cast<int>(C), static_cast<int>(F));
+    }
+    row += n;
+  }
+}
+
+void MoeLayer::router_backward(MoeActivations& a, const MoeBatch& batch, const float* x, const float* dweight,
+                               float* drouter, float* dx) const {
+  const ModelConfig& c = *c_;
+  const int E = c.n_experts, k = c.moe_top_k, C = c.d_model;
+  const int64_t N = int64_t{batch.B} * batch.T;
+  const bool aux = batch.adds_loss_gradients && c.moe_aux_loss > 0;
+  const bool z = batch.adds_loss_gradients && c.moe_z_loss > 0;
+  Tensor dlogits_t = activations(N, E);
+  float* dlogits = dlogits_t.data<float>();
+  std::vector<float> score(static_cast<size_t>(E)), softmax(static_cast<size_t>(E)), ds(static_cast<size_t>(E));
+  for (int64_t t = 0; t < N; ++t) {
+    double lse = 0;
+    token_scores(c.moe_score, a.logits.data<float>() + t * E, E, score.data(), softmax.data(), &lse);
+    std::fill(ds.begin(), ds.end(), 0.0f);
+    const int32_t* chosen = a.expert.data() + t * k;
+    const float* w = a.weight.data() + t * k;
+    const float* dw = dweight + t * k;
+    if (c.moe_normalize_top_k) {
+      // w_j = s_j / S, S the sum of the chosen scores (dropped slots included).
+      float S = 0, dot = 0;
+      for (int j = 0; j < k; ++j) S += score[static_cast<size_t>(chosen[j])], dot += dw[j] * w[j];
+      for (int j = 0; j < k; ++j) ds[static_cast<size_t>(chosen[j])] += (dw[j] - dot) / S;
+    } else {
+      for (int j = 0; j < k; ++j) ds[static_cast<size_t>(chosen[j])] += dw[j];
+    }
+    if (aux) {
+      // d(objective)/d(normalised score of e) = grad_scale x coefficient x E x f_se.
+      const float* f = a.frac.data() + (t / batch.T) * E;
+      const float g = batch.grad_scale * c.moe_aux_loss * static_cast<float>(E);
+      if (c.moe_score == MoeScore::softmax) {
+        for (int e = 0; e < E; ++e) ds[static_cast<size_t>(e)] += g * f[e];
+      } else {
+        float total = 0, dot = 0;
+        for (int e = 0; e < E; ++e) total += score[static_cast<size_t>(e)];
+        for (int e = 0; e < E; ++e) dot += g * f[e] * score[static_cast<size_t>(e)] / total;
+        for (int e = 0; e < E; ++e) ds[static_cast<size_t>(e)] += (g * f[e] - dot) / total;
+      }
+    }
+    float* dl = dlogits + t * E;
+    if (c.moe_score == MoeScore::softmax) {
+      float dot = 0;
+      for (int e = 0; e < E; ++e) dot += ds[static_cast<size_t>(e)] * score[static_cast<size_t>(e)];
+      for (int e = 0; e < E; ++e) dl[e] = score[static_cast<size_t>(e)] * (ds[static_cast<size_t>(e)] - dot);
+    } else {
+      for (int e = 0; e < E; ++e) {
+        const float s = score[static_cast<size_t>(e)];
+        dl[e] = ds[static_cast<size_t>(e)] * s * (1.0f - s);
+      }
+    }
+    if (z) {
+      const float g = batch.grad_scale * c.moe_z_loss * 2.0f * static_cast<float>(lse);
+      for (int e = 0; e < E; ++e) dl[e] += g * softmax[static_cast<size_t>(e)];
+    }
+  }
+  kernels::linear_backward(dx, drouter, nullptr, dlogits, x, router_->data(), static_cast<int>(N), C, E);
+}
+
+void MoeLayer::backward(MoeActivations& a, const MoeBatch& batch, const float* x, const float* dout, float* drouter,
+                        float* dx) const {
+  const int k = c_->moe_top_k;
+  const int64_t C = c_->d_model, N = int64_t{batch.B} * batch.T;
+  const ExpertRoute& r = a.route;
+  // Combine: the weights' gradients (partial sums under tp, as the outputs are) and the
+  // token-side output gradients.
+  std::vector<float> dweight(static_cast<size_t>(N * k), 0.0f);
+  Tensor drows = activations(r.token_rows(), C);
+  const float* y = a.outputs.data<float>();
+  for (int64_t t = 0; t < N; ++t) {
+    const float* g = dout + t * C;
+    for (int j = 0; j < k; ++j) {
+      const int64_t row = a.row[static_cast<size_t>(t * k + j)];
+      if (row < 0) continue;
+      const float w = a.weight[static_cast<size_t>(t * k + j)];
+      const float* yr = y + row * C;
+      float* d = drows.data<float>() + row * C;
+      double dot = 0;
+      for (int64_t i = 0; i < C; ++i) dot += static_cast<double>(g[i]) * yr[i], d[i] = w * g[i];
+      dweight[static_cast<size_t>(t * k + j)] = static_cast<float>(dot);
+    }
+  }
+  Tensor dexperts = activations(r.expert_rows(), C);
+  dispatch_->to_experts(r, drows.data<float>(), dexperts.data<float>(), C);
+  experts_backward(a, dexperts.data<float>());
+  dispatch_->from_experts(r, dexperts.data<float>(), drows.data<float>(), C);
+  for (int64_t i = 0; i < N * k; ++i) {
+    const int64_t row = a.row[static_cast<size_t>(i)];
+    if (row >= 0) kernels::add_inplace(dx + (i / k) * C, drows.data<float>() + row * C, C);
+  }
+  router_backward(a, batch, x, dweight.data(), drouter, dx);
+}
+
+}  // namespace ndt
