@@ -3,7 +3,8 @@
 // neighbouring ranks, on one node). One communicator per axis, plus the flattenings
 // dp (dp_replicate x dp_shard: data parallelism splits the batch over it), dp_shard_cp
 // and dp_cp (with the context-parallel ranks: parameters are sharded and gradients
-// reduced over them; core/axis.h).
+// reduced over them), and the expert-parallel groups ep and edp, whose ranks ep
+// borrows from dp_shard_cp (core/axis.h).
 #pragma once
 
 #include "comm/communicator.h"
@@ -22,11 +23,17 @@ struct MeshShape {
   int dp_shard = 1;
   int cp = 1;
   int tp = 1;
+  // Expert parallelism: not a factor of the world size (product() leaves it out); its
+  // ranks are borrowed from dp_shard x cp, which it must divide.
+  int ep = 1;
 
-  int size(Axis axis) const;  // also the flattenings dp, dp_shard_cp and dp_cp (core/axis.h)
+  // Also the flattenings dp, dp_shard_cp, dp_cp and the expert groups ep, edp (core/axis.h).
+  int size(Axis axis) const;
   int64_t product() const { return int64_t{pp} * dp_replicate * dp_shard * cp * tp; }
-  std::string str() const;  // "pp=1 x dp_replicate=2 x dp_shard=1 x cp=1 x tp=1"
-  // Throws unless every size is positive and the product equals world_size, naming the sizes.
+  // "pp=1 x dp_replicate=2 x dp_shard=1 x cp=1 x tp=1", with " (ep=2)" appended when ep > 1.
+  std::string str() const;
+  // Throws unless every size is positive, the product equals world_size and ep divides
+  // dp_shard x cp, naming the sizes.
   void validate(int world_size) const;
 };
 
@@ -38,11 +45,14 @@ class DeviceMesh {
 
   const MeshShape& shape() const { return shape_; }
   Communicator& world() { return world_; }
-  // The communicator along an axis or flattening (without cp, dp_shard_cp is dp_shard's
-  // communicator and dp_cp is dp's: the same object, the same counters).
+  // The communicator along an axis, flattening or expert group (without cp, dp_shard_cp
+  // is dp_shard's communicator and dp_cp is dp's; with ep = 1, edp is dp_cp's: the same
+  // object, the same counters; ep is then each rank alone).
   Communicator& axis(Axis axis) { return *axes_[static_cast<size_t>(axis)]; }
   // This rank's coordinate along an axis (a flattening: row-major over its axes, e.g. dp:
-  // dp_replicate_coord * dp_shard + dp_shard_coord).
+  // dp_replicate_coord * dp_shard + dp_shard_coord; ep: dp_shard_cp's % ep; edp: its rank
+  // among the dp_cp ranks of its ep coordinate, dp_replicate_coord * (dp_shard_cp / ep) +
+  // dp_shard_cp's / ep).
   int coord(Axis axis) const;
   int size(Axis axis) const { return shape_.size(axis); }
 
@@ -50,7 +60,7 @@ class DeviceMesh {
   Communicator& world_;
   MeshShape shape_;
   std::array<int, 5> coords_{};
-  std::array<std::shared_ptr<Communicator>, 8> axes_;  // indexed by Axis
+  std::array<std::shared_ptr<Communicator>, kNumAxes> axes_;  // indexed by Axis
 };
 
 }  // namespace ndt

@@ -5,22 +5,30 @@
 // splits the batch; and, since context-parallel ranks hold the same parameters and
 // each computes the gradient of its part of the tokens, dp_shard_cp = dp_shard x cp,
 // over which ZeRO and FSDP shard (as torchtitan does), and dp_cp = dp x cp, over which
-// gradients are reduced. Without cp they are dp_shard and dp themselves. Expert
-// parallelism will add ep here (carved out of the data-parallel ranks) when it lands.
+// gradients are reduced. Without cp they are dp_shard and dp themselves.
+// Expert parallelism adds two groups that are not mesh axes either. ep borrows its
+// ranks from dp_shard_cp rather than being a factor of the world size: the rank at
+// coordinate c of dp_shard_cp has ep coordinate c % ep, and its ep group is the ep
+// ranks sharing c / ep (and every other coordinate); the routed experts are split
+// and tokens exchanged over it. edp (expert data parallel) is the ranks holding the
+// same experts, the dp_cp ranks with the same ep coordinate (dp_cp / ep of them),
+// over which the experts' gradients are reduced. With ep = 1, edp is dp_cp.
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <string_view>
 
 namespace ndt {
 
-enum class Axis { pp, dp_replicate, dp_shard, cp, tp, dp, dp_shard_cp, dp_cp };
+enum class Axis { pp, dp_replicate, dp_shard, cp, tp, dp, dp_shard_cp, dp_cp, ep, edp };
+inline constexpr size_t kNumAxes = 10;  // the mesh axes, the flattenings and the expert groups
 
 // The five mesh axes in mesh order (dp, a flattening, is not among them).
 inline constexpr std::array<Axis, 5> kMeshAxes = {Axis::pp, Axis::dp_replicate, Axis::dp_shard, Axis::cp, Axis::tp};
 
-// "pp", "dp_replicate", "dp_shard", "cp", "tp", "dp", "dp_shard_cp", "dp_cp": the names of the config keys
-// (parallel.<name>), of the communicators' counters and of the metrics.
+// "pp", "dp_replicate", "dp_shard", "cp", "tp", "dp", "dp_shard_cp", "dp_cp", "ep", "edp": the names of the
+// config keys (parallel.<name>; edp is not one), of the communicators' counters and of the metrics.
 constexpr std::string_view axis_name(Axis axis) {
   switch (axis) {
     case Axis::pp: return "pp";
@@ -31,6 +39,8 @@ constexpr std::string_view axis_name(Axis axis) {
     case Axis::dp: return "dp";
     case Axis::dp_shard_cp: return "dp_shard_cp";
     case Axis::dp_cp: return "dp_cp";
+    case Axis::ep: return "ep";
+    case Axis::edp: return "edp";
   }
   return "?";
 }
