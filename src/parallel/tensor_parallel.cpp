@@ -15,6 +15,8 @@ void validate_tensor_parallel(const ModelConfig& c, int tp, bool sequence_parall
   divides(c.arch == Arch::llama ? "model.n_kv_head" : "model.n_head (the K/V heads of gpt2)", c.kv_heads());
   divides("model.d_model", c.d_model);
   divides("model.d_ff", c.d_ff);
+  if (c.is_moe()) divides("model.moe_d_ff (each routed expert's width)", c.expert_d_ff());
+  if (c.moe_shared_d_ff > 0) divides("model.moe_shared_d_ff", c.moe_shared_d_ff);
   divides("model.vocab_size", c.vocab_size);
   if (sequence_parallel) divides("train.seq_len (sequence parallel splits tokens)", seq_len);
 }
@@ -65,7 +67,7 @@ void MegatronRegions::all_gather(const float* in, float* out, int64_t n) const {
   tp_.comm->all_gather(in, out, static_cast<size_t>(n), DType::f32);
 }
 
-std::vector<float> gather_tensor_parallel(const ParameterStore& store, const float* local_values,
+std::vector<float> gather_tensor_parallel(const ParameterStore& store, const float* tp_blocks,
                                           const TensorParallel& tp) {
   int64_t total = 0;
   for (const Parameter& p : store.params()) total += shape_numel(p.spec.logical_shape);
@@ -74,13 +76,18 @@ std::vector<float> gather_tensor_parallel(const ParameterStore& store, const flo
   const int n = tp.size();
   std::vector<float> blocks;
   for (const Parameter& p : store.params()) {
-    const float* local = local_values + p.arena_offset;
-    const int64_t numel = p.numel();
-    if (numel == 0) {  // not on this pipeline stage: zeros (on every tp rank alike)
+    if (p.numel() == 0) {  // not on this pipeline stage: zeros (on every tp rank alike)
       out += shape_numel(p.spec.logical_shape);
       continue;
     }
+    // This rank's tp block: the logical shape with the tp dim split, every other split
+    // (ep) already joined.
     const int dim = p.shard_dim(Axis::tp);
+    Shape block = p.spec.logical_shape;
+    if (dim >= 0) block[static_cast<size_t>(dim)] /= n;
+    const int64_t numel = shape_numel(block);
+    const float* local = tp_blocks;
+    tp_blocks += numel;
     if (!tp.active() || dim < 0) {
       kernels::copy(out, local, numel);
       out += numel;
@@ -91,7 +98,7 @@ std::vector<float> gather_tensor_parallel(const ParameterStore& store, const flo
     // Rank r's block spans [r * size, (r + 1) * size) of tp_dim: for each index of the
     // dims before it, the ranks' contiguous runs follow each other.
     int64_t outer = 1;
-    for (int d = 0; d < dim; ++d) outer *= p.local_shape[d];
+    for (int d = 0; d < dim; ++d) outer *= block[static_cast<size_t>(d)];
     const int64_t run = outer == 0 ? 0 : numel / outer;
     for (int64_t o = 0; o < outer; ++o) {
       for (int r = 0; r < n; ++r) {

@@ -30,7 +30,8 @@
 namespace ndt {
 
 // Throws naming each value that does not divide by tp: heads, KV heads, d_model, d_ff,
-// vocabulary, and (sequence parallel) the sequence length.
+// the MoE experts' and shared MLP's widths, vocabulary, and (sequence parallel) the
+// sequence length.
 void validate_tensor_parallel(const ModelConfig& config, int tp, bool sequence_parallel, int seq_len);
 
 // What tensor parallelism does to a parameter the model declared: its value's placement
@@ -61,9 +62,12 @@ class MegatronRegions : public TensorParallelRegions {
 };
 
 // The logical (whole) values of every parameter, in store order, from this rank's
-// local blocks at `local_values` (an arena laid out like the store's): all-gathers each
-// parameter sharded on tp. Collective over tp.
-std::vector<float> gather_tensor_parallel(const ParameterStore& store, const float* local_values,
+// tensor-parallel blocks at `tp_blocks`: each parameter's logical shape with its tp dim
+// split, in store order, nothing for a parameter not on this pipeline stage (zeros in
+// the result). Without expert parallelism that is the store's arena; with it, what
+// gather_expert_parallel (parallel/expert_parallel.h) makes of the arena. All-gathers
+// each parameter sharded on tp. Collective over tp.
+std::vector<float> gather_tensor_parallel(const ParameterStore& store, const float* tp_blocks,
                                           const TensorParallel& tp);
 
 }  // namespace ndt
