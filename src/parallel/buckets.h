@@ -1,7 +1,9 @@
 // Gradient buckets shared by data parallelism (DDP) and ZeRO stage 1: consecutive
 // parameters grouped from the end of the arena (the order in which backward finishes
 // gradients) until a bucket holds at least bucket_bytes; the last bucket takes what is
-// left. BucketScheduler starts each bucket's communication as soon as backward has
+// left. Parameters reduced over different communicators (under expert parallelism,
+// the experts over edp and the rest over dp_cp) never share a bucket: one ends where
+// the communicator changes. BucketScheduler starts each bucket's communication as soon as backward has
 // finished its gradients, polls the ones in flight between backward's kernels and
 // waits for the rest at the end.
 #pragma once
@@ -21,14 +23,18 @@ struct GradientBucket {
   size_t end_param = 0;
   int64_t begin = 0;  // elements [begin, end) of the full-layout arena
   int64_t end = 0;
+  Communicator* comm = nullptr;  // what its parameters' gradients are reduced over (DDP)
 };
 
-std::vector<GradientBucket> make_gradient_buckets(const ParameterStore& store, size_t bucket_bytes);
+// comms: one per parameter, the communicator its gradient is reduced over (empty: all
+// alike, and every bucket's comm null, for a layout that picks its own, as ZeRO-1 does).
+std::vector<GradientBucket> make_gradient_buckets(const ParameterStore& store, size_t bucket_bytes,
+                                                  const std::vector<Communicator*>& comms = {});
 
 class BucketScheduler {
  public:
-  // launch(b) starts bucket b's communication; completed(b) runs once it is done (to free
-  // what launch staged).
+  // launch(b) starts bucket b's communication (null: it has none, e.g. a group of one
+  // rank); completed(b) runs once it is done (to free what launch staged).
   BucketScheduler(std::vector<GradientBucket> buckets, std::function<WorkHandle(size_t)> launch,
                   std::function<void(size_t)> completed);
 

@@ -1,5 +1,6 @@
 #include "parallel/data_parallel.h"
 
+#include "core/error.h"
 #include "core/timing.h"
 #include "optim/clip.h"
 #include "parallel/low_precision_comm.h"
@@ -10,14 +11,25 @@
 namespace ndt {
 
 DataParallel::DataParallel(ParameterStore& store, Communicator* dp, size_t bucket_bytes, const AdamWConfig& adamw,
-                           DType reduce_dtype)
+                           DType reduce_dtype, Communicator* edp)
     : store_(store),
       dp_(dp),
+      edp_(edp),
       reduce_dtype_(reduce_dtype),
       optimizer_(store, adamw),
-      scheduler_(make_gradient_buckets(store, bucket_bytes), [this](size_t b) { return launch(b); },
-                 [this](size_t b) { unstage(b); }) {
+      scheduler_(make_gradient_buckets(store, bucket_bytes, groups()),
+                 [this](size_t b) { return launch(b); }, [this](size_t b) { unstage(b); }) {
   staging_.resize(scheduler_.buckets().size());
+}
+
+std::vector<Communicator*> DataParallel::groups() const {
+  std::vector<Communicator*> groups;
+  for (const Parameter& p : store_.params()) {
+    NDT_CHECK(!p.sharded_on(Axis::ep) || edp_ != nullptr,
+              "data parallelism: parameter {} is sharded on ep but no edp group was given", p.name());
+    groups.push_back(group(p));
+  }
+  return groups;
 }
 
 void DataParallel::unstage(size_t b) {
@@ -30,11 +42,15 @@ void DataParallel::begin_backward(bool sync) { scheduler_.begin(sync && dp_ != n
 
 WorkHandle DataParallel::launch(size_t b) {
   const GradientBucket& bucket = scheduler_.buckets()[b];
+  // Experts held by one rank alone (ep = dp_cp: edp of size 1) have their whole gradient.
+  if (bucket.comm->size() == 1) return nullptr;
   float* grads = store_.grads().data<float>() + bucket.begin;
   const int64_t n = bucket.end - bucket.begin;
-  if (reduce_dtype_ == DType::f32) return dp_->iall_reduce(grads, static_cast<size_t>(n), DType::f32, ReduceOp::sum);
+  if (reduce_dtype_ == DType::f32) {
+    return bucket.comm->iall_reduce(grads, static_cast<size_t>(n), DType::f32, ReduceOp::sum);
+  }
   staging_[b] = round_for_sending(reduce_dtype_, grads, n);
-  return dp_->iall_reduce(staging_[b].raw(), static_cast<size_t>(n), reduce_dtype_, ReduceOp::sum);
+  return bucket.comm->iall_reduce(staging_[b].raw(), static_cast<size_t>(n), reduce_dtype_, ReduceOp::sum);
 }
 
 void DataParallel::after_backward(int unit) { scheduler_.grads_ready_from(store_.unit_arena_begin(unit)); }
@@ -52,25 +68,37 @@ double DataParallel::grad_norm() {
   // Gradients are replicated over dp after the all-reduce: every dp rank computes the same norm.
   const std::vector<char>* counted = counted_in_norm();
   if (counted == nullptr) return std::sqrt(sum_of_squares(store_.grads().data<float>(), store_.numel()));
-  double sum = 0;
+  double sum = 0, experts = 0;  // experts: the gradients sharded on ep, summed over ep by finish_norm
   for (size_t p = 0; p < counted->size(); ++p) {
     const Parameter& param = store_.params()[p];
-    if ((*counted)[p]) sum += sum_of_squares(param.grad_data(), param.numel());
+    if ((*counted)[p]) (param.sharded_on(Axis::ep) ? experts : sum) += sum_of_squares(param.grad_data(), param.numel());
   }
-  return finish_norm(sum);
+  return finish_norm(sum, experts);
 }
 
 void DataParallel::step(float lr, float grad_scale) { optimizer_.step(lr, grad_scale); }
 
 std::vector<StateSlice> DataParallel::layout_state_slices() {
   // Replicated over dp: each parameter (its value and moments) is written by one dp
-  // rank, chosen to balance the bytes (balanced_writers).
+  // rank, chosen to balance the bytes (balanced_writers). An expert block (sharded on
+  // ep) is replicated over edp only: one edp rank writes it, balanced among the experts.
   std::vector<StateSlice> slices;
-  const int rank = dp_ ? dp_->rank() : 0;
-  const std::vector<int> writer = balanced_writers(store_.params(), dp_ ? dp_->size() : 1);
-  for (size_t i = 0; i < store_.params().size(); ++i) {
-    const Parameter& p = store_.params()[i];
-    const bool saved = writer[i] == rank;
+  const std::vector<Parameter>& params = store_.params();
+  std::vector<Communicator*> groups = {dp_};
+  if (edp_ != dp_) groups.push_back(edp_);  // with ep = 1, edp is dp_cp
+  std::vector<char> writes(params.size());
+  for (Communicator* comm : groups) {
+    std::vector<size_t> members;
+    std::vector<Parameter> held;
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (group(params[i]) == comm) members.push_back(i), held.push_back(params[i]);
+    }
+    const std::vector<int> writer = balanced_writers(held, comm ? comm->size() : 1);
+    for (size_t k = 0; k < members.size(); ++k) writes[members[k]] = writer[k] == (comm ? comm->rank() : 0);
+  }
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Parameter& p = params[i];
+    const bool saved = writes[i] != 0;
     const int64_t rows = p.local_shape[0];
     slices.push_back({StateSlice::value, &p, 0, rows, p.data(), saved});
     slices.push_back({StateSlice::exp_avg, &p, 0, rows, optimizer_.exp_avg() + p.arena_offset, saved});

@@ -4,7 +4,9 @@
 // dp x cp (the communicator dp_cp): each cp rank computed those of its tokens.
 // Communicates: gradients, summed by all-reduce in buckets of the gradient arena,
 // each started as soon as backward has written its last gradient and polled between
-// backward's kernels; nothing on no_sync micro-steps (gradient accumulation).
+// backward's kernels; nothing on no_sync micro-steps (gradient accumulation). Under
+// expert parallelism the routed experts' gradients (sharded on ep) are summed over edp
+// instead, the ranks holding the same experts, in buckets of their own.
 //
 // The loss is scaled by 1 / (tokens of the global batch) on every rank, so the sum
 // over ranks is the global mean: the same gradient one rank would compute on the
@@ -28,8 +30,10 @@ class DataParallel : public GradientSync {
  public:
   // dp == nullptr: one rank.
   // reduce_dtype: f32, or bf16 / f16 (parallel/low_precision_comm.h).
+  // edp: the expert data-parallel group (DeviceMesh::axis(Axis::edp)), over which the
+  // gradients of the parameters sharded on ep are reduced; needed when there are any.
   DataParallel(ParameterStore& store, Communicator* dp, size_t bucket_bytes, const AdamWConfig& adamw,
-               DType reduce_dtype = DType::f32);
+               DType reduce_dtype = DType::f32, Communicator* edp = nullptr);
 
   void begin_backward(bool sync) override;
   void after_backward(int unit) override;
@@ -54,11 +58,16 @@ class DataParallel : public GradientSync {
   std::vector<StateSlice> layout_state_slices() override;
 
  private:
+  // The communicator parameter p's gradient is reduced over, and its value written by
+  // one rank of in checkpoints: edp for a parameter sharded on ep, else dp.
+  Communicator* group(const Parameter& p) const { return p.sharded_on(Axis::ep) ? edp_ : dp_; }
+  std::vector<Communicator*> groups() const;  // group() of every parameter, in store order
   WorkHandle launch(size_t bucket);
   void unstage(size_t bucket);  // a low-precision bucket's reduced values back into the gradients
 
   ParameterStore& store_;
   Communicator* dp_;
+  Communicator* edp_;
   DType reduce_dtype_;
   AdamW optimizer_;
   std::vector<Tensor> staging_;  // low-precision reduction: each bucket's rounded gradients in flight

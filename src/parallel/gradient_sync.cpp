@@ -23,7 +23,14 @@ std::vector<StateSlice> GradientSync::state_slices() {
   return slices;
 }
 
-double GradientSync::finish_norm(double sum_of_squares) const {
+double GradientSync::finish_norm(double sum_of_squares, double sharded_on_ep) const {
+  if (ep_) {
+    float experts = static_cast<float>(sharded_on_ep);
+    ep_->all_reduce(&experts, 1, DType::f32, ReduceOp::sum);
+    sum_of_squares += experts;
+  } else {
+    sum_of_squares += sharded_on_ep;
+  }
   float sum = static_cast<float>(sum_of_squares);
   tp_all_reduce(tp_, &sum, 1, ReduceOp::sum);
   if (pp_ && pp_->size() > 1) pp_->all_reduce(&sum, 1, DType::f32, ReduceOp::sum);

@@ -81,6 +81,10 @@ class GradientSync : public ModelHooks {
   // nor saved here. After set_tensor_parallel.
   void set_pipeline(const ParameterStore& store, Communicator* pp);
 
+  // Expert parallelism (ep > 1): the norm adds the squares of gradients sharded on ep
+  // (each ep rank holds other experts) over ep, before tp and pp.
+  void set_expert_parallel(Communicator* ep) { ep_ = ep; }
+
   // Checkpoints: every slice of parameters and moments this rank holds (of state
   // replicated over tp, tp rank 0's copy is the saved one), and AdamW's step count.
   std::vector<StateSlice> state_slices();
@@ -89,16 +93,18 @@ class GradientSync : public ModelHooks {
 
  protected:
   // One entry per parameter: whether this rank counts its gradient in the norm; null
-  // when it counts every parameter (no tensor parallelism).
-  const std::vector<char>* counted_in_norm() const { return tp_.active() || pp_ ? &counted_ : nullptr; }
-  // The global norm from this rank's counted sum of squares (already summed over dp).
-  double finish_norm(double sum_of_squares) const;
+  // when it counts every parameter alike (no tensor, pipeline or expert parallelism).
+  const std::vector<char>* counted_in_norm() const { return tp_.active() || pp_ || ep_ ? &counted_ : nullptr; }
+  // The global norm from this rank's counted sums of squares (already summed over dp),
+  // of the gradients sharded on ep apart (summed over ep here) and of all others.
+  double finish_norm(double sum_of_squares, double sharded_on_ep = 0) const;
   // This layout's slices, before the tp rule of state_slices().
   virtual std::vector<StateSlice> layout_state_slices() = 0;
 
  private:
   TensorParallel tp_;
   Communicator* pp_ = nullptr;
+  Communicator* ep_ = nullptr;
   std::vector<char> counted_;
 };
 

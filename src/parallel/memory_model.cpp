@@ -20,11 +20,14 @@ int64_t padded_shard_numel(const std::vector<ParameterSpec>& specs, int n) {
 }  // namespace
 
 ModelStateBytes predict_model_states(const std::vector<ParameterSpec>& specs, int dp_shard, int zero_stage,
-                                     DType compute) {
+                                     DType compute, int ep) {
   NDT_CHECK(dp_shard >= 1, "dp_shard = {} must be at least 1", dp_shard);
   NDT_CHECK(zero_stage >= 0 && zero_stage <= 3, "zero_stage = {} has no memory model (0 to 3)", zero_stage);
+  NDT_CHECK(ep >= 1, "ep = {} must be at least 1", ep);
+  NDT_CHECK(ep == 1 || zero_stage == 0, "ep = {} with zero_stage = {} has no memory model (expert parallelism runs "
+            "with DDP, zero_stage 0)", ep, zero_stage);
   int64_t full = 0;
-  for (const ParameterSpec& s : specs) full += shape_numel(s.logical_shape);
+  for (const ParameterSpec& s : specs) full += shape_numel(s.logical_shape) / (s.expert ? ep : 1);
   const int64_t shard = padded_shard_numel(specs, dp_shard);
   ModelStateBytes m;
   m.params = 4 * (zero_stage >= 3 ? shard : full);

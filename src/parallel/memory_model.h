@@ -6,7 +6,9 @@
 //   stage 2: params 4 Psi, grads 4 Psi / n, moments 8 Psi / n        = 4 Psi + 12 Psi / n
 //   stage 3: params 4 Psi / n, grads 4 Psi / n, moments 8 Psi / n    = 16 Psi / n
 // with n = dp_shard and every "/ n" counted exactly: each parameter's shard padded to
-// ceil(rows / n) rows, as parallel/shard_layout.h lays it out.
+// ceil(rows / n) rows, as parallel/shard_layout.h lays it out. Psi counts the routed
+// experts' parameters (ParameterSpec::expert) / ep: each rank holds E / ep experts
+// (parallel/expert_parallel.h; DDP only, as expert parallelism runs).
 // Low-precision compute (model/precision.h) adds the parameters' compute copy, 2 Psi
 // (ledger tag params), wherever whole parameters are kept (DDP, stages 1 and 2); stage 3
 // casts a group's copy when it gathers it and frees it with the group, so after a step
@@ -30,8 +32,9 @@ struct ModelStateBytes {
   int64_t total() const { return params + grads + optimizer; }
 };
 
+// specs: one tp rank's blocks (local_parameter_specs), the experts whole (all E).
 ModelStateBytes predict_model_states(const std::vector<ParameterSpec>& specs, int dp_shard, int zero_stage,
-                                     DType compute = DType::f32);
+                                     DType compute = DType::f32, int ep = 1);
 
 // The most sequences of T tokens per rank (up to 4096) whose predicted memory, the
 // model states plus one micro-batch's activations (Transformer::predict_activation_bytes
