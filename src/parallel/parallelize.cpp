@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "parallel/data_parallel.h"
+#include "parallel/expert_parallel.h"
 #include "parallel/fsdp.h"
 #include "parallel/ring_attention.h"
 #include "parallel/ulysses_attention.h"
@@ -23,6 +24,15 @@ void place_parameters(ParameterStore& store, const MeshShape& mesh, const Parall
     const Axis shard_axis = mesh.cp > 1 ? Axis::dp_shard_cp : Axis::dp_shard;
     if (o.zero_stage == 3) p.placements.push_back(Placement{shard_axis, Placement::Kind::shard, 0});
     if (tensor_parallel_grad_partial(p.spec, mesh.tp, o.sequence_parallel)) p.grad_partial.push_back(Axis::tp);
+    if (p.spec.expert && mesh.ep > 1) {
+      // Each ep rank holds E / ep experts whole and receives every row routed to them
+      // from its ep group: their gradient is a part of the sum over the groups, edp.
+      NDT_CHECK(p.spec.tp_dim != 0, "parameter {} declares tp_dim 0, its experts, which ep splits (an expert "
+                "weight splits over tp on dim 1 or 2)", p.name());
+      p.placements.push_back(Placement{Axis::ep, Placement::Kind::shard, 0});
+      if (mesh.size(Axis::edp) > 1) p.grad_partial.push_back(Axis::edp);
+      continue;
+    }
     // Each data-parallel rank computes the gradient of its part of the batch, each
     // context-parallel rank that of its part of every sequence.
     if (mesh.dp_replicate > 1) p.grad_partial.push_back(Axis::dp_replicate);
@@ -50,6 +60,7 @@ std::unique_ptr<GradientSync> parallelize(Transformer& model, DeviceMesh* mesh, 
   if (shape.cp > 1 && o.cp_mode == CpMode::ulysses) {
     validate_ulysses(model.config().n_head / shape.tp, model.config().kv_heads() / shape.tp, shape.cp);
   }
+  if (shape.ep > 1) validate_expert_parallel(model.config(), shape.ep, o.zero_stage);
   const TensorParallel tp = mesh ? TensorParallel{&mesh->axis(Axis::tp), o.sequence_parallel} : TensorParallel{};
   ParameterStore& store = model.store();
 
@@ -65,6 +76,12 @@ std::unique_ptr<GradientSync> parallelize(Transformer& model, DeviceMesh* mesh, 
               "parallelize: parallel.tp = {} needs the model built without materialising its parameters", tp.size());
     store.split_blocks(Axis::tp, tp.rank(), tp.size());
     model.set_tensor_parallel(std::make_unique<MegatronRegions>(tp));
+  }
+  if (shape.ep > 1) {
+    NDT_CHECK(!store.values().defined(),
+              "parallelize: parallel.ep = {} needs the model built without materialising its parameters", shape.ep);
+    store.split_blocks(Axis::ep, mesh->coord(Axis::ep), shape.ep);
+    model.set_expert_dispatch(std::make_unique<ExpertParallel>(mesh->axis(Axis::ep)));
   }
   if (pipelined) {
     NDT_CHECK(!store.values().defined(),
@@ -102,9 +119,10 @@ std::unique_ptr<GradientSync> parallelize(Transformer& model, DeviceMesh* mesh, 
     sync = std::make_unique<ZeroStage1>(store, *mesh, o.bucket_bytes, o.adamw, o.reduce_dtype);
   } else {
     sync = std::make_unique<DataParallel>(store, mesh ? &mesh->axis(Axis::dp_cp) : nullptr, o.bucket_bytes, o.adamw,
-                                          o.reduce_dtype);
+                                          o.reduce_dtype, mesh ? &mesh->axis(Axis::edp) : nullptr);
   }
   sync->set_tensor_parallel(store, tp);
+  if (shape.ep > 1) sync->set_expert_parallel(&mesh->axis(Axis::ep));
   if (pipelined) sync->set_pipeline(store, &mesh->axis(Axis::pp));
   model.set_hooks(sync.get());
   return sync;

@@ -3,14 +3,17 @@
 // (with what tensor parallelism would do to each) and knows nothing of meshes; this
 // one function, called by the trainer and the benchmarks alike:
 //   1. writes every parameter's placements (Shard(dim) on tp for Megatron layers,
-//      Shard(0) on dp_shard under FSDP) and the axes its gradient is Partial over
-//      (tp for replicated parameters that each tp rank sees in part; the data-parallel
-//      axes for every parameter), the one description that gradient reduction, the
+//      Shard(0) on dp_shard under FSDP, Shard(0) on ep for routed experts) and the axes
+//      its gradient is Partial over (tp for replicated parameters that each tp rank sees
+//      in part; the data-parallel axes for every parameter, edp instead for the experts
+//      under expert parallelism), the one description that gradient reduction, the
 //      norm, checkpoints and the memory model read;
 //   2. keeps each rank's tp block of every parameter sharded on tp and installs the
 //      Megatron region operators (sequence parallel or not) into the model's units, and
 //      under context parallelism ring attention or Ulysses into its blocks (parameters
 //      replicated over cp, gradients Partial on cp: reduced and sharded over dp x cp);
+//      under expert parallelism (mesh ep > 1) keeps each rank's ep block of the routed
+//      experts and installs the all-to-all dispatch (parallel/expert_parallel.h);
 //   3. materialises the parameters (FSDP initialises its own shards instead) and builds
 //      the data-parallel strategy: DDP, ZeRO stage 1, or FSDP (stages 2 and 3) with each
 //      block its own group and the embedding with the head as the root group.
