@@ -8,7 +8,9 @@
 // in tp collectives is reported; with --cp context-parallel groups, and the bytes on cp,
 // the time waiting for them and (ring) how much of the ring's transfers the block
 // compute hid. It also prints, from the memory model, the longest sequence that fits
-// the memory budget at cp = 1, 2, 4 and 8.
+// the memory budget at cp = 1, 2, 4 and 8. With an MoE preset it reports MFU on the
+// active parameters, the routing, the time in the all-to-alls (--ep), and the grouped
+// expert GEMMs against one sgemm of the same total shape.
 #include "apps/ndtrain/commands.h"
 #include "core/timing.h"
 #include "comm/device_mesh.h"
@@ -147,6 +149,37 @@ void print_context_parallel(DeviceMesh& mesh, const Transformer& model, const Cp
                     median(totals), per_rank, transfers, 100.0 * std::clamp(1.0 - wait / transfers, 0.0, 1.0)));
 }
 
+// The routed experts' first matmul as the MoE layer runs it (one GEMM per expert over
+// its rows, model/moe.h), against one sgemm over all the rows: the grouping's cost.
+void print_grouped_experts(const ModelConfig& c, const std::vector<int64_t>& rows_per_expert,
+                           const std::function<void(const std::string&)>& print) {
+  const int64_t C = c.d_model, F = c.expert_d_ff();
+  int64_t rows = 0;
+  for (int64_t r : rows_per_expert) rows += r;
+  if (rows == 0) return;
+  std::vector<float> in(static_cast<size_t>(rows * C), 0.01f), w(static_cast<size_t>(c.n_experts * F * C), 0.02f),
+      out(static_cast<size_t>(rows * F));
+  std::vector<double> rates;
+  for (int rep = 0; rep < 6; ++rep) {
+    const auto t0 = std::chrono::steady_clock::now();
+    int64_t row = 0;
+    for (size_t e = 0; e < rows_per_expert.size(); ++e) {
+      const int n = static_cast<int>(rows_per_expert[e]);
+      if (n > 0) kernels::linear_forward(out.data() + row * F, in.data() + row * C, w.data() + e * F * C, nullptr, n,
+                                         static_cast<int>(C), static_cast<int>(F));
+      row += n;
+    }
+    if (rep > 0) rates.push_back(2.0 * rows * C * F / seconds_since(t0));  // the first warms up
+  }
+  const double grouped = median(rates), one = measure_sgemm_flops(static_cast<int>(rows), static_cast<int>(F),
+                                                                    static_cast<int>(C), 5);
+  std::string counts;
+  for (int64_t r : rows_per_expert) counts += fmt::format("{}{}", counts.empty() ? "" : " ", r);
+  print(fmt::format("  grouped experts: {} GEMMs over [{}] rows x {} -> {} (one block's routing): {:.1f} GFLOP/s; one "
+                    "sgemm {}x{}x{}: {:.1f} GFLOP/s -> grouped at {:.0f}% of sgemm\n",
+                    rows_per_expert.size(), counts, C, F, grouped / 1e9, rows, F, C, one / 1e9, 100.0 * grouped / one));
+}
+
 }  // namespace
 
 int run_bench_train(const TrainBenchOptions& o) {
@@ -164,10 +197,13 @@ int run_bench_train(const TrainBenchOptions& o) {
   const int dp = ranks / o.tp / o.cp;
   NDT_CHECK(o.batch % dp == 0, "--batch {} is not a multiple of the {} data-parallel ranks", o.batch, dp);
   NDT_CHECK(o.zero_stage == 0 || world, "--zero-stage {} needs mpirun", o.zero_stage);
+  NDT_CHECK(o.ep == 1 || (world && o.zero_stage == 0), "--ep {} needs mpirun and --zero-stage 0", o.ep);
   std::unique_ptr<DeviceMesh> mesh;
   if (world) {
-    mesh = std::make_unique<DeviceMesh>(*world, o.zero_stage > 0 ? MeshShape{1, 1, dp, o.cp, o.tp}
-                                                                 : MeshShape{1, dp, 1, o.cp, o.tp});
+    // ZeRO, and expert parallelism (which borrows dp_shard x cp), put the data-parallel ranks on dp_shard.
+    MeshShape shape = o.zero_stage > 0 || o.ep > 1 ? MeshShape{1, 1, dp, o.cp, o.tp} : MeshShape{1, dp, 1, o.cp, o.tp};
+    shape.ep = o.ep;
+    mesh = std::make_unique<DeviceMesh>(*world, shape);
   }
   auto print = [rank](const std::string& text) {
     if (rank == 0) fmt::print("{}", text), std::fflush(stdout);
@@ -202,7 +238,7 @@ int run_bench_train(const TrainBenchOptions& o) {
     const size_t dp_rank = mesh ? static_cast<size_t>(mesh->coord(Axis::dp)) : 0;  // tp and cp peers share rows
     tokens[i] = static_cast<int32_t>(philox(7, hash_name("bench"), i + dp_rank * N)[0] % config.vocab_size);
   }
-  print(fmt::format("bench train: {} ({:.2f}M parameters, vocab {}), B={} T={}, {} rank{} x {} thread{}{}{}\n",
+  print(fmt::format("bench train: {} ({:.2f}M parameters, vocab {}), B={} T={}, {} rank{} x {} thread{}{}{}{}\n",
                     o.preset, count_parameters(config) / 1e6, config.vocab_size, o.batch, T, ranks,
                     ranks == 1 ? "" : "s", o.threads, o.threads == 1 ? "" : "s",
                     o.zero_stage == 0 ? std::string(dp > 1 ? ", DDP" : "")
@@ -210,7 +246,14 @@ int run_bench_train(const TrainBenchOptions& o) {
                                                     o.zero_stage == 3 && !o.prefetch ? " without prefetch" : ""),
                     o.tp > 1 ? fmt::format(", tp={}{}", o.tp, o.sequence_parallel ? " with sequence parallel" : "")
                              : "",
-                    o.cp > 1 ? fmt::format(", cp={} ({}, {} chunks)", o.cp, o.cp_mode, o.cp_chunks) : ""));
+                    o.cp > 1 ? fmt::format(", cp={} ({}, {} chunks)", o.cp, o.cp_mode, o.cp_chunks) : "",
+                    o.ep > 1 ? fmt::format(", ep={}", o.ep) : ""));
+  if (config.is_moe()) {
+    print(fmt::format("  mixture of experts: {} experts of width {}, top-{}: {:.2f}M of {:.2f}M matmul parameters "
+                      "active per token (MFU counts those)\n",
+                      config.n_experts, config.expert_d_ff(), config.moe_top_k, model.active_matmul_params() / 1e6,
+                      model.matmul_params() / 1e6));
+  }
 
   print(fmt::format("  matmuls: {}\n", kernels::gemm_library()));
   if (precision.low()) {
@@ -240,21 +283,25 @@ int run_bench_train(const TrainBenchOptions& o) {
   // Seconds spent in tp and cp communication so far (blocking calls: the whole call;
   // non-blocking: the wait).
   auto axis_seconds = [&](Axis axis) { return mesh ? mesh->axis(axis).stats().total_wait_seconds() : 0.0; };
-  std::vector<double> seconds, gather_waits, tp_waits, cp_waits;
+  std::vector<double> seconds, gather_waits, tp_waits, cp_waits, ep_waits;
+  MoeTotals moe;
   for (int s = 0; s <= o.steps; ++s) {
     const double waited = fsdp ? fsdp->gather_wait_seconds() : 0, tp_before = axis_seconds(Axis::tp),
-                 cp_before = axis_seconds(Axis::cp);
+                 cp_before = axis_seconds(Axis::cp), ep_before = axis_seconds(Axis::ep);
     const double dt = train_step(true);
     const double gather_wait = fsdp ? fsdp->gather_wait_seconds() - waited : 0,
-                 tp_wait = axis_seconds(Axis::tp) - tp_before, cp_wait = axis_seconds(Axis::cp) - cp_before;
-    print(fmt::format("  step {}: {:.3f} s{}{}{}{}\n", s, dt,
+                 tp_wait = axis_seconds(Axis::tp) - tp_before, cp_wait = axis_seconds(Axis::cp) - cp_before,
+                 ep_wait = axis_seconds(Axis::ep) - ep_before;
+    moe = model.take_moe_totals();  // the last step's
+    print(fmt::format("  step {}: {:.3f} s{}{}{}{}{}\n", s, dt,
                       fsdp ? fmt::format(" (all-gather wait {:.3f} s)", gather_wait) : "",
                       o.tp > 1 ? fmt::format(" (tp collectives {:.3f} s)", tp_wait) : "",
                       o.cp > 1 ? fmt::format(" (cp communication {:.3f} s)", cp_wait) : "",
+                      o.ep > 1 ? fmt::format(" (ep all-to-alls {:.3f} s)", ep_wait) : "",
                       s == 0 ? " (warm-up, not counted)" : ""));
     if (s > 0) {
       seconds.push_back(dt), gather_waits.push_back(gather_wait), tp_waits.push_back(tp_wait);
-      cp_waits.push_back(cp_wait);
+      cp_waits.push_back(cp_wait), ep_waits.push_back(ep_wait);
     }
   }
   const double step_s = median(seconds);
@@ -267,7 +314,7 @@ int run_bench_train(const TrainBenchOptions& o) {
   const double peak = peak_flops.flops_per_s;
   const ModelStateBytes states = predict_model_states(local_parameter_specs(model_parameter_specs(config), o.tp),
                                                       mesh ? mesh->size(Axis::dp_shard_cp) : 1, o.zero_stage,
-                                                      precision.compute);
+                                                      precision.compute, o.ep);
   const ActivationLayout tp_layout = model.activation_layout();
   const int64_t predicted_activations =
       Transformer::predict_activation_bytes(config, B, T, 256, tp_layout, checkpointing, {}, precision.compute);
@@ -308,7 +355,7 @@ int run_bench_train(const TrainBenchOptions& o) {
                     fits, T));
   auto states_at = [&](const ModelConfig& model) {
     return predict_model_states(local_parameter_specs(model_parameter_specs(model), o.tp),
-                                mesh ? mesh->size(Axis::dp_shard_cp) : 1, o.zero_stage, precision.compute)
+                                mesh ? mesh->size(Axis::dp_shard_cp) : 1, o.zero_stage, precision.compute, o.ep)
         .total();
   };
   print_longest_sequences(config, B, checkpointing, precision.compute, o.tp, o.sequence_parallel, cp_layout,
@@ -319,6 +366,25 @@ int run_bench_train(const TrainBenchOptions& o) {
     const CommStats& stats = mesh->axis(axis).stats();
     print(fmt::format("  data parallel: {:.1f} MiB sent per rank per step on {}\n",
                       stats.total_wire_bytes() / double(1 << 20) / (o.steps + 1), axis_name(axis)));
+  }
+  if (config.is_moe()) {
+    int blocks = 0;
+    for (int l = 0; l < config.n_layer; ++l) blocks += config.is_moe_block(l);
+    // This rank's tokens' routing over its MoE blocks in the last step; one block's share.
+    std::vector<int64_t> per_block = moe.stats.tokens_per_expert;
+    for (int64_t& r : per_block) r /= blocks;
+    const auto [least, most] = std::minmax_element(per_block.begin(), per_block.end());
+    print(fmt::format("  routing (rank 0's tokens, one block): most loaded expert {} rows, least {}; load-balancing "
+                      "loss {:.4f} per token\n",
+                      *most, *least, moe.aux_sum / (B * T)));
+    if (o.ep > 1) {
+      const CommStats& stats = mesh->axis(Axis::ep).stats();
+      print(fmt::format("  expert parallel: median {:.3f} s per step in the ep all-to-alls ({:.1f}% of the step); "
+                        "{:.1f} MiB sent per rank per step\n",
+                        median(ep_waits), 100.0 * median(ep_waits) / step_s,
+                        stats.total_wire_bytes() / double(1 << 20) / (o.steps + 1)));
+    }
+    print_grouped_experts(config, per_block, print);
   }
   if (o.cp > 1) print_context_parallel(*mesh, model, cp_layout, B, T, o.steps, median(cp_waits), step_s, print);
   if (o.tp > 1) {

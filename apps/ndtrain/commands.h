@@ -33,6 +33,7 @@ struct TrainBenchOptions {
   int cp = 1;          // under mpirun: context-parallel group size
   std::string cp_mode = "ring";
   std::string cp_chunks = "zigzag";
+  int ep = 1;          // under mpirun: expert-parallel group size (an MoE preset; borrowed from the data-parallel ranks)
   int vocab = 0;       // 0: the preset's vocabulary
   std::string activation_checkpointing = "none";
   int checkpointing_every = 1;

@@ -2,7 +2,7 @@
 //   ndtrain train CONFIG [--set section.key=value ...] [--resume [DIR|latest]] [--overwrite]
 //   ndtrain prepare INPUT... --out DIR [--val-fraction F] [--force]
 //   ndtrain bench train [--preset NAME] [--batch B] [--seq T] [--threads N] [--steps S] [--zero-stage Z]
-//                       [--tp N] [--sequence-parallel] [--cp N] [--cp-mode M] [--cp-chunks C] [--vocab V]
+//                       [--tp N] [--sequence-parallel] [--cp N] [--cp-mode M] [--cp-chunks C] [--ep N] [--vocab V]
 //                       [--activation-checkpointing P]
 //                       [--checkpointing-every K] [--memory-budget-gib G]
 //   ndtrain bench checkpoint [--preset NAME] [--dir DIR] [--reps R]
@@ -114,6 +114,7 @@ int main(int argc, char** argv) {
   bench_train->add_flag("--sequence-parallel", bench_options.sequence_parallel, "With --tp: sequence parallel");
   bench_train->add_option("--cp", bench_options.cp, "Under mpirun: context-parallel ranks per group (docs/context_parallel.md)");
   bench_train->add_option("--cp-mode", bench_options.cp_mode, "With --cp: ring or ulysses");
+  bench_train->add_option("--ep", bench_options.ep, "Under mpirun, with an MoE preset (gpt2-moe-tiny, llama-moe-tiny): expert-parallel ranks, borrowed from the data-parallel ranks (docs/moe.md)");
   bench_train->add_option("--cp-chunks", bench_options.cp_chunks, "With --cp: zigzag or contiguous");
   bench_train->add_option("--activation-checkpointing", bench_options.activation_checkpointing,
                           "none, full or selective (train.activation_checkpointing)");

@@ -297,6 +297,13 @@ int64_t workspace_floats(const ModelConfig& c, const ActivationLayout& tp, int B
   return m.used();
 }
 
+int64_t moe_block_floats(const ModelConfig& c, const ActivationLayout& tp, int B, int T, int layer,
+                         const ActivationCheckpointing& policy) {
+  if (!c.is_moe_block(layer) || policy.of_block(layer) == CheckpointMode::full) return 0;
+  const int64_t N = int64_t{B} * T, rows = N * c.moe_top_k, F = c.expert_d_ff() / tp.tp;
+  return N * c.n_experts + rows * (2 * int64_t{c.d_model} + (c.arch == Arch::llama ? 3 : 2) * F);
+}
+
 void carve_context(MicroBatchContext& ctx, const ModelConfig& c, const ActivationLayout& tp, int B, int T,
                    const ActivationCheckpointing& policy, const std::vector<char>& local_units, DType compute) {
   check_shape(c, tp, B, T);

@@ -211,6 +211,15 @@ int64_t workspace_floats(const ModelConfig& c, const ActivationLayout& tp, int B
 int64_t block_activation_floats(const ModelConfig& c, const ActivationLayout& tp, int B, int T);
 int64_t block_local_row_floats(const ModelConfig& c, const ActivationLayout& tp, int B, int T);
 
+// Floats an MoE block keeps outside the arena (MoeActivations) for B x T local rows,
+// when its routing is balanced and nothing is dropped: the router logits (N x E) and
+// N x top_k routed rows of its inputs, outputs and hidden activations (2 of width F / tp
+// for gpt2, 3 for llama). Exact on one expert-parallel rank (each rank routes N x top_k
+// rows); under ep the rows an expert's rank receives follow the routing. 0 for a dense
+// block or one under full recompute (which keeps nothing).
+int64_t moe_block_floats(const ModelConfig& c, const ActivationLayout& tp, int B, int T, int layer,
+                         const ActivationCheckpointing& policy = {});
+
 // Points the context's views into its arena (allocated or grown here) for B x T.
 void carve_context(MicroBatchContext& ctx, const ModelConfig& c, const ActivationLayout& tp, int B, int T,
                    const ActivationCheckpointing& policy = {}, const std::vector<char>& local_units = {},

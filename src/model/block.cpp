@@ -187,6 +187,10 @@ void Block::forward_pass(MicroBatchContext& ctx, bool recompute) {
   mlp_forward(ctx, a, d, x_out, recompute);
   kernels::add_inplace(x_out, a.x_mid, d.Nl * d.C);
   pack_block_activations(ctx, layer_, ws_.recompute);
+  // Full recompute keeps nothing of the block: its backward reruns the experts too.
+  if (!recompute && ctx.checkpointing.of_block(layer_) == CheckpointMode::full) {
+    ctx.moe[static_cast<size_t>(layer_)] = MoeActivations{};
+  }
 }
 
 MoeBatch Block::moe_batch(const MicroBatchContext& ctx) const {
@@ -386,6 +390,7 @@ void Block::backward_pass(MicroBatchContext& ctx, ModelHooks* hooks, std::vector
   norm_backward(c_, dres, partial_.grad(ln1_w_), partial_.grad(ln1_b_), *ln1_w_, dln1, x_in, a.ln1_mean,
                 a.ln1_rstd, d.Nl);
   partial_.finish();
+  if (moe_.active()) ctx.moe[static_cast<size_t>(layer_)] = MoeActivations{};  // read for the last time
 }
 
 }  // namespace ndt

@@ -70,6 +70,15 @@ void ModelConfig::validate() const {
 
 ModelConfig ModelConfig::preset(std::string_view name) {
   ModelConfig c;
+  // The tiny MoE shapes: every block 8 experts of half the dense width, top-2 (so a
+  // token uses about the dense model's MLP parameters).
+  if (name == "gpt2-moe-tiny" || name == "llama-moe-tiny") {
+    c = preset(name == "gpt2-moe-tiny" ? "gpt2-tiny" : "llama-tiny");
+    c.n_experts = 8;
+    c.moe_top_k = 2;
+    c.moe_d_ff = c.d_ff / 2;
+    return c;
+  }
   if (name == "gpt2-124m" || name == "gpt2-350m" || name == "gpt2-tiny") {
     c.set_arch(Arch::gpt2);
     c.vocab_size = 50257;
@@ -99,7 +108,7 @@ ModelConfig ModelConfig::preset(std::string_view name) {
 }
 
 std::vector<std::string> ModelConfig::preset_names() {
-  return {"gpt2-124m", "gpt2-350m", "gpt2-tiny", "llama-small", "llama-tiny"};
+  return {"gpt2-124m", "gpt2-350m", "gpt2-tiny", "llama-small", "llama-tiny", "gpt2-moe-tiny", "llama-moe-tiny"};
 }
 
 }  // namespace ndt

@@ -72,7 +72,8 @@ struct ModelConfig {
   // Throws ndt::Error naming the first invalid field and its value.
   void validate() const;
 
-  // Named presets: gpt2-124m, gpt2-350m, llama-small, llama-tiny, gpt2-tiny.
+  // Named presets: gpt2-124m, gpt2-350m, llama-small, llama-tiny, gpt2-tiny, and the MoE
+  // gpt2-moe-tiny, llama-moe-tiny (8 experts of half width, top-2).
   static ModelConfig preset(std::string_view name);
   static std::vector<std::string> preset_names();
 };

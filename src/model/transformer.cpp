@@ -177,8 +177,12 @@ int64_t Transformer::predict_activation_bytes(const ModelConfig& c, int B, int T
                                               const ActivationLayout& tp, const ActivationCheckpointing& policy,
                                               const std::vector<char>& local_units, DType compute) {
   const int local_T = T / tp.cp.size;
+  int64_t moe = 0;
+  for (int l = 0; l < c.n_layer; ++l) {
+    if (local_units.empty() || local_units[static_cast<size_t>(1 + l)]) moe += moe_block_floats(c, tp, B, local_T, l, policy);
+  }
   return (context_floats(c, tp, B, local_T, policy, local_units, compute) +
-          workspace_floats(c, tp, B, local_T, loss_chunk_rows, policy, compute)) *
+          workspace_floats(c, tp, B, local_T, loss_chunk_rows, policy, compute) + moe) *
          4;
 }
 

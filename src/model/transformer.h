@@ -127,7 +127,9 @@ class Transformer {
   // Activation memory per rank (ledger tag activations) for one context of B sequences of
   // T tokens (under context parallelism this rank holds T / cp of each) and the
   // workspace, from the shapes alone: saved activations, backward scratch and one logits
-  // chunk. (Model states: parallel/memory_model.h.)
+  // chunk; MoE blocks add what their routed experts keep under a balanced dropless
+  // routing (moe_block_floats; the transient buffers of an MoE block's forward and
+  // backward are not counted). (Model states: parallel/memory_model.h.)
   static int64_t predict_activation_bytes(const ModelConfig& config, int B, int T, int loss_chunk_rows,
                                           const ActivationLayout& tp = {}, const ActivationCheckpointing& policy = {},
                                           const std::vector<char>& local_units = {}, DType compute = DType::f32);

@@ -2,6 +2,7 @@
 
 #include "parallel/pipeline_schedule.h"
 #include "parallel/pipeline_stages.h"
+#include "parallel/expert_parallel.h"
 #include "parallel/tensor_parallel.h"
 #include "parallel/ulysses_attention.h"
 
@@ -102,7 +103,7 @@ const std::vector<Field>& fields() {
     preset.key = "model.preset";
     preset.doc =
         "Named model shape applied before the other model.* keys (which then override it): "
-        "gpt2-124m, gpt2-350m, gpt2-tiny, llama-small, llama-tiny. Empty: start from the defaults.";
+        "gpt2-124m, gpt2-350m, gpt2-tiny, llama-small, llama-tiny, and the mixture-of-experts gpt2-moe-tiny, llama-moe-tiny (8 experts of half width, top-2). Empty: start from the defaults.";
     preset.set = [](RunConfig& c, const std::string& v) {
       if (!v.empty()) c.model = ModelConfig::preset(v);
     };
@@ -129,6 +130,21 @@ const std::vector<Field>& fields() {
     f.push_back(field<float>("model.norm_eps", NDT_REF(model.norm_eps), "Epsilon of LayerNorm/RMSNorm."));
     f.push_back(field<float>("model.rope_theta", NDT_REF(model.rope_theta), "RoPE base (llama)."));
     f.push_back(field<float>("model.init_std", NDT_REF(model.init_std), "Std of the normal initialisation; residual projections use init_std / sqrt(2 n_layer)."));
+    f.push_back(field<int>("model.n_experts", NDT_REF(model.n_experts), "Mixture of experts (docs/moe.md): routed experts of each MoE block; 0: every block dense."));
+    f.push_back(field<int>("model.moe_top_k", NDT_REF(model.moe_top_k), "Experts each token is routed to (at most model.n_experts)."));
+    f.push_back(field<int>("model.moe_every", NDT_REF(model.moe_every), "Block l is an MoE block when (l + 1) % moe_every == 0 (1: every block; 2: blocks 1, 3, ...)."));
+    f.push_back(field<int>("model.moe_d_ff", NDT_REF(model.moe_d_ff), "Hidden width of each routed expert (SwiGLU for llama, GELU for gpt2; no biases); 0: model.d_ff."));
+    f.push_back(field<int>("model.moe_shared_d_ff", NDT_REF(model.moe_shared_d_ff), "Width of the shared MLP every token of an MoE block also passes through (DeepSeek's shared experts: their count x their width); 0: none."));
+    Field score;
+    score.key = "model.moe_score";
+    score.doc = "How the router scores experts: softmax over the experts (Mixtral, Switch) or sigmoid per expert (DeepSeek-V3).";
+    score.set = [](RunConfig& c, const std::string& v) { c.model.moe_score = moe_score_from_name(v); };
+    score.get = [](const RunConfig& c) { return fmt::format("\"{}\"", moe_score_name(c.model.moe_score)); };
+    f.push_back(score);
+    f.push_back(field<bool>("model.moe_normalize_top_k", NDT_REF(model.moe_normalize_top_k), "Divide the chosen experts' scores by their sum to get the combine weights."));
+    f.push_back(field<float>("model.moe_capacity_factor", NDT_REF(model.moe_capacity_factor), "0: dropless (every token reaches its experts). Else each expert takes at most ceil(factor x train.seq_len x moe_top_k / n_experts) tokens of each sequence, admitted in position order; the rest are dropped (the residual carries them). Not with parallel.cp > 1."));
+    f.push_back(field<float>("model.moe_aux_loss", NDT_REF(model.moe_aux_loss), "Coefficient of the load-balancing loss (Switch form E x sum_e f_e P_e, per sequence, averaged over the batch's sequences)."));
+    f.push_back(field<float>("model.moe_z_loss", NDT_REF(model.moe_z_loss), "Coefficient of the router z-loss (mean of logsumexp(router logits)^2); 0: none."));
 
     f.push_back(field<int64_t>("train.steps", NDT_REF(steps), "Optimizer steps to run. 0: only write the initial state as a checkpoint (after train.init_from, if set) and stop."));
     f.push_back(field<int>("train.batch_size", NDT_REF(batch_size), "Sequences per optimizer step (global batch)."));
@@ -262,6 +278,7 @@ const std::vector<Field>& fields() {
     f.push_back(field<int>("parallel.dp_replicate", NDT_REF(mesh.dp_replicate), "Data-parallel replicas (mesh axis dp_replicate); 0: all ranks the other axes leave."));
     f.push_back(field<int>("parallel.dp_shard", NDT_REF(mesh.dp_shard), "Sharded data-parallel ranks (mesh axis dp_shard): ZeRO shards over them (needs parallel.zero_stage >= 1); with dp_replicate > 1 too, that is HSDP."));
     f.push_back(field<int>("parallel.cp", NDT_REF(mesh.cp), "Context-parallel ranks (mesh axis cp): every sequence split over them (parallel.cp_chunks), only attention communicating (parallel.cp_mode); parameters replicated over cp, gradients reduced (and ZeRO/FSDP sharded) over dp_shard x cp. train.seq_len must divide into 2 x cp chunks (zigzag) or cp (contiguous). Composes with DDP, ZeRO-1/2/3, tensor and sequence parallel and pipeline parallel (docs/context_parallel.md)."));
+    f.push_back(field<int>("parallel.ep", NDT_REF(mesh.ep), "Expert-parallel ranks (docs/moe.md): an MoE model's routed experts split over ep ranks borrowed from the data-parallel ranks parallel.dp_shard x cp (which it must divide; with zero_stage 0 set parallel.dp_shard to the ranks ep may use), tokens sent to their experts and back by all-to-all. Expert weights are reduced over the other data-parallel ranks (edp), everything else over all of them. Needs model.n_experts divisible by ep and zero_stage 0."));
     f.push_back(field<std::string>("parallel.cp_mode", NDT_REF(cp_mode), "Context-parallel attention: ring (keys and values passed around the cp ranks, the next block's transfer overlapped with the current block's compute; any head count) or ulysses (all-to-all from token-split to head-split and back around a local attention; this rank's heads and KV heads must divide by cp)."));
     f.push_back(field<std::string>("parallel.cp_chunks", NDT_REF(cp_chunks), "How a sequence is cut over the cp ranks: zigzag (2 x cp chunks, rank r holds chunks r and 2cp-1-r: equal causal attention work on every rank) or contiguous (cp chunks, rank r holds chunk r: the last rank does most of the work)."));
     f.push_back(field<int>("parallel.tp", NDT_REF(mesh.tp), "Tensor-parallel ranks (mesh axis tp, innermost): attention split by heads, the MLP by hidden units, embedding and output layer by vocabulary (Megatron). Heads, KV heads, d_model, d_ff and vocab_size must divide by it."));
@@ -474,8 +491,20 @@ void RunConfig::validate() const {
             mesh.dp_replicate);
   NDT_CHECK(mesh.dp_shard >= 1, "parallel.dp_shard = {} must be at least 1", mesh.dp_shard);
   NDT_CHECK(zero_stage >= 0 && zero_stage <= 3, "parallel.zero_stage = {} must be 0, 1, 2 or 3", zero_stage);
-  NDT_CHECK(mesh.dp_shard == 1 || zero_stage > 0,
-            "parallel.dp_shard = {} shards with ZeRO: set parallel.zero_stage to 1, 2 or 3", mesh.dp_shard);
+  NDT_CHECK(mesh.dp_shard == 1 || zero_stage > 0 || mesh.ep > 1,
+            "parallel.dp_shard = {} shards with ZeRO: set parallel.zero_stage to 1, 2 or 3 (or, for expert "
+            "parallelism under DDP, parallel.ep > 1)",
+            mesh.dp_shard);
+  NDT_CHECK(mesh.ep >= 1, "parallel.ep = {} must be at least 1", mesh.ep);
+  if (mesh.ep > 1) validate_expert_parallel(model, mesh.ep, zero_stage);  // ep dividing dp_shard x cp: MeshShape
+  NDT_CHECK(model.moe_capacity_factor == 0 || mesh.cp == 1,
+            "model.moe_capacity_factor = {} with parallel.cp = {} is not supported: capacity admits a sequence's "
+            "tokens in position order, which a split sequence does not have on one rank (use 0: dropless)",
+            model.moe_capacity_factor, mesh.cp);
+  NDT_CHECK(!model.is_moe() || !precision.low(),
+            "model.n_experts = {} (mixture of experts) computes in fp32 only: precision.compute = \"{}\" is not "
+            "supported with it yet",
+            model.n_experts, compute_dtype_config_name(precision.compute));
   NDT_CHECK(mesh.pp >= 1, "parallel.pp = {} must be at least 1", mesh.pp);
   NDT_CHECK(mesh.cp >= 1, "parallel.cp = {} must be at least 1", mesh.cp);
   const CpLayout cp{mesh.cp, cp_mode_from_name(cp_mode), cp_chunks_from_name(cp_chunks)};

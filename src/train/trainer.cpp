@@ -1,5 +1,6 @@
 #include "train/trainer.h"
 
+#include "parallel/expert_parallel.h"
 #include "parallel/memory_model.h"
 #include "parallel/parallelize.h"
 
@@ -177,7 +178,9 @@ Trainer::Trainer(const RunConfig& config, DeviceMesh* mesh, std::ostream* log)
 }
 
 std::vector<float> Trainer::full_parameters() {
-  const std::vector<float> local = sync_->full_parameters();
+  // This rank's blocks -> whole over ep -> whole over tp.
+  const std::vector<float> local =
+      gather_expert_parallel(model_->store(), sync_->full_parameters().data(), mesh_ ? &mesh_->axis(Axis::ep) : nullptr);
   std::vector<float> full =
       gather_tensor_parallel(model_->store(), local.data(), TensorParallel{mesh_ ? &mesh_->axis(Axis::tp) : nullptr});
   if (!pipeline_) return full;
@@ -323,8 +326,11 @@ void Trainer::mean_over_dp(double* values, int n) {
 
 std::vector<Axis> Trainer::reported_axes() const {
   // Without cp, dp_cp and dp_shard_cp are dp's and dp_shard's communicators themselves.
-  if (mesh_->size(Axis::cp) == 1) return {Axis::dp, Axis::dp_shard, Axis::dp_replicate, Axis::tp, Axis::pp};
-  return {Axis::dp_cp, Axis::dp_shard_cp, Axis::dp, Axis::dp_shard, Axis::dp_replicate, Axis::cp, Axis::tp, Axis::pp};
+  std::vector<Axis> axes = {Axis::dp, Axis::dp_shard, Axis::dp_replicate, Axis::tp, Axis::pp};
+  if (mesh_->size(Axis::cp) > 1) axes = {Axis::dp_cp, Axis::dp_shard_cp, Axis::dp, Axis::dp_shard, Axis::dp_replicate, Axis::cp, Axis::tp, Axis::pp};
+  // With ep > 1, its groups (edp is dp_cp's communicator otherwise).
+  if (mesh_->size(Axis::ep) > 1) axes.insert(axes.end(), {Axis::ep, Axis::edp});
+  return axes;
 }
 
 nlohmann::json Trainer::comm_record() const {
@@ -359,7 +365,7 @@ void Trainer::print_header() {
   }
   const ModelStateBytes states = predict_model_states(local_parameter_specs(specs, tp.tp),
                                                       mesh_ ? mesh_->size(Axis::dp_shard_cp) : 1, config_.zero_stage,
-                                                      config_.precision.compute);
+                                                      config_.precision.compute, mesh_ ? mesh_->size(Axis::ep) : 1);
   fmt::print(*log_, "ndtrain: {} model, {} layers, d_model {}, {} heads, vocab {}, output layer {}: {:.2f}M parameters\n",
              arch_name(m.arch), m.n_layer, m.d_model, m.n_head, m.vocab_size,
              m.tied_embeddings ? "tied to the embedding" : "untied", static_cast<double>(count_parameters(m)) / 1e6);
@@ -412,6 +418,22 @@ void Trainer::print_header() {
                tp.cp.chunks == CpChunks::zigzag ? "rank r: chunks r and 2cp-1-r" : "rank r: chunk r",
                config_.seq_len / tp.cp.size, config_.seq_len);
   }
+  if (m.is_moe()) {
+    const int ep = mesh_ ? mesh_->size(Axis::ep) : 1;
+    int blocks = 0;
+    for (int l = 0; l < m.n_layer; ++l) blocks += m.is_moe_block(l);
+    fmt::print(*log_, "mixture of experts: {} of {} blocks, {} experts of width {}, top-{} ({} scores{}){}, {}; aux loss "
+               "{}, router z-loss {}; {:.2f}M parameters active per token; {}\n",
+               blocks, m.n_layer, m.n_experts, m.expert_d_ff(), m.moe_top_k, moe_score_name(m.moe_score),
+               m.moe_normalize_top_k ? ", normalised" : "",
+               m.moe_shared_d_ff > 0 ? fmt::format(", shared MLP of width {}", m.moe_shared_d_ff) : "",
+               m.moe_capacity_factor > 0 ? fmt::format("capacity factor {}", m.moe_capacity_factor) : "dropless",
+               m.moe_aux_loss, m.moe_z_loss, static_cast<double>(model_->active_matmul_params()) / 1e6,
+               ep > 1 ? fmt::format("expert parallel over {} ranks ({} experts each), expert weights reduced over {} "
+                                    "ranks",
+                                    ep, m.n_experts / ep, mesh_->size(Axis::edp))
+                      : "every expert on every rank");
+  }
   if (tp.tp > 1) {
     fmt::print(*log_, "tensor parallel: {} ranks, each {} of {} heads and {} of {} MLP units; sequence parallel {}\n",
                tp.tp, m.n_head / tp.tp, m.n_head, m.d_ff / tp.tp, m.d_ff, tp.sequence_parallel ? "on" : "off");
@@ -459,6 +481,8 @@ StepStats Trainer::step() {
       sync_->finish_backward();
     }
   }
+  StepStats s;
+  collect_moe_totals(s);
   // The mean losses over the ranks; the z term (optim.z_loss, not reported under
   // pipeline parallelism: its gradient is right, the runner sums only the loss) in the
   // same all-reduce.
@@ -473,7 +497,6 @@ StepStats Trainer::step() {
   const double norm = sync_->grad_norm() / loss_scale;
   // After a rollback, stability.rollback_lr_factor for stability.rollback_lr_steps steps.
   const float lr = config_.schedule.at(step_) * (step_ < lr_factor_until_ ? config_.rollback_lr_factor : 1.0f);
-  StepStats s;
   s.loss_scale = loss_scale;
   s.finite = on_every_rank(std::isfinite(loss) && std::isfinite(norm));
   if (!s.finite && loss_scaler_ && loss_scale > config_.loss_scale.min_scale) {
@@ -535,6 +558,12 @@ StepStats Trainer::step() {
                            {"peak_mem_bytes", s.peak_bytes}};
   if (loss_scaler_) record["loss_scale"] = s.loss_scale;
   if (reports_z) record["z_loss"] = number(s.z_loss);
+  if (config_.model.is_moe()) {
+    record["moe"] = {{"aux_loss", number(s.moe_aux_loss)},
+                     {"z_loss", number(s.moe_z_loss)},
+                     {"drop_rate", s.moe_drop_rate},
+                     {"tokens_per_expert", s.moe_tokens_per_expert}};
+  }
   if (s.overflow_skipped) {
     record["update_skipped"] = fmt::format("overflow at loss scale {}: scale now {}", s.loss_scale, loss_scaler_->scale());
   } else if (!s.finite) {
@@ -549,6 +578,29 @@ StepStats Trainer::step() {
   if (world_size() > 1) record["comm"] = comm_record(), record["dp_exposed_wait_s"] = s.comm_wait_seconds;
   metrics_->write(record);
   return s;
+}
+
+void Trainer::collect_moe_totals(StepStats& s) {
+  if (!config_.model.is_moe()) return;
+  const MoeTotals totals = model_->take_moe_totals();
+  const int E = config_.model.n_experts;
+  // [aux, z, dropped, assignments, tokens of expert 0 .. E-1]: each rank's own tokens
+  // (dp, cp, and under ep too: counted where they are routed from) and its stages' blocks;
+  // tp ranks route the same tokens alike, so tp rank 0 counts them.
+  std::vector<float> v(static_cast<size_t>(4 + E), 0.0f);
+  if (!mesh_ || mesh_->coord(Axis::tp) == 0) {
+    v[0] = static_cast<float>(totals.aux_sum), v[1] = static_cast<float>(totals.z_sum);
+    v[2] = static_cast<float>(totals.stats.dropped), v[3] = static_cast<float>(totals.stats.assignments);
+    for (size_t e = 0; e < totals.stats.tokens_per_expert.size(); ++e) {
+      v[4 + e] = static_cast<float>(totals.stats.tokens_per_expert[e]);
+    }
+  }
+  if (mesh_) mesh_->world().all_reduce(v.data(), v.size(), DType::f32, ReduceOp::sum);
+  const double tokens = static_cast<double>(config_.batch_size) * config_.seq_len;
+  s.moe_aux_loss = v[0] / tokens;
+  s.moe_z_loss = v[1] / tokens;
+  s.moe_drop_rate = v[3] > 0 ? v[2] / v[3] : 0.0;
+  s.moe_tokens_per_expert.assign(v.begin() + 4, v.end());
 }
 
 double Trainer::pipeline_step(float grad_scale) {
@@ -647,10 +699,12 @@ double Trainer::evaluate() {
 void Trainer::print_step(const StepStats& s) {
   fmt::print(*log_,
              "step {:>5}/{} | loss {:.4f}{} | lr {:.2e} | grad norm {:.3f} | {:>8.0f} tok/s | MFU {:5.1f}%{} | "
-             "peak mem {:.1f} MiB | {:.0f} ms{}\n",
+             "peak mem {:.1f} MiB | {:.0f} ms{}{}\n",
              s.step + 1, config_.steps, s.loss, s.z_loss > 0 ? fmt::format(" (z-loss {:.2e})", s.z_loss) : "", s.lr, s.grad_norm, s.tokens_per_s, 100.0 * s.mfu,
              recomputes() ? fmt::format(" HFU {:5.1f}%", 100.0 * s.hfu) : "", mib(s.peak_bytes), 1e3 * s.seconds,
-             dp_size_ > 1 ? fmt::format(" (comm wait {:.0f} ms)", 1e3 * s.comm_wait_seconds) : "");
+             dp_size_ > 1 ? fmt::format(" (comm wait {:.0f} ms)", 1e3 * s.comm_wait_seconds) : "",
+             config_.model.is_moe() ? fmt::format(" | moe aux {:.3e} drop {:.1f}%", s.moe_aux_loss, 100.0 * s.moe_drop_rate)
+                                    : "");
   log_->flush();
 }
 

@@ -54,6 +54,12 @@ struct StepStats {
   // What the stability checks did (docs/stability.md), "" when nothing: a spike warned
   // of, an update skipped, a rollback.
   std::string intervention;
+  // Mixture of experts (docs/moe.md), over the global batch and every MoE block: the
+  // load-balancing and router z-loss terms the objective adds (means, like loss), the
+  // fraction of token x slot assignments capacity dropped, and the assignments each
+  // expert processed.
+  double moe_aux_loss = 0, moe_z_loss = 0, moe_drop_rate = 0;
+  std::vector<int64_t> moe_tokens_per_expert;
 };
 
 struct RunSummary {
@@ -126,6 +132,8 @@ class Trainer {
   void restore_states(const nlohmann::json& state, bool resume);
   void print_header();
   void print_step(const StepStats& s);
+  // The MoE blocks' totals of this step, summed over the ranks, into s (MoE models only).
+  void collect_moe_totals(StepStats& s);
   // The mean over the data- and context-parallel ranks (as f32); the array form
   // averages up to 2 values in one all-reduce, in place.
   double mean_over_dp(double local);

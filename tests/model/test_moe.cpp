@@ -5,6 +5,7 @@
 // losses and capacity drops to how a batch is cut into micro-batches.
 #include "../common/gradcheck.h"
 #include "tiny_model.h"
+#include "core/memory.h"
 #include "model/transformer.h"
 
 #include <gtest/gtest.h>
@@ -98,8 +99,10 @@ Routed run_once(Transformer& model, int B, int T) {
   model.store().zero_grads();
   model.take_moe_totals();
   model.prepare(ctx, in.data(), target.data(), B, T, 1.0f / (B * T), /*forward_only=*/false);
-  run_forward_backward(model, ctx, nullptr);
-  return {model.take_moe_totals(), ctx.moe[0]};
+  for (int u = 0; u < model.num_units(); ++u) model.unit(u).forward(ctx);
+  MoeActivations block0 = ctx.moe[0];  // freed by the block's backward
+  for (int u = model.num_units() - 1; u >= 0; --u) model.unit(u).backward(ctx, nullptr);
+  return {model.take_moe_totals(), block0};
 }
 
 // Catches: ties broken otherwise than towards the lower expert, capacity admitting in
@@ -204,6 +207,38 @@ TEST(MoeRouting, MicroBatchSplitsGiveTheSameGradientsAndDrops) {
     diff += (g - h) * (g - h), norm += g * g;
   }
   EXPECT_LT(std::sqrt(diff / norm), 1e-6);
+}
+
+// Catches: MoE activations the prediction leaves out, kept under full recompute, or
+// sized for the wrong rows.
+TEST(MoeMemory, KeptActivationsEqualThePrediction) {
+  MemoryLedger& ledger = MemoryLedger::instance();
+  for (CheckpointMode mode : {CheckpointMode::none, CheckpointMode::full}) {
+    for (Arch arch : {Arch::gpt2, Arch::llama}) {
+      const size_t before = ledger.current(MemTag::activations);
+      ModelConfig c = tiny_moe(arch);
+      c.moe_shared_d_ff = 8;
+      const int B = 3, T = 8, chunk = 4;
+      {
+        Transformer model(c, 1, chunk);
+        model.set_activation_checkpointing({mode, 1});
+        const auto in = tokens(B * T, c.vocab_size, 8);
+        model.store().zero_grads();
+        MicroBatchContext ctx;
+        model.prepare(ctx, in.data(), in.data(), B, T, 1.0f, /*forward_only=*/false);
+        for (int u = 0; u < model.num_units(); ++u) model.unit(u).forward(ctx);
+        // Between forward and backward: the context, the workspace and the experts' rows.
+        EXPECT_EQ(ledger.current(MemTag::activations) - before,
+                  static_cast<size_t>(Transformer::predict_activation_bytes(c, B, T, chunk, {}, {mode, 1})))
+            << arch_name(arch) << " " << checkpoint_mode_name(mode);
+        for (int u = model.num_units() - 1; u >= 0; --u) model.unit(u).backward(ctx, nullptr);
+        int64_t kept = 0;
+        for (const MoeActivations& a : ctx.moe) kept += a.logits.defined() || a.inputs.defined();
+        EXPECT_EQ(kept, 0) << "an MoE block's rows outlive its backward";
+      }
+      EXPECT_EQ(ledger.current(MemTag::activations), before);
+    }
+  }
 }
 
 }  // namespace

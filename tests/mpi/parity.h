@@ -56,6 +56,10 @@ struct TrainedRun {
   std::vector<double> grad_norms;  // of each step, before clipping
   std::vector<float> params;
   std::vector<std::string> interventions;  // of each step (StepStats::intervention; "" when none)
+  // Mixture of experts: each step's load-balancing term and the assignments each expert
+  // processed (empty vectors for a dense model).
+  std::vector<double> moe_aux;
+  std::vector<std::vector<int64_t>> moe_tokens;
 };
 
 inline TrainedRun train(const RunConfig& config, DeviceMesh* mesh) {
@@ -66,6 +70,8 @@ inline TrainedRun train(const RunConfig& config, DeviceMesh* mesh) {
     run.losses.push_back(stats.loss);
     run.grad_norms.push_back(stats.grad_norm);
     run.interventions.push_back(stats.intervention);
+    run.moe_aux.push_back(stats.moe_aux_loss);
+    run.moe_tokens.push_back(stats.moe_tokens_per_expert);
   }
   run.params = trainer.full_parameters();
   return run;
@@ -81,6 +87,13 @@ inline void expect_same_run(const TrainedRun& reference, const TrainedRun& paral
         << what << ": loss of step " << i;
     EXPECT_NEAR(parallel.grad_norms[i], reference.grad_norms[i], 1e-5 * std::fabs(reference.grad_norms[i]))
         << what << ": gradient norm of step " << i;
+    // MoE: the load-balancing term, and the routing itself (the same tokens to the same
+    // experts, so the same drops under a capacity).
+    if (i < reference.moe_aux.size() && i < parallel.moe_aux.size()) {
+      EXPECT_NEAR(parallel.moe_aux[i], reference.moe_aux[i], 1e-5 * std::fabs(reference.moe_aux[i]))
+          << what << ": MoE load-balancing loss of step " << i;
+      EXPECT_EQ(parallel.moe_tokens[i], reference.moe_tokens[i]) << what << ": tokens per expert of step " << i;
+    }
   }
   // Parameters: relative difference of the whole vector, ||p - p_ref|| / ||p_ref||. (Per
   // element it is ill-conditioned: Adam divides by sqrt(v), so an element whose gradient

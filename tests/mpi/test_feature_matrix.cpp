@@ -1,62 +1,151 @@
-// The feature matrix: every data-parallel layout against the one-rank run, for both
-// model families (GPT-2; Llama with grouped K/V heads, RoPE and QK-norm) and with
-// gradient accumulation, checked for loss, gradient-norm and parameter parity as in
-// parity.h. GPT-2 runs with clipping off (grad_clip 0), Llama with a clip so large it
-// never fires (1e3): with the default clip of 1.0 every step of these tiny models
-// (norms 2 - 3.5) is clipped, and the clip factor hides a gradient off by a constant.
+// The feature matrix (docs/testing.md): one table of layouts, every axis alone and
+// their 2-D (4 ranks) and 3-D (8 ranks) combinations, each trained for 10 steps and
+// checked against the one-rank run for loss, gradient-norm, MoE load-balancing loss,
+// tokens-per-expert and parameter parity (parity.h), for both families. The model has
+// a dense block and an MoE block (4 experts, top-2), so every layout runs both and the
+// expert-parallel layouts have experts to split. Layouts ndtrain does not support are
+// rows too: they must fail before training with an error naming the combination.
+// GPT-2 runs with clipping off (grad_clip 0), Llama with a clip that never fires (1e3):
+// a clip factor would hide a gradient off by a constant.
 #include "../common/temp_dir.h"
 #include "../train/test_support.h"
 #include "mpi_env.h"
 #include "parity.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 namespace ndt {
 namespace {
 
 struct Layout {
   const char* name;
-  int zero_stage;
-  bool hsdp;  // dp_replicate = 2 x dp_shard = world / 2 (needs an even world of 4+)
+  MeshShape mesh;            // dp_replicate 0: the rest of the world
+  int zero_stage = 0;
+  bool sequence_parallel = false;
+  int micro = 0;             // train.micro_batch_size (0: no accumulation)
+  const char* refused = "";  // not supported: the error must contain this
 };
 
-// Catches: a layout's gradient reduction or shard rows wrong (a constant factor too), either family, with accumulation.
-TEST(FeatureMatrix, EveryLayoutMatchesOneRankForBothFamilies) {
+MeshShape mesh(int pp, int dp_shard, int cp, int tp, int ep) {
+  MeshShape m;
+  m.pp = pp, m.dp_replicate = 0, m.dp_shard = dp_shard, m.cp = cp, m.tp = tp, m.ep = ep;
+  return m;
+}
+
+// Every axis alone and the 2-D combinations, on 4 ranks.
+const std::vector<Layout>& four_rank_layouts() {
+  static const std::vector<Layout> layouts = {
+      {"ddp", mesh(1, 1, 1, 1, 1)},
+      {"ddp, accumulation", mesh(1, 1, 1, 1, 1), 0, false, 1},
+      {"zero1", mesh(1, 4, 1, 1, 1), 1},
+      {"zero2", mesh(1, 4, 1, 1, 1), 2},
+      {"fsdp", mesh(1, 4, 1, 1, 1), 3},
+      {"fsdp, accumulation", mesh(1, 4, 1, 1, 1), 3, false, 1},
+      {"hsdp (zero1)", mesh(1, 2, 1, 1, 1), 1},
+      {"hsdp (fsdp)", mesh(1, 2, 1, 1, 1), 3},
+      {"tp", mesh(1, 1, 1, 4, 1)},
+      {"tp + sp", mesh(1, 1, 1, 4, 1), 0, true},
+      {"ep", mesh(1, 4, 1, 1, 4)},
+      {"cp", mesh(1, 1, 4, 1, 1)},
+      {"pp x ddp", mesh(2, 1, 1, 1, 1), 0, false, 1},
+      {"fsdp x tp", mesh(1, 2, 1, 2, 1), 3},
+      {"fsdp x tp + sp", mesh(1, 2, 1, 2, 1), 3, true},
+      {"fsdp x cp", mesh(1, 2, 2, 1, 1), 3},
+      {"tp x cp", mesh(1, 1, 2, 2, 1)},
+      {"ddp x ep (edp = 2)", mesh(1, 4, 1, 1, 2)},
+      {"ep x tp + sp", mesh(1, 2, 1, 2, 2), 0, true},
+      {"ep x cp (ep over cp)", mesh(1, 1, 2, 1, 2)},
+      {"ep x ddp, accumulation", mesh(1, 2, 1, 1, 2), 0, false, 1},
+      {"pp x fsdp", mesh(2, 2, 1, 1, 1), 3, false, 1},
+      {"pp x tp", mesh(2, 1, 1, 2, 1), 0, false, 1},
+      {"pp x ep", mesh(2, 2, 1, 1, 2), 0, false, 1},
+      {"pp x cp", mesh(2, 1, 2, 1, 1), 0, false, 1},
+      {"fsdp x ep", mesh(1, 4, 1, 1, 2), 3, false, 0, "parallel.ep = 2 with parallel.zero_stage = 3 is not supported"},
+      {"zero1 x ep", mesh(1, 4, 1, 1, 2), 1, false, 0, "parallel.ep = 2 with parallel.zero_stage = 1 is not supported"},
+  };
+  return layouts;
+}
+
+// 3-D combinations, on 8 ranks.
+const std::vector<Layout>& eight_rank_layouts() {
+  static const std::vector<Layout> layouts = {
+      {"pp x fsdp x tp + sp", mesh(2, 2, 1, 2, 1), 3, true, 1},
+      {"hsdp x tp", mesh(1, 2, 1, 2, 1), 3},
+      {"cp x fsdp x tp + sp", mesh(1, 2, 2, 2, 1), 3, true},
+      {"dp x tp x ep", mesh(1, 2, 1, 2, 2)},
+      {"pp x ep x tp", mesh(2, 2, 1, 2, 2), 0, false, 1},
+      {"ep x cp x tp", mesh(1, 1, 2, 2, 2)},
+      {"fsdp x ep x tp", mesh(1, 4, 1, 2, 2), 3, false, 0, "parallel.ep = 2 with parallel.zero_stage = 3 is not supported"},
+  };
+  return layouts;
+}
+
+RunConfig matrix_run(const std::string& train_file, bool llama) {
+  RunConfig c = testing::tiny_run(train_file, 8, 0);
+  if (llama) testing::use_llama(c);
+  c.steps = 10;
+  c.model.n_experts = 4;
+  c.model.moe_top_k = 2;
+  c.model.moe_every = 2;  // block 0 dense, block 1 MoE
+  c.model.moe_d_ff = 48;
+  c.grad_clip = llama ? 1e3f : 0.0f;
+  return c;
+}
+
+// Failed assertions of the running test so far.
+int failures() {
+  const ::testing::TestResult* result = ::testing::UnitTest::GetInstance()->current_test_info()->result();
+  int failed = 0;
+  for (int i = 0; i < result->total_part_count(); ++i) failed += result->GetTestPartResult(i).failed();
+  return failed;
+}
+
+// Catches: any axis's reduction, sharding, routing or split wrong alone or only in
+// combination (a constant factor too), for either family; an unsupported combination
+// that trains anyway or fails without naming itself.
+TEST(FeatureMatrix, EveryLayoutMatchesOneRankOrIsRefusedByName) {
   Communicator& world = testing::world();
   const int n = world.size();
+  if (n != 4 && n != 8) GTEST_SKIP() << "the matrix runs on 4 and 8 ranks";
   testing::TempDir dir;
   write_shard(dir.file("train.bin"), testing::synthetic_text(30000, 21));
-  const Layout layouts[] = {{"ddp", 0, false},  {"zero1", 1, false}, {"zero2", 2, false},
-                            {"fsdp", 3, false}, {"hsdp1", 1, true},  {"hsdp3", 3, true}};
+  std::string table;
   for (bool llama : {false, true}) {
-    RunConfig base = testing::tiny_run(dir.file("train.bin"), 8, 0);
-    base.steps = 6;
-    base.grad_clip = llama ? 1e3f : 0.0f;  // a clip that never fires; clipping off
-    if (llama) {
-      base.model.arch = Arch::llama;
-      base.model.tied_embeddings = false;
-      base.model.n_head = 4;
-      base.model.n_kv_head = 2;
-      base.model.qk_norm = true;
-      base.model.d_ff = 88;
-    }
+    const RunConfig base = matrix_run(dir.file("train.bin"), llama);
     const testing::TrainedRun reference = testing::train(base, nullptr);
-    for (const Layout& layout : layouts) {
-      if (layout.hsdp && n < 4) continue;
-      for (int micro : {0, 1}) {  // no accumulation, and one sequence per micro-step
-        RunConfig config = base;
-        config.zero_stage = layout.zero_stage;
-        config.mesh.dp_shard = layout.zero_stage == 0 ? 1 : (layout.hsdp ? n / 2 : n);
-        config.micro_batch_size = micro;
-        DeviceMesh mesh(world, config.resolve_mesh(n));
-        const std::string what = std::string(llama ? "llama " : "gpt2 ") + layout.name +
-                                 (micro ? ", accumulation" : "");
-        testing::expect_same_run(reference, testing::train(config, &mesh), what.c_str());
+    for (const Layout& layout : n == 4 ? four_rank_layouts() : eight_rank_layouts()) {
+      RunConfig config = base;
+      config.mesh = layout.mesh;
+      config.zero_stage = layout.zero_stage;
+      config.sequence_parallel = layout.sequence_parallel;
+      config.micro_batch_size = layout.micro;
+      const std::string what = fmt::format("{} {}", llama ? "llama" : "gpt2", layout.name);
+      std::string outcome;
+      if (*layout.refused) {
+        try {
+          DeviceMesh m(world, config.resolve_mesh(n));
+          Trainer trainer(config, &m, nullptr);
+          ADD_FAILURE() << what << ": trained, but should be refused";
+        } catch (const Error& e) {
+          EXPECT_NE(std::string(e.what()).find(layout.refused), std::string::npos) << what << ": " << e.what();
+          outcome = std::string("refused: ") + e.what();
+        }
+      } else {
+        const int before = failures();
+        DeviceMesh m(world, config.resolve_mesh(n));
+        testing::expect_same_run(reference, testing::train(config, &m), what.c_str());
+        outcome = failures() > before ? "DIFFERS from one rank" : "matches one rank";
       }
+      table += fmt::format("  {:<6} {:<24} {:<62} {}\n", llama ? "llama" : "gpt2", layout.name,
+                           config.resolve_mesh(n).str() + (layout.zero_stage ? fmt::format(", zero {}", layout.zero_stage) : ""),
+                           outcome);
     }
   }
+  if (world.rank() == 0) fmt::print("feature matrix on {} ranks:\n{}", n, table);
 }
 
 }  // namespace

@@ -119,6 +119,40 @@ TEST_F(ConfigTest, ContextParallelSettings) {
                         "parallel.tp = 4");
 }
 
+TEST_F(ConfigTest, MixtureOfExpertsSettings) {
+  EXPECT_EQ(error_of({"model.n_experts=8", "model.moe_top_k=2"}), "");
+  EXPECT_EQ(error_of({"model.preset=llama-moe-tiny", "parallel.ep=2", "parallel.dp_shard=2"}), "");
+  EXPECT_ERROR_MENTIONS(error_of({"model.n_experts=4", "model.moe_top_k=5"}),
+                        "model.moe_top_k = 5 exceeds model.n_experts = 4");
+  EXPECT_ERROR_MENTIONS(error_of({"model.n_experts=4", "model.moe_every=9"}),
+                        "model.moe_every = 9 exceeds model.n_layer = 4");
+  EXPECT_ERROR_MENTIONS(error_of({"model.n_experts=4", "model.moe_score=relu"}),
+                        "model.moe_score = \"relu\" is not a router score (softmax, sigmoid)");
+  EXPECT_ERROR_MENTIONS(error_of({"model.n_experts=4", "model.moe_capacity_factor=-1"}),
+                        "model.moe_capacity_factor = -1 must be positive (or 0: dropless)");
+  EXPECT_ERROR_MENTIONS(error_of({"model.n_experts=4", "model.moe_aux_loss=-0.1"}), "model.moe_aux_loss = -0.1");
+  EXPECT_ERROR_MENTIONS(error_of({"parallel.ep=2", "parallel.dp_shard=2"}),
+                        "parallel.ep = 2 needs a mixture-of-experts model (model.n_experts > 0)");
+  EXPECT_ERROR_MENTIONS(error_of({"model.n_experts=6", "parallel.ep=4", "parallel.dp_shard=4"}),
+                        "model.n_experts = 6 does not split over parallel.ep = 4");
+  EXPECT_ERROR_MENTIONS(error_of({"model.n_experts=4", "parallel.ep=2", "parallel.dp_shard=2", "parallel.zero_stage=3"}),
+                        "parallel.ep = 2 with parallel.zero_stage = 3 is not supported");
+  EXPECT_ERROR_MENTIONS(error_of({"model.n_experts=4", "model.moe_capacity_factor=1.5", "parallel.cp=2"}),
+                        "model.moe_capacity_factor = 1.5 with parallel.cp = 2 is not supported");
+  EXPECT_ERROR_MENTIONS(error_of({"model.n_experts=4", "precision.compute=bf16"}),
+                        "model.n_experts = 4 (mixture of experts) computes in fp32 only");
+  // ep borrows the data-parallel ranks dp_shard x cp: checked against the world size.
+  RunConfig c = load_run_config(dir_.file("base.toml"), {"model.n_experts=8", "parallel.ep=4", "parallel.dp_shard=2"});
+  try {
+    c.resolve_mesh(2);
+    ADD_FAILURE() << "ep = 4 over 2 data-parallel ranks was accepted";
+  } catch (const Error& e) {
+    EXPECT_ERROR_MENTIONS(std::string(e.what()),
+                          "parallel.ep = 4 must divide the data-parallel ranks it borrows, parallel.dp_shard x cp = 2 "
+                          "x 1 = 2");
+  }
+}
+
 TEST_F(ConfigTest, StabilitySettings) {
   EXPECT_ERROR_MENTIONS(error_of({"stability.on_spike=panic"}),
                         "stability.on_spike = \"panic\" is not an action: warn, skip or rollback");
