@@ -18,6 +18,7 @@ int MeshShape::size(Axis axis) const {
   if (axis == Axis::dp_cp) return dp_replicate * dp_shard * cp;
   if (axis == Axis::ep) return ep;
   if (axis == Axis::edp) return dp_replicate * dp_shard * cp / ep;
+  if (axis == Axis::edp_shard) return dp_shard * cp / ep;
   return sizes_of(*this)[static_cast<size_t>(axis)];
 }
 
@@ -78,9 +79,13 @@ DeviceMesh::DeviceMesh(Communicator& world, const MeshShape& shape) : world_(wor
   axes_[static_cast<size_t>(Axis::ep)] = world.split(ep_color, coord(Axis::ep), "ep");
   if (shape_.ep == 1) {
     axes_[static_cast<size_t>(Axis::edp)] = axes_[static_cast<size_t>(Axis::dp_cp)];
-  } else {  // edp: the ranks sharing pp, tp and the ep coordinate
+    axes_[static_cast<size_t>(Axis::edp_shard)] = axes_[static_cast<size_t>(Axis::dp_shard_cp)];
+  } else {  // edp: the ranks sharing pp, tp and the ep coordinate; edp_shard: also dp_replicate
     const int edp_color = (coords_[0] * shape_.ep + coord(Axis::ep)) * shape_.tp + coords_[4];
     axes_[static_cast<size_t>(Axis::edp)] = world.split(edp_color, coord(Axis::edp), "edp");
+    const int edp_shard_color =
+        ((coords_[0] * shape_.dp_replicate + coords_[1]) * shape_.ep + coord(Axis::ep)) * shape_.tp + coords_[4];
+    axes_[static_cast<size_t>(Axis::edp_shard)] = world.split(edp_shard_color, coord(Axis::edp_shard), "edp_shard");
   }
 }
 
@@ -89,6 +94,7 @@ int DeviceMesh::coord(Axis axis) const {
   if (axis == Axis::dp_shard_cp) return coords_[2] * shape_.cp + coords_[3];
   if (axis == Axis::dp_cp) return coord(Axis::dp) * shape_.cp + coords_[3];
   if (axis == Axis::ep) return coord(Axis::dp_shard_cp) % shape_.ep;
+  if (axis == Axis::edp_shard) return coord(Axis::dp_shard_cp) / shape_.ep;
   if (axis == Axis::edp) {
     return coords_[1] * (shape_.size(Axis::dp_shard_cp) / shape_.ep) + coord(Axis::dp_shard_cp) / shape_.ep;
   }

@@ -3,8 +3,8 @@
 // neighbouring ranks, on one node). One communicator per axis, plus the flattenings
 // dp (dp_replicate x dp_shard: data parallelism splits the batch over it), dp_shard_cp
 // and dp_cp (with the context-parallel ranks: parameters are sharded and gradients
-// reduced over them), and the expert-parallel groups ep and edp, whose ranks ep
-// borrows from dp_shard_cp (core/axis.h).
+// reduced over them), and the expert-parallel groups ep, edp and edp_shard, whose
+// ranks ep borrows from dp_shard_cp (core/axis.h).
 #pragma once
 
 #include "comm/communicator.h"
@@ -27,7 +27,7 @@ struct MeshShape {
   // ranks are borrowed from dp_shard x cp, which it must divide.
   int ep = 1;
 
-  // Also the flattenings dp, dp_shard_cp, dp_cp and the expert groups ep, edp (core/axis.h).
+  // Also the flattenings dp, dp_shard_cp, dp_cp and the expert groups ep, edp, edp_shard (core/axis.h).
   int size(Axis axis) const;
   int64_t product() const { return int64_t{pp} * dp_replicate * dp_shard * cp * tp; }
   // "pp=1 x dp_replicate=2 x dp_shard=1 x cp=1 x tp=1", with " (ep=2)" appended when ep > 1.
@@ -46,13 +46,14 @@ class DeviceMesh {
   const MeshShape& shape() const { return shape_; }
   Communicator& world() { return world_; }
   // The communicator along an axis, flattening or expert group (without cp, dp_shard_cp
-  // is dp_shard's communicator and dp_cp is dp's; with ep = 1, edp is dp_cp's: the same
-  // object, the same counters; ep is then each rank alone).
+  // is dp_shard's communicator and dp_cp is dp's; with ep = 1, edp is dp_cp's and
+  // edp_shard is dp_shard_cp's: the same objects, the same counters; ep is then each
+  // rank alone).
   Communicator& axis(Axis axis) { return *axes_[static_cast<size_t>(axis)]; }
   // This rank's coordinate along an axis (a flattening: row-major over its axes, e.g. dp:
   // dp_replicate_coord * dp_shard + dp_shard_coord; ep: dp_shard_cp's % ep; edp: its rank
   // among the dp_cp ranks of its ep coordinate, dp_replicate_coord * (dp_shard_cp / ep) +
-  // dp_shard_cp's / ep).
+  // dp_shard_cp's / ep; edp_shard: dp_shard_cp's / ep).
   int coord(Axis axis) const;
   int size(Axis axis) const { return shape_.size(axis); }
 

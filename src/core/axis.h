@@ -13,6 +13,9 @@
 // and tokens exchanged over it. edp (expert data parallel) is the ranks holding the
 // same experts, the dp_cp ranks with the same ep coordinate (dp_cp / ep of them),
 // over which the experts' gradients are reduced. With ep = 1, edp is dp_cp.
+// edp_shard is edp within one replica: the dp_shard_cp ranks with the same ep
+// coordinate (dp_shard_cp / ep of them), over which ZeRO and FSDP shard the experts
+// as they shard the other parameters over dp_shard_cp. With ep = 1, it is dp_shard_cp.
 #pragma once
 
 #include <array>
@@ -21,14 +24,14 @@
 
 namespace ndt {
 
-enum class Axis { pp, dp_replicate, dp_shard, cp, tp, dp, dp_shard_cp, dp_cp, ep, edp };
-inline constexpr size_t kNumAxes = 10;  // the mesh axes, the flattenings and the expert groups
+enum class Axis { pp, dp_replicate, dp_shard, cp, tp, dp, dp_shard_cp, dp_cp, ep, edp, edp_shard };
+inline constexpr size_t kNumAxes = 11;  // the mesh axes, the flattenings and the expert groups
 
 // The five mesh axes in mesh order (dp, a flattening, is not among them).
 inline constexpr std::array<Axis, 5> kMeshAxes = {Axis::pp, Axis::dp_replicate, Axis::dp_shard, Axis::cp, Axis::tp};
 
-// "pp", "dp_replicate", "dp_shard", "cp", "tp", "dp", "dp_shard_cp", "dp_cp", "ep", "edp": the names of the
-// config keys (parallel.<name>; edp is not one), of the communicators' counters and of the metrics.
+// "pp", "dp_replicate", "dp_shard", "cp", "tp", "dp", "dp_shard_cp", "dp_cp", "ep", "edp", "edp_shard": the
+// names of the config keys (parallel.<name>; edp and edp_shard are not), of the communicators' counters and of the metrics.
 constexpr std::string_view axis_name(Axis axis) {
   switch (axis) {
     case Axis::pp: return "pp";
@@ -41,6 +44,7 @@ constexpr std::string_view axis_name(Axis axis) {
     case Axis::dp_cp: return "dp_cp";
     case Axis::ep: return "ep";
     case Axis::edp: return "edp";
+    case Axis::edp_shard: return "edp_shard";
   }
   return "?";
 }
