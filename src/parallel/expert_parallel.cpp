@@ -52,10 +52,6 @@ void validate_expert_parallel(const ModelConfig& config, int ep, int zero_stage)
   NDT_CHECK(config.is_moe(), "parallel.ep = {} needs a mixture-of-experts model (model.n_experts > 0)", ep);
   NDT_CHECK(config.n_experts % ep == 0, "model.n_experts = {} does not split over parallel.ep = {}", config.n_experts,
             ep);
-  NDT_CHECK(zero_stage == 0,
-            "parallel.ep = {} with parallel.zero_stage = {} is not supported: expert parallelism runs with DDP "
-            "(parallel.zero_stage = 0) for now",
-            ep, zero_stage);
 }
 
 void ExpertParallel::plan(ExpertRoute& route) const {

@@ -10,10 +10,13 @@
 // reverse) in forward, and the same two, reversed, for the gradients in backward.
 // A row that stays on its rank is copied, not sent: wire bytes count the others.
 // The experts' gradients are summed over edp (the ranks holding the same experts,
-// dp_cp / ep of them; parallel/data_parallel.h), the other parameters' over dp_cp.
+// dp_cp / ep of them; parallel/data_parallel.h), the other parameters' over dp_cp;
+// under ZeRO and FSDP reduce-scattered over edp_shard (edp within a replica) and
+// all-reduced over dp_replicate (parallel/zero_stage1.h, parallel/fsdp.h).
 // Memory per rank: the expert parameters' model states / ep (DDP: 16 bytes x expert
-// parameters / ep; parallel/memory_model.h), and during each exchange one scratch
-// buffer of the received (or sent) expert-side rows, tag comm.
+// parameters / ep; sharded further over edp_shard by ZeRO; parallel/memory_model.h),
+// and during each exchange one scratch buffer of the received (or sent) expert-side
+// rows, tag comm.
 #pragma once
 
 #include "comm/communicator.h"
@@ -27,7 +30,8 @@
 namespace ndt {
 
 // Throws unless ep > 1 can run: a mixture-of-experts model whose experts divide by ep,
-// under DDP (zero_stage 0), naming the values.
+// naming the values. Every data-parallel layout runs with it (zero_stage 0 to 3, HSDP
+// too): zero_stage no longer restricts it.
 void validate_expert_parallel(const ModelConfig& config, int ep, int zero_stage);
 
 class ExpertParallel : public ExpertDispatch {

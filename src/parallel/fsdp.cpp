@@ -17,12 +17,14 @@ FullyShardedDataParallel::FullyShardedDataParallel(ParameterStore& store, Device
                                                    DType reduce_dtype, DType gather_dtype)
     : store_(store),
       shard_comm_(mesh.axis(Axis::dp_shard_cp)),
+      expert_shard_comm_(mesh.axis(Axis::edp_shard)),
       replicate_comm_(mesh.axis(Axis::dp_replicate)),
       stage_(stage),
       prefetch_(prefetch),
       reduce_dtype_(reduce_dtype),
       pipelined_(!local_units.empty()),
-      layout_(store, shard_comm_.rank(), shard_comm_.size()),
+      layout_(store, ShardGroup{shard_comm_.rank(), shard_comm_.size()},
+              ShardGroup{expert_shard_comm_.rank(), expert_shard_comm_.size()}),
       optimizer_(store, layout_, adamw) {
   group_of_unit_.assign(static_cast<size_t>(store.num_units()), groups.size());
   for (size_t g = 0; g < groups.size(); ++g) {
@@ -54,21 +56,31 @@ FullyShardedDataParallel::FullyShardedDataParallel(ParameterStore& store, Device
     group.numel += params[p].numel();
   }
   for (Group& g : groups_) {
-    g.segment = layout_.segment_numel(g.slots);
-    // Weights only matmuls read travel in the gather dtype (their compute copy is all
-    // the model reads of them); the rest in fp32.
-    Group::GatherPart wide, low;
-    low.dtype = gather_dtype;
-    for (size_t i = 0; i < g.slots.params.size(); ++i) {
-      const size_t p = g.slots.params[i];
-      Group::GatherPart& part = gather_dtype != DType::f32 && used_only_in_matmuls(params[p]) ? low : wide;
-      part.slots.params.push_back(p);
-      part.slots.offsets.push_back(g.slots.offsets[i]);
-    }
-    for (Group::GatherPart* part : {&wide, &low}) {
-      if (part->slots.params.empty()) continue;
-      part->segment = layout_.segment_numel(part->slots);
-      g.parts.push_back(std::move(*part));
+    const std::vector<ParamSlots> by_group = layout_.by_group(g.slots);
+    for (int sg = 0; sg < static_cast<int>(by_group.size()); ++sg) {
+      const ParamSlots& slots = by_group[static_cast<size_t>(sg)];
+      if (slots.params.empty()) continue;
+      Group::ReducePart reduce;
+      reduce.slots = slots;
+      reduce.segment = layout_.segment_numel(slots);
+      reduce.shard_group = sg;
+      g.reduces.push_back(std::move(reduce));
+      // Weights only matmuls read travel in the gather dtype (their compute copy is all
+      // the model reads of them); the rest in fp32.
+      Group::GatherPart wide, low;
+      low.dtype = gather_dtype;
+      for (size_t i = 0; i < slots.params.size(); ++i) {
+        const size_t p = slots.params[i];
+        Group::GatherPart& part = gather_dtype != DType::f32 && used_only_in_matmuls(params[p]) ? low : wide;
+        part.slots.params.push_back(p);
+        part.slots.offsets.push_back(slots.offsets[i]);
+      }
+      for (Group::GatherPart* part : {&wide, &low}) {
+        if (part->slots.params.empty()) continue;
+        part->segment = layout_.segment_numel(part->slots);
+        part->shard_group = sg;
+        g.parts.push_back(std::move(*part));
+      }
     }
   }
   NDT_CHECK(stage == 2 || stage == 3, "parallel.zero_stage = {}: this class implements stages 2 and 3", stage);
@@ -84,8 +96,11 @@ FullyShardedDataParallel::FullyShardedDataParallel(ParameterStore& store, Device
   // whole parameters, copied from them, which are then freed.
   param_shards_ = Tensor::zeros({layout_.arena_numel()}, DType::f32, MemTag::params);
   if (store.values().defined()) {
-    layout_.pack(store.values().data<float>(), layout_.arena_slots(0, params.size()), layout_.rank(),
-                 param_shards_.data<float>());
+    for (size_t p = 0; p < params.size(); ++p) {  // each at its shard's offset, as its group's rank
+      const ParameterShard& s = layout_.shard(p);
+      layout_.pack(store.values().data<float>(), layout_.arena_slots(p, p + 1), layout_.rank(s.group),
+                   param_shards_.data<float>() + s.shard_offset);
+    }
     store.release_values();
   } else {
     for (size_t p = 0; p < params.size(); ++p) {
@@ -129,8 +144,8 @@ void FullyShardedDataParallel::need_gather(Group& g) {
 
 void FullyShardedDataParallel::start_gather(Group& g) {
   if (g.values.defined() || g.gathering()) return;
-  const int n = layout_.ranks();
   for (Group::GatherPart& part : g.parts) {
+    Communicator& comm = comm_of(part.shard_group);
     Tensor own = Tensor::empty({part.segment}, DType::f32, MemTag::comm);
     float* send = own.data<float>();
     for (size_t p : part.slots.params) {  // own shards, already padded, in group order
@@ -139,8 +154,8 @@ void FullyShardedDataParallel::start_gather(Group& g) {
       send += s.padded_numel();
     }
     part.send = part.dtype == DType::f32 ? own : round_for_sending(part.dtype, own.data<float>(), part.segment);
-    part.recv = Tensor::empty({n * part.segment}, part.dtype, MemTag::comm);
-    part.work = shard_comm_.iall_gather(part.send.raw(), part.recv.raw(), static_cast<size_t>(part.segment), part.dtype);
+    part.recv = Tensor::empty({comm.size() * part.segment}, part.dtype, MemTag::comm);
+    part.work = comm.iall_gather(part.send.raw(), part.recv.raw(), static_cast<size_t>(part.segment), part.dtype);
   }
 }
 
@@ -229,21 +244,24 @@ void FullyShardedDataParallel::after_backward(int unit) {
 }
 
 void FullyShardedDataParallel::start_reduce(Group& g) {
-  const int n = layout_.ranks();
-  g.reduce_send = Tensor::empty({n * g.segment}, DType::f32, MemTag::comm);
-  g.reduce_recv = Tensor::empty({g.segment}, DType::f32, MemTag::comm);
-  for (int r = 0; r < n; ++r) {
-    layout_.pack(g.grads.data<float>(), g.slots, r, g.reduce_send.data<float>() + r * g.segment);
-  }
-  if (reduce_dtype_ == DType::f32) {
-    g.reduce = shard_comm_.ireduce_scatter(g.reduce_send.data<float>(), g.reduce_recv.data<float>(),
-                                           static_cast<size_t>(g.segment), DType::f32, ReduceOp::sum);
-  } else {
-    g.reduce_send_low = round_for_sending(reduce_dtype_, g.reduce_send.data<float>(), n * g.segment);
-    g.reduce_send = Tensor();
-    g.reduce_recv_low = Tensor::empty({g.segment}, reduce_dtype_, MemTag::comm);
-    g.reduce = shard_comm_.ireduce_scatter(g.reduce_send_low.raw(), g.reduce_recv_low.raw(),
-                                           static_cast<size_t>(g.segment), reduce_dtype_, ReduceOp::sum);
+  for (Group::ReducePart& part : g.reduces) {
+    Communicator& comm = comm_of(part.shard_group);
+    const int n = comm.size();
+    part.send = Tensor::empty({n * part.segment}, DType::f32, MemTag::comm);
+    part.recv = Tensor::empty({part.segment}, DType::f32, MemTag::comm);
+    for (int r = 0; r < n; ++r) {
+      layout_.pack(g.grads.data<float>(), part.slots, r, part.send.data<float>() + r * part.segment);
+    }
+    if (reduce_dtype_ == DType::f32) {
+      part.work = comm.ireduce_scatter(part.send.data<float>(), part.recv.data<float>(),
+                                       static_cast<size_t>(part.segment), DType::f32, ReduceOp::sum);
+    } else {
+      part.send_low = round_for_sending(reduce_dtype_, part.send.data<float>(), n * part.segment);
+      part.send = Tensor();
+      part.recv_low = Tensor::empty({part.segment}, reduce_dtype_, MemTag::comm);
+      part.work = comm.ireduce_scatter(part.send_low.raw(), part.recv_low.raw(), static_cast<size_t>(part.segment),
+                                       reduce_dtype_, ReduceOp::sum);
+    }
   }
   g.grads = Tensor();
   point_grads(g, false);
@@ -255,28 +273,34 @@ void FullyShardedDataParallel::poll() {
       if (part.work) part.work->test();
     }
     // A finished reduce-scatter is folded into the shards at once, freeing its buffers.
-    if (g.reduce && g.reduce->test()) finish_reduce(g);
+    for (Group::ReducePart& part : g.reduces) {
+      if (part.work && part.work->test()) finish_reduce(part);
+    }
   }
 }
 
 void FullyShardedDataParallel::finish_reduce(Group& g) {
-  if (!g.reduce) return;
-  g.reduce->wait();
-  g.reduce.reset();
-  if (g.reduce_recv_low.defined()) {
-    widen_received(g.reduce_recv_low, g.reduce_recv.data<float>(), /*accumulate=*/false);
-    g.reduce_send_low = Tensor();
-    g.reduce_recv_low = Tensor();
+  for (Group::ReducePart& part : g.reduces) finish_reduce(part);
+}
+
+void FullyShardedDataParallel::finish_reduce(Group::ReducePart& part) {
+  if (!part.work) return;
+  part.work->wait();
+  part.work.reset();
+  if (part.recv_low.defined()) {
+    widen_received(part.recv_low, part.recv.data<float>(), /*accumulate=*/false);
+    part.send_low = Tensor();
+    part.recv_low = Tensor();
   }
   // Sum into the gradient shards (micro-steps accumulate here).
-  float* shard = g.reduce_recv.data<float>();
-  for (size_t p : g.slots.params) {
+  float* shard = part.recv.data<float>();
+  for (size_t p : part.slots.params) {
     const ParameterShard& s = layout_.shard(p);
     kernels::add_inplace(grad_shards_.data<float>() + s.shard_offset, shard, s.padded_numel());
     shard += s.padded_numel();
   }
-  g.reduce_send = Tensor();
-  g.reduce_recv = Tensor();
+  part.send = Tensor();
+  part.recv = Tensor();
 }
 
 void FullyShardedDataParallel::zero_grads() { grad_shards_.zero_(); }
@@ -299,7 +323,9 @@ void FullyShardedDataParallel::finish_backward() {
 }
 
 double FullyShardedDataParallel::grad_norm() {
-  return finish_norm(sharded_grad_sum_of_squares(grad_shards_.data<float>(), layout_, shard_comm_, counted_in_norm()));
+  const ShardedSquares squares = sharded_grad_sum_of_squares(grad_shards_.data<float>(), layout_, shard_comm_,
+                                                             expert_shard_comm_, counted_in_norm());
+  return finish_norm(squares.dense, squares.experts);
 }
 
 void FullyShardedDataParallel::step(float lr, float grad_scale) {
@@ -311,24 +337,29 @@ void FullyShardedDataParallel::step(float lr, float grad_scale) {
   }
   // Stage 2: update the owned rows of the whole parameters, then share them.
   optimizer_.step_whole_parameters(grad_shards_.data<float>(), lr, grad_scale);
-  for (const Group& g : groups_) all_gather_updated_rows(layout_, g.arena, store_.values().data<float>(), shard_comm_);
+  for (const Group& g : groups_) {
+    const std::vector<ParamSlots> by_group = layout_.by_group(g.arena);
+    for (int sg = 0; sg < static_cast<int>(by_group.size()); ++sg) {
+      const ParamSlots& slots = by_group[static_cast<size_t>(sg)];
+      if (!slots.params.empty()) all_gather_updated_rows(layout_, slots, store_.values().data<float>(), comm_of(sg));
+    }
+  }
 }
 
 std::vector<StateSlice> FullyShardedDataParallel::layout_state_slices() {
   // Stage 3: each rank its rows of parameters and moments; stage 2: each whole
-  // parameter written by one dp_shard rank, chosen to balance the bytes
-  // (balanced_writers), moments by rows. Replicas over dp_replicate hold copies (the
-  // first one writes).
+  // parameter written by one rank of its shard group (dp_shard; experts: edp_shard),
+  // chosen to balance the bytes, moments by rows. Replicas over dp_replicate hold
+  // copies (the first one writes).
   const bool first_replica = replicate_comm_.rank() == 0;
   std::vector<StateSlice> slices;
   const auto& params = store_.params();
-  const std::vector<int> writer = balanced_writers(params, shard_comm_.size());
+  const std::vector<char> writes = layout_.whole_parameter_writers(params);
   for (size_t p = 0; p < params.size(); ++p) {
     const ParameterShard& s = layout_.shard(p);
     if (!shards_parameters()) {
-      const bool mine = writer[p] == shard_comm_.rank();
       slices.push_back({StateSlice::value, &params[p], 0, params[p].local_shape[0], params[p].data(),
-                        first_replica && mine});
+                        first_replica && writes[p]});
     } else if (s.owned_numel() > 0) {
       slices.push_back({StateSlice::value, &params[p], s.begin_row, s.end_row,
                         param_shards_.data<float>() + s.shard_offset, first_replica});
@@ -343,11 +374,24 @@ std::vector<float> FullyShardedDataParallel::full_parameters() {
     const float* values = store_.values().data<float>();
     return {values, values + store_.numel()};
   }
-  const int n = layout_.ranks();
-  std::vector<float> all(static_cast<size_t>(n * layout_.arena_numel())), full(static_cast<size_t>(store_.numel()));
-  shard_comm_.all_gather(param_shards_.data<float>(), all.data(), static_cast<size_t>(layout_.arena_numel()),
-                         DType::f32);
-  layout_.unpack_all(all.data(), layout_.arena_slots(0, store_.params().size()), full.data());
+  // Per shard group: this rank's shards of its parameters, all-gathered and unpacked.
+  std::vector<float> full(static_cast<size_t>(store_.numel()));
+  const std::vector<ParamSlots> by_group = layout_.by_group(layout_.arena_slots(0, store_.params().size()));
+  for (int sg = 0; sg < static_cast<int>(by_group.size()); ++sg) {
+    const ParamSlots& slots = by_group[static_cast<size_t>(sg)];
+    if (slots.params.empty()) continue;
+    Communicator& comm = comm_of(sg);
+    const int64_t segment = layout_.segment_numel(slots);
+    std::vector<float> mine(static_cast<size_t>(segment)), all(static_cast<size_t>(comm.size() * segment));
+    float* out = mine.data();
+    for (size_t p : slots.params) {
+      const ParameterShard& s = layout_.shard(p);
+      kernels::copy(out, param_shards_.data<float>() + s.shard_offset, s.padded_numel());
+      out += s.padded_numel();
+    }
+    comm.all_gather(mine.data(), all.data(), static_cast<size_t>(segment), DType::f32);
+    layout_.unpack_all(all.data(), slots, full.data());
+  }
   return full;
 }
 

@@ -4,7 +4,11 @@
 // (parallel/shard_layout.h; placement Shard(0) on dp_shard), replicated over
 // dp_replicate. Under context parallelism "dp_shard" is dp_shard x cp (the
 // communicator dp_shard_cp, placement Shard(0) on it): cp ranks hold the same
-// parameters, as torchtitan shards over its dp_shard_cp mesh.
+// parameters, as torchtitan shards over its dp_shard_cp mesh. Under expert parallelism
+// the routed experts (this rank's E / ep of them, Shard(0) on ep) are sharded further
+// along dim 0 over edp_shard, the dp_shard ranks holding the same experts (dp_shard /
+// ep of them), as torchtitan and DeepSpeed-MoE do: every collective below then runs
+// once per group of ranks, the experts' over edp_shard, never mixing the two.
 // Communicates, per group of units (parallelize() makes each block a group, and the
 // embedding with the head the root group, as torchtitan wraps each block and then the
 // whole model): after the group's backward, a reduce-scatter of its gradients (then, for HSDP, an
@@ -23,7 +27,8 @@
 // start of forward to the end of backward (it is used at both ends, and a tied output
 // layer is the embedding), as torchtitan leaves its root module.
 // Which group a parameter belongs to is read from its unit (Parameter::unit).
-// Memory of model states per rank after a step (n = dp_shard, padded shards):
+// Memory of model states per rank after a step (n = dp_shard, the experts' n =
+// dp_shard / ep, padded shards):
 //   stage 2: params 4 Psi + grads 4 Psi / n + moments 8 Psi / n
 //   stage 3: 16 Psi / n
 // Gradients are reduce-scattered on every micro-step and summed into the shards
@@ -98,24 +103,32 @@ class FullyShardedDataParallel : public GradientSync {
     ParamSlots slots;       // its parameters, at their offsets in a gathered buffer
     ParamSlots arena;       // the same parameters at their offsets in the store's arenas
     int64_t numel = 0;      // elements of the gathered buffer
-    int64_t segment = 0;    // padded shard elements per rank
     Tensor values;          // gathered parameters (empty when resharded)
     Tensor compute;         // low precision: values rounded to the compute dtype, for the matmuls
     Tensor grads;           // full gradients during its backward
-    // Its parameters travel in one all-gather per dtype: fp32, and with a low gather
-    // dtype the matmul-only weights in that dtype.
+    // Its parameters travel in one all-gather per shard group (ShardLayout: the dense
+    // parameters, the experts) and dtype: fp32, and with a low gather dtype the
+    // matmul-only weights in that dtype.
     struct GatherPart {
       ParamSlots slots;  // offsets in the gathered buffer, as in `slots`
       int64_t segment = 0;
+      int shard_group = ShardLayout::dense;
       DType dtype = DType::f32;
       Tensor send, recv;
       WorkHandle work;
     };
     std::vector<GatherPart> parts;
     bool gathering() const;
-    Tensor reduce_send, reduce_recv;
-    Tensor reduce_send_low, reduce_recv_low;  // low-precision reduction: what travels
-    WorkHandle reduce;
+    // Its gradients in one reduce-scatter per shard group.
+    struct ReducePart {
+      ParamSlots slots;  // offsets in the gathered buffer, as in `slots`
+      int64_t segment = 0;
+      int shard_group = ShardLayout::dense;
+      Tensor send, recv;
+      Tensor send_low, recv_low;  // low-precision reduction: what travels
+      WorkHandle work;
+    };
+    std::vector<ReducePart> reduces;
   };
   Group& group_of(int unit) { return groups_[group_of_unit_[static_cast<size_t>(unit)]]; }
   bool shards_parameters() const { return stage_ == 3; }
@@ -127,9 +140,13 @@ class FullyShardedDataParallel : public GradientSync {
   void point_grads(Group& g, bool allocated);
   void start_reduce(Group& g);  // packs the group's gradients, starts their reduce-scatter, frees them
   void finish_reduce(Group& g);
+  void finish_reduce(Group::ReducePart& part);
+  // The communicator of a shard group: dp_shard_cp, or edp_shard for the experts.
+  Communicator& comm_of(int shard_group) { return shard_group == ShardLayout::experts ? expert_shard_comm_ : shard_comm_; }
 
   ParameterStore& store_;
-  Communicator& shard_comm_;
+  Communicator& shard_comm_;         // dp_shard_cp
+  Communicator& expert_shard_comm_;  // edp_shard (dp_shard_cp itself with ep = 1)
   Communicator& replicate_comm_;
   int stage_;
   bool prefetch_;

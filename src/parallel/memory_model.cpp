@@ -4,31 +4,24 @@
 
 namespace ndt {
 
-namespace {
-
-// Elements of one rank's padded shards of all parameters.
-int64_t padded_shard_numel(const std::vector<ParameterSpec>& specs, int n) {
-  int64_t total = 0;
-  for (const ParameterSpec& s : specs) {
-    const int64_t rows = s.logical_shape.empty() ? 1 : s.logical_shape[0];
-    const int64_t row_numel = rows == 0 ? 0 : shape_numel(s.logical_shape) / rows;
-    total += (rows + n - 1) / n * row_numel;
-  }
-  return total;
-}
-
-}  // namespace
-
 ModelStateBytes predict_model_states(const std::vector<ParameterSpec>& specs, int dp_shard, int zero_stage,
                                      DType compute, int ep) {
   NDT_CHECK(dp_shard >= 1, "dp_shard = {} must be at least 1", dp_shard);
   NDT_CHECK(zero_stage >= 0 && zero_stage <= 3, "zero_stage = {} has no memory model (0 to 3)", zero_stage);
   NDT_CHECK(ep >= 1, "ep = {} must be at least 1", ep);
-  NDT_CHECK(ep == 1 || zero_stage == 0, "ep = {} with zero_stage = {} has no memory model (expert parallelism runs "
-            "with DDP, zero_stage 0)", ep, zero_stage);
-  int64_t full = 0;
-  for (const ParameterSpec& s : specs) full += shape_numel(s.logical_shape) / (s.expert ? ep : 1);
-  const int64_t shard = padded_shard_numel(specs, dp_shard);
+  NDT_CHECK(zero_stage == 0 || dp_shard % ep == 0,
+            "ep = {} does not divide dp_shard = {}: ZeRO stage {} shards the experts over dp_shard / ep ranks", ep,
+            dp_shard, zero_stage);
+  // full: this rank's parameters (E / ep experts); shard: its padded shards of them.
+  int64_t full = 0, shard = 0;
+  for (const ParameterSpec& s : specs) {
+    const int split = s.expert ? ep : 1, n = zero_stage == 0 ? 1 : dp_shard / split;
+    const int64_t numel = shape_numel(s.logical_shape) / split;
+    const int64_t rows = s.logical_shape.empty() ? 1 : s.logical_shape[0] / split;
+    const int64_t row_numel = rows == 0 ? 0 : numel / rows;
+    full += numel;
+    shard += (rows + n - 1) / n * row_numel;
+  }
   ModelStateBytes m;
   m.params = 4 * (zero_stage >= 3 ? shard : full);
   if (compute != DType::f32 && zero_stage < 3) m.params += static_cast<int64_t>(dtype_size(compute)) * full;

@@ -8,7 +8,10 @@
 // with n = dp_shard and every "/ n" counted exactly: each parameter's shard padded to
 // ceil(rows / n) rows, as parallel/shard_layout.h lays it out. Psi counts the routed
 // experts' parameters (ParameterSpec::expert) / ep: each rank holds E / ep experts
-// (parallel/expert_parallel.h; DDP only, as expert parallelism runs).
+// (parallel/expert_parallel.h), and ZeRO shards those over the dp_shard / ep ranks
+// holding the same experts (edp_shard): for the experts, Psi_e / ep and n = dp_shard /
+// ep, their shards padded to ceil((E / ep) / n) expert rows, e.g. stage 3
+//   16 Psi_dense / dp_shard + 16 Psi_e / ep / (dp_shard / ep) = 16 (Psi_dense + Psi_e) / dp_shard.
 // Low-precision compute (model/precision.h) adds the parameters' compute copy, 2 Psi
 // (ledger tag params), wherever whole parameters are kept (DDP, stages 1 and 2); stage 3
 // casts a group's copy when it gathers it and frees it with the group, so after a step
@@ -33,6 +36,7 @@ struct ModelStateBytes {
 };
 
 // specs: one tp rank's blocks (local_parameter_specs), the experts whole (all E).
+// dp_shard: the ranks ZeRO shards over (dp_shard x cp), which ep divides.
 ModelStateBytes predict_model_states(const std::vector<ParameterSpec>& specs, int dp_shard, int zero_stage,
                                      DType compute = DType::f32, int ep = 1);
 

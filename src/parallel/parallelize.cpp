@@ -19,20 +19,23 @@ void place_parameters(ParameterStore& store, const MeshShape& mesh, const Parall
     p.placements.clear();
     p.grad_partial.clear();
     if (const auto tp = tensor_parallel_placement(p.spec, mesh.tp)) p.placements.push_back(*tp);
-    // FSDP shards the tensor-parallel block (if any) further along its dim 0, over the
-    // context-parallel ranks too (they hold the same parameters).
-    const Axis shard_axis = mesh.cp > 1 ? Axis::dp_shard_cp : Axis::dp_shard;
-    if (o.zero_stage == 3) p.placements.push_back(Placement{shard_axis, Placement::Kind::shard, 0});
     if (tensor_parallel_grad_partial(p.spec, mesh.tp, o.sequence_parallel)) p.grad_partial.push_back(Axis::tp);
     if (p.spec.expert && mesh.ep > 1) {
       // Each ep rank holds E / ep experts whole and receives every row routed to them
       // from its ep group: their gradient is a part of the sum over the groups, edp.
+      // FSDP shards its experts further along dim 0 over the ranks holding the same
+      // experts within a replica, edp_shard.
       NDT_CHECK(p.spec.tp_dim != 0, "parameter {} declares tp_dim 0, its experts, which ep splits (an expert "
                 "weight splits over tp on dim 1 or 2)", p.name());
       p.placements.push_back(Placement{Axis::ep, Placement::Kind::shard, 0});
+      if (o.zero_stage == 3) p.placements.push_back(Placement{Axis::edp_shard, Placement::Kind::shard, 0});
       if (mesh.size(Axis::edp) > 1) p.grad_partial.push_back(Axis::edp);
       continue;
     }
+    // FSDP shards the tensor-parallel block (if any) further along its dim 0, over the
+    // context-parallel ranks too (they hold the same parameters).
+    const Axis shard_axis = mesh.cp > 1 ? Axis::dp_shard_cp : Axis::dp_shard;
+    if (o.zero_stage == 3) p.placements.push_back(Placement{shard_axis, Placement::Kind::shard, 0});
     // Each data-parallel rank computes the gradient of its part of the batch, each
     // context-parallel rank that of its part of every sequence.
     if (mesh.dp_replicate > 1) p.grad_partial.push_back(Axis::dp_replicate);

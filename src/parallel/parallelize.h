@@ -3,7 +3,8 @@
 // (with what tensor parallelism would do to each) and knows nothing of meshes; this
 // one function, called by the trainer and the benchmarks alike:
 //   1. writes every parameter's placements (Shard(dim) on tp for Megatron layers,
-//      Shard(0) on dp_shard under FSDP, Shard(0) on ep for routed experts) and the axes
+//      Shard(0) on dp_shard under FSDP, Shard(0) on ep for routed experts and then
+//      Shard(0) on edp_shard under FSDP) and the axes
 //      its gradient is Partial over (tp for replicated parameters that each tp rank sees
 //      in part; the data-parallel axes for every parameter, edp instead for the experts
 //      under expert parallelism), the one description that gradient reduction, the

@@ -1,9 +1,14 @@
-// Dim-0 sharding of every parameter across the ranks of one mesh axis (dp_shard):
-// rank r owns rows [r * R', (r + 1) * R') of a parameter with R rows, R' = ceil(R / n),
-// clipped to R (so trailing ranks may own fewer rows, or none). Each rank's shards
-// are laid out in parameter order in a "shard arena", every shard padded to R' rows,
-// so collectives over a range of parameters have the same size on every rank.
-// The placement this gives is Shard(0) on dp_shard (see Parameter::placements).
+// Dim-0 sharding of every parameter across the ranks of its shard group: rank r owns
+// rows [r * R', (r + 1) * R') of a parameter with R rows, R' = ceil(R / n) for the n
+// ranks of its group, clipped to R (so trailing ranks may own fewer rows, or none).
+// Two groups: the dense parameters shard over dp_shard (dp_shard_cp under context
+// parallelism), and under expert parallelism the routed experts (parameters sharded on
+// ep: this rank's E / ep experts) over edp_shard, the dp_shard_cp ranks holding the
+// same experts (core/axis.h). Each rank's shards are laid out in parameter order in a
+// "shard arena", every shard padded to R' rows, so collectives over a range of
+// parameters of one group have the same size on every rank of that group.
+// The placement this gives is Shard(0) on dp_shard, or on edp_shard for the experts
+// (see Parameter::placements).
 #pragma once
 
 #include "model/parameter.h"
@@ -20,7 +25,14 @@ struct ParamSlots {
   std::vector<int64_t> offsets;  // element offset of params[i] in the buffer
 };
 
+// This rank's place in the ranks a parameter is sharded over.
+struct ShardGroup {
+  int rank = 0;
+  int ranks = 1;
+};
+
 struct ParameterShard {
+  int group = 0;               // ShardLayout::dense or ShardLayout::experts
   int64_t rows = 0;            // R, logical rows
   int64_t row_numel = 0;       // elements per row
   int64_t rows_per_rank = 0;   // R' = ceil(R / n)
@@ -33,27 +45,44 @@ struct ParameterShard {
 
 class ShardLayout {
  public:
-  ShardLayout(const ParameterStore& store, int rank, int ranks);
+  static constexpr int dense = 0, experts = 1;
 
-  int rank() const { return rank_; }
-  int ranks() const { return ranks_; }
+  // Every parameter over one group of `ranks` ranks.
+  ShardLayout(const ParameterStore& store, int rank, int ranks);
+  // The parameters sharded on ep (Parameter::sharded_on) over `expert_group`, the rest
+  // over `dense_group`.
+  ShardLayout(const ParameterStore& store, ShardGroup dense_group, ShardGroup expert_group);
+
+  // This rank's place in group g (dense or experts).
+  int rank(int g = dense) const { return groups_[static_cast<size_t>(g)].rank; }
+  int ranks(int g = dense) const { return groups_[static_cast<size_t>(g)].ranks; }
   const ParameterShard& shard(size_t param) const { return shards_[param]; }
   int64_t arena_numel() const { return arena_numel_; }  // per rank, padded
   // Parameters [p0, p1) at their offsets in the parameter arena.
   ParamSlots arena_slots(size_t p0, size_t p1) const;
+  // The listed parameters split by group: entry g holds those of group g, in list order
+  // (an entry may be empty). Collectives run per entry, over that group's ranks.
+  std::vector<ParamSlots> by_group(const ParamSlots& slots) const;
+  // The group of the listed parameters, all of one group (checked); dense if none.
+  int group_of(const ParamSlots& slots) const;
   // Padded shard elements of the listed parameters (one rank's block).
   int64_t segment_numel(const ParamSlots& slots) const;
 
-  // Packs rank r's rows of the listed parameters from `full` into `out` (each padded to
-  // R' rows with zeros), in list order: one rank's block of a reduce-scatter input, or
-  // this rank's all-gather input.
+  // Packs rank r's rows of the listed parameters (all of one group) from `full` into
+  // `out` (each padded to R' rows with zeros), in list order: one rank's block of a
+  // reduce-scatter input, or this rank's all-gather input.
   void pack(const float* full, const ParamSlots& slots, int r, float* out) const;
-  // The inverse for all ranks: `in` holds n blocks as pack() writes them; their real
-  // rows are copied into `full`.
+  // The inverse for all ranks of the listed parameters' group: `in` holds its n blocks
+  // as pack() writes them; their real rows are copied into `full`.
   void unpack_all(const float* in, const ParamSlots& slots, float* full) const;
 
+  // Layouts keeping whole parameters (stages 1 and 2), replicated over each group:
+  // whether this rank is the one of its group that writes parameter p to a checkpoint,
+  // chosen per group to balance the bytes (balanced_writers).
+  std::vector<char> whole_parameter_writers(const std::vector<Parameter>& params) const;
+
  private:
-  int rank_, ranks_;
+  std::vector<ShardGroup> groups_;
   std::vector<ParameterShard> shards_;
   std::vector<int64_t> full_offsets_;  // arena_offset of each parameter
   int64_t arena_numel_ = 0;

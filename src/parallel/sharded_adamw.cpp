@@ -47,27 +47,35 @@ void ShardedAdamW::append_moment_slices(std::vector<StateSlice>& slices, bool sa
 
 void all_gather_updated_rows(const ShardLayout& layout, const ParamSlots& slots, float* values,
                              Communicator& shard_comm) {
+  const int g = layout.group_of(slots);
   const int64_t segment = layout.segment_numel(slots);
   Tensor mine = Tensor::empty({segment}, DType::f32, MemTag::comm);
-  Tensor all = Tensor::empty({layout.ranks() * segment}, DType::f32, MemTag::comm);
-  layout.pack(values, slots, layout.rank(), mine.data<float>());
+  Tensor all = Tensor::empty({layout.ranks(g) * segment}, DType::f32, MemTag::comm);
+  layout.pack(values, slots, layout.rank(g), mine.data<float>());
   shard_comm.all_gather(mine.data<float>(), all.data<float>(), static_cast<size_t>(segment), DType::f32);
   layout.unpack_all(all.data<float>(), slots, values);
 }
 
-double sharded_grad_sum_of_squares(const float* grad_shards, const ShardLayout& layout, Communicator& shard_comm,
-                                   const std::vector<char>* counted) {
-  double local = 0;
+ShardedSquares sharded_grad_sum_of_squares(const float* grad_shards, const ShardLayout& layout,
+                                           Communicator& dense_comm, Communicator& expert_comm,
+                                           const std::vector<char>* counted) {
+  double local = 0, experts = 0;
+  bool has_experts = false;
   if (counted == nullptr) {
     local = sum_of_squares(grad_shards, layout.arena_numel());
   } else {
     for (size_t p = 0; p < counted->size(); ++p) {
-      if ((*counted)[p]) local += sum_of_squares(grad_shards + layout.shard(p).shard_offset, layout.shard(p).padded_numel());
+      const ParameterShard& s = layout.shard(p);
+      has_experts |= s.group == ShardLayout::experts;
+      if (!(*counted)[p]) continue;
+      (s.group == ShardLayout::experts ? experts : local) += sum_of_squares(grad_shards + s.shard_offset, s.padded_numel());
     }
   }
   float sum = static_cast<float>(local);
-  shard_comm.all_reduce(&sum, 1, DType::f32, ReduceOp::sum);
-  return sum;
+  dense_comm.all_reduce(&sum, 1, DType::f32, ReduceOp::sum);
+  float expert_sum = static_cast<float>(experts);
+  if (has_experts && expert_comm.size() > 1) expert_comm.all_reduce(&expert_sum, 1, DType::f32, ReduceOp::sum);
+  return {sum, expert_sum};
 }
 
 }  // namespace ndt

@@ -1,6 +1,6 @@
 // The optimizer side of ZeRO: AdamW on the rows this rank owns under a ShardLayout
 // (moments and gradient shards in shard layout), and the global gradient norm summed
-// over the shard group. Shared by ZeroDataParallel (stage 1) and
+// over the shard groups. Shared by ZeroDataParallel (stage 1) and
 // FullyShardedDataParallel (stages 2 and 3), which differ in where the owned rows live.
 #pragma once
 
@@ -37,16 +37,24 @@ class ShardedAdamW {
   int64_t t_ = 0;
 };
 
-// After step_whole_parameters: every rank's updated rows of the listed parameters are
-// all-gathered into the whole parameters at `values` (per call: one block per rank).
+// After step_whole_parameters: every rank's updated rows of the listed parameters (all
+// of one shard group, whose communicator is shard_comm) are all-gathered into the
+// whole parameters at `values` (per call: one block per rank).
 void all_gather_updated_rows(const ShardLayout& layout, const ParamSlots& slots, float* values,
                              Communicator& shard_comm);
 
-// The sum of squares over the gradient shards of the dp_shard group: padding rows are
-// zero, and replicas (HSDP) hold copies, so they are not summed. counted (one entry per
-// parameter; null: all) leaves out the parameters this rank does not count
-// (GradientSync::counted_in_norm).
-double sharded_grad_sum_of_squares(const float* grad_shards, const ShardLayout& layout, Communicator& shard_comm,
-                                   const std::vector<char>* counted);
+// The sums of squares over the gradient shards: of the dense parameters over their
+// shard group (dense_comm), and of the experts (parameters sharded on ep) over theirs
+// (expert_comm, edp_shard; GradientSync::finish_norm then sums them over ep). Padding
+// rows are zero, and replicas (HSDP) hold copies, so they are not summed. counted (one
+// entry per parameter; null: all, and no experts) leaves out the parameters this rank
+// does not count (GradientSync::counted_in_norm).
+struct ShardedSquares {
+  double dense = 0;
+  double experts = 0;
+};
+ShardedSquares sharded_grad_sum_of_squares(const float* grad_shards, const ShardLayout& layout,
+                                           Communicator& dense_comm, Communicator& expert_comm,
+                                           const std::vector<char>* counted);
 
 }  // namespace ndt

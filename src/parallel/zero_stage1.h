@@ -3,12 +3,17 @@
 // of every parameter over dp_shard (parallel/shard_layout.h); parameters and
 // gradients stay whole on every rank. Under context parallelism "dp_shard" below is
 // dp_shard x cp (the communicator dp_shard_cp): cp ranks hold the same parameters.
-// Communicates: gradients reduce-scattered over dp_shard per bucket, each started as
-// soon as backward has finished its gradients (and, for HSDP, the shards all-reduced
-// over dp_replicate); after the update, the parameter shards all-gathered over
-// dp_shard. Per step that is the volume of DDP's ring all-reduce.
+// Under expert parallelism the routed experts (this rank's E / ep of them) are sharded
+// the same way over edp_shard, the dp_shard ranks holding the same experts; a bucket
+// never mixes them with the other parameters.
+// Communicates: gradients reduce-scattered over dp_shard (experts: edp_shard) per
+// bucket, each started as soon as backward has finished its gradients (and, for HSDP,
+// the shards all-reduced over dp_replicate); after the update, the parameter shards
+// all-gathered over the same groups. Per step that is the volume of DDP's ring
+// all-reduce.
 //
-// Memory of model states per rank (fp32, Psi parameters, n = dp_shard), after a step:
+// Memory of model states per rank (fp32, Psi parameters, n = dp_shard, the experts'
+// n = dp_shard / ep), after a step:
 //   params 4 Psi + grads 4 Psi + moments 8 Psi / n
 // (plus each shard's padding to ceil(rows / n) rows). The gradient shards the
 // reduce-scatter produces exist from backward to the update only. Stages 2 and 3 are
@@ -39,7 +44,8 @@ class ZeroStage1 : public GradientSync {
   // Completes the reduce-scatters (and, for HSDP, the all-reduce of the shards over
   // replicas).
   void finish_backward() override;
-  // Sums squares over this rank's shard and over dp_shard (replicas are not summed).
+  // Sums squares over this rank's shard and over dp_shard, the experts' over edp_shard
+  // and then ep (replicas are not summed).
   double grad_norm() override;
   int64_t optimizer_steps() const override { return optimizer_.steps_taken(); }
   void set_optimizer_steps(int64_t steps) override { optimizer_.set_steps_taken(steps); }
@@ -61,9 +67,12 @@ class ZeroStage1 : public GradientSync {
   WorkHandle launch(size_t bucket);
   void completed(size_t bucket);
   float* shard_segment(const GradientBucket& b);
+  // The communicators each parameter's shards travel over (make_gradient_buckets' comms).
+  std::vector<Communicator*> shard_comms() const;
 
   ParameterStore& store_;
-  Communicator& shard_comm_;
+  Communicator& shard_comm_;         // dp_shard_cp
+  Communicator& expert_shard_comm_;  // edp_shard (dp_shard_cp itself with ep = 1)
   Communicator& replicate_comm_;
   ShardLayout layout_;
   BucketScheduler scheduler_;

@@ -4,8 +4,15 @@
 // and their counters; gather_expert_parallel composed with gather_tensor_parallel
 // against one rank's values; DDP over an expert-parallel store (buckets per group,
 // gradients reduced over edp, the norm, each expert block saved once, the memory
-// model); parallelize's refusals. Training with ep against one rank and checkpoints
-// across ep sizes: tests/mpi/test_moe.cpp. Runs under mpirun with 2 and 4 ranks.
+// model); parallelize's refusals. ZeRO stages 1 to 3 and HSDP with ep: training
+// against one rank for both families, the memory model against the ledger, the
+// experts' reduce-scatter bytes over edp_shard, and a checkpoint saved under FSDP x ep
+// resumed on one rank and under DDP x ep = world. Training with DDP x ep against one
+// rank and checkpoints across ep sizes: tests/mpi/test_moe.cpp. Runs under mpirun with
+// 2 and 4 ranks.
+#include "../common/temp_dir.h"
+#include "../train/test_support.h"
+#include "checkpoint/directory.h"
 #include "comm/device_mesh.h"
 #include "core/error.h"
 #include "mpi_env.h"
@@ -15,6 +22,7 @@
 #include "parallel/parallelize.h"
 #include "parallel/tensor_parallel.h"
 #include "parity.h"
+#include "shared_dir.h"
 
 #include <gtest/gtest.h>
 
@@ -65,6 +73,8 @@ TEST(ExpertParallelMesh, GroupsBorrowTheDataParallelRanks) {
     for (int i = 0; i < n; ++i) everyone.push_back(i);
     EXPECT_EQ(members(mesh, Axis::ep), everyone);
     EXPECT_EQ(members(mesh, Axis::edp), std::vector<int>{r});
+    EXPECT_EQ(members(mesh, Axis::edp_shard), std::vector<int>{r});
+    EXPECT_EQ(mesh.axis(Axis::edp_shard).axis(), "edp_shard");
     EXPECT_EQ(mesh.coord(Axis::ep), r);
     EXPECT_EQ(mesh.coord(Axis::edp), 0);
     EXPECT_EQ(mesh.size(Axis::edp), 1);
@@ -78,6 +88,8 @@ TEST(ExpertParallelMesh, GroupsBorrowTheDataParallelRanks) {
     DeviceMesh mesh(world, shape(1, 1, n, 1, 1, 1));
     EXPECT_EQ(members(mesh, Axis::ep), std::vector<int>{r});
     EXPECT_EQ(&mesh.axis(Axis::edp), &mesh.axis(Axis::dp_cp));
+    EXPECT_EQ(&mesh.axis(Axis::edp_shard), &mesh.axis(Axis::dp_shard_cp));
+    EXPECT_EQ(mesh.coord(Axis::edp_shard), mesh.coord(Axis::dp_shard_cp));
     EXPECT_EQ(mesh.coord(Axis::edp), mesh.coord(Axis::dp_cp));
     EXPECT_EQ(mesh.shape().str(), "pp=1 x dp_replicate=1 x dp_shard=" + std::to_string(n) + " x cp=1 x tp=1");
   }
@@ -90,6 +102,9 @@ TEST(ExpertParallelMesh, GroupsBorrowTheDataParallelRanks) {
     EXPECT_EQ(mesh.coord(Axis::ep), r % 2);
     EXPECT_EQ(mesh.coord(Axis::edp), r / 2);
     EXPECT_EQ(mesh.size(Axis::edp), 2);
+    EXPECT_EQ(members(mesh, Axis::edp_shard), (std::vector<int>{r % 2, r % 2 + 2}));  // one replica: edp itself
+    EXPECT_EQ(mesh.coord(Axis::edp_shard), r / 2);
+    EXPECT_EQ(mesh.size(Axis::edp_shard), 2);
   }
   {
     DeviceMesh mesh(world, shape(1, 1, 2, 2, 1, 2));  // dp_shard x cp = 2 x 2: c = r, ep takes cp's ranks
@@ -106,6 +121,8 @@ TEST(ExpertParallelMesh, GroupsBorrowTheDataParallelRanks) {
     EXPECT_EQ(members(mesh, Axis::ep), (std::vector<int>{pair, pair + 1}));
     EXPECT_EQ(members(mesh, Axis::edp), (std::vector<int>{r % 2, r % 2 + 2}));
     EXPECT_EQ(mesh.coord(Axis::edp), r / 2);
+    EXPECT_EQ(members(mesh, Axis::edp_shard), std::vector<int>{r});  // within a replica, alone
+    EXPECT_EQ(mesh.size(Axis::edp_shard), 1);
   }
   {
     DeviceMesh mesh(world, shape(1, 1, 2, 1, 2, 2));  // tp innermost: ep over dp_shard, same tp rank
@@ -393,8 +410,8 @@ TEST(ExpertParallelDataParallel, ReducesExpertsOverEdpAndSavesEachBlockOnce) {
     testing::expect_model_states_since(
         before, predict_model_states(local_parameter_specs(expert_specs(), s.tp), 1, 0, DType::f32, ep), what);
   }
-  EXPECT_EQ(error_of([] { predict_model_states(expert_specs(), 2, 1, DType::f32, 2); }),
-            "ep = 2 with zero_stage = 1 has no memory model (expert parallelism runs with DDP, zero_stage 0)");
+  EXPECT_EQ(error_of([] { predict_model_states(expert_specs(), 3, 1, DType::f32, 2); }),
+            "ep = 2 does not divide dp_shard = 3: ZeRO stage 1 shards the experts over dp_shard / ep ranks");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -409,8 +426,7 @@ ModelConfig tiny_moe() {
   return c;
 }
 
-// Catches: ep accepted on a dense model, on experts it cannot split, or with a ZeRO layout that would reduce the
-// experts' gradients over the wrong ranks.
+// Catches: ep accepted on a dense model or on experts it cannot split.
 TEST(ExpertParallelParallelize, RefusesWhatItCannotRun) {
   Communicator& world = testing::world();
   DeviceMesh mesh(world, shape(1, 1, world.size(), 1, 1, 2));
@@ -426,9 +442,185 @@ TEST(ExpertParallelParallelize, RefusesWhatItCannotRun) {
   ModelConfig three = tiny_moe();
   three.n_experts = 3;
   EXPECT_EQ(refusal(three, 0), "model.n_experts = 3 does not split over parallel.ep = 2");
-  EXPECT_EQ(refusal(tiny_moe(), 3),
-            "parallel.ep = 2 with parallel.zero_stage = 3 is not supported: expert parallelism runs with DDP "
-            "(parallel.zero_stage = 0) for now");
+  for (int stage : {1, 2, 3}) EXPECT_EQ(refusal(tiny_moe(), stage), "") << "zero stage " << stage;
+}
+
+// ---------------------------------------------------------------------------------------------
+// ZeRO stages 1 to 3 and HSDP with expert parallelism
+
+struct Family {
+  const char* name;
+  bool llama;
+};
+void PrintTo(const Family& f, std::ostream* os) { *os << f.name; }
+
+// 4 experts of width 48, top-2, every block; clipping off (GPT-2) or never firing (Llama).
+RunConfig moe_run(const std::string& train_file, bool llama) {
+  RunConfig c = testing::tiny_run(train_file, 8, 0);
+  if (llama) testing::use_llama(c);
+  c.model.n_experts = 4;
+  c.model.moe_top_k = 2;
+  c.model.moe_d_ff = 48;
+  c.grad_clip = llama ? 1e3f : 0.0f;
+  return c;
+}
+
+RunConfig sharded(RunConfig c, int stage, int dp_replicate, int dp_shard, int ep) {
+  c.zero_stage = stage;
+  c.mesh.dp_replicate = dp_replicate;
+  c.mesh.dp_shard = dp_shard;
+  c.mesh.ep = ep;
+  return c;
+}
+
+testing::TrainedRun train_on(const RunConfig& c) {
+  Communicator& world = testing::world();
+  DeviceMesh mesh(world, c.resolve_mesh(world.size()));
+  return testing::train(c, &mesh);
+}
+
+class ZeroExpertParallel : public ::testing::TestWithParam<Family> {
+ protected:
+  ZeroExpertParallel() { write_shard(dir_.file("train.bin"), testing::synthetic_text(30000, 29)); }
+  RunConfig run() const { return moe_run(dir_.file("train.bin"), GetParam().llama); }
+  testing::TempDir dir_;
+};
+
+// Catches: experts sharded over all of dp_shard (rows of experts this rank does not hold), their gradients
+// reduce-scattered over dp_shard (summing other experts' gradients in) or not summed over the ranks holding them,
+// a gather or reduce-scatter mixing experts and dense parameters, HSDP not all-reducing the expert shards over
+// replicas, the norm counting expert squares once per edp_shard rank or per ep rank.
+TEST_P(ZeroExpertParallel, MatchesOneRank) {
+  const int n = testing::world().size();
+  const testing::TrainedRun reference = testing::train(run(), nullptr);
+  for (int stage : {1, 2, 3}) {
+    const std::string what = "zero stage " + std::to_string(stage) + ", dp_shard=" + std::to_string(n) + ", ep=2";
+    testing::expect_same_run(reference, train_on(sharded(run(), stage, 1, n, 2)), what.c_str());
+  }
+  if (n == 4) {
+    testing::expect_same_run(reference, train_on(sharded(run(), 3, 2, 2, 2)), "HSDP 2 x 2, ep=2, zero stage 3");
+    testing::expect_same_run(reference, train_on(sharded(run(), 1, 2, 2, 2)), "HSDP 2 x 2, ep=2, zero stage 1");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, ZeroExpertParallel, ::testing::Values(Family{"gpt2", false}, Family{"llama", true}),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+// After one step, each rank's parameters, gradients and moments against the memory model
+// (dense parameters sharded over dp_shard, this rank's E / ep experts over dp_shard / ep).
+// Catches: every expert counted on every rank, expert shards sized over dp_shard, whole expert gradients kept.
+TEST(ZeroExpertParallelMemory, LedgerMatchesTheMemoryModel) {
+  Communicator& world = testing::world();
+  const int n = world.size();
+  testing::TempDir dir;
+  write_shard(dir.file("train.bin"), testing::synthetic_text(30000, 31));
+  for (int stage : {1, 2, 3}) {
+    RunConfig c = sharded(moe_run(dir.file("train.bin"), false), stage, 1, n, 2);
+    c.model.max_seq_len = 18;  // padded shards
+    c.steps = 1;
+    DeviceMesh mesh(world, c.resolve_mesh(n));
+    const testing::LedgerModelStates before = testing::LedgerModelStates::now();
+    Trainer trainer(c, &mesh, nullptr);
+    trainer.step();
+    const std::string what = "stage " + std::to_string(stage) + ", rank " + std::to_string(world.rank());
+    testing::expect_model_states_since(before, predict_model_states(model_parameter_specs(c.model), n, stage, DType::f32, 2),
+                                       what);
+  }
+  // The formula: stage 3 splits the experts over ep x (dp_shard / ep), the rest over dp_shard.
+  std::vector<ParameterSpec> specs(2);
+  specs[0].logical_shape = {8, 16};
+  specs[1].logical_shape = {4, 6, 10};
+  specs[1].expert = true;
+  const ModelStateBytes m = predict_model_states(specs, 4, 3, DType::f32, 2);
+  EXPECT_EQ(m.total(), 16 * (8 * 16 / 4 + 4 * 6 * 10 / 4));
+  EXPECT_EQ(predict_model_states(specs, 4, 1, DType::f32, 2).optimizer, 8 * (8 * 16 / 4 + 4 * 6 * 10 / 4));
+  EXPECT_EQ(predict_model_states(specs, 4, 0, DType::f32, 2).total(), 16 * (8 * 16 + 4 * 6 * 10 / 2));
+}
+
+// One FSDP step's traffic: the experts' gradients reduce-scattered over edp_shard, once
+// per block, n_e x each rank's padded expert shards (their E / ep experts split over
+// n_e = dp_shard / ep ranks); the dense parameters' over dp_shard, once per group,
+// n x their padded shards; the experts' parameters all-gathered over edp_shard before
+// each block's forward and backward.
+// Catches: expert gradients reduced over dp_shard, or reduce-scattered with the dense ones, or twice.
+TEST(ZeroExpertParallelComm, ExpertReduceScatterBytesOverEdpShard) {
+  Communicator& world = testing::world();
+  const int n = world.size(), ep = 2, n_e = n / ep;
+  testing::TempDir dir;
+  write_shard(dir.file("train.bin"), testing::synthetic_text(30000, 37));
+  const RunConfig c = sharded(moe_run(dir.file("train.bin"), false), 3, 1, n, ep);
+  DeviceMesh mesh(world, c.resolve_mesh(n));
+  Trainer trainer(c, &mesh, nullptr);
+  int64_t expert_bytes = 0, dense_bytes = 0;  // reduce-scatter payloads: every rank's padded shards, fp32
+  for (const ParameterSpec& s : model_parameter_specs(c.model)) {
+    const int64_t rows = s.logical_shape[0], row_numel = shape_numel(s.logical_shape) / rows;
+    if (s.expert) {
+      expert_bytes += n_e * ((rows / ep + n_e - 1) / n_e) * row_numel * 4;
+    } else {
+      dense_bytes += n * ((rows + n - 1) / n) * row_numel * 4;
+    }
+  }
+  const CommStats experts_before = mesh.axis(Axis::edp_shard).stats();
+  const CommStats dense_before = mesh.axis(Axis::dp_shard).stats();
+  trainer.step();
+  const CommCounter experts = mesh.axis(Axis::edp_shard).stats()[CommOp::reduce_scatter];
+  const CommCounter dense = mesh.axis(Axis::dp_shard).stats()[CommOp::reduce_scatter];
+  const int blocks = c.model.n_layer;
+  EXPECT_EQ(experts.calls - experts_before[CommOp::reduce_scatter].calls, blocks);
+  EXPECT_EQ(experts.payload_bytes - experts_before[CommOp::reduce_scatter].payload_bytes, expert_bytes);
+  EXPECT_EQ(experts.wire_bytes - experts_before[CommOp::reduce_scatter].wire_bytes, expert_bytes * (n_e - 1) / n_e);
+  EXPECT_EQ(dense.calls - dense_before[CommOp::reduce_scatter].calls, blocks + 1);
+  EXPECT_EQ(dense.payload_bytes - dense_before[CommOp::reduce_scatter].payload_bytes, dense_bytes);
+  const CommCounter gathers = mesh.axis(Axis::edp_shard).stats()[CommOp::all_gather];
+  EXPECT_EQ(gathers.calls - experts_before[CommOp::all_gather].calls, 2 * blocks);
+  EXPECT_EQ(gathers.payload_bytes - experts_before[CommOp::all_gather].payload_bytes, 2 * expert_bytes);
+}
+
+// Saved under FSDP x ep = 2, resumed on one rank and under DDP x ep = world: each expert
+// shard is written once, as its box of the logical tensor, and read back into whatever
+// split the new run has.
+// Catches: an expert shard saved at its row within the rank's experts instead of within all experts, saved by
+// two ranks or none, moments not resharded.
+TEST(ZeroExpertParallelCheckpoint, FsdpShardsResumeOnOtherLayouts) {
+  Communicator& world = testing::world();
+  const int n = world.size();
+  testing::SharedDir dir(world);
+  testing::TempDir data, own;
+  write_shard(data.file("train.bin"), testing::synthetic_text(30000, 41));
+  auto config = [&](int stage, int dp_shard, int ep, const std::filesystem::path& folder) {
+    RunConfig c = sharded(moe_run(data.file("train.bin"), true), stage, 1, dp_shard, ep);
+    c.checkpoint_dir = folder.string();
+    return c;
+  };
+  auto run = [](RunConfig c, DeviceMesh* mesh, int64_t to, const std::string& resume, bool save) {
+    c.resume = resume;
+    Trainer trainer(c, mesh, nullptr);
+    testing::TrainedRun r;
+    while (trainer.steps_done() < to) r.losses.push_back(trainer.step().loss);
+    if (save) trainer.save_checkpoint(false), trainer.finish_checkpoints();
+    r.params = trainer.full_parameters();
+    return r;
+  };
+  const testing::TrainedRun reference = run(config(0, 1, 1, own.path()), nullptr, 20, "", false);
+  {
+    const RunConfig c = config(3, n, 2, dir.path());
+    DeviceMesh mesh(world, c.resolve_mesh(n));
+    run(c, &mesh, 10, "", true);
+  }
+  const std::string saved_step = (dir.path() / ckpt::checkpoint_dir_name(10)).string();
+  auto expect_resumed = [&](const testing::TrainedRun& resumed, const char* what) {
+    ASSERT_EQ(resumed.losses.size(), 10u) << what;
+    for (size_t i = 0; i < 10; ++i) {
+      EXPECT_NEAR(resumed.losses[i], reference.losses[10 + i], 1e-5 * reference.losses[10 + i]) << what << " step " << 10 + i;
+    }
+    testing::TrainedRun a, b;
+    a.params = reference.params, b.params = resumed.params;
+    testing::expect_same_run(a, b, what);
+  };
+  expect_resumed(run(config(0, 1, 1, own.path()), nullptr, 20, saved_step, false), "one rank");
+  const RunConfig c = config(0, n, n, dir.path());
+  DeviceMesh mesh(world, c.resolve_mesh(n));
+  expect_resumed(run(c, &mesh, 20, "latest", false), ("DDP, ep=" + std::to_string(n)).c_str());
 }
 
 }  // namespace
