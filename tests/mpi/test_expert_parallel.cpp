@@ -500,6 +500,10 @@ TEST_P(ZeroExpertParallel, MatchesOneRank) {
   if (n == 4) {
     testing::expect_same_run(reference, train_on(sharded(run(), 3, 2, 2, 2)), "HSDP 2 x 2, ep=2, zero stage 3");
     testing::expect_same_run(reference, train_on(sharded(run(), 1, 2, 2, 2)), "HSDP 2 x 2, ep=2, zero stage 1");
+    RunConfig tp = sharded(run(), 3, 1, 2, 2);  // experts split on ep, then on tp (dim 1 or 2); edp_shard alone
+    tp.mesh.tp = 2;
+    tp.sequence_parallel = true;
+    testing::expect_same_run(reference, train_on(tp), "FSDP x ep=2 x tp=2 (sequence parallel)");
   }
 }
 
