@@ -48,7 +48,7 @@ void regroup(const ExpertRoute& route, const float* in, float* out, int64_t widt
 
 }  // namespace
 
-void validate_expert_parallel(const ModelConfig& config, int ep, int zero_stage) {
+void validate_expert_parallel(const ModelConfig& config, int ep) {
   NDT_CHECK(config.is_moe(), "parallel.ep = {} needs a mixture-of-experts model (model.n_experts > 0)", ep);
   NDT_CHECK(config.n_experts % ep == 0, "model.n_experts = {} does not split over parallel.ep = {}", config.n_experts,
             ep);

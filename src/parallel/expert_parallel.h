@@ -30,9 +30,8 @@
 namespace ndt {
 
 // Throws unless ep > 1 can run: a mixture-of-experts model whose experts divide by ep,
-// naming the values. Every data-parallel layout runs with it (zero_stage 0 to 3, HSDP
-// too): zero_stage no longer restricts it.
-void validate_expert_parallel(const ModelConfig& config, int ep, int zero_stage);
+// naming the values. (Every data-parallel layout runs with it: DDP, ZeRO-1/2/3, HSDP.)
+void validate_expert_parallel(const ModelConfig& config, int ep);
 
 class ExpertParallel : public ExpertDispatch {
  public:

@@ -63,7 +63,7 @@ std::unique_ptr<GradientSync> parallelize(Transformer& model, DeviceMesh* mesh, 
   if (shape.cp > 1 && o.cp_mode == CpMode::ulysses) {
     validate_ulysses(model.config().n_head / shape.tp, model.config().kv_heads() / shape.tp, shape.cp);
   }
-  if (shape.ep > 1) validate_expert_parallel(model.config(), shape.ep, o.zero_stage);
+  if (shape.ep > 1) validate_expert_parallel(model.config(), shape.ep);
   const TensorParallel tp = mesh ? TensorParallel{&mesh->axis(Axis::tp), o.sequence_parallel} : TensorParallel{};
   ParameterStore& store = model.store();
 

@@ -328,8 +328,8 @@ std::vector<Axis> Trainer::reported_axes() const {
   // Without cp, dp_cp and dp_shard_cp are dp's and dp_shard's communicators themselves.
   std::vector<Axis> axes = {Axis::dp, Axis::dp_shard, Axis::dp_replicate, Axis::tp, Axis::pp};
   if (mesh_->size(Axis::cp) > 1) axes = {Axis::dp_cp, Axis::dp_shard_cp, Axis::dp, Axis::dp_shard, Axis::dp_replicate, Axis::cp, Axis::tp, Axis::pp};
-  // With ep > 1, its groups (edp is dp_cp's communicator otherwise).
-  if (mesh_->size(Axis::ep) > 1) axes.insert(axes.end(), {Axis::ep, Axis::edp});
+  // With ep > 1, its groups (edp is dp_cp's communicator otherwise, edp_shard dp_shard_cp's).
+  if (mesh_->size(Axis::ep) > 1) axes.insert(axes.end(), {Axis::ep, Axis::edp, Axis::edp_shard});
   return axes;
 }
 

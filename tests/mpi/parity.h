@@ -2,6 +2,7 @@
 // parameters, and the comparison against the one-rank reference.
 #pragma once
 
+#include "mpi_env.h"
 #include "comm/device_mesh.h"
 #include "core/memory.h"
 #include "parallel/memory_model.h"
@@ -51,6 +52,25 @@ inline void use_llama(RunConfig& c) {
   c.model.qk_norm = true;
 }
 
+// A mixture-of-experts version of tiny_run: 4 experts of width 48, top-2, every block;
+// clipping off (GPT-2) or never firing (Llama), as the parity tests need.
+inline RunConfig moe_run(const std::string& train, bool llama) {
+  RunConfig c = tiny_run(train, 8, 0);
+  if (llama) use_llama(c);
+  c.model.n_experts = 4;
+  c.model.moe_top_k = 2;
+  c.model.moe_d_ff = 48;
+  c.grad_clip = llama ? 1e3f : 0.0f;
+  return c;
+}
+
+// A model family, the parameter of the tests run for both.
+struct Family {
+  const char* name;
+  bool llama;
+};
+inline void PrintTo(const Family& f, std::ostream* os) { *os << f.name; }
+
 struct TrainedRun {
   std::vector<double> losses;
   std::vector<double> grad_norms;  // of each step, before clipping
@@ -73,6 +93,25 @@ inline TrainedRun train(const RunConfig& config, DeviceMesh* mesh) {
     run.moe_aux.push_back(stats.moe_aux_loss);
     run.moe_tokens.push_back(stats.moe_tokens_per_expert);
   }
+  run.params = trainer.full_parameters();
+  return run;
+}
+
+// The run of `config` on a mesh of the whole world.
+inline TrainedRun train_on_world(const RunConfig& config) {
+  Communicator& world = testing::world();
+  DeviceMesh mesh(world, config.resolve_mesh(world.size()));
+  return train(config, &mesh);
+}
+
+// Steps up to `to` (resuming from `resume` if set), saving at `to` if `save`: each
+// step's loss and the final parameters.
+inline TrainedRun train_until(RunConfig c, DeviceMesh* mesh, int64_t to, const std::string& resume, bool save) {
+  c.resume = resume;
+  Trainer trainer(c, mesh, nullptr);
+  TrainedRun run;
+  while (trainer.steps_done() < to) run.losses.push_back(trainer.step().loss);
+  if (save) trainer.save_checkpoint(false), trainer.finish_checkpoints();
   run.params = trainer.full_parameters();
   return run;
 }
@@ -106,6 +145,19 @@ inline void expect_same_run(const TrainedRun& reference, const TrainedRun& paral
     norm += static_cast<double>(reference.params[i]) * reference.params[i];
   }
   EXPECT_LT(std::sqrt(diff / norm), 1e-5) << what << ": final parameters";
+}
+
+// A run resumed at step `from` of a 20-step reference: its losses (steps from .. 19) within
+// 1e-5 and its final parameters as expect_same_run compares them.
+inline void expect_resumed(const TrainedRun& reference, const TrainedRun& resumed, size_t from, const char* what) {
+  ASSERT_EQ(resumed.losses.size(), reference.losses.size() - from) << what;
+  for (size_t i = 0; i < resumed.losses.size(); ++i) {
+    EXPECT_NEAR(resumed.losses[i], reference.losses[from + i], 1e-5 * reference.losses[from + i])
+        << what << " step " << from + i;
+  }
+  TrainedRun a, b;
+  a.params = reference.params, b.params = resumed.params;
+  expect_same_run(a, b, what);
 }
 
 // The ledger's model-state bytes at one moment, and their growth since then against the

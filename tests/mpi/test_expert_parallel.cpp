@@ -448,23 +448,6 @@ TEST(ExpertParallelParallelize, RefusesWhatItCannotRun) {
 // ---------------------------------------------------------------------------------------------
 // ZeRO stages 1 to 3 and HSDP with expert parallelism
 
-struct Family {
-  const char* name;
-  bool llama;
-};
-void PrintTo(const Family& f, std::ostream* os) { *os << f.name; }
-
-// 4 experts of width 48, top-2, every block; clipping off (GPT-2) or never firing (Llama).
-RunConfig moe_run(const std::string& train_file, bool llama) {
-  RunConfig c = testing::tiny_run(train_file, 8, 0);
-  if (llama) testing::use_llama(c);
-  c.model.n_experts = 4;
-  c.model.moe_top_k = 2;
-  c.model.moe_d_ff = 48;
-  c.grad_clip = llama ? 1e3f : 0.0f;
-  return c;
-}
-
 RunConfig sharded(RunConfig c, int stage, int dp_replicate, int dp_shard, int ep) {
   c.zero_stage = stage;
   c.mesh.dp_replicate = dp_replicate;
@@ -473,16 +456,10 @@ RunConfig sharded(RunConfig c, int stage, int dp_replicate, int dp_shard, int ep
   return c;
 }
 
-testing::TrainedRun train_on(const RunConfig& c) {
-  Communicator& world = testing::world();
-  DeviceMesh mesh(world, c.resolve_mesh(world.size()));
-  return testing::train(c, &mesh);
-}
-
-class ZeroExpertParallel : public ::testing::TestWithParam<Family> {
+class ZeroExpertParallel : public ::testing::TestWithParam<testing::Family> {
  protected:
   ZeroExpertParallel() { write_shard(dir_.file("train.bin"), testing::synthetic_text(30000, 29)); }
-  RunConfig run() const { return moe_run(dir_.file("train.bin"), GetParam().llama); }
+  RunConfig run() const { return testing::moe_run(dir_.file("train.bin"), GetParam().llama); }
   testing::TempDir dir_;
 };
 
@@ -495,19 +472,19 @@ TEST_P(ZeroExpertParallel, MatchesOneRank) {
   const testing::TrainedRun reference = testing::train(run(), nullptr);
   for (int stage : {1, 2, 3}) {
     const std::string what = "zero stage " + std::to_string(stage) + ", dp_shard=" + std::to_string(n) + ", ep=2";
-    testing::expect_same_run(reference, train_on(sharded(run(), stage, 1, n, 2)), what.c_str());
+    testing::expect_same_run(reference, testing::train_on_world(sharded(run(), stage, 1, n, 2)), what.c_str());
   }
   if (n == 4) {
-    testing::expect_same_run(reference, train_on(sharded(run(), 3, 2, 2, 2)), "HSDP 2 x 2, ep=2, zero stage 3");
-    testing::expect_same_run(reference, train_on(sharded(run(), 1, 2, 2, 2)), "HSDP 2 x 2, ep=2, zero stage 1");
+    testing::expect_same_run(reference, testing::train_on_world(sharded(run(), 3, 2, 2, 2)), "HSDP 2 x 2, ep=2, zero stage 3");
+    testing::expect_same_run(reference, testing::train_on_world(sharded(run(), 1, 2, 2, 2)), "HSDP 2 x 2, ep=2, zero stage 1");
     RunConfig tp = sharded(run(), 3, 1, 2, 2);  // experts split on ep, then on tp (dim 1 or 2); edp_shard alone
     tp.mesh.tp = 2;
     tp.sequence_parallel = true;
-    testing::expect_same_run(reference, train_on(tp), "FSDP x ep=2 x tp=2 (sequence parallel)");
+    testing::expect_same_run(reference, testing::train_on_world(tp), "FSDP x ep=2 x tp=2 (sequence parallel)");
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, ZeroExpertParallel, ::testing::Values(Family{"gpt2", false}, Family{"llama", true}),
+INSTANTIATE_TEST_SUITE_P(Families, ZeroExpertParallel, ::testing::Values(testing::Family{"gpt2", false}, testing::Family{"llama", true}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 // After one step, each rank's parameters, gradients and moments against the memory model
@@ -519,7 +496,7 @@ TEST(ZeroExpertParallelMemory, LedgerMatchesTheMemoryModel) {
   testing::TempDir dir;
   write_shard(dir.file("train.bin"), testing::synthetic_text(30000, 31));
   for (int stage : {1, 2, 3}) {
-    RunConfig c = sharded(moe_run(dir.file("train.bin"), false), stage, 1, n, 2);
+    RunConfig c = sharded(testing::moe_run(dir.file("train.bin"), false), stage, 1, n, 2);
     c.model.max_seq_len = 18;  // padded shards
     c.steps = 1;
     DeviceMesh mesh(world, c.resolve_mesh(n));
@@ -552,7 +529,7 @@ TEST(ZeroExpertParallelComm, ExpertReduceScatterBytesOverEdpShard) {
   const int n = world.size(), ep = 2, n_e = n / ep;
   testing::TempDir dir;
   write_shard(dir.file("train.bin"), testing::synthetic_text(30000, 37));
-  const RunConfig c = sharded(moe_run(dir.file("train.bin"), false), 3, 1, n, ep);
+  const RunConfig c = sharded(testing::moe_run(dir.file("train.bin"), false), 3, 1, n, ep);
   DeviceMesh mesh(world, c.resolve_mesh(n));
   Trainer trainer(c, &mesh, nullptr);
   int64_t expert_bytes = 0, dense_bytes = 0;  // reduce-scatter payloads: every rank's padded shards, fp32
@@ -592,39 +569,22 @@ TEST(ZeroExpertParallelCheckpoint, FsdpShardsResumeOnOtherLayouts) {
   testing::TempDir data, own;
   write_shard(data.file("train.bin"), testing::synthetic_text(30000, 41));
   auto config = [&](int stage, int dp_shard, int ep, const std::filesystem::path& folder) {
-    RunConfig c = sharded(moe_run(data.file("train.bin"), true), stage, 1, dp_shard, ep);
+    RunConfig c = sharded(testing::moe_run(data.file("train.bin"), true), stage, 1, dp_shard, ep);
     c.checkpoint_dir = folder.string();
     return c;
   };
-  auto run = [](RunConfig c, DeviceMesh* mesh, int64_t to, const std::string& resume, bool save) {
-    c.resume = resume;
-    Trainer trainer(c, mesh, nullptr);
-    testing::TrainedRun r;
-    while (trainer.steps_done() < to) r.losses.push_back(trainer.step().loss);
-    if (save) trainer.save_checkpoint(false), trainer.finish_checkpoints();
-    r.params = trainer.full_parameters();
-    return r;
-  };
-  const testing::TrainedRun reference = run(config(0, 1, 1, own.path()), nullptr, 20, "", false);
+  const testing::TrainedRun reference = testing::train_until(config(0, 1, 1, own.path()), nullptr, 20, "", false);
   {
     const RunConfig c = config(3, n, 2, dir.path());
     DeviceMesh mesh(world, c.resolve_mesh(n));
-    run(c, &mesh, 10, "", true);
+    testing::train_until(c, &mesh, 10, "", true);
   }
   const std::string saved_step = (dir.path() / ckpt::checkpoint_dir_name(10)).string();
-  auto expect_resumed = [&](const testing::TrainedRun& resumed, const char* what) {
-    ASSERT_EQ(resumed.losses.size(), 10u) << what;
-    for (size_t i = 0; i < 10; ++i) {
-      EXPECT_NEAR(resumed.losses[i], reference.losses[10 + i], 1e-5 * reference.losses[10 + i]) << what << " step " << 10 + i;
-    }
-    testing::TrainedRun a, b;
-    a.params = reference.params, b.params = resumed.params;
-    testing::expect_same_run(a, b, what);
-  };
-  expect_resumed(run(config(0, 1, 1, own.path()), nullptr, 20, saved_step, false), "one rank");
+  testing::expect_resumed(reference, testing::train_until(config(0, 1, 1, own.path()), nullptr, 20, saved_step, false),
+                          10, "one rank");
   const RunConfig c = config(0, n, n, dir.path());
   DeviceMesh mesh(world, c.resolve_mesh(n));
-  expect_resumed(run(c, &mesh, 20, "latest", false), ("DDP, ep=" + std::to_string(n)).c_str());
+  testing::expect_resumed(reference, testing::train_until(c, &mesh, 20, "latest", false), 10, ("DDP, ep=" + std::to_string(n)).c_str());
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // The feature matrix (docs/testing.md): one table of layouts, every axis alone and
-// their 2-D (4 ranks) and 3-D (8 ranks) combinations, each trained for 10 steps and
+// their 2-D (4 ranks) and 3-D (8 ranks) combinations, with recompute and the zero-bubble
+// schedule in some, each trained for 10 steps and
 // checked against the one-rank run for loss, gradient-norm, MoE load-balancing loss,
 // tokens-per-expert and parameter parity (parity.h), for both families. The model has
 // a dense block and an MoE block (4 experts, top-2), so every layout runs both and the
@@ -28,6 +29,8 @@ struct Layout {
   bool sequence_parallel = false;
   int micro = 0;             // train.micro_batch_size (0: no accumulation)
   const char* refused = "";  // not supported: the error must contain this
+  const char* schedule = "1f1b";                      // parallel.pp_schedule
+  CheckpointMode recompute = CheckpointMode::none;    // train.activation_checkpointing
 };
 
 MeshShape mesh(int pp, int dp_shard, int cp, int tp, int ep) {
@@ -64,8 +67,16 @@ const std::vector<Layout>& four_rank_layouts() {
       {"pp x tp", mesh(2, 1, 1, 2, 1), 0, false, 1},
       {"pp x ep", mesh(2, 2, 1, 1, 2), 0, false, 1},
       {"pp x cp", mesh(2, 1, 2, 1, 1), 0, false, 1},
-      {"fsdp x ep", mesh(1, 4, 1, 1, 2), 3, false, 0, "parallel.ep = 2 with parallel.zero_stage = 3 is not supported"},
-      {"zero1 x ep", mesh(1, 4, 1, 1, 2), 1, false, 0, "parallel.ep = 2 with parallel.zero_stage = 1 is not supported"},
+      {"zero1 x ep", mesh(1, 4, 1, 1, 2), 1},
+      {"zero2 x ep", mesh(1, 4, 1, 1, 2), 2},
+      {"fsdp x ep", mesh(1, 4, 1, 1, 2), 3},
+      {"hsdp x ep", mesh(1, 2, 1, 1, 2), 3},
+      {"ddp, selective recompute", mesh(1, 1, 1, 1, 1), 0, false, 0, "", "1f1b", CheckpointMode::selective},
+      {"fsdp x ep, full recompute", mesh(1, 4, 1, 1, 2), 3, false, 0, "", "1f1b", CheckpointMode::full},
+      {"pp zero-bubble x ddp", mesh(2, 1, 1, 1, 1), 0, false, 1, "", "zb_h1"},
+      {"pp zero-bubble x full recompute", mesh(2, 1, 1, 1, 1), 0, false, 1,
+       "parallel.pp_schedule = \"zb_h1\" keeps each block's activations until its weight pass", "zb_h1",
+       CheckpointMode::full},
   };
   return layouts;
 }
@@ -79,20 +90,17 @@ const std::vector<Layout>& eight_rank_layouts() {
       {"dp x tp x ep", mesh(1, 2, 1, 2, 2)},
       {"pp x ep x tp", mesh(2, 2, 1, 2, 2), 0, false, 1},
       {"ep x cp x tp", mesh(1, 1, 2, 2, 2)},
-      {"fsdp x ep x tp", mesh(1, 4, 1, 2, 2), 3, false, 0, "parallel.ep = 2 with parallel.zero_stage = 3 is not supported"},
+      {"fsdp x ep x tp + sp", mesh(1, 4, 1, 2, 2), 3, true},
+      {"pp x fsdp x ep", mesh(2, 4, 1, 1, 2), 3, false, 1},
+      {"cp x fsdp x ep", mesh(1, 2, 2, 1, 2), 3},
   };
   return layouts;
 }
 
 RunConfig matrix_run(const std::string& train_file, bool llama) {
-  RunConfig c = testing::tiny_run(train_file, 8, 0);
-  if (llama) testing::use_llama(c);
+  RunConfig c = testing::moe_run(train_file, llama);
   c.steps = 10;
-  c.model.n_experts = 4;
-  c.model.moe_top_k = 2;
   c.model.moe_every = 2;  // block 0 dense, block 1 MoE
-  c.model.moe_d_ff = 48;
-  c.grad_clip = llama ? 1e3f : 0.0f;
   return c;
 }
 
@@ -123,6 +131,8 @@ TEST(FeatureMatrix, EveryLayoutMatchesOneRankOrIsRefusedByName) {
       config.zero_stage = layout.zero_stage;
       config.sequence_parallel = layout.sequence_parallel;
       config.micro_batch_size = layout.micro;
+      config.pp_schedule = layout.schedule;
+      config.activation_checkpointing.mode = layout.recompute;
       const std::string what = fmt::format("{} {}", llama ? "llama" : "gpt2", layout.name);
       std::string outcome;
       if (*layout.refused) {

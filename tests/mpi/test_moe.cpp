@@ -24,27 +24,16 @@ namespace {
 using testing::expect_same_run;
 using testing::train;
 
-struct Family {
-  const char* name;
-  bool llama;
-};
-void PrintTo(const Family& f, std::ostream* os) { *os << f.name; }
-
-// 4 experts, top-2, every block; GPT-2 with a shared MLP and softmax scores, Llama
-// (GQA, QK-norm) with sigmoid scores and a router z-loss.
+// testing::moe_run with more of the router: GPT-2 with a shared MLP and softmax scores,
+// Llama with sigmoid scores and a router z-loss.
 RunConfig moe_run(const std::string& train_file, bool llama) {
-  RunConfig c = testing::tiny_run(train_file, 8, 0);
-  if (llama) testing::use_llama(c);
-  c.model.n_experts = 4;
-  c.model.moe_top_k = 2;
-  c.model.moe_d_ff = 48;
+  RunConfig c = testing::moe_run(train_file, llama);
   if (llama) {
     c.model.moe_score = MoeScore::sigmoid;
     c.model.moe_z_loss = 1e-3f;
   } else {
     c.model.moe_shared_d_ff = 32;
   }
-  c.grad_clip = llama ? 1e3f : 0.0f;  // a clip that never fires; clipping off
   return c;
 }
 
@@ -55,18 +44,12 @@ RunConfig with_ep(RunConfig c, int dp_shard, int ep) {
   return c;
 }
 
-class MoeTest : public ::testing::TestWithParam<Family> {
+class MoeTest : public ::testing::TestWithParam<testing::Family> {
  protected:
   MoeTest() { write_shard(dir_.file("train.bin"), testing::synthetic_text(30000, 17)); }
   RunConfig run() const { return moe_run(dir_.file("train.bin"), GetParam().llama); }
   testing::TempDir dir_;
 };
-
-testing::TrainedRun train_on(const RunConfig& c) {
-  Communicator& world = testing::world();
-  DeviceMesh mesh(world, c.resolve_mesh(world.size()));
-  return train(c, &mesh);
-}
 
 // Catches: rows sent to the wrong expert or back to the wrong token, expert gradients
 // reduced over all data-parallel ranks (or none), the norm counting experts once per
@@ -75,9 +58,9 @@ TEST_P(MoeTest, ExpertParallelMatchesOneRank) {
   const int n = testing::world().size();
   const testing::TrainedRun reference = train(run(), nullptr);
   EXPECT_GT(reference.moe_aux.back(), 0.0);
-  expect_same_run(reference, train_on(run()), "DDP, every expert on every rank");
-  expect_same_run(reference, train_on(with_ep(run(), n, n)), ("ep=" + std::to_string(n)).c_str());
-  if (n == 4) expect_same_run(reference, train_on(with_ep(run(), 4, 2)), "ep=2 x edp=2");
+  expect_same_run(reference, testing::train_on_world(run()), "DDP, every expert on every rank");
+  expect_same_run(reference, testing::train_on_world(with_ep(run(), n, n)), ("ep=" + std::to_string(n)).c_str());
+  if (n == 4) expect_same_run(reference, testing::train_on_world(with_ep(run(), 4, 2)), "ep=2 x edp=2");
 }
 
 // Catches: drops decided over a rank's batch instead of each sequence, or differently
@@ -88,10 +71,10 @@ TEST_P(MoeTest, CapacityDropsTheSameTokensOnEveryLayout) {
   c.model.moe_capacity_factor = 1.0f;
   c.steps = 10;
   const testing::TrainedRun reference = train(c, nullptr);
-  expect_same_run(reference, train_on(with_ep(c, n, n)), "capacity 1.0, ep=world");
+  expect_same_run(reference, testing::train_on_world(with_ep(c, n, n)), "capacity 1.0, ep=world");
   RunConfig accumulated = with_ep(c, n, 2);
   accumulated.micro_batch_size = 1;
-  expect_same_run(reference, train_on(accumulated), "capacity 1.0, ep=2, accumulation");
+  expect_same_run(reference, testing::train_on_world(accumulated), "capacity 1.0, ep=2, accumulation");
 }
 
 // Catches: ep groups built across tp or pp ranks, the router's tp-partial gradient not
@@ -106,33 +89,33 @@ TEST_P(MoeTest, ComposesWithTheOtherAxes) {
     RunConfig c = with_ep(base, 2, 2);
     c.mesh.tp = 2;
     c.sequence_parallel = true;
-    expect_same_run(reference, train_on(c), "ep=2 x tp=2 (sequence parallel)");
+    expect_same_run(reference, testing::train_on_world(c), "ep=2 x tp=2 (sequence parallel)");
   }
   {
     RunConfig c = with_ep(base, 1, 2);  // ep over the two cp ranks, DDP over 2 replicas
     c.mesh.cp = 2;
-    expect_same_run(reference, train_on(c), "dp=2 x cp=2, ep=2 over cp");
+    expect_same_run(reference, testing::train_on_world(c), "dp=2 x cp=2, ep=2 over cp");
   }
   {
     RunConfig c = with_ep(base, 2, 2);
     c.mesh.pp = 2;
     c.micro_batch_size = 1;
-    expect_same_run(reference, train_on(c), "pp=2 x ep=2");
+    expect_same_run(reference, testing::train_on_world(c), "pp=2 x ep=2");
   }
   {
     RunConfig c = with_ep(base, 4, 2);
     c.activation_checkpointing.mode = CheckpointMode::full;
-    expect_same_run(reference, train_on(c), "ep=2, full recompute");
+    expect_same_run(reference, testing::train_on_world(c), "ep=2, full recompute");
   }
   for (int stage : {1, 3}) {  // experts sharded by ZeRO like any parameter
     RunConfig c = base;
     c.mesh.dp_shard = 4;
     c.zero_stage = stage;
-    expect_same_run(reference, train_on(c), ("zero stage " + std::to_string(stage) + ", no ep").c_str());
+    expect_same_run(reference, testing::train_on_world(c), ("zero stage " + std::to_string(stage) + ", no ep").c_str());
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, MoeTest, ::testing::Values(Family{"gpt2", false}, Family{"llama", true}),
+INSTANTIATE_TEST_SUITE_P(Families, MoeTest, ::testing::Values(testing::Family{"gpt2", false}, testing::Family{"llama", true}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 // One step's traffic on ep, summed over the ranks: the row exchanges carry every kept
@@ -186,35 +169,19 @@ TEST(MoeCheckpoint, ExpertsReshardAcrossEpSizes) {
     c.checkpoint_dir = folder.string();
     return c;
   };
-  auto run = [](RunConfig c, DeviceMesh* mesh, int64_t to, const std::string& resume, bool save) {
-    c.resume = resume;
-    Trainer trainer(c, mesh, nullptr);
-    testing::TrainedRun r;
-    while (trainer.steps_done() < to) r.losses.push_back(trainer.step().loss);
-    if (save) trainer.save_checkpoint(false), trainer.finish_checkpoints();
-    r.params = trainer.full_parameters();
-    return r;
-  };
-  const testing::TrainedRun reference = run(config(1, 1, own.path()), nullptr, 20, "", false);
+  const testing::TrainedRun reference = testing::train_until(config(1, 1, own.path()), nullptr, 20, "", false);
   {
     const RunConfig c = config(n, 2, dir.path());
     DeviceMesh mesh(world, c.resolve_mesh(n));
-    run(c, &mesh, 10, "", true);
+    testing::train_until(c, &mesh, 10, "", true);
   }
   const std::string saved_step = (dir.path() / ckpt::checkpoint_dir_name(10)).string();
-  auto expect_resumed = [&](const testing::TrainedRun& resumed, const char* what) {
-    ASSERT_EQ(resumed.losses.size(), 10u) << what;
-    for (size_t i = 0; i < 10; ++i) {
-      EXPECT_NEAR(resumed.losses[i], reference.losses[10 + i], 1e-5 * reference.losses[10 + i]) << what << " step " << 10 + i;
-    }
-    testing::TrainedRun a, b;
-    a.params = reference.params, b.params = resumed.params;
-    expect_same_run(a, b, what);
-  };
-  expect_resumed(run(config(1, 1, own.path()), nullptr, 20, saved_step, false), "one rank");
+  testing::expect_resumed(reference, testing::train_until(config(1, 1, own.path()), nullptr, 20, saved_step, false), 10,
+                          "one rank");
   const RunConfig c = config(n, n, dir.path());
   DeviceMesh mesh(world, c.resolve_mesh(n));
-  expect_resumed(run(c, &mesh, 20, "latest", false), ("ep=" + std::to_string(n)).c_str());
+  testing::expect_resumed(reference, testing::train_until(c, &mesh, 20, "latest", false), 10,
+                          ("ep=" + std::to_string(n)).c_str());
 }
 
 }  // namespace
