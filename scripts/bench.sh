@@ -2,7 +2,7 @@
 # The benchmarks behind docs/performance.md. Builds, then prints, for each model and
 # thread count, training tokens/s and MFU next to the sgemm throughput at the same
 # thread count, and memory (predicted, ledger, process RSS). Slow: the gpt2-124m runs
-# take a few minutes on 2 cores. Usage: scripts/bench.sh [train] [comm] [dp] [zero] [tp] [cp] [checkpoint]
+# take a few minutes on 2 cores. Usage: scripts/bench.sh [train] [comm] [dp] [zero] [tp] [cp] [moe] [checkpoint]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh ndtrain >/dev/null
@@ -47,9 +47,19 @@ for part in $what; do
       done
       ./build/ndtrain bench train --preset llama-tiny --batch 1 --seq 1024 --steps 1 --memory-budget-gib 1
       ;;
+    moe)
+      # llama-moe-tiny (8 experts, top-2): one rank with 2 threads, then 2 ranks with one
+      # thread each, DDP (every expert on both) and ep = 2, alternated three times.
+      for round in 1 2 3; do
+        OMP_NUM_THREADS=2 ./build/ndtrain bench train --preset llama-moe-tiny --batch 8 --seq 256 --threads 2 --steps 8
+        for ep in 1 2; do
+          mpirun -np 2 "${mpirun_flags[@]}" ./build/ndtrain bench train --preset llama-moe-tiny --batch 8 --seq 256 --threads 1 --steps 8 --ep "$ep"
+        done
+      done
+      ;;
     checkpoint)
       ./build/ndtrain bench checkpoint --preset gpt2-124m --reps 3
       ;;
-    *) echo "unknown benchmark '$part' (train, comm, dp, zero, tp, cp, checkpoint)" >&2; exit 2 ;;
+    *) echo "unknown benchmark '$part' (train, comm, dp, zero, tp, cp, moe, checkpoint)" >&2; exit 2 ;;
   esac
 done

@@ -32,25 +32,30 @@ static constexpr size_t kAlignment = 64;
 
 namespace {
 
-// Keeps freed large blocks for reuse by an allocation of the same size, as PyTorch's
-// caching allocator does. Training allocates the same transient buffers every step
-// (gathered parameters, gradient buffers, communication staging); glibc hands blocks
-// above 32 MiB back to the kernel at once, so each step would pay page faults and
-// kernel zeroing for them again. The ledger counts live tensors only; cached blocks
-// are reported by storage_cached_bytes().
+// Keeps freed large blocks for reuse by a later allocation, as PyTorch's caching
+// allocator does. Training allocates the same transient buffers every step (gathered
+// parameters, gradient buffers, communication staging); glibc hands blocks above 32 MiB
+// back to the kernel at once, so each step would pay page faults and kernel zeroing for
+// them again. A request takes the smallest cached block of its size up to 5/4 of it:
+// buffers whose size follows the data (an MoE block's routed rows) then reuse blocks
+// from earlier steps instead of piling up new sizes. The ledger counts live tensors
+// only (their requested bytes); cached blocks are reported by storage_cached_bytes().
 class BlockCache {
  public:
   static constexpr size_t kMinBytes = size_t{1} << 20;   // smaller blocks: plain malloc/free
   static constexpr size_t kMaxCached = size_t{4} << 30;  // beyond this, blocks are freed
 
-  void* take(size_t bytes) {
+  // A block of at least `bytes`; *block_bytes: its size (to give back).
+  void* take(size_t bytes, size_t* block_bytes) {
+    *block_bytes = bytes;
     if (bytes >= kMinBytes) {
       std::lock_guard<std::mutex> lock(mutex_);
-      auto it = free_.find(bytes);
-      if (it != free_.end()) {
+      auto it = free_.lower_bound(bytes);
+      if (it != free_.end() && it->first <= bytes + bytes / 4) {
         void* block = it->second;
+        *block_bytes = it->first;
         free_.erase(it);
-        cached_ -= bytes;
+        cached_ -= *block_bytes;
         return block;
       }
     }
@@ -94,13 +99,13 @@ size_t rounded_bytes(size_t bytes) {
 size_t storage_cached_bytes() { return block_cache().cached(); }
 
 Storage::Storage(size_t bytes, MemTag tag) : bytes_(bytes), tag_(tag) {
-  data_ = block_cache().take(rounded_bytes(bytes));
+  data_ = block_cache().take(rounded_bytes(bytes), &block_bytes_);
   if (!data_) throw std::bad_alloc();
   MemoryLedger::instance().on_alloc(tag_, bytes_);
 }
 
 Storage::~Storage() {
-  block_cache().give(data_, rounded_bytes(bytes_));
+  block_cache().give(data_, block_bytes_);
   MemoryLedger::instance().on_free(tag_, bytes_);
 }
 

@@ -43,6 +43,7 @@ class Storage {
  private:
   void* data_ = nullptr;
   size_t bytes_ = 0;
+  size_t block_bytes_ = 0;  // of the block holding it (a reused block may be larger)
   MemTag tag_;
   Device device_ = Device::cpu;
 };

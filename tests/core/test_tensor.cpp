@@ -114,5 +114,27 @@ TEST(Tensor, ZeroAndCopy) {
   EXPECT_THROW(d.copy_from(a), Error);
 }
 
+// Catches: a cache that keeps every freed size apart (an MoE run's data-dependent buffers
+// then pile up to the cache's limit), gives a block back at the requested size instead of
+// its own, or counts the block's size in the ledger.
+TEST(TensorCache, AFreedLargeBlockServesARequestUpToAQuarterSmaller) {
+  constexpr int64_t kMiB = int64_t{1} << 20;
+  MemoryLedger& ledger = MemoryLedger::instance();
+  const size_t before = storage_cached_bytes(), live = ledger.current(MemTag::comm);
+  { Tensor a = Tensor::empty({37 * kMiB / 4}, DType::f32, MemTag::comm); }
+  ASSERT_EQ(storage_cached_bytes() - before, size_t(37 * kMiB));
+  {
+    Tensor b = Tensor::empty({30 * kMiB / 4}, DType::f32, MemTag::comm);  // 30 >= 37 x 4/5: takes it
+    EXPECT_EQ(storage_cached_bytes(), before);
+    EXPECT_EQ(ledger.current(MemTag::comm) - live, size_t(30 * kMiB));  // the ledger: what was asked for
+  }
+  EXPECT_EQ(storage_cached_bytes() - before, size_t(37 * kMiB));  // the whole block came back
+  {
+    Tensor c = Tensor::empty({20 * kMiB / 4}, DType::f32, MemTag::comm);  // far smaller: a block of its own
+    EXPECT_EQ(storage_cached_bytes() - before, size_t(37 * kMiB));
+  }
+  EXPECT_EQ(storage_cached_bytes() - before, size_t(57 * kMiB));
+}
+
 }  // namespace
 }  // namespace ndt
