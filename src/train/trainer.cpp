@@ -430,8 +430,8 @@ void Trainer::print_header() {
                m.moe_capacity_factor > 0 ? fmt::format("capacity factor {}", m.moe_capacity_factor) : "dropless",
                m.moe_aux_loss, m.moe_z_loss, static_cast<double>(model_->active_matmul_params()) / 1e6,
                ep > 1 ? fmt::format("expert parallel over {} ranks ({} experts each), expert weights reduced over {} "
-                                    "ranks",
-                                    ep, m.n_experts / ep, mesh_->size(Axis::edp))
+                                    "rank{}",
+                                    ep, m.n_experts / ep, mesh_->size(Axis::edp), mesh_->size(Axis::edp) == 1 ? "" : "s")
                       : "every expert on every rank");
   }
   if (tp.tp > 1) {
