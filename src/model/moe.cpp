@@ -36,9 +36,9 @@ void append_moe_parameter_specs(std::vector<ParameterSpec>& specs, const ModelCo
   expert(gpt2 ? "proj" : "down", {E, C, F}, residual_std, 2);  // row-parallel
 }
 
-int64_t moe_active_matmul_params(const ModelConfig& c) {
-  const int64_t matrices = c.arch == Arch::gpt2 ? 2 : 3;
-  return int64_t{c.n_experts} * c.d_model + int64_t{c.moe_top_k} * matrices * c.expert_d_ff() * c.d_model;
+int64_t moe_idle_expert_params(const ModelConfig& c) {
+  const int64_t matrices = c.arch == Arch::gpt2 ? 2 : 3;  // fc, proj / gate, up, down
+  return int64_t{c.n_experts - c.moe_top_k} * matrices * c.expert_d_ff() * c.d_model;
 }
 
 MoeLayer::MoeLayer(const ModelConfig& config, const Parameter* router, const Parameter* gate, const Parameter* up,
@@ -236,21 +236,18 @@ void MoeLayer::forward(MoeActivations& a, const MoeBatch& batch, const float* x,
   }
 }
 
-void MoeLayer::experts_backward(MoeActivations& a, float* dinputs) const {
+void MoeLayer::experts_backward(MoeActivations& a, const float* doutputs, float* dinputs) const {
   const ExpertRoute& r = a.route;
   const int64_t R = r.expert_rows(), C = c_->d_model, F = gate_->local_shape[1];
   Tensor dact = Tensor::zeros({R * F}, DType::f32, MemTag::activations);
   Tensor dhidden = Tensor::zeros({R * F}, DType::f32, MemTag::activations);
   Tensor dup = up_ ? Tensor::zeros({R * F}, DType::f32, MemTag::activations) : Tensor();
-  Tensor dout = activations(R, C);
-  kernels::copy(dout.data<float>(), dinputs, R * C);
-  kernels::zero(dinputs, R * C);
   int64_t row = 0;
   for (int le = 0; le < r.local_experts; ++le) {
     const int n = static_cast<int>(r.expert_count(le));
     if (n == 0) continue;
     kernels::linear_backward(dact.data<float>() + row * F, down_->grad_data() + le * C * F, nullptr,
-                             dout.data<float>() + row * C, a.act.data<float>() + row * F, down_->data() + le * C * F,
+                             doutputs + row * C, a.act.data<float>() + row * F, down_->data() + le * C * F,
                              n, static_cast<int>(F), static_cast<int>(C));
     row += n;
   }
@@ -356,10 +353,12 @@ void MoeLayer::backward(MoeActivations& a, const MoeBatch& batch, const float* x
       dweight[static_cast<size_t>(t * k + j)] = static_cast<float>(dot);
     }
   }
-  Tensor dexperts = activations(r.expert_rows(), C);
-  dispatch_->to_experts(r, drows.data<float>(), dexperts.data<float>(), C);
-  experts_backward(a, dexperts.data<float>());
-  dispatch_->from_experts(r, dexperts.data<float>(), drows.data<float>(), C);
+  Tensor doutputs = activations(r.expert_rows(), C);
+  dispatch_->to_experts(r, drows.data<float>(), doutputs.data<float>(), C);
+  Tensor dinputs = Tensor::zeros({r.expert_rows() * C}, DType::f32, MemTag::activations);
+  experts_backward(a, doutputs.data<float>(), dinputs.data<float>());
+  doutputs = Tensor();
+  dispatch_->from_experts(r, dinputs.data<float>(), drows.data<float>(), C);
   for (int64_t i = 0; i < N * k; ++i) {
     const int64_t row = a.row[static_cast<size_t>(i)];
     if (row >= 0) kernels::add_inplace(dx + (i / k) * C, drows.data<float>() + row * C, C);

@@ -107,8 +107,9 @@ class MoeLayer {
   void route(MoeActivations& a, const MoeBatch& batch, const float* x, double* aux_sum, double* z_sum,
              MoeStats* stats) const;
   void experts_forward(MoeActivations& a) const;
-  // d [expert rows, C]: the experts' output gradient in, their input gradient out.
-  void experts_backward(MoeActivations& a, float* d) const;
+  // The experts' output gradient doutputs [expert rows, C] -> their input gradient
+  // dinputs (+=), the expert weights' gradients +=.
+  void experts_backward(MoeActivations& a, const float* doutputs, float* dinputs) const;
   void router_backward(MoeActivations& a, const MoeBatch& batch, const float* x, const float* dweight, float* drouter,
                        float* dx) const;
 
@@ -121,7 +122,8 @@ class MoeLayer {
 // Parameter specs of block `layer`'s routed experts (appended to the block's).
 void append_moe_parameter_specs(std::vector<ParameterSpec>& specs, const ModelConfig& c, int layer);
 
-// Parameters a token uses in matmuls in one MoE block: the router, top_k experts.
-int64_t moe_active_matmul_params(const ModelConfig& c);
+// Expert parameters of one MoE block a token does not use: those of all but top_k
+// experts (what the active-parameter count leaves out).
+int64_t moe_idle_expert_params(const ModelConfig& c);
 
 }  // namespace ndt

@@ -100,20 +100,10 @@ int64_t Transformer::matmul_params() const {
   return n;
 }
 
-namespace {
-
-// Expert parameters a token does not use in one MoE block (all but top_k experts).
-int64_t idle_expert_params(const ModelConfig& c) {
-  const int64_t matrices = c.arch == Arch::gpt2 ? 2 : 3;
-  return int64_t{c.n_experts - c.moe_top_k} * matrices * c.expert_d_ff() * c.d_model;
-}
-
-}  // namespace
-
 int64_t Transformer::active_matmul_params() const {
   int64_t n = matmul_params();
   for (int l = 0; l < config_.n_layer; ++l) {
-    if (config_.is_moe_block(l)) n -= idle_expert_params(config_);
+    if (config_.is_moe_block(l)) n -= moe_idle_expert_params(config_);
   }
   return n;
 }
@@ -134,7 +124,7 @@ double Transformer::recompute_flops_per_token(int T) const {
       case CheckpointMode::full: {
         int64_t block_params = 0;
         for (const ParameterSpec& spec : block_parameter_specs(config_, l)) block_params += shape_numel(spec.logical_shape);
-        if (config_.is_moe_block(l)) block_params -= idle_expert_params(config_);
+        if (config_.is_moe_block(l)) block_params -= moe_idle_expert_params(config_);
         flops += 2.0 * static_cast<double>(block_params) + attention_core;
         break;
       }
