@@ -32,6 +32,11 @@ const std::map<std::string, std::set<std::string>> kAllowed = {
     {"interchange", {"core", "data", "model"}},
     {"parallel", {"core", "kernels", "comm", "model", "optim"}},
     {"train", {"core", "kernels", "comm", "data", "checkpoint", "model", "optim", "interchange", "parallel"}},
+    // The planner predicts what `ndtrain train` would do, so it sits above train.
+    {"plan",
+     {"core", "kernels", "comm", "data", "checkpoint", "model", "optim", "interchange", "parallel", "train"}},
+    // The run report reads a run's files; it draws pipeline timelines with parallel's renderer.
+    {"report", {"core", "parallel"}},
 };
 
 std::string read(const fs::path& path) {
