@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -82,11 +83,20 @@ struct TrainedRun {
   std::vector<std::vector<int64_t>> moe_tokens;
 };
 
-inline TrainedRun train(const RunConfig& config, DeviceMesh* mesh) {
+// Optional: called just before and just after the last step (a test measuring one
+// step's counters or ledger peaks).
+struct LastStepProbe {
+  std::function<void()> before, after;
+};
+
+inline TrainedRun train(const RunConfig& config, DeviceMesh* mesh, const LastStepProbe* probe = nullptr) {
   Trainer trainer(config, mesh, nullptr);
   TrainedRun run;
   for (int64_t s = 0; s < config.steps; ++s) {
+    const bool last = probe && s + 1 == config.steps;
+    if (last) probe->before();
     const StepStats stats = trainer.step();
+    if (last) probe->after();
     run.losses.push_back(stats.loss);
     run.grad_norms.push_back(stats.grad_norm);
     run.interventions.push_back(stats.intervention);

@@ -12,10 +12,12 @@
 #include "../train/test_support.h"
 #include "mpi_env.h"
 #include "parity.h"
+#include "plan/comm_model.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <array>
 #include <string>
 #include <vector>
 
@@ -104,6 +106,85 @@ RunConfig matrix_run(const std::string& train_file, bool llama) {
   return c;
 }
 
+// One step's counters of every mesh communicator and of the world, and the ledger's
+// comm-tag peak, measured around the last step of a run.
+struct StepMeasurement {
+  std::array<CommStats, kNumAxes> before{}, axes{};
+  CommStats world_before, world;
+  size_t comm_peak = 0;
+};
+
+testing::LastStepProbe measure_last_step(DeviceMesh& mesh, StepMeasurement& out) {
+  testing::LastStepProbe probe;
+  probe.before = [&mesh, &out] {
+    for (size_t a = 0; a < kNumAxes; ++a) out.before[a] = mesh.axis(static_cast<Axis>(a)).stats();
+    out.world_before = mesh.world().stats();
+    MemoryLedger::instance().reset_peaks();
+  };
+  probe.after = [&mesh, &out] {
+    out.comm_peak = MemoryLedger::instance().peak(MemTag::comm);
+    auto delta = [](const CommStats& now, const CommStats& then) {
+      CommStats d;
+      for (size_t op = 0; op < kNumCommOps; ++op) {
+        d.ops[op].calls = now.ops[op].calls - then.ops[op].calls;
+        d.ops[op].payload_bytes = now.ops[op].payload_bytes - then.ops[op].payload_bytes;
+        d.ops[op].wire_bytes = now.ops[op].wire_bytes - then.ops[op].wire_bytes;
+      }
+      return d;
+    };
+    for (size_t a = 0; a < kNumAxes; ++a) out.axes[a] = delta(mesh.axis(static_cast<Axis>(a)).stats(), out.before[a]);
+    out.world = delta(mesh.world().stats(), out.world_before);
+  };
+  return probe;
+}
+
+// The measured step against the communication model for this rank's pipeline stage:
+// calls, payload and wire bytes of every operation on every axis exactly, except the
+// experts' all_to_all_v, whose received rows depend on the routing: its calls exactly on
+// each rank and its payload summed over the ep group (what the group sends is what it
+// receives; each rank's own token rows are exact), wire at most the payload. Collective
+// over the ep group.
+void expect_predicted_communication(const RunConfig& config, DeviceMesh& mesh, const StepMeasurement& measured,
+                                    const std::string& what) {
+  const StepCommunication predicted =
+      predict_step_communication(config, mesh.world().size(), mesh.coord(Axis::pp));
+  const std::string rank = fmt::format("{}, rank {}", what, mesh.world().rank());
+  auto compare = [&](const CommStats& got, const AxisVolume& want, std::string_view axis) {
+    for (size_t op = 0; op < kNumCommOps; ++op) {
+      const CommCounter& g = got.ops[op];
+      const OpVolume& w = want.ops[op];
+      const std::string where = fmt::format("{}: {} on {}", rank, comm_op_name(static_cast<CommOp>(op)), axis);
+      EXPECT_EQ(g.calls, w.calls) << where << ": calls";
+      if (static_cast<CommOp>(op) == CommOp::all_to_all_v) {
+        EXPECT_LE(g.wire_bytes, g.payload_bytes) << where;
+        continue;
+      }
+      EXPECT_EQ(g.payload_bytes, w.payload_bytes) << where << ": payload bytes";
+      EXPECT_EQ(g.wire_bytes, w.wire_bytes) << where << ": wire bytes";
+    }
+  };
+  for (size_t a = 0; a < kNumAxes; ++a) compare(measured.axes[a], predicted.axes[a], axis_name(static_cast<Axis>(a)));
+  compare(measured.world, predicted.world, "world");
+  // all_to_all_v payload over the ep group (one all-reduce, after the measurement).
+  // (Integers below 2^24: exact in f32.)
+  std::array<float, 2> sums = {static_cast<float>(measured.axes[static_cast<size_t>(Axis::ep)][CommOp::all_to_all_v].payload_bytes),
+                               static_cast<float>(predicted[Axis::ep][CommOp::all_to_all_v].payload_bytes)};
+  mesh.axis(Axis::ep).all_reduce(sums.data(), sums.size(), DType::f32, ReduceOp::sum);
+  EXPECT_EQ(sums[0], sums[1]) << rank << ": all_to_all_v payload summed over the ep group";
+  // The ledger's comm tag: exact where what is allocated does not depend on timing or
+  // routing (DDP in fp32, tp, cp, the pipeline's gradient copies); with ZeRO/FSDP buckets
+  // and reduce-scatters are freed when a poll finds them done, and the experts' scratch
+  // follows the routing, so there the prediction is the part every run holds at once: a
+  // lower bound. Under ep the scratch is an expectation (balanced routing): not checked.
+  const int64_t buffers = predict_comm_buffer_bytes(config, mesh.world().size(), mesh.coord(Axis::pp));
+  if (mesh.size(Axis::ep) > 1) return;
+  if (config.zero_stage == 0) {
+    EXPECT_EQ(static_cast<int64_t>(measured.comm_peak), buffers) << rank << ": ledger comm peak";
+  } else {
+    EXPECT_GE(static_cast<int64_t>(measured.comm_peak), buffers) << rank << ": ledger comm peak";
+  }
+}
+
 // Failed assertions of the running test so far.
 int failures() {
   const ::testing::TestResult* result = ::testing::UnitTest::GetInstance()->current_test_info()->result();
@@ -147,7 +228,10 @@ TEST(FeatureMatrix, EveryLayoutMatchesOneRankOrIsRefusedByName) {
       } else {
         const int before = failures();
         DeviceMesh m(world, config.resolve_mesh(n));
-        testing::expect_same_run(reference, testing::train(config, &m), what.c_str());
+        StepMeasurement step;
+        const testing::LastStepProbe probe = measure_last_step(m, step);
+        testing::expect_same_run(reference, testing::train(config, &m, &probe), what.c_str());
+        expect_predicted_communication(config, m, step, what);
         outcome = failures() > before ? "DIFFERS from one rank" : "matches one rank";
       }
       table += fmt::format("  {:<6} {:<24} {:<62} {}\n", llama ? "llama" : "gpt2", layout.name,

@@ -1,0 +1,661 @@
+#include "plan/comm_model.h"
+
+#include "core/error.h"
+#include "model/transformer.h"
+#include "parallel/pipeline_schedule.h"
+#include "parallel/pipeline_stages.h"
+#include "parallel/tensor_parallel.h"
+
+#include <algorithm>
+#include <string_view>
+#include <vector>
+
+namespace ndt {
+
+namespace {
+
+int64_t total(const std::array<OpVolume, kNumCommOps>& ops, int64_t OpVolume::*field) {
+  int64_t n = 0;
+  for (const OpVolume& o : ops) n += o.*field;
+  return n;
+}
+
+}  // namespace
+
+int64_t AxisVolume::calls() const { return total(ops, &OpVolume::calls); }
+int64_t AxisVolume::payload_bytes() const { return total(ops, &OpVolume::payload_bytes); }
+int64_t AxisVolume::wire_bytes() const { return total(ops, &OpVolume::wire_bytes); }
+
+namespace {
+
+constexpr int64_t kF32 = 4;
+
+// `times` calls of op with this payload over a group of n ranks (wire per call, rounded
+// down as the counters round it).
+void add(AxisVolume& v, CommOp op, int64_t payload, int n, int64_t times = 1) {
+  if (times <= 0) return;
+  OpVolume& o = v[op];
+  o.calls += times;
+  o.payload_bytes += payload * times;
+  o.wire_bytes += comm_wire_bytes(op, payload, n) * times;
+}
+
+// all_to_all_v under balanced routing: of the payload, the blocks for the other ranks.
+void add_all_to_all_v(AxisVolume& v, int64_t payload, int n, int64_t times) {
+  if (times <= 0) return;
+  OpVolume& o = v[CommOp::all_to_all_v];
+  o.calls += times;
+  o.payload_bytes += payload * times;
+  o.wire_bytes += (n - 1) * payload / n * times;
+}
+
+// A parameter as the rank's store holds it after parallelize(): its tp and ep blocks,
+// no rows when another pipeline stage holds it.
+struct LocalParam {
+  int64_t rows = 0;       // local_shape[0]
+  int64_t row_numel = 0;  // elements per row
+  int unit = 0;
+  bool expert = false;      // sharded on ep (its own shard group under ZeRO, edp under DDP)
+  bool tp_partial = false;  // gradient Partial on tp: summed by PartialGradients
+  bool matmul_only = false; // FSDP gathers it in the compute dtype
+  bool block_matrix = false; // a block's 2-D weight (fp8 keeps amaxes of each)
+  bool wte = false;          // the token embedding (tied: the output layer too)
+  int64_t numel() const { return rows * row_numel; }
+};
+
+// Everything one prediction needs, derived once from the config.
+struct Layout {
+  explicit Layout(const RunConfig& config) : c(config) {}
+  const RunConfig& c;
+  MeshShape mesh;
+  int stage = 0;
+  int units = 0;
+  std::vector<char> local_units;  // empty: all
+  PipelineStages stages;          // pp > 1
+  int pp_chunks = 1;
+  bool holds_head = true;
+  std::vector<LocalParam> params;
+  int64_t micro = 0, m = 0;  // rows per micro-batch, micro-batches per step
+  int64_t N = 0, Nl = 0;     // rows of a micro-batch on this rank (T / cp tokens each); outside tp regions
+  int64_t C = 0;
+  bool sp = false;  // rows split over tp
+  int tp = 1, cp = 1, ep = 1, pp = 1;
+
+  bool local(int unit) const { return local_units.empty() || local_units[static_cast<size_t>(unit)] != 0; }
+  int size(Axis a) const { return mesh.size(a); }
+  // The communicator the counters of axis a belong to (aliases resolved).
+  Axis comm(Axis a) const {
+    if (a == Axis::edp && ep == 1) return comm(Axis::dp_cp);
+    if (a == Axis::edp_shard && ep == 1) return comm(Axis::dp_shard_cp);
+    if (a == Axis::dp_shard_cp && cp == 1) return Axis::dp_shard;
+    if (a == Axis::dp_cp && cp == 1) return Axis::dp;
+    return a;
+  }
+  // Shard and reduce groups: the experts' (under ep > 1) and the rest.
+  Axis shard_axis(bool expert) const { return comm(expert && ep > 1 ? Axis::edp_shard : Axis::dp_shard_cp); }
+  Axis reduce_axis(bool expert) const { return comm(expert && ep > 1 ? Axis::edp : Axis::dp_cp); }
+  int64_t padded_numel(const LocalParam& p) const {
+    const int n = size(shard_axis(p.expert));
+    return (p.rows + n - 1) / n * p.row_numel;
+  }
+};
+
+// The parameter specs of every unit without naming 126 layers: the specs of a model cut
+// to its first MoE period (or one block), each block's taken from the block of its kind.
+struct UnitSpecs {
+  std::vector<ParameterSpec> embedding, head, dense_block, moe_block;
+};
+
+UnitSpecs unit_specs(const ModelConfig& m) {
+  ModelConfig cut = m;
+  cut.n_layer = m.is_moe() ? std::min(m.n_layer, m.moe_every) : 1;
+  UnitSpecs u;
+  for (const ParameterSpec& s : model_parameter_specs(cut)) {
+    if (s.unit == 0) {
+      u.embedding.push_back(s);
+    } else if (s.unit == cut.n_layer + 1) {
+      u.head.push_back(s);
+    } else if (s.unit == 1) {
+      (cut.is_moe_block(0) ? u.moe_block : u.dense_block).push_back(s);
+    } else if (s.unit == cut.n_layer && cut.is_moe_block(cut.n_layer - 1)) {
+      u.moe_block.push_back(s);
+    }
+  }
+  return u;
+}
+
+Layout make_layout(const RunConfig& c, int world_size, int pp_stage, const PipelineStages* stages) {
+  Layout l(c);
+  l.mesh = c.resolve_mesh(world_size);
+  l.tp = l.mesh.tp, l.cp = l.mesh.cp, l.ep = l.mesh.ep, l.pp = l.mesh.pp;
+  NDT_CHECK(pp_stage >= 0 && pp_stage < l.pp, "comm model: pipeline stage {} of parallel.pp = {}", pp_stage, l.pp);
+  l.stage = pp_stage;
+  const ModelConfig& m = c.model;
+  l.units = m.n_layer + 2;
+  if (l.pp > 1) {
+    l.stages = stages ? *stages
+                      : partition_pipeline(m, c.seq_len, l.pp * c.pp_virtual_stages, parse_pipeline_layers(c.pp_layers));
+    NDT_CHECK(l.stages.chunks() == l.pp * c.pp_virtual_stages, "comm model: a partition into {} chunks for pp x v = {}",
+              l.stages.chunks(), l.pp * c.pp_virtual_stages);
+    l.local_units = l.stages.local_units(pp_stage, l.pp);
+    l.pp_chunks = l.stages.chunks();
+    l.holds_head = l.local_units.back() != 0;
+  }
+  l.sp = c.sequence_parallel && l.tp > 1;
+  const int dp = l.mesh.size(Axis::dp);
+  const int64_t rows_per_rank = c.batch_size / dp;
+  l.micro = c.micro_batch_size > 0 ? c.micro_batch_size : rows_per_rank;
+  l.m = rows_per_rank / l.micro;
+  l.N = l.micro * (c.seq_len / l.cp);
+  l.Nl = l.sp ? l.N / l.tp : l.N;
+  l.C = m.d_model;
+  const UnitSpecs specs = unit_specs(m);
+  auto append = [&](const std::vector<ParameterSpec>& unit_specs, int unit) {
+    for (const ParameterSpec& s : unit_specs) {
+      LocalParam p;
+      Shape shape = s.logical_shape;
+      if (const auto placement = tensor_parallel_placement(s, l.tp)) shape[static_cast<size_t>(placement->dim)] /= l.tp;
+      p.expert = s.expert && l.ep > 1;
+      if (p.expert) shape[0] /= l.ep;
+      p.unit = unit;
+      p.tp_partial = tensor_parallel_grad_partial(s, l.tp, c.sequence_parallel);
+      p.block_matrix = s.logical_shape.size() == 2 && unit > 0 && unit < l.units - 1;
+      p.matmul_only = p.block_matrix || s.name == "lm_head.weight";
+      p.wte = s.name == "wte.weight";
+      const bool copy = l.pp > 1 && l.holds_head && m.tied_embeddings && p.wte && !l.local(unit);
+      const bool held = l.local(unit) || copy;
+      p.rows = shape.empty() ? 1 : shape[0];
+      p.row_numel = p.rows == 0 ? 0 : shape_numel(shape) / p.rows;
+      if (!held) p.rows = 0;
+      l.params.push_back(p);
+    }
+  };
+  append(specs.embedding, 0);
+  for (int layer = 0; layer < m.n_layer; ++layer) {
+    append(m.is_moe_block(layer) ? specs.moe_block : specs.dense_block, 1 + layer);
+  }
+  append(specs.head, l.units - 1);
+  return l;
+}
+
+// Volumes accumulated per communicator (Layout::comm), then copied to the aliases.
+struct Acc {
+  explicit Acc(const Layout& layout) : l(layout) {}
+  const Layout& l;
+  StepCommunication s;
+  AxisVolume& on(Axis a) { return s[l.comm(a)]; }
+  void op(Axis a, CommOp op, int64_t payload, int64_t times = 1) { add(on(a), op, payload, l.size(a), times); }
+};
+
+// ---- tensor parallel: the Megatron regions on a [N, C] activation, `times` micro-batches
+void column_input_forward(Acc& a, int64_t times) {
+  if (a.l.sp) a.op(Axis::tp, CommOp::all_gather, a.l.N * a.l.C * kF32, times);
+}
+void column_input_backward(Acc& a, int64_t times) {
+  if (a.l.tp == 1) return;
+  a.op(Axis::tp, a.l.sp ? CommOp::reduce_scatter : CommOp::all_reduce, a.l.N * a.l.C * kF32, times);
+}
+void row_output_forward(Acc& a, int64_t times) {
+  if (a.l.tp == 1) return;
+  a.op(Axis::tp, a.l.sp ? CommOp::reduce_scatter : CommOp::all_reduce, a.l.N * a.l.C * kF32, times);
+}
+void row_output_backward(Acc& a, int64_t times) {
+  if (a.l.sp) a.op(Axis::tp, CommOp::all_gather, a.l.N * a.l.C * kF32, times);
+}
+// PartialGradients::finish of a unit: one all-reduce of its tp-partial gradients.
+void partial_gradients(Acc& a, int unit, int64_t times) {
+  if (a.l.tp == 1) return;
+  int64_t numel = 0;
+  for (const LocalParam& p : a.l.params) {
+    if (p.unit == unit && p.tp_partial && !p.expert) numel += p.numel();
+  }
+  if (numel > 0) a.op(Axis::tp, CommOp::all_reduce, numel * kF32, times);
+}
+
+// ---- context parallel: the attention core of one block
+int64_t attention_dims(const Layout& l, bool queries) {
+  const ModelConfig& m = l.c.model;
+  return int64_t{queries ? m.n_head : m.kv_heads()} / l.tp * m.head_dim();
+}
+void attention_forward(Acc& a, int64_t times) {
+  const Layout& l = a.l;
+  if (l.cp == 1) return;
+  const int64_t QD = attention_dims(l, true), KD = attention_dims(l, false);
+  if (l.c.cp_mode == "ulysses") {  // q, k, v to heads, the output back
+    a.op(Axis::cp, CommOp::all_to_all, l.N * QD * kF32, 2 * times);
+    a.op(Axis::cp, CommOp::all_to_all, l.N * KD * kF32, 2 * times);
+    return;
+  }
+  const int64_t block = 2 * l.N * KD * kF32;  // K and V of this rank's tokens, around the ring
+  a.op(Axis::cp, CommOp::send, block, (l.cp - 1) * times);
+  a.op(Axis::cp, CommOp::recv, block, (l.cp - 1) * times);
+}
+void attention_backward(Acc& a, int64_t times) {
+  const Layout& l = a.l;
+  if (l.cp == 1) return;
+  const int64_t QD = attention_dims(l, true), KD = attention_dims(l, false);
+  if (l.c.cp_mode == "ulysses") {  // q, k, v, out, dout to heads; dq, dk, dv back
+    a.op(Axis::cp, CommOp::all_to_all, l.N * QD * kF32, 4 * times);
+    a.op(Axis::cp, CommOp::all_to_all, l.N * KD * kF32, 4 * times);
+    return;
+  }
+  // K/V around the ring again, and the dK/dV sums one step further (home to their owner).
+  const int64_t block = 2 * l.N * KD * kF32;
+  a.op(Axis::cp, CommOp::send, block, (2 * l.cp - 1) * times);
+  a.op(Axis::cp, CommOp::recv, block, (2 * l.cp - 1) * times);
+}
+
+// ---- mixture of experts: routing statistics over cp, the exchange over ep
+int64_t routed_row_bytes(const Layout& l) { return l.N * l.c.model.moe_top_k * l.C * kF32; }
+void moe_forward(Acc& a, int64_t times) {
+  const Layout& l = a.l;
+  const int E = l.c.model.n_experts;
+  if (l.cp > 1) a.op(Axis::cp, CommOp::all_reduce, 2 * l.micro * E * kF32, times);  // per-sequence counts, score sums
+  if (l.ep == 1) return;
+  a.op(Axis::ep, CommOp::all_to_all, int64_t{E} * 4, times);  // the int32 row counts
+  add_all_to_all_v(a.on(Axis::ep), routed_row_bytes(l), l.ep, 2 * times);  // dispatch, combine
+}
+void moe_backward(Acc& a, int64_t times) {
+  if (a.l.ep > 1) add_all_to_all_v(a.on(Axis::ep), routed_row_bytes(a.l), a.l.ep, 2 * times);
+}
+
+// ---- one unit's forward and backward (with its recompute), `times` micro-batches
+void block_forward(Acc& a, int layer, int64_t times) {
+  column_input_forward(a, 2 * times);  // before q/k/v and before the MLP
+  attention_forward(a, times);
+  row_output_forward(a, 2 * times);  // attention output, MLP output
+  if (a.l.c.model.is_moe_block(layer)) moe_forward(a, times);
+}
+
+void block_backward(Acc& a, int layer, int64_t times) {
+  switch (a.l.c.activation_checkpointing.of_block(layer)) {
+    case CheckpointMode::none: break;
+    case CheckpointMode::full: block_forward(a, layer, times); break;
+    case CheckpointMode::selective:
+      column_input_forward(a, 2 * times);  // the two norms
+      attention_forward(a, times);
+      break;
+  }
+  row_output_backward(a, 2 * times);
+  column_input_backward(a, 2 * times);
+  attention_backward(a, times);
+  if (a.l.c.model.is_moe_block(layer)) moe_backward(a, times);
+  partial_gradients(a, 1 + layer, times);
+}
+
+void unit_forward(Acc& a, int u, int64_t times) {
+  if (u == 0) {
+    row_output_forward(a, times);  // the vocab-parallel lookup, summed
+  } else if (u == a.l.units - 1) {
+    column_input_forward(a, times);  // the output layer's input (the loss runs in backward)
+  } else {
+    block_forward(a, u - 1, times);
+  }
+}
+
+void unit_backward(Acc& a, int u, int64_t times) {
+  const Layout& l = a.l;
+  if (u == 0) {
+    row_output_backward(a, times);
+    partial_gradients(a, 0, times);  // the position table under sequence parallel
+  } else if (u == l.units - 1) {
+    if (l.tp > 1) {  // the vocab-parallel loss: row maxima, then exp sums with the target logits, per chunk
+      const int64_t chunk = l.c.loss_chunk_rows, full = l.N / chunk, rest = l.N % chunk;
+      a.op(Axis::tp, CommOp::all_reduce, chunk * kF32, full * times);
+      a.op(Axis::tp, CommOp::all_reduce, 2 * chunk * kF32, full * times);
+      if (rest > 0) {
+        a.op(Axis::tp, CommOp::all_reduce, rest * kF32, times);
+        a.op(Axis::tp, CommOp::all_reduce, 2 * rest * kF32, times);
+      }
+    }
+    column_input_backward(a, times);
+    partial_gradients(a, u, times);  // the final norm under sequence parallel
+  } else {
+    block_backward(a, u - 1, times);
+  }
+}
+
+// ---- data parallel
+struct Bucket {
+  size_t first = 0, end = 0;  // parameters [first, end)
+  bool expert = false;
+};
+
+// make_gradient_buckets (parallel/buckets.h) on the local parameters.
+std::vector<Bucket> gradient_buckets(const Layout& l) {
+  const size_t bucket_bytes = static_cast<size_t>(l.c.bucket_mb * 1024 * 1024);
+  const std::vector<LocalParam>& ps = l.params;
+  std::vector<int64_t> offset(ps.size() + 1, 0);
+  for (size_t p = 0; p < ps.size(); ++p) offset[p + 1] = offset[p] + ps[p].numel();
+  std::vector<Bucket> buckets;
+  size_t end_param = ps.size();
+  for (size_t p = ps.size(); p-- > 0;) {
+    const int64_t bytes = (offset[end_param] - offset[p]) * kF32;
+    if (static_cast<size_t>(bytes) >= bucket_bytes || p == 0 || ps[p - 1].expert != ps[p].expert) {
+      buckets.push_back({p, end_param, ps[p].expert});
+      end_param = p;
+    }
+  }
+  return buckets;
+}
+
+void data_parallel(Acc& a) {  // DDP: each bucket all-reduced once per step
+  const Layout& l = a.l;
+  if (l.size(Axis::dp_cp) == 1) return;
+  const int64_t element = static_cast<int64_t>(dtype_size(l.c.reduce_dtype));
+  for (const Bucket& b : gradient_buckets(l)) {
+    const Axis axis = l.reduce_axis(b.expert);
+    if (l.size(axis) == 1) continue;
+    int64_t numel = 0;
+    for (size_t p = b.first; p < b.end; ++p) numel += l.params[p].numel();
+    a.op(axis, CommOp::all_reduce, numel * element, 1);
+  }
+}
+
+void zero_stage1(Acc& a) {  // reduce-scatter per bucket, HSDP all-reduce, all-gather of the updated rows
+  const Layout& l = a.l;
+  const int64_t element = static_cast<int64_t>(dtype_size(l.c.reduce_dtype));
+  for (const Bucket& b : gradient_buckets(l)) {
+    const Axis axis = l.shard_axis(b.expert);
+    const int n = l.size(axis);
+    int64_t segment = 0;
+    for (size_t p = b.first; p < b.end; ++p) segment += l.padded_numel(l.params[p]);
+    a.op(axis, CommOp::reduce_scatter, n * segment * element);
+    if (l.mesh.dp_replicate > 1) a.op(Axis::dp_replicate, CommOp::all_reduce, segment * kF32);
+    a.op(axis, CommOp::all_gather, n * segment * kF32);
+  }
+}
+
+// FSDP (stages 2 and 3): the hooks' state machine (parallel/fsdp.cpp) over the step's
+// unit events, counting its collectives.
+class FsdpModel {
+ public:
+  explicit FsdpModel(Acc& a) : a_(a), l_(a.l) {
+    const int U = l_.units;
+    groups_.resize(static_cast<size_t>(U - 1));  // the root (units 0 and U - 1), then one per block
+    for (int u = 0; u < U; ++u) group_of_unit_.push_back(u == 0 || u == U - 1 ? 0 : u);
+    for (size_t g = 1; g < groups_.size(); ++g) groups_[g].reshard_after_forward = l_.c.reshard_after_forward;
+    groups_[0].reshard_after_forward = false;
+    const DType gather_dtype = l_.c.precision.low() && !l_.c.precision.fp8 ? l_.c.precision.compute : DType::f32;
+    for (int u = 0; u < U; ++u) {
+      Group& g = groups_[group_of_unit_[static_cast<size_t>(u)]];
+      if (l_.local(u) && (g.first_unit < 0 || u < g.first_unit)) g.first_unit = u;
+    }
+    // Per shard group: the reduce-scatter's segment, the gathers' segments by dtype.
+    for (const LocalParam& p : l_.params) {
+      Group& g = groups_[group_of_unit_[static_cast<size_t>(p.unit)]];
+      const int sg = p.expert ? 1 : 0;
+      g.has[sg] = true;
+      g.reduce_segment[sg] += l_.padded_numel(p);
+      const bool low = gather_dtype != DType::f32 && p.matmul_only;
+      g.gather_segment[sg][low ? 1 : 0] += l_.padded_numel(p);
+      g.gather_has[sg][low ? 1 : 0] = true;
+    }
+    gather_bytes_[0] = kF32;
+    gather_bytes_[1] = static_cast<int64_t>(dtype_size(gather_dtype));
+  }
+
+  void before_forward(int u) {
+    if (!stage3()) return;
+    Group& g = group(u);
+    start_gather(g);
+    if (l_.c.prefetch && u + 1 < l_.units) start_gather(group(u + 1));
+    finish_gather(g);
+  }
+  void after_forward(int u) {
+    Group& g = group(u);
+    if (stage3() && g.reshard_after_forward) release(g);
+  }
+  void after_forward_only() {
+    if (!stage3()) return;
+    for (Group& g : groups_) release(g);
+  }
+  void before_backward(int u) {
+    Group& g = group(u);
+    if (stage3()) {
+      start_gather(g);
+      if (l_.c.prefetch && u > 0) start_gather(group(u - 1));
+      finish_gather(g);
+    }
+    g.grads = true;
+  }
+  void after_backward(int u) {
+    Group& g = group(u);
+    if (u != g.first_unit) return;
+    if (l_.pp == 1) start_reduce(g);
+    if (!stage3()) return;
+    release(g);
+    if (u == 0) {
+      for (Group& other : groups_) release(other);
+    }
+  }
+  // finish_backward of the step's last micro-step, and the optimizer step.
+  void finish_step() {
+    if (l_.pp > 1) {
+      for (Group& g : groups_) {
+        if (g.grads) start_reduce(g);
+      }
+    }
+    if (l_.mesh.dp_replicate > 1) {
+      int64_t arena = 0;
+      for (const LocalParam& p : l_.params) arena += l_.padded_numel(p);
+      a_.op(Axis::dp_replicate, CommOp::all_reduce, arena * kF32);
+    }
+    if (stage3()) return;
+    for (Group& g : groups_) {  // stage 2: the updated rows of every group, per shard group
+      for (int sg = 0; sg < 2; ++sg) {
+        if (!g.has[sg]) continue;
+        const Axis axis = l_.shard_axis(sg == 1);
+        a_.op(axis, CommOp::all_gather, l_.size(axis) * g.reduce_segment[sg] * kF32);
+      }
+    }
+  }
+
+ private:
+  struct Group {
+    int first_unit = -1;
+    bool reshard_after_forward = true;
+    bool has[2] = {false, false};
+    int64_t reduce_segment[2] = {0, 0};
+    int64_t gather_segment[2][2] = {{0, 0}, {0, 0}};  // [shard group][f32, gather dtype]
+    bool gather_has[2][2] = {{false, false}, {false, false}};
+    bool values = false, gathering = false, grads = false;
+  };
+  bool stage3() const { return l_.c.zero_stage == 3; }
+  Group& group(int u) { return groups_[group_of_unit_[static_cast<size_t>(u)]]; }
+  void start_gather(Group& g) {
+    if (g.values || g.gathering) return;
+    for (int sg = 0; sg < 2; ++sg) {
+      const Axis axis = l_.shard_axis(sg == 1);
+      for (int d = 0; d < 2; ++d) {
+        if (g.gather_has[sg][d]) a_.op(axis, CommOp::all_gather, l_.size(axis) * g.gather_segment[sg][d] * gather_bytes_[d]);
+      }
+    }
+    g.gathering = true;
+  }
+  void finish_gather(Group& g) {
+    if (g.values) return;
+    start_gather(g);
+    g.gathering = false;
+    g.values = true;
+  }
+  void release(Group& g) { g.values = g.gathering = false; }
+  void start_reduce(Group& g) {
+    const int64_t element = static_cast<int64_t>(dtype_size(l_.c.reduce_dtype));
+    for (int sg = 0; sg < 2; ++sg) {
+      if (!g.has[sg]) continue;
+      const Axis axis = l_.shard_axis(sg == 1);
+      a_.op(axis, CommOp::reduce_scatter, l_.size(axis) * g.reduce_segment[sg] * element);
+    }
+    g.grads = false;
+  }
+
+  Acc& a_;
+  const Layout& l_;
+  std::vector<Group> groups_;
+  std::vector<size_t> group_of_unit_;
+  int64_t gather_bytes_[2] = {kF32, kF32};
+};
+
+// The units' compute communication of the step and, under FSDP, its hooks.
+void forward_backward(Acc& a) {
+  const Layout& l = a.l;
+  for (int u = 0; u < l.units; ++u) {
+    if (!l.local(u)) continue;
+    unit_forward(a, u, l.m);
+    unit_backward(a, u, l.m);
+  }
+  if (l.c.zero_stage < 2) return;
+  FsdpModel fsdp(a);
+  if (l.pp == 1) {  // every micro-step alike: forward 0 .. U-1, backward U-1 .. 0
+    Acc one(l);
+    FsdpModel single(one);
+    for (int u = 0; u < l.units; ++u) single.before_forward(u), single.after_forward(u);
+    for (int u = l.units - 1; u >= 0; --u) single.before_backward(u), single.after_backward(u);
+    for (size_t ax = 0; ax < kNumAxes; ++ax) {
+      for (size_t op = 0; op < kNumCommOps; ++op) {
+        const OpVolume& v = one.s.axes[ax].ops[op];
+        OpVolume& to = a.s.axes[ax].ops[op];
+        to.calls += v.calls * l.m, to.payload_bytes += v.payload_bytes * l.m, to.wire_bytes += v.wire_bytes * l.m;
+      }
+    }
+  } else {
+    const PipelineShape shape{l.pp, l.c.pp_virtual_stages, static_cast<int>(l.m)};
+    const std::vector<int>& first = l.stages.first_unit;
+    for (const PipelineAction& act :
+         pipeline_actions(pipeline_schedule_from_name(l.c.pp_schedule), shape, l.stage)) {
+      const int begin = first[static_cast<size_t>(act.chunk)], end = first[static_cast<size_t>(act.chunk) + 1];
+      switch (act.kind) {
+        case PipelineActionKind::forward:
+          for (int u = begin; u < end; ++u) fsdp.before_forward(u), fsdp.after_forward(u);
+          break;
+        case PipelineActionKind::backward:
+          for (int u = end - 1; u >= begin; --u) fsdp.before_backward(u), fsdp.after_backward(u);
+          break;
+        case PipelineActionKind::backward_input:
+          for (int u = end - 1; u >= begin; --u) fsdp.before_backward(u);
+          break;
+        case PipelineActionKind::backward_weight:
+          for (int u = end - 1; u >= begin; --u) fsdp.after_backward(u);
+          break;
+        default: break;
+      }
+    }
+    fsdp.after_forward_only();
+  }
+  fsdp.finish_step();
+}
+
+void pipeline_messages(Acc& a) {
+  const Layout& l = a.l;
+  if (l.pp == 1) return;
+  const int64_t boundary = l.Nl * l.C * kF32;
+  for (int chunk = l.stage; chunk < l.pp_chunks; chunk += l.pp) {
+    const int64_t inputs = chunk > 0 ? l.m : 0, outputs = chunk + 1 < l.pp_chunks ? l.m : 0;
+    a.op(Axis::pp, CommOp::recv, boundary, inputs + outputs);  // activations in, gradients in
+    a.op(Axis::pp, CommOp::send, boundary, inputs + outputs);  // gradients out, activations out
+  }
+}
+
+// The norm: sums of squares over the shards, the experts over ep, then tp and pp.
+void gradient_norm(Acc& a) {
+  const Layout& l = a.l;
+  if (l.c.zero_stage >= 1) {
+    a.op(Axis::dp_shard_cp, CommOp::all_reduce, kF32);
+    const bool counted = l.tp > 1 || l.pp > 1 || l.ep > 1;
+    if (counted && l.ep > 1 && l.c.model.is_moe() && l.size(Axis::edp_shard) > 1) {
+      a.op(Axis::edp_shard, CommOp::all_reduce, kF32);
+    }
+  }
+  if (l.ep > 1) a.op(Axis::ep, CommOp::all_reduce, kF32);
+  if (l.tp > 1) a.op(Axis::tp, CommOp::all_reduce, kF32);
+  if (l.pp > 1) a.op(Axis::pp, CommOp::all_reduce, kF32);
+}
+
+void trainer_collectives(Acc& a) {
+  const Layout& l = a.l;
+  const RunConfig& c = l.c;
+  const int world = static_cast<int>(l.mesh.product());
+  if (c.model.is_moe()) add(a.s.world, CommOp::all_reduce, (4 + int64_t{c.model.n_experts}) * kF32, world);
+  const bool reports_z = c.z_loss > 0 && l.pp == 1;
+  if (l.size(Axis::dp_cp) > 1) a.op(Axis::dp_cp, CommOp::all_reduce, (reports_z ? 2 : 1) * kF32);
+  if (c.precision.fp8) {
+    int64_t linears = 0;
+    for (const LocalParam& p : l.params) linears += p.block_matrix;
+    add(a.s.world, CommOp::all_reduce, 3 * linears * kF32, world);
+  }
+  add(a.s.world, CommOp::all_reduce, kF32, world);  // every rank finite
+  if (l.pp > 1) a.op(Axis::pp, CommOp::all_reduce, kF32);  // the loss, from the stage with the head
+  // A tied embedding's two copies (first and last stage), in whatever form the sync holds them.
+  if (l.pp > 1 && c.model.tied_embeddings && (l.stage == 0 || l.stage == l.pp - 1)) {
+    const LocalParam& wte = *std::find_if(l.params.begin(), l.params.end(), [](const LocalParam& p) { return p.wte; });
+    const int64_t numel = c.zero_stage >= 1 ? l.padded_numel(wte) : wte.numel();
+    add(a.s.tied_embedding, CommOp::all_reduce, numel * kF32, 2);
+  }
+}
+
+}  // namespace
+
+StepCommunication predict_step_communication(const RunConfig& config, int world_size, int pp_stage,
+                                             const PipelineStages* stages) {
+  const Layout l = make_layout(config, world_size, pp_stage, stages);
+  Acc a(l);
+  forward_backward(a);
+  pipeline_messages(a);
+  if (config.zero_stage == 0) data_parallel(a);
+  if (config.zero_stage == 1) zero_stage1(a);
+  gradient_norm(a);
+  trainer_collectives(a);
+  StepCommunication out = a.s;
+  for (size_t ax = 0; ax < kNumAxes; ++ax) out.axes[ax] = a.s[l.comm(static_cast<Axis>(ax))];
+  return out;
+}
+
+int64_t predict_comm_buffer_bytes(const RunConfig& config, int world_size, int pp_stage, const PipelineStages* stages) {
+  const Layout l = make_layout(config, world_size, pp_stage, stages);
+  const int64_t element = static_cast<int64_t>(dtype_size(config.reduce_dtype));
+  int64_t peak = 0;
+  // ZeRO-1 and stage 2: a bucket's (group's) packed gradients, then its updated rows
+  // gathered (this rank's rows and every rank's).
+  if (config.zero_stage == 1) {
+    for (const Bucket& b : gradient_buckets(l)) {
+      int64_t segment = 0;
+      for (size_t p = b.first; p < b.end; ++p) segment += l.padded_numel(l.params[p]);
+      const int n = l.size(l.shard_axis(b.expert));
+      peak = std::max({peak, n * segment * element, (1 + n) * segment * kF32});
+    }
+  }
+  if (config.zero_stage >= 2) {
+    // Per group and shard group: the reduce-scatter's send and receive buffers, and the
+    // gather's (this rank's shards and every rank's). Stage 3 gathers the next unit's
+    // group while the current one's buffers are still held (prefetch); in backward, a
+    // group's reduce-scatter has just started when the next two groups' gathers are held.
+    std::vector<int64_t> gather(static_cast<size_t>(l.units - 1), 0), reduce(gather.size(), 0);
+    for (const LocalParam& p : l.params) {
+      const size_t g = p.unit == 0 || p.unit == l.units - 1 ? 0 : static_cast<size_t>(p.unit);
+      const int n = l.size(l.shard_axis(p.expert));
+      gather[g] += (1 + n) * l.padded_numel(p) * kF32;
+      reduce[g] += n * l.padded_numel(p) * element + l.padded_numel(p) * element;
+    }
+    for (size_t g = 0; g < gather.size(); ++g) peak = std::max({peak, gather[g], reduce[g]});
+    if (config.zero_stage == 3 && config.prefetch) {
+      for (size_t g = 1; g + 1 < gather.size(); ++g) peak = std::max(peak, gather[g] + gather[g + 1]);
+      for (size_t g = 3; g < gather.size(); ++g) peak = std::max(peak, reduce[g] + gather[g - 1] + gather[g - 2]);
+    }
+  }
+  // Expert parallelism: one exchange's scratch of the expert-side rows (balanced routing).
+  if (l.ep > 1) {
+    bool moe_here = false;
+    for (int layer = 0; layer < config.model.n_layer; ++layer) moe_here |= config.model.is_moe_block(layer) && l.local(1 + layer);
+    if (moe_here) peak = std::max(peak, routed_row_bytes(l));
+  }
+  // Pipeline: a copy of every input gradient sent, kept to the end of the schedule.
+  if (l.pp > 1) {
+    int64_t sent = 0;
+    for (int chunk = l.stage; chunk < l.pp_chunks; chunk += l.pp) sent += chunk > 0 ? l.m : 0;
+    peak += sent * l.Nl * l.C * kF32;
+  }
+  return peak;
+}
+
+}  // namespace ndt
