@@ -5,9 +5,33 @@
 #include "kernels/kernels.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
+#include <string>
 
 namespace ndt {
+
+namespace {
+
+// In PipelineActionKind's order.
+constexpr std::array<std::string_view, 8> kActionKindNames = {
+    "forward",         "backward",        "backward_input", "backward_weight",
+    "send_activation", "recv_activation", "send_gradient",  "recv_gradient"};
+
+}  // namespace
+
+std::string_view pipeline_action_kind_name(PipelineActionKind kind) {
+  return kActionKindNames.at(static_cast<size_t>(kind));
+}
+
+PipelineActionKind pipeline_action_kind_from_name(std::string_view name) {
+  for (size_t k = 0; k < kActionKindNames.size(); ++k) {
+    if (kActionKindNames[k] == name) return static_cast<PipelineActionKind>(k);
+  }
+  std::string choices;
+  for (std::string_view n : kActionKindNames) choices += (choices.empty() ? "" : ", ") + std::string(n);
+  fail("unknown pipeline action kind \"{}\" (one of {})", name, choices);
+}
 
 PipelineRunner::PipelineRunner(Transformer& model, Communicator& pp, PipelineSchedule schedule,
                                const PipelineShape& shape, PipelineStages stages, ModelHooks* hooks)
@@ -136,11 +160,15 @@ double PipelineRunner::train(const Prepare& prepare) {
   for (size_t i = 0; i < actions_.size(); ++i) last_use[static_cast<size_t>(actions_[i].micro_batch)] = i;
   times_ = {};
   const auto start = std::chrono::steady_clock::now();
+  times_.actions.reserve(actions_.size());
   for (size_t i = 0; i < actions_.size(); ++i) {
     const auto t0 = std::chrono::steady_clock::now();
     run(actions_[i]);
+    const auto t1 = std::chrono::steady_clock::now();
+    times_.actions.push_back({std::chrono::duration<double>(t0 - start).count(),
+                              std::chrono::duration<double>(t1 - start).count(), actions_[i]});
     if (!is_communication(actions_[i].kind)) {
-      const double seconds = seconds_since(t0);
+      const double seconds = std::chrono::duration<double>(t1 - t0).count();
       times_.busy += seconds;
       times_.compute[static_cast<size_t>(actions_[i].kind)].push_back(seconds);
     }
@@ -153,6 +181,37 @@ double PipelineRunner::train(const Prepare& prepare) {
   sends_.clear();
   send_buffers_.clear();
   return loss_sum_;
+}
+
+std::vector<std::vector<TimedPipelineAction>> PipelineRunner::gather_last_step_timeline() {
+  // An action travels as 6 f32 words: kind, micro-batch, chunk, peer (small integers,
+  // exact in f32), start and end (seconds: f32 keeps well under a microsecond within a
+  // step of seconds, plenty for a picture). Ranks run lists of different lengths: each
+  // pads to the longest.
+  constexpr size_t kWords = 6;
+  const int32_t mine = static_cast<int32_t>(times_.actions.size());
+  std::vector<int32_t> counts(static_cast<size_t>(pp_.size()));
+  pp_.all_gather(&mine, counts.data(), 1, DType::i32);
+  const size_t longest = static_cast<size_t>(*std::max_element(counts.begin(), counts.end()));
+  std::vector<float> send(longest * kWords, 0.0f), all(send.size() * counts.size());
+  for (size_t i = 0; i < times_.actions.size(); ++i) {
+    const TimedPipelineAction& t = times_.actions[i];
+    const float words[kWords] = {static_cast<float>(t.action.kind), static_cast<float>(t.action.micro_batch),
+                                 static_cast<float>(t.action.chunk), static_cast<float>(t.action.peer),
+                                 static_cast<float>(t.start),       static_cast<float>(t.end)};
+    std::copy(words, words + kWords, send.begin() + static_cast<std::ptrdiff_t>(i * kWords));
+  }
+  pp_.all_gather(send.data(), all.data(), send.size(), DType::f32);
+  std::vector<std::vector<TimedPipelineAction>> timeline(counts.size());
+  for (size_t r = 0; r < counts.size(); ++r) {
+    for (size_t i = 0; i < static_cast<size_t>(counts[r]); ++i) {
+      const float* w = all.data() + (r * longest + i) * kWords;
+      timeline[r].push_back({w[4], w[5],
+                             PipelineAction{static_cast<PipelineActionKind>(w[0]), static_cast<int>(w[1]),
+                                            static_cast<int>(w[2]), static_cast<int>(w[3])}});
+    }
+  }
+  return timeline;
 }
 
 double PipelineRunner::evaluate(int micro_batches, const Prepare& prepare) {

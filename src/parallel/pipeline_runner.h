@@ -14,23 +14,35 @@
 #include "comm/communicator.h"
 #include "model/transformer.h"
 #include "parallel/pipeline_schedule.h"
+#include "parallel/pipeline_simulator.h"
 #include "parallel/pipeline_stages.h"
 
 #include <array>
 #include <functional>
 #include <memory>
+#include <string_view>
 #include <vector>
 
 namespace ndt {
 
 // What the last train() took on this rank: its wall time, the time in compute actions,
-// and each compute action's seconds by kind (forward, backward, backward_input,
-// backward_weight), for the measured bubble and the simulator's costs.
+// each compute action's seconds by kind (forward, backward, backward_input,
+// backward_weight), for the measured bubble and the simulator's costs, and every
+// action in its order with its start and end in seconds from the start of train()
+// (a receive: from reaching it to its tensor's arrival; a send: posting it), for the
+// measured timeline of `ndtrain report`.
 struct PipelineStepTimes {
   double wall = 0;
   double busy = 0;
   std::array<std::vector<double>, 4> compute;
+  std::vector<TimedPipelineAction> actions;
 };
+
+// The names of the action kinds in pipeline_timeline.json ("forward", "backward",
+// "backward_input", "backward_weight", "send_activation", ..., as the enumerators);
+// from_name throws ndt::Error naming the text and the choices.
+std::string_view pipeline_action_kind_name(PipelineActionKind kind);
+PipelineActionKind pipeline_action_kind_from_name(std::string_view name);
 
 class PipelineRunner : private ModelHooks {
  public:
@@ -49,6 +61,11 @@ class PipelineRunner : private ModelHooks {
   int peak_live_contexts() const { return peak_live_; }
   const PipelineStepTimes& last_step_times() const { return times_; }
   const PipelineStages& stages() const { return stages_; }
+  const PipelineShape& shape() const { return shape_; }
+  // Every pp rank's actions of its last train(), in pp rank order, each rank's times
+  // from its own start of the step. Collective on pp (two all-gathers, counted on pp):
+  // call it outside any step whose communication is checked, e.g. after the run.
+  std::vector<std::vector<TimedPipelineAction>> gather_last_step_timeline();
 
  private:
   // The units get the runner as their hooks: poll() also tests the sends in flight, since

@@ -593,11 +593,17 @@ std::vector<ConfigFieldDoc> config_field_docs() {
   return docs;
 }
 
+std::vector<std::pair<std::string, std::string>> run_config_values(const RunConfig& config) {
+  std::vector<std::pair<std::string, std::string>> values;
+  for (const Field& f : fields()) {
+    if (f.key != "model.preset") values.emplace_back(f.key, f.get(config));
+  }
+  return values;
+}
+
 std::string describe_run_config(const RunConfig& config) {
   std::string out;
-  for (const Field& f : fields()) {
-    if (f.key != "model.preset") out += fmt::format("  {} = {}\n", f.key, f.get(config));
-  }
+  for (const auto& [key, value] : run_config_values(config)) out += fmt::format("  {} = {}\n", key, value);
   return out;
 }
 

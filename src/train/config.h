@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace ndt {
@@ -126,6 +127,9 @@ struct ConfigFieldDoc {
 // debug.corrupt_batches: "FIRST:COUNT" as (first, count); empty: none. Throws naming the value.
 std::optional<std::pair<int64_t, int64_t>> parse_batch_window(const std::string& text);
 std::vector<ConfigFieldDoc> config_field_docs();
+// Every key with its value as TOML writes it (strings quoted), in the table's order;
+// model.preset is left out (the model's own keys say what it resolved to).
+std::vector<std::pair<std::string, std::string>> run_config_values(const RunConfig& config);
 // "key = value" lines of a config, for the run log.
 std::string describe_run_config(const RunConfig& config);
 

@@ -6,6 +6,7 @@
 
 #include "checkpoint/directory.h"
 #include "core/memory.h"
+#include "core/output_file.h"
 #include "core/rng.h"
 #include "core/timing.h"
 #include "kernels/kernels.h"
@@ -350,6 +351,66 @@ nlohmann::json Trainer::comm_record() const {
   return record;
 }
 
+nlohmann::json Trainer::run_record() const {
+  nlohmann::json config = nlohmann::json::object();
+  for (const auto& [key, value] : run_config_values(config_)) config[key] = value;
+  const MeshShape shape = mesh_ ? mesh_->shape() : config_.mesh;
+  nlohmann::json run = {{"start_step", step_},
+                        {"resumed", !config_.resume.empty()},
+                        {"world_size", world_size()},
+                        {"mesh",
+                         {{"pp", shape.pp},
+                          {"dp_replicate", shape.dp_replicate},
+                          {"dp_shard", shape.dp_shard},
+                          {"cp", shape.cp},
+                          {"tp", shape.tp},
+                          {"ep", shape.ep}}},
+                        {"parameters", count_parameters(config_.model)},
+                        {"peak_flops", peak_.flops_per_s},
+                        {"peak_flops_source", peak_.source},
+                        {"config", config}};
+  return {{"run", run}};
+}
+
+nlohmann::json Trainer::memory_record() {
+  const MemoryLedger& ledger = MemoryLedger::instance();
+  nlohmann::json mem = nlohmann::json::object();
+  for (size_t t = 0; t < kNumMemTags; ++t) {
+    const MemTag tag = static_cast<MemTag>(t);
+    mem[std::string(mem_tag_name(tag))] = {{"current", ledger.current(tag)}, {"peak", ledger.peak(tag)}};
+  }
+  return mem;
+}
+
+void Trainer::write_pipeline_timeline() {
+  const std::vector<std::vector<TimedPipelineAction>> timeline = pipeline_->gather_last_step_timeline();
+  if (!leads(mesh_) || config_.out_dir.empty()) return;
+  nlohmann::json ranks = nlohmann::json::array();
+  for (const std::vector<TimedPipelineAction>& rank : timeline) {
+    nlohmann::json actions = nlohmann::json::array();
+    for (const TimedPipelineAction& t : rank) {
+      actions.push_back({{"kind", pipeline_action_kind_name(t.action.kind)},
+                         {"micro_batch", t.action.micro_batch},
+                         {"chunk", t.action.chunk},
+                         {"peer", t.action.peer},
+                         {"start_s", t.start},
+                         {"end_s", t.end}});
+    }
+    ranks.push_back(actions);
+  }
+  const PipelineShape& shape = pipeline_->shape();
+  const nlohmann::json file = {{"step", step_},
+                               {"schedule", config_.pp_schedule},
+                               {"pp", shape.pp},
+                               {"virtual_stages", shape.v},
+                               {"micro_batches", shape.m},
+                               {"ranks", ranks}};
+  AtomicFile out(std::filesystem::path(config_.out_dir) / "pipeline_timeline.json");
+  const std::string text = file.dump() + '\n';
+  out.write(text.data(), text.size());
+  out.commit();
+}
+
 void Trainer::print_header() {
   const ModelConfig& m = config_.model;
   const ActivationLayout tp = model_->activation_layout();
@@ -555,7 +616,7 @@ StepStats Trainer::step() {
   nlohmann::json record = {{"step", s.step + 1}, {"loss", number(s.loss)}, {"lr", s.lr},
                            {"grad_norm", number(s.grad_norm)}, {"step_s", s.seconds},
                            {"tokens_per_s", s.tokens_per_s}, {"mfu", s.mfu}, {"hfu", s.hfu},
-                           {"peak_mem_bytes", s.peak_bytes}};
+                           {"peak_mem_bytes", s.peak_bytes}, {"mem", memory_record()}};
   if (loss_scaler_) record["loss_scale"] = s.loss_scale;
   if (reports_z) record["z_loss"] = number(s.z_loss);
   if (config_.model.is_moe()) {
@@ -735,6 +796,7 @@ RunSummary Trainer::run() {
   summary.unigram_entropy = unigram_entropy(train_data_.tokens(), train_data_.size());
   std::vector<double> rates, mfus, hfus;
   install_stop_handler();
+  metrics_->write(run_record());
   while (step_ < config_.steps) {
     const StepStats s = step();
     if (!s.finite && !s.overflow_skipped && config_.on_nonfinite == "stop") stop_on_non_finite(s);
@@ -894,6 +956,8 @@ RunSummary Trainer::run() {
     }
     log_->flush();
   }
+  // After the summary, so its counters (and every step's) leave out the gather.
+  if (pipeline_ && trained) write_pipeline_timeline();
   return summary;
 }
 

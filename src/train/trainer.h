@@ -147,6 +147,15 @@ class Trainer {
   // The communicators the metrics and the summary report, each once.
   std::vector<Axis> reported_axes() const;
   nlohmann::json comm_record() const;
+  // The metrics record that opens a run (and each resumed part of it): the resolved
+  // config, the mesh, the model's size and the MFU peak (docs/report.md).
+  nlohmann::json run_record() const;
+  // Each tag's current bytes and its peak since the process started (the ledger's
+  // peaks are never reset here: peak_mem_bytes is the peak since the start too).
+  static nlohmann::json memory_record();
+  // pipeline_timeline.json: every pp rank's measured actions of the last step. Collective
+  // on pp (after the last step, so no step's counted communication changes); rank 0 writes.
+  void write_pipeline_timeline();
 
   RunConfig config_;
   DeviceMesh* mesh_;

@@ -3,6 +3,7 @@
 // naming the sizes and a non-zero exit; a rank killed in the middle of an asynchronous
 // checkpoint save leaves the previous checkpoint, from which the run resumes exactly;
 // SIGTERM makes a run save and stop.
+#include "../common/command.h"
 #include "../common/temp_dir.h"
 #include "../train/test_support.h"
 #include "checkpoint/directory.h"
@@ -23,24 +24,8 @@
 namespace ndt {
 namespace {
 
-struct Result {
-  int exit_code = -1;
-  std::string output;
-  double seconds = 0;
-};
-
-Result run(const std::string& command) {
-  const auto t0 = std::chrono::steady_clock::now();
-  Result r;
-  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
-  char buffer[4096];
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) r.output.append(buffer, n);
-  const int status = pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return r;
-}
+using Result = testing::CommandResult;
+Result run(const std::string& command) { return testing::run_command(command); }
 
 class TrainLaunch : public ::testing::Test {
  protected:
@@ -123,9 +108,12 @@ TEST_F(TrainLaunch, DataParallelRunOnTwoRanks) {
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && std::getenv("OPENBLAS_CORETYPE") == nullptr) {
     EXPECT_EQ(r.output.find("Prescott kernels"), std::string::npos) << r.output;
   }
+  // The run record opens the file (docs/report.md); the first step record has the dp traffic.
   std::ifstream metrics(dir_.file("out/metrics.jsonl"));
-  std::string first;
-  ASSERT_TRUE(std::getline(metrics, first)) << "no metrics file";
+  std::string run, first;
+  ASSERT_TRUE(std::getline(metrics, run)) << "no metrics file";
+  EXPECT_EQ(run.rfind("{\"run\":", 0), 0u) << run;
+  ASSERT_TRUE(std::getline(metrics, first)) << "no step record";
   EXPECT_NE(first.find("\"all_reduce\""), std::string::npos) << first;
 }
 
