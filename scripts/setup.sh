@@ -11,6 +11,7 @@ packages=(
   libgtest-dev libbenchmark-dev # tests and micro-benchmarks
   libtomlplusplus-dev nlohmann-json3-dev libfmt-dev libcli11-dev
   fortunes                      # the demo's corpus
+  libxml2-utils chromium        # the report test: xmllint, and loading the HTML in a headless browser
 )
 
 missing=()

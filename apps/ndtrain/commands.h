@@ -129,4 +129,12 @@ struct GenerateOptions {
 };
 int run_generate(const GenerateOptions& options);
 
+// `ndtrain report` (apps/ndtrain/report.cpp): a run folder's metrics as an HTML page of
+// SVG charts, and a digest on the terminal (docs/report.md).
+struct ReportOptions {
+  std::string run_dir;
+  std::string out;  // empty: RUN_DIR/report.html
+};
+int run_report(const ReportOptions& options);
+
 }  // namespace ndt

@@ -17,6 +17,7 @@
 //   ndtrain convert --from SRC --to DST [--n-head N] [--dtype f32|bf16|f16]
 //   ndtrain generate --checkpoint PATH --prompt TEXT [--tokens N] [--temperature T] [--top-k K] [--seed S]
 //                    [--raw-tokens]
+//   ndtrain report RUN_DIR [--out FILE]
 #include "apps/ndtrain/commands.h"
 #include "comm/mpi_runtime.h"
 #include "core/error.h"
@@ -219,6 +220,12 @@ int main(int argc, char** argv) {
   generate->add_flag("--raw-tokens", generate_options.raw_tokens,
                      "Prompt and output as comma-separated token ids (any vocabulary)");
 
+  ndt::ReportOptions report_options;
+  auto* report = app.add_subcommand("report", "A run's metrics as an HTML page of charts, and a summary");
+  report->add_option("run_dir", report_options.run_dir, "The run folder (runtime.out_dir), holding metrics.jsonl")
+      ->required();
+  report->add_option("--out", report_options.out, "The HTML file to write (default RUN_DIR/report.html)");
+
   CLI11_PARSE(app, argc, argv);
   // Under mpirun/srun MPI lives for the whole process, outside the try: an error is
   // reported and aborts the job before any MPI_Finalize could wait on other ranks.
@@ -241,6 +248,7 @@ int main(int argc, char** argv) {
     if (*simulate_pipeline) return ndt::run_simulate_pipeline(pipeline_options);
     if (*convert) return ndt::run_convert(convert_options);
     if (*generate) return ndt::run_generate(generate_options);
+    if (*report) return ndt::run_report(report_options);
   } catch (const ndt::Error& e) {
     return fail_job(1, "error", e.what());
   } catch (const std::exception& e) {
