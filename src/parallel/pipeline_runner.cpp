@@ -4,6 +4,8 @@
 #include "core/timing.h"
 #include "kernels/kernels.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -29,7 +31,7 @@ PipelineActionKind pipeline_action_kind_from_name(std::string_view name) {
     if (kActionKindNames[k] == name) return static_cast<PipelineActionKind>(k);
   }
   std::string choices;
-  for (std::string_view n : kActionKindNames) choices += (choices.empty() ? "" : ", ") + std::string(n);
+  for (std::string_view n : kActionKindNames) choices += fmt::format("{}{}", choices.empty() ? "" : ", ", n);
   fail("unknown pipeline action kind \"{}\" (one of {})", name, choices);
 }
 

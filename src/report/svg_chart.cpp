@@ -26,7 +26,10 @@ double nice_step(double span, int ticks) {
 // "v v v" with every value exact (shortest round-trip form).
 std::string value_list(const std::vector<double>& values) {
   std::string out;
-  for (double v : values) out += (out.empty() ? "" : " ") + fmt::format("{}", v);
+  for (double v : values) {
+    if (!out.empty()) out += ' ';
+    out += fmt::format("{}", v);
+  }
   return out;
 }
 
