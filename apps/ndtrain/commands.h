@@ -137,4 +137,26 @@ struct ReportOptions {
 };
 int run_report(const ReportOptions& options);
 
+// `ndtrain plan` (apps/ndtrain/plan.cpp): layouts of a model on a cluster, scored by the
+// planner (docs/planner.md); --validate runs the planner's check against this machine.
+struct PlanOptions {
+  std::string preset;                  // a model preset, or
+  std::string config;                  // a train config file (its model, run and precision)
+  std::vector<std::string> overrides;  // --set section.key=value
+  std::string device = "h100-sxm";     // a built-in profile or a TOML file
+  int nodes = 0, devices_per_node = 0, devices = 0;  // any two fix the third
+  int seq_len = 0;                     // 0: the config's train.seq_len
+  int batch = 0;                       // sequences per step; 0: the config's train.batch_size
+  std::string precision;               // fp32, bf16, fp16; empty: the config's
+  bool fp8 = false;
+  std::string zero_stages, micro_batches, recompute, schedules, cp_modes;  // comma lists; empty: all
+  int max_tp = 0;                      // 0: one node's devices
+  int top = 10;                        // table rows
+  std::string json, csv;               // write every layout
+  bool validate = false;               // hold the planner to runs on this machine
+  std::string validate_dir;            // where those runs go (empty: a temporary folder)
+  bool keep_runs = false;
+};
+int run_plan(const PlanOptions& options);
+
 }  // namespace ndt

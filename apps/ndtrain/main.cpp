@@ -14,6 +14,9 @@
 //   ndtrain simulate-pipeline --schedule S --pp P [--virtual-stages V] --micro-batches M [--svg FILE]
 //                             [--forward-cost F] [--backward-cost B] [--backward-input-cost BI]
 //                             [--backward-weight-cost BW] [--communication-cost C]
+//   ndtrain plan (--preset NAME | --config FILE) [--device D] [--nodes N] [--devices-per-node G] [--devices D]
+//                [--seq T] [--batch B] [--precision P] [--top K] [--json FILE] [--csv FILE] [search lists]
+//   ndtrain plan --validate [--validate-dir DIR]
 //   ndtrain convert --from SRC --to DST [--n-head N] [--dtype f32|bf16|f16]
 //   ndtrain generate --checkpoint PATH --prompt TEXT [--tokens N] [--temperature T] [--top-k K] [--seed S]
 //                    [--raw-tokens]
@@ -196,6 +199,36 @@ int main(int argc, char** argv) {
   simulate_pipeline->add_option("--communication-cost", pipeline_options.costs.communication,
                                 "From a boundary tensor's send to its arrival");
 
+  ndt::PlanOptions plan_options;
+  auto* plan = app.add_subcommand(
+      "plan", "Score every layout of a model on a cluster: memory, communication, step time, MFU (docs/planner.md)");
+  plan->add_option("--preset", plan_options.preset, "Model preset (e.g. llama3-405b)");
+  plan->add_option("--config", plan_options.config, "A train config file: its model, sequence length, batch, precision");
+  plan->add_option("--set", plan_options.overrides, "Override a config key: section.key=value (repeatable)");
+  plan->add_option("--device", plan_options.device,
+                   "a100-80g, h100-sxm, h200, b200, cpu (this machine, measured) or a TOML file (docs/planner.md)");
+  plan->add_option("--nodes", plan_options.nodes, "Nodes");
+  plan->add_option("--devices-per-node", plan_options.devices_per_node, "Devices per node (default: the profile's)");
+  plan->add_option("--devices", plan_options.devices, "Devices in all (any two of the three sizes fix the third)");
+  plan->add_option("--seq", plan_options.seq_len, "Tokens per sequence (default: the config's train.seq_len)");
+  plan->add_option("--batch", plan_options.batch, "Sequences per step (default: the config's train.batch_size)");
+  plan->add_option("--precision", plan_options.precision, "fp32, bf16 or fp16 (default: the config's)");
+  plan->add_flag("--fp8", plan_options.fp8, "The blocks' linear layers in fp8 (with --precision bf16)");
+  plan->add_option("--zero-stages", plan_options.zero_stages, "Comma list to search (default 0,1,2,3)");
+  plan->add_option("--micro-batch-sizes", plan_options.micro_batches, "Comma list to search (default 1,2,4,8)");
+  plan->add_option("--recompute", plan_options.recompute, "Comma list to search (default none,selective,full)");
+  plan->add_option("--schedules", plan_options.schedules,
+                   "Comma list of pipeline schedules to search (default 1f1b,interleaved_1f1b,zb_h1,gpipe)");
+  plan->add_option("--cp-modes", plan_options.cp_modes, "Comma list to search (default ring,ulysses)");
+  plan->add_option("--max-tp", plan_options.max_tp, "Largest tp searched (default: one node's devices)");
+  plan->add_option("--top", plan_options.top, "Rows of the table");
+  plan->add_option("--json", plan_options.json, "Write every layout scored (and why the others were rejected) as JSON");
+  plan->add_option("--csv", plan_options.csv, "The same as CSV");
+  plan->add_flag("--validate", plan_options.validate,
+                 "Instead: train small layouts on this machine (1, 2, 4 ranks) and hold the planner to them");
+  plan->add_option("--validate-dir", plan_options.validate_dir, "With --validate: the folder for the runs (kept)");
+  plan->add_flag("--keep-runs", plan_options.keep_runs, "With --validate: keep the temporary folder");
+
   ndt::ConvertOptions convert_options;
   auto* convert = app.add_subcommand("convert", "Convert a model between safetensors, llm.c and checkpoints");
   convert->add_option("--from", convert_options.from,
@@ -246,6 +279,7 @@ int main(int argc, char** argv) {
     if (*bench_comm) return ndt::run_bench_comm(comm_bench);
     if (*bench_overlap) return ndt::run_bench_overlap(overlap_bench);
     if (*simulate_pipeline) return ndt::run_simulate_pipeline(pipeline_options);
+    if (*plan) return ndt::run_plan(plan_options);
     if (*convert) return ndt::run_convert(convert_options);
     if (*generate) return ndt::run_generate(generate_options);
     if (*report) return ndt::run_report(report_options);

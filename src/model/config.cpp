@@ -37,8 +37,6 @@ void ModelConfig::validate() const {
   positive("n_head", n_head);
   positive("d_model", d_model);
   positive("d_ff", d_ff);
-  NDT_CHECK(vocab_size <= 65536, "model.vocab_size = {} exceeds 65536 (tokens are stored as uint16)",
-            vocab_size);
   NDT_CHECK(d_model % n_head == 0, "model.n_head = {} does not divide model.d_model = {}", n_head,
             d_model);
   if (arch == Arch::llama) {
@@ -104,11 +102,22 @@ ModelConfig ModelConfig::preset(std::string_view name) {
     }
     return c;
   }
+  if (name == "llama3-8b" || name == "llama3-70b" || name == "llama3-405b") {
+    // The Llama 3 shapes (Llama Team, "The Llama 3 Herd of Models", 2024, Table 3), for
+    // planning: their 128256-token vocabulary does not fit ndtrain's uint16 token shards.
+    c.set_arch(Arch::llama);
+    c.vocab_size = 128256, c.max_seq_len = 131072, c.rope_theta = 500000.0f, c.n_kv_head = 8;
+    if (name == "llama3-8b") c.n_layer = 32, c.d_model = 4096, c.n_head = 32, c.d_ff = 14336;
+    if (name == "llama3-70b") c.n_layer = 80, c.d_model = 8192, c.n_head = 64, c.d_ff = 28672;
+    if (name == "llama3-405b") c.n_layer = 126, c.d_model = 16384, c.n_head = 128, c.d_ff = 53248;
+    return c;
+  }
   fail("model.preset = \"{}\" is not a known preset ({})", name, fmt::join(preset_names(), ", "));
 }
 
 std::vector<std::string> ModelConfig::preset_names() {
-  return {"gpt2-124m", "gpt2-350m", "gpt2-tiny", "llama-small", "llama-tiny", "gpt2-moe-tiny", "llama-moe-tiny"};
+  return {"gpt2-124m",     "gpt2-350m",      "gpt2-tiny", "llama-small", "llama-tiny",
+          "gpt2-moe-tiny", "llama-moe-tiny", "llama3-8b", "llama3-70b",  "llama3-405b"};
 }
 
 }  // namespace ndt

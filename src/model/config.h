@@ -73,7 +73,8 @@ struct ModelConfig {
   void validate() const;
 
   // Named presets: gpt2-124m, gpt2-350m, llama-small, llama-tiny, gpt2-tiny, and the MoE
-  // gpt2-moe-tiny, llama-moe-tiny (8 experts of half width, top-2).
+  // gpt2-moe-tiny, llama-moe-tiny (8 experts of half width, top-2), and the Llama 3
+  // shapes llama3-8b, llama3-70b, llama3-405b for `ndtrain plan`.
   static ModelConfig preset(std::string_view name);
   static std::vector<std::string> preset_names();
 };

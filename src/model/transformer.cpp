@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <utility>
 
 namespace ndt {
@@ -91,6 +92,45 @@ ActivationLayout Transformer::activation_layout() const {
   return layout;
 }
 
+std::vector<double> unit_flops_per_token(const ModelConfig& c, int T) {
+  std::vector<double> flops(static_cast<size_t>(c.n_layer) + 2, 0.0);
+  for (const ParameterSpec& spec : model_parameter_specs(c)) {
+    const bool lookup = spec.name == "wpe.weight" || (spec.name == "wte.weight" && !c.tied_embeddings);
+    // A tied embedding's matmul is the output layer's, in the head.
+    const int unit = spec.name == "wte.weight" ? c.n_layer + 1 : spec.unit;
+    if (!lookup) flops[static_cast<size_t>(unit)] += 6.0 * static_cast<double>(shape_numel(spec.logical_shape));
+  }
+  for (int l = 0; l < c.n_layer; ++l) {
+    double& block = flops[static_cast<size_t>(l) + 1];
+    if (c.is_moe_block(l)) block -= 6.0 * static_cast<double>(moe_idle_expert_params(c));
+    block += 12.0 * c.d_model * static_cast<double>(T);
+  }
+  return flops;
+}
+
+std::vector<double> unit_recompute_flops_per_token(const ModelConfig& c, int T, const ActivationCheckpointing& policy,
+                                                   bool context_parallel) {
+  std::vector<double> flops(static_cast<size_t>(c.n_layer) + 2, 0.0);
+  const double attention_core = 4.0 * c.d_model * static_cast<double>(T);
+  for (int l = 0; l < c.n_layer; ++l) {
+    double& block = flops[static_cast<size_t>(l) + 1];
+    // Context parallelism keeps no probabilities: backward recomputes the scores.
+    if (context_parallel) block += 2.0 * c.d_model * static_cast<double>(T);
+    switch (policy.of_block(l)) {
+      case CheckpointMode::none: break;
+      case CheckpointMode::selective: block += attention_core; break;
+      case CheckpointMode::full: {
+        int64_t block_params = 0;
+        for (const ParameterSpec& spec : block_parameter_specs(c, l)) block_params += shape_numel(spec.logical_shape);
+        if (c.is_moe_block(l)) block_params -= moe_idle_expert_params(c);
+        block += 2.0 * static_cast<double>(block_params) + attention_core;
+        break;
+      }
+    }
+  }
+  return flops;
+}
+
 int64_t Transformer::matmul_params() const {
   auto logical = [](const Parameter& p) { return shape_numel(p.spec.logical_shape); };
   int64_t n = 0;
@@ -109,28 +149,13 @@ int64_t Transformer::active_matmul_params() const {
 }
 
 double Transformer::flops_per_token(int T) const {
-  return 6.0 * static_cast<double>(active_matmul_params()) +
-         12.0 * config_.n_layer * config_.d_model * static_cast<double>(T);
+  const std::vector<double> units = unit_flops_per_token(config_, T);
+  return std::accumulate(units.begin(), units.end(), 0.0);
 }
 
 double Transformer::recompute_flops_per_token(int T) const {
-  const double attention_core = 4.0 * config_.d_model * static_cast<double>(T);
-  // Context parallelism keeps no probabilities: backward recomputes the scores.
-  double flops = cp_->layout().active() ? config_.n_layer * 2.0 * config_.d_model * static_cast<double>(T) : 0.0;
-  for (int l = 0; l < config_.n_layer; ++l) {
-    switch (checkpointing_.of_block(l)) {
-      case CheckpointMode::none: break;
-      case CheckpointMode::selective: flops += attention_core; break;
-      case CheckpointMode::full: {
-        int64_t block_params = 0;
-        for (const ParameterSpec& spec : block_parameter_specs(config_, l)) block_params += shape_numel(spec.logical_shape);
-        if (config_.is_moe_block(l)) block_params -= moe_idle_expert_params(config_);
-        flops += 2.0 * static_cast<double>(block_params) + attention_core;
-        break;
-      }
-    }
-  }
-  return flops;
+  const std::vector<double> units = unit_recompute_flops_per_token(config_, T, checkpointing_, cp_->layout().active());
+  return std::accumulate(units.begin(), units.end(), 0.0);
 }
 
 void Transformer::set_activation_checkpointing(const ActivationCheckpointing& policy) {

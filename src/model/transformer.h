@@ -171,4 +171,14 @@ double run_forward(Transformer& model, MicroBatchContext& ctx, ModelHooks* hooks
 std::vector<ParameterSpec> model_parameter_specs(const ModelConfig& config);
 int64_t count_parameters(const ModelConfig& config);
 
+// Training FLOPs per token of each unit (0 the embedding, 1 + l block l, n_layer + 1 the
+// head), whole over tp; they sum to Transformer::flops_per_token: 6 x the unit's
+// parameters used in matmuls (of an MoE block's experts, top_k) + 12 x d_model x T per
+// block. A planner times pipeline stages with them.
+std::vector<double> unit_flops_per_token(const ModelConfig& config, int T);
+// What recomputation adds per unit under `policy` (and under context parallelism):
+// they sum to Transformer::recompute_flops_per_token.
+std::vector<double> unit_recompute_flops_per_token(const ModelConfig& config, int T,
+                                                   const ActivationCheckpointing& policy, bool context_parallel);
+
 }  // namespace ndt

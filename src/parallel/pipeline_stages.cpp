@@ -54,25 +54,30 @@ std::vector<int> parse_pipeline_layers(const std::string& text) {
   return counts;
 }
 
-PipelineStages partition_pipeline(const ModelConfig& c, int seq_len, int chunks, const std::vector<int>& override) {
+void check_pipeline_partition(const ModelConfig& c, int chunks, const std::vector<int>& override) {
   const int L = c.n_layer;
   NDT_CHECK(chunks >= 1, "pipeline: {} chunks", chunks);
   NDT_CHECK(chunks == 1 || L >= chunks - 1,
             "parallel.pp x parallel.pp_virtual_stages = {} chunks need at least {} blocks (one in each chunk between the "
             "first and the last), but model.n_layer = {}",
             chunks, chunks - 1, L);
+  if (override.empty()) return;
+  NDT_CHECK(static_cast<int>(override.size()) == chunks, "parallel.pp_layers has {} counts for {} chunks (pp x v)",
+            override.size(), chunks);
+  int sum = 0;
+  for (int b : override) sum += b;
+  NDT_CHECK(sum == L, "parallel.pp_layers sums to {} blocks, but model.n_layer = {}", sum, L);
+  for (int k = 1; k + 1 < chunks; ++k) {
+    NDT_CHECK(override[static_cast<size_t>(k)] >= 1, "parallel.pp_layers: chunk {} has no block (only the first and "
+              "the last chunk hold another unit)", k);
+  }
+}
+
+PipelineStages partition_pipeline(const ModelConfig& c, int seq_len, int chunks, const std::vector<int>& override) {
+  check_pipeline_partition(c, chunks, override);
+  const int L = c.n_layer;
   std::vector<int> blocks = override;
-  if (!blocks.empty()) {
-    NDT_CHECK(static_cast<int>(blocks.size()) == chunks, "parallel.pp_layers has {} counts for {} chunks (pp x v)",
-              blocks.size(), chunks);
-    int sum = 0;
-    for (int b : blocks) sum += b;
-    NDT_CHECK(sum == L, "parallel.pp_layers sums to {} blocks, but model.n_layer = {}", sum, L);
-    for (int k = 1; k + 1 < chunks; ++k) {
-      NDT_CHECK(blocks[static_cast<size_t>(k)] >= 1, "parallel.pp_layers: chunk {} has no block (only the first and "
-                "the last chunk hold another unit)", k);
-    }
-  } else {
+  if (blocks.empty()) {
     // Minimise the costliest chunk by dynamic programming over the block boundaries.
     double block_cost = 0;
     for (const ParameterSpec& s : block_parameter_specs(c, 0)) block_cost += 6.0 * static_cast<double>(shape_numel(s.logical_shape));

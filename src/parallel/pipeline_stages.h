@@ -32,6 +32,8 @@ struct PipelineStages {
 // model has fewer blocks than chunks need.
 PipelineStages partition_pipeline(const ModelConfig& config, int seq_len, int chunks,
                                   const std::vector<int>& blocks_per_chunk = {});
+// Its checks alone (what the config's validation needs), without the cost model.
+void check_pipeline_partition(const ModelConfig& config, int chunks, const std::vector<int>& blocks_per_chunk = {});
 
 // Parses parallel.pp_layers ("3,3" or empty).
 std::vector<int> parse_pipeline_layers(const std::string& text);

@@ -7,6 +7,9 @@
 #include "parallel/tensor_parallel.h"
 
 #include <algorithm>
+#include <map>
+#include <memory>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -63,6 +66,11 @@ struct LocalParam {
   int64_t numel() const { return rows * row_numel; }
 };
 
+struct UnitParams {
+  std::vector<LocalParam> params;
+  std::vector<int64_t> partial_numel;  // per unit: its tp-partial gradients' elements (experts' aside)
+};
+
 // Everything one prediction needs, derived once from the config.
 struct Layout {
   explicit Layout(const RunConfig& config) : c(config) {}
@@ -74,15 +82,20 @@ struct Layout {
   PipelineStages stages;          // pp > 1
   int pp_chunks = 1;
   bool holds_head = true;
-  std::vector<LocalParam> params;
+  // The parameters, shared with other predictions of the same model, tp, ep, sequence
+  // parallel and stage (make_layout keeps them per thread: a planner scores thousands
+  // of layouts of one model).
+  std::shared_ptr<const UnitParams> unit_params;
+  const std::vector<LocalParam>& params() const { return unit_params->params; }
   int64_t micro = 0, m = 0;  // rows per micro-batch, micro-batches per step
   int64_t N = 0, Nl = 0;     // rows of a micro-batch on this rank (T / cp tokens each); outside tp regions
   int64_t C = 0;
   bool sp = false;  // rows split over tp
   int tp = 1, cp = 1, ep = 1, pp = 1;
 
+  std::array<int, kNumAxes> sizes{};  // mesh.size of each axis, looked up once
   bool local(int unit) const { return local_units.empty() || local_units[static_cast<size_t>(unit)] != 0; }
-  int size(Axis a) const { return mesh.size(a); }
+  int size(Axis a) const { return sizes[static_cast<size_t>(a)]; }
   // The communicator the counters of axis a belong to (aliases resolved).
   Axis comm(Axis a) const {
     if (a == Axis::edp && ep == 1) return comm(Axis::dp_cp);
@@ -124,9 +137,72 @@ UnitSpecs unit_specs(const ModelConfig& m) {
   return u;
 }
 
+std::shared_ptr<const UnitParams> build_unit_params(const Layout& l, const RunConfig& c) {
+  const ModelConfig& m = c.model;
+  const UnitSpecs specs = unit_specs(m);
+  // Each kind of unit's parameters on this rank, worked out once (a 405B model has 126
+  // blocks of two kinds at most); `unit` is a representative for block_matrix.
+  auto local_params = [&](const std::vector<ParameterSpec>& unit_specs, int unit) {
+    std::vector<LocalParam> params;
+    for (const ParameterSpec& s : unit_specs) {
+      LocalParam p;
+      Shape shape = s.logical_shape;
+      if (const auto placement = tensor_parallel_placement(s, l.tp)) shape[static_cast<size_t>(placement->dim)] /= l.tp;
+      p.expert = s.expert && l.ep > 1;
+      if (p.expert) shape[0] /= l.ep;
+      p.unit = unit;
+      p.tp_partial = tensor_parallel_grad_partial(s, l.tp, c.sequence_parallel);
+      p.block_matrix = s.logical_shape.size() == 2 && unit > 0 && unit < l.units - 1;
+      p.matmul_only = p.block_matrix || s.name == "lm_head.weight";
+      p.wte = s.name == "wte.weight";
+      p.rows = shape.empty() ? 1 : shape[0];
+      p.row_numel = p.rows == 0 ? 0 : shape_numel(shape) / p.rows;
+      params.push_back(p);
+    }
+    return params;
+  };
+  auto out = std::make_shared<UnitParams>();
+  auto append = [&](const std::vector<LocalParam>& kind, int unit) {
+    for (LocalParam p : kind) {
+      p.unit = unit;
+      const bool copy = l.pp > 1 && l.holds_head && m.tied_embeddings && p.wte && !l.local(unit);
+      if (!(l.local(unit) || copy)) p.rows = 0;
+      out->params.push_back(p);
+    }
+  };
+  const std::vector<LocalParam> dense = local_params(specs.dense_block, 1), moe = local_params(specs.moe_block, 1);
+  out->params.reserve(specs.embedding.size() + specs.head.size() +
+                      static_cast<size_t>(m.n_layer) * std::max(dense.size(), moe.size()));
+  append(local_params(specs.embedding, 0), 0);
+  for (int layer = 0; layer < m.n_layer; ++layer) append(m.is_moe_block(layer) ? moe : dense, 1 + layer);
+  append(local_params(specs.head, l.units - 1), l.units - 1);
+  out->partial_numel.assign(static_cast<size_t>(l.units), 0);
+  for (const LocalParam& p : out->params) {
+    if (p.tp_partial && !p.expert) out->partial_numel[static_cast<size_t>(p.unit)] += p.numel();
+  }
+  return out;
+}
+
+// build_unit_params, remembered per thread by what it depends on: the model's shape, tp,
+// ep, sequence parallel and the units this stage holds.
+std::shared_ptr<const UnitParams> unit_params(const Layout& l, const RunConfig& c) {
+  const ModelConfig& m = c.model;
+  const int fields[] = {static_cast<int>(m.arch), m.vocab_size, m.max_seq_len, m.n_layer, m.n_head, m.n_kv_head,
+                        m.d_model, m.d_ff, m.qk_norm, m.tied_embeddings, m.n_experts, m.moe_top_k, m.moe_every,
+                        m.moe_d_ff, m.moe_shared_d_ff, l.tp, l.ep, l.pp, c.sequence_parallel, l.holds_head};
+  std::string key(reinterpret_cast<const char*>(fields), sizeof fields);
+  key.append(l.local_units.begin(), l.local_units.end());
+  thread_local std::map<std::string, std::shared_ptr<const UnitParams>> cache;
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  if (cache.size() > 4096) cache.clear();
+  return cache.emplace(std::move(key), build_unit_params(l, c)).first->second;
+}
+
 Layout make_layout(const RunConfig& c, int world_size, int pp_stage, const PipelineStages* stages) {
   Layout l(c);
   l.mesh = c.resolve_mesh(world_size);
+  for (size_t a = 0; a < kNumAxes; ++a) l.sizes[a] = l.mesh.size(static_cast<Axis>(a));
   l.tp = l.mesh.tp, l.cp = l.mesh.cp, l.ep = l.mesh.ep, l.pp = l.mesh.pp;
   NDT_CHECK(pp_stage >= 0 && pp_stage < l.pp, "comm model: pipeline stage {} of parallel.pp = {}", pp_stage, l.pp);
   l.stage = pp_stage;
@@ -149,32 +225,7 @@ Layout make_layout(const RunConfig& c, int world_size, int pp_stage, const Pipel
   l.N = l.micro * (c.seq_len / l.cp);
   l.Nl = l.sp ? l.N / l.tp : l.N;
   l.C = m.d_model;
-  const UnitSpecs specs = unit_specs(m);
-  auto append = [&](const std::vector<ParameterSpec>& unit_specs, int unit) {
-    for (const ParameterSpec& s : unit_specs) {
-      LocalParam p;
-      Shape shape = s.logical_shape;
-      if (const auto placement = tensor_parallel_placement(s, l.tp)) shape[static_cast<size_t>(placement->dim)] /= l.tp;
-      p.expert = s.expert && l.ep > 1;
-      if (p.expert) shape[0] /= l.ep;
-      p.unit = unit;
-      p.tp_partial = tensor_parallel_grad_partial(s, l.tp, c.sequence_parallel);
-      p.block_matrix = s.logical_shape.size() == 2 && unit > 0 && unit < l.units - 1;
-      p.matmul_only = p.block_matrix || s.name == "lm_head.weight";
-      p.wte = s.name == "wte.weight";
-      const bool copy = l.pp > 1 && l.holds_head && m.tied_embeddings && p.wte && !l.local(unit);
-      const bool held = l.local(unit) || copy;
-      p.rows = shape.empty() ? 1 : shape[0];
-      p.row_numel = p.rows == 0 ? 0 : shape_numel(shape) / p.rows;
-      if (!held) p.rows = 0;
-      l.params.push_back(p);
-    }
-  };
-  append(specs.embedding, 0);
-  for (int layer = 0; layer < m.n_layer; ++layer) {
-    append(m.is_moe_block(layer) ? specs.moe_block : specs.dense_block, 1 + layer);
-  }
-  append(specs.head, l.units - 1);
+  l.unit_params = unit_params(l, c);
   return l;
 }
 
@@ -205,10 +256,7 @@ void row_output_backward(Acc& a, int64_t times) {
 // PartialGradients::finish of a unit: one all-reduce of its tp-partial gradients.
 void partial_gradients(Acc& a, int unit, int64_t times) {
   if (a.l.tp == 1) return;
-  int64_t numel = 0;
-  for (const LocalParam& p : a.l.params) {
-    if (p.unit == unit && p.tp_partial && !p.expert) numel += p.numel();
-  }
+  const int64_t numel = a.l.unit_params->partial_numel[static_cast<size_t>(unit)];
   if (numel > 0) a.op(Axis::tp, CommOp::all_reduce, numel * kF32, times);
 }
 
@@ -324,7 +372,7 @@ struct Bucket {
 // make_gradient_buckets (parallel/buckets.h) on the local parameters.
 std::vector<Bucket> gradient_buckets(const Layout& l) {
   const size_t bucket_bytes = static_cast<size_t>(l.c.bucket_mb * 1024 * 1024);
-  const std::vector<LocalParam>& ps = l.params;
+  const std::vector<LocalParam>& ps = l.params();
   std::vector<int64_t> offset(ps.size() + 1, 0);
   for (size_t p = 0; p < ps.size(); ++p) offset[p + 1] = offset[p] + ps[p].numel();
   std::vector<Bucket> buckets;
@@ -347,7 +395,7 @@ void data_parallel(Acc& a) {  // DDP: each bucket all-reduced once per step
     const Axis axis = l.reduce_axis(b.expert);
     if (l.size(axis) == 1) continue;
     int64_t numel = 0;
-    for (size_t p = b.first; p < b.end; ++p) numel += l.params[p].numel();
+    for (size_t p = b.first; p < b.end; ++p) numel += l.params()[p].numel();
     a.op(axis, CommOp::all_reduce, numel * element, 1);
   }
 }
@@ -359,7 +407,7 @@ void zero_stage1(Acc& a) {  // reduce-scatter per bucket, HSDP all-reduce, all-g
     const Axis axis = l.shard_axis(b.expert);
     const int n = l.size(axis);
     int64_t segment = 0;
-    for (size_t p = b.first; p < b.end; ++p) segment += l.padded_numel(l.params[p]);
+    for (size_t p = b.first; p < b.end; ++p) segment += l.padded_numel(l.params()[p]);
     a.op(axis, CommOp::reduce_scatter, n * segment * element);
     if (l.mesh.dp_replicate > 1) a.op(Axis::dp_replicate, CommOp::all_reduce, segment * kF32);
     a.op(axis, CommOp::all_gather, n * segment * kF32);
@@ -371,18 +419,41 @@ void zero_stage1(Acc& a) {  // reduce-scatter per bucket, HSDP all-reduce, all-g
 class FsdpModel {
  public:
   explicit FsdpModel(Acc& a) : a_(a), l_(a.l) {
+    // The groups' segments depend on the parameters and the shard groups' sizes only:
+    // remembered per thread for the next prediction of the same.
+    const DType gather_dtype = l_.c.precision.low() && !l_.c.precision.fp8 ? l_.c.precision.compute : DType::f32;
+    const auto key = std::make_tuple(l_.unit_params.get(), l_.size(l_.shard_axis(false)), l_.size(l_.shard_axis(true)),
+                                     static_cast<int>(gather_dtype), l_.c.reshard_after_forward);
+    struct Cached {
+      std::shared_ptr<const UnitParams> params;  // keeps the key's address from being reused
+      std::vector<Group> groups;
+      std::vector<size_t> group_of_unit;
+    };
+    thread_local std::map<decltype(key), Cached> cache;
+    auto it = cache.find(key);
+    if (it == cache.end()) {
+      if (cache.size() > 4096) cache.clear();
+      build(gather_dtype);
+      it = cache.emplace(key, Cached{l_.unit_params, groups_, group_of_unit_}).first;
+    } else {
+      groups_ = it->second.groups, group_of_unit_ = it->second.group_of_unit;
+    }
+    gather_bytes_[0] = kF32;
+    gather_bytes_[1] = static_cast<int64_t>(dtype_size(gather_dtype));
+  }
+
+  void build(DType gather_dtype) {
     const int U = l_.units;
     groups_.resize(static_cast<size_t>(U - 1));  // the root (units 0 and U - 1), then one per block
     for (int u = 0; u < U; ++u) group_of_unit_.push_back(u == 0 || u == U - 1 ? 0 : u);
     for (size_t g = 1; g < groups_.size(); ++g) groups_[g].reshard_after_forward = l_.c.reshard_after_forward;
     groups_[0].reshard_after_forward = false;
-    const DType gather_dtype = l_.c.precision.low() && !l_.c.precision.fp8 ? l_.c.precision.compute : DType::f32;
     for (int u = 0; u < U; ++u) {
       Group& g = groups_[group_of_unit_[static_cast<size_t>(u)]];
       if (l_.local(u) && (g.first_unit < 0 || u < g.first_unit)) g.first_unit = u;
     }
     // Per shard group: the reduce-scatter's segment, the gathers' segments by dtype.
-    for (const LocalParam& p : l_.params) {
+    for (const LocalParam& p : l_.params()) {
       Group& g = groups_[group_of_unit_[static_cast<size_t>(p.unit)]];
       const int sg = p.expert ? 1 : 0;
       g.has[sg] = true;
@@ -391,8 +462,6 @@ class FsdpModel {
       g.gather_segment[sg][low ? 1 : 0] += l_.padded_numel(p);
       g.gather_has[sg][low ? 1 : 0] = true;
     }
-    gather_bytes_[0] = kF32;
-    gather_bytes_[1] = static_cast<int64_t>(dtype_size(gather_dtype));
   }
 
   void before_forward(int u) {
@@ -429,6 +498,22 @@ class FsdpModel {
       for (Group& other : groups_) release(other);
     }
   }
+  // Adds the gathers and reduce-scatters counted so far to the volumes.
+  void flush() {
+    const int64_t element = static_cast<int64_t>(dtype_size(l_.c.reduce_dtype));
+    for (Group& g : groups_) {
+      for (int sg = 0; sg < 2; ++sg) {
+        const Axis axis = l_.shard_axis(sg == 1);
+        for (int d = 0; d < 2; ++d) {
+          if (g.gather_has[sg][d]) {
+            a_.op(axis, CommOp::all_gather, l_.size(axis) * g.gather_segment[sg][d] * gather_bytes_[d], g.gathers);
+          }
+        }
+        if (g.has[sg]) a_.op(axis, CommOp::reduce_scatter, l_.size(axis) * g.reduce_segment[sg] * element, g.reduces);
+      }
+      g.gathers = g.reduces = 0;
+    }
+  }
   // finish_backward of the step's last micro-step, and the optimizer step.
   void finish_step() {
     if (l_.pp > 1) {
@@ -436,9 +521,10 @@ class FsdpModel {
         if (g.grads) start_reduce(g);
       }
     }
+    flush();
     if (l_.mesh.dp_replicate > 1) {
       int64_t arena = 0;
-      for (const LocalParam& p : l_.params) arena += l_.padded_numel(p);
+      for (const LocalParam& p : l_.params()) arena += l_.padded_numel(p);
       a_.op(Axis::dp_replicate, CommOp::all_reduce, arena * kF32);
     }
     if (stage3()) return;
@@ -460,17 +546,15 @@ class FsdpModel {
     int64_t gather_segment[2][2] = {{0, 0}, {0, 0}};  // [shard group][f32, gather dtype]
     bool gather_has[2][2] = {{false, false}, {false, false}};
     bool values = false, gathering = false, grads = false;
+    int64_t gathers = 0, reduces = 0;  // not yet added to the volumes
   };
   bool stage3() const { return l_.c.zero_stage == 3; }
   Group& group(int u) { return groups_[group_of_unit_[static_cast<size_t>(u)]]; }
+  // A group's gathers and reduce-scatters are counted as they happen and added to the
+  // volumes once, by flush(): the same collectives, far fewer additions.
   void start_gather(Group& g) {
     if (g.values || g.gathering) return;
-    for (int sg = 0; sg < 2; ++sg) {
-      const Axis axis = l_.shard_axis(sg == 1);
-      for (int d = 0; d < 2; ++d) {
-        if (g.gather_has[sg][d]) a_.op(axis, CommOp::all_gather, l_.size(axis) * g.gather_segment[sg][d] * gather_bytes_[d]);
-      }
-    }
+    ++g.gathers;
     g.gathering = true;
   }
   void finish_gather(Group& g) {
@@ -481,12 +565,7 @@ class FsdpModel {
   }
   void release(Group& g) { g.values = g.gathering = false; }
   void start_reduce(Group& g) {
-    const int64_t element = static_cast<int64_t>(dtype_size(l_.c.reduce_dtype));
-    for (int sg = 0; sg < 2; ++sg) {
-      if (!g.has[sg]) continue;
-      const Axis axis = l_.shard_axis(sg == 1);
-      a_.op(axis, CommOp::reduce_scatter, l_.size(axis) * g.reduce_segment[sg] * element);
-    }
+    ++g.reduces;
     g.grads = false;
   }
 
@@ -500,10 +579,23 @@ class FsdpModel {
 // The units' compute communication of the step and, under FSDP, its hooks.
 void forward_backward(Acc& a) {
   const Layout& l = a.l;
+  // Blocks of one kind (MoE or dense, and recompute mode) communicate alike: each kind
+  // is counted once, times its local blocks.
+  std::map<std::pair<bool, CheckpointMode>, std::pair<int, int64_t>> kinds;  // -> (a layer of it, blocks)
   for (int u = 0; u < l.units; ++u) {
     if (!l.local(u)) continue;
-    unit_forward(a, u, l.m);
-    unit_backward(a, u, l.m);
+    if (u == 0 || u == l.units - 1) {
+      unit_forward(a, u, l.m);
+      unit_backward(a, u, l.m);
+      continue;
+    }
+    const int layer = u - 1;
+    auto& kind = kinds[{l.c.model.is_moe_block(layer), l.c.activation_checkpointing.of_block(layer)}];
+    if (kind.second++ == 0) kind.first = layer;
+  }
+  for (const auto& [key, kind] : kinds) {
+    block_forward(a, kind.first, l.m * kind.second);
+    block_backward(a, kind.first, l.m * kind.second);
   }
   if (l.c.zero_stage < 2) return;
   FsdpModel fsdp(a);
@@ -512,6 +604,7 @@ void forward_backward(Acc& a) {
     FsdpModel single(one);
     for (int u = 0; u < l.units; ++u) single.before_forward(u), single.after_forward(u);
     for (int u = l.units - 1; u >= 0; --u) single.before_backward(u), single.after_backward(u);
+    single.flush();
     for (size_t ax = 0; ax < kNumAxes; ++ax) {
       for (size_t op = 0; op < kNumCommOps; ++op) {
         const OpVolume& v = one.s.axes[ax].ops[op];
@@ -581,14 +674,14 @@ void trainer_collectives(Acc& a) {
   if (l.size(Axis::dp_cp) > 1) a.op(Axis::dp_cp, CommOp::all_reduce, (reports_z ? 2 : 1) * kF32);
   if (c.precision.fp8) {
     int64_t linears = 0;
-    for (const LocalParam& p : l.params) linears += p.block_matrix;
+    for (const LocalParam& p : l.params()) linears += p.block_matrix;
     add(a.s.world, CommOp::all_reduce, 3 * linears * kF32, world);
   }
   add(a.s.world, CommOp::all_reduce, kF32, world);  // every rank finite
   if (l.pp > 1) a.op(Axis::pp, CommOp::all_reduce, kF32);  // the loss, from the stage with the head
   // A tied embedding's two copies (first and last stage), in whatever form the sync holds them.
   if (l.pp > 1 && c.model.tied_embeddings && (l.stage == 0 || l.stage == l.pp - 1)) {
-    const LocalParam& wte = *std::find_if(l.params.begin(), l.params.end(), [](const LocalParam& p) { return p.wte; });
+    const LocalParam& wte = *std::find_if(l.params().begin(), l.params().end(), [](const LocalParam& p) { return p.wte; });
     const int64_t numel = c.zero_stage >= 1 ? l.padded_numel(wte) : wte.numel();
     add(a.s.tied_embedding, CommOp::all_reduce, numel * kF32, 2);
   }
@@ -620,7 +713,7 @@ int64_t predict_comm_buffer_bytes(const RunConfig& config, int world_size, int p
   if (config.zero_stage == 1) {
     for (const Bucket& b : gradient_buckets(l)) {
       int64_t segment = 0;
-      for (size_t p = b.first; p < b.end; ++p) segment += l.padded_numel(l.params[p]);
+      for (size_t p = b.first; p < b.end; ++p) segment += l.padded_numel(l.params()[p]);
       const int n = l.size(l.shard_axis(b.expert));
       peak = std::max({peak, n * segment * element, (1 + n) * segment * kF32});
     }
@@ -631,7 +724,7 @@ int64_t predict_comm_buffer_bytes(const RunConfig& config, int world_size, int p
     // group while the current one's buffers are still held (prefetch); in backward, a
     // group's reduce-scatter has just started when the next two groups' gathers are held.
     std::vector<int64_t> gather(static_cast<size_t>(l.units - 1), 0), reduce(gather.size(), 0);
-    for (const LocalParam& p : l.params) {
+    for (const LocalParam& p : l.params()) {
       const size_t g = p.unit == 0 || p.unit == l.units - 1 ? 0 : static_cast<size_t>(p.unit);
       const int n = l.size(l.shard_axis(p.expert));
       gather[g] += (1 + n) * l.padded_numel(p) * kF32;

@@ -333,7 +333,7 @@ void flatten(const toml::table& table, const std::string& prefix,
 
 }  // namespace
 
-RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides) {
+RunConfig read_run_config(const std::string& path, const std::vector<std::string>& overrides) {
   std::vector<std::pair<std::string, std::string>> entries;
   if (!path.empty()) {
     const std::string problem = input_file_problem(path);
@@ -371,6 +371,11 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::string
       find_field(key)->set(config, value);
     }
   }
+  return config;
+}
+
+RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides) {
+  RunConfig config = read_run_config(path, overrides);
   config.validate();
   return config;
 }
@@ -380,29 +385,9 @@ bool RunConfig::scales_loss() const {
 }
 
 void RunConfig::validate() const {
-  model.validate();
-  NDT_CHECK(loss_scaling == "auto" || loss_scaling == "dynamic" || loss_scaling == "off",
-            "precision.loss_scaling = \"{}\" is not a mode: auto, dynamic or off", loss_scaling);
-  // Checked even when off, so a bad value is reported before it is ever used.
-  loss_scale.validate();
-  precision.fp8_scaling.validate();
-  if (precision.fp8) {
-    NDT_CHECK(precision.compute == DType::bf16,
-              "precision.fp8 = true computes the fp8 products in the bf16 GEMM: it needs precision.compute = \"bf16\", "
-              "not \"{}\"",
-              compute_dtype_config_name(precision.compute));
-    // fp8 GEMM kernels work on tiles of 16: every width a linear layer has on a rank.
-    const int tp = mesh.tp;
-    for (const auto& [key, width] : {std::pair<const char*, int64_t>{"model.d_model", model.d_model},
-                                     {"model.d_ff", model.d_ff},
-                                     {"model.d_model / parallel.tp", model.d_model / tp},
-                                     {"model.d_ff / parallel.tp", model.d_ff / tp},
-                                     {"n_kv_head x head_dim / parallel.tp",
-                                      int64_t{model.kv_heads()} * model.head_dim() / tp}}) {
-      NDT_CHECK(width % 16 == 0, "precision.fp8 = true needs linear-layer widths divisible by 16, but {} = {}", key,
-                width);
-    }
-  }
+  validate_layout();
+  NDT_CHECK(model.vocab_size <= 65536, "model.vocab_size = {} exceeds 65536 (tokens are stored as uint16)",
+            model.vocab_size);
   NDT_CHECK(nonfinite_gradient_step >= 0, "debug.nonfinite_gradient_step = {} must not be negative (0: never)",
             nonfinite_gradient_step);
   NDT_CHECK(nonfinite_gradient_rank >= 0, "debug.nonfinite_gradient_rank = {} must not be negative",
@@ -430,25 +415,6 @@ void RunConfig::validate() const {
             "set checkpoint.every > 0 (now {}) and a checkpoint folder (checkpoint.dir or runtime.out_dir)",
             checkpoint_every);
   NDT_CHECK(steps >= 0, "train.steps = {} must not be negative (0: write the initial state and stop)", steps);
-  NDT_CHECK(batch_size > 0, "train.batch_size = {} must be positive", batch_size);
-  NDT_CHECK(micro_batch_size >= 0, "train.micro_batch_size = {} must not be negative (0: automatic)",
-            micro_batch_size);
-  NDT_CHECK(micro_batch_size == 0 || batch_size % micro_batch_size == 0,
-            "train.micro_batch_size = {} does not divide train.batch_size = {}", micro_batch_size,
-            batch_size);
-  NDT_CHECK(seq_len > 0, "train.seq_len = {} must be positive", seq_len);
-  NDT_CHECK(seq_len <= model.max_seq_len, "train.seq_len = {} exceeds model.max_seq_len = {}", seq_len,
-            model.max_seq_len);
-  NDT_CHECK(eval_every >= 0, "train.eval_every = {} must not be negative", eval_every);
-  NDT_CHECK(eval_batches > 0, "train.eval_batches = {} must be positive", eval_batches);
-  NDT_CHECK(loss_chunk_rows > 0, "train.loss_chunk_rows = {} must be positive", loss_chunk_rows);
-  NDT_CHECK(log_every > 0, "train.log_every = {} must be positive", log_every);
-  NDT_CHECK(activation_checkpointing.every >= 1, "train.activation_checkpointing_every = {} must be at least 1",
-            activation_checkpointing.every);
-  NDT_CHECK(activation_checkpointing.every == 1 || activation_checkpointing.mode == CheckpointMode::full,
-            "train.activation_checkpointing_every = {} applies to full recompute, but train.activation_checkpointing "
-            "= \"{}\"",
-            activation_checkpointing.every, checkpoint_mode_name(activation_checkpointing.mode));
   schedule.validate();
   NDT_CHECK(adamw.beta1 >= 0 && adamw.beta1 < 1, "optim.beta1 = {} must be in [0, 1)", adamw.beta1);
   NDT_CHECK(adamw.beta2 >= 0 && adamw.beta2 < 1, "optim.beta2 = {} must be in [0, 1)", adamw.beta2);
@@ -480,6 +446,60 @@ void RunConfig::validate() const {
   NDT_CHECK(top_k >= 0, "sample.top_k = {} must not be negative", top_k);
   NDT_CHECK(threads >= 0, "runtime.threads = {} must not be negative (0: automatic)", threads);
   NDT_CHECK(comm_timeout_s > 0, "runtime.comm_timeout_s = {} must be positive", comm_timeout_s);
+  NDT_CHECK(checkpoint_every >= 0, "checkpoint.every = {} must not be negative", checkpoint_every);
+  NDT_CHECK(checkpoint_every == 0 || !checkpoint_dir.empty() || !out_dir.empty(),
+            "checkpoint.every = {} saves checkpoints, but there is no folder for them: checkpoint.dir and "
+            "runtime.out_dir are both empty",
+            checkpoint_every);
+  NDT_CHECK(keep_last >= 1, "checkpoint.keep_last = {} must be at least 1", keep_last);
+  NDT_CHECK(peak_gflops >= 0, "runtime.peak_gflops = {} must not be negative", peak_gflops);
+}
+
+// What a layout must satisfy, without the run's files: `ndtrain plan` checks every
+// candidate with it.
+void RunConfig::validate_layout() const {
+  model.validate();
+  NDT_CHECK(loss_scaling == "auto" || loss_scaling == "dynamic" || loss_scaling == "off",
+            "precision.loss_scaling = \"{}\" is not a mode: auto, dynamic or off", loss_scaling);
+  // Checked even when off, so a bad value is reported before it is ever used.
+  loss_scale.validate();
+  precision.fp8_scaling.validate();
+  if (precision.fp8) {
+    NDT_CHECK(precision.compute == DType::bf16,
+              "precision.fp8 = true computes the fp8 products in the bf16 GEMM: it needs precision.compute = \"bf16\", "
+              "not \"{}\"",
+              compute_dtype_config_name(precision.compute));
+    // fp8 GEMM kernels work on tiles of 16: every width a linear layer has on a rank.
+    const int tp = mesh.tp;
+    for (const auto& [key, width] : {std::pair<const char*, int64_t>{"model.d_model", model.d_model},
+                                     {"model.d_ff", model.d_ff},
+                                     {"model.d_model / parallel.tp", model.d_model / tp},
+                                     {"model.d_ff / parallel.tp", model.d_ff / tp},
+                                     {"n_kv_head x head_dim / parallel.tp",
+                                      int64_t{model.kv_heads()} * model.head_dim() / tp}}) {
+      NDT_CHECK(width % 16 == 0, "precision.fp8 = true needs linear-layer widths divisible by 16, but {} = {}", key,
+                width);
+    }
+  }
+  NDT_CHECK(batch_size > 0, "train.batch_size = {} must be positive", batch_size);
+  NDT_CHECK(micro_batch_size >= 0, "train.micro_batch_size = {} must not be negative (0: automatic)",
+            micro_batch_size);
+  NDT_CHECK(micro_batch_size == 0 || batch_size % micro_batch_size == 0,
+            "train.micro_batch_size = {} does not divide train.batch_size = {}", micro_batch_size,
+            batch_size);
+  NDT_CHECK(seq_len > 0, "train.seq_len = {} must be positive", seq_len);
+  NDT_CHECK(seq_len <= model.max_seq_len, "train.seq_len = {} exceeds model.max_seq_len = {}", seq_len,
+            model.max_seq_len);
+  NDT_CHECK(eval_every >= 0, "train.eval_every = {} must not be negative", eval_every);
+  NDT_CHECK(eval_batches > 0, "train.eval_batches = {} must be positive", eval_batches);
+  NDT_CHECK(loss_chunk_rows > 0, "train.loss_chunk_rows = {} must be positive", loss_chunk_rows);
+  NDT_CHECK(log_every > 0, "train.log_every = {} must be positive", log_every);
+  NDT_CHECK(activation_checkpointing.every >= 1, "train.activation_checkpointing_every = {} must be at least 1",
+            activation_checkpointing.every);
+  NDT_CHECK(activation_checkpointing.every == 1 || activation_checkpointing.mode == CheckpointMode::full,
+            "train.activation_checkpointing_every = {} applies to full recompute, but train.activation_checkpointing "
+            "= \"{}\"",
+            activation_checkpointing.every, checkpoint_mode_name(activation_checkpointing.mode));
   NDT_CHECK(bucket_mb > 0, "parallel.bucket_mb = {} must be positive", bucket_mb);
   NDT_CHECK(bucket_mb >= kSmallestBucketMib,
             "parallel.bucket_mb = {} is smaller than one float (4 bytes): the smallest bucket is {} MiB",
@@ -528,7 +548,7 @@ void RunConfig::validate() const {
               "parallel.pp_schedule = \"zb_h1\" defers weight gradients past the block's backward, which reads the "
               "activations precision.compute = \"{}\" keeps packed only until then: use 1f1b or interleaved_1f1b",
               compute_dtype_config_name(precision.compute));
-    partition_pipeline(model, seq_len, mesh.pp * pp_virtual_stages, parse_pipeline_layers(pp_layers));
+    check_pipeline_partition(model, mesh.pp * pp_virtual_stages, parse_pipeline_layers(pp_layers));
   }
   if (mesh.cp == 1) {
     validate_tensor_parallel(model, mesh.tp, sequence_parallel, seq_len);
@@ -541,13 +561,6 @@ void RunConfig::validate() const {
   }
   NDT_CHECK(!sequence_parallel || mesh.tp > 1,
             "parallel.sequence_parallel = true needs parallel.tp > 1 (it splits tokens over the tp ranks)");
-  NDT_CHECK(checkpoint_every >= 0, "checkpoint.every = {} must not be negative", checkpoint_every);
-  NDT_CHECK(checkpoint_every == 0 || !checkpoint_dir.empty() || !out_dir.empty(),
-            "checkpoint.every = {} saves checkpoints, but there is no folder for them: checkpoint.dir and "
-            "runtime.out_dir are both empty",
-            checkpoint_every);
-  NDT_CHECK(keep_last >= 1, "checkpoint.keep_last = {} must be at least 1", keep_last);
-  NDT_CHECK(peak_gflops >= 0, "runtime.peak_gflops = {} must not be negative", peak_gflops);
 }
 
 MeshShape RunConfig::resolve_mesh(int world_size) const {

@@ -110,6 +110,9 @@ struct RunConfig {
   double comm_timeout_s = 300;
 
   void validate() const;  // throws naming the key and value
+  // The checks of a layout (model shape, batch, precision, recompute and parallel keys),
+  // leaving out the run's files and the token format: validate() runs them first.
+  void validate_layout() const;
   // The mesh for a job of world_size ranks (dp_replicate 0 resolved); throws if it does
   // not fit, naming the sizes.
   MeshShape resolve_mesh(int world_size) const;
@@ -117,6 +120,8 @@ struct RunConfig {
 
 // Reads a TOML file (empty path: defaults), then applies overrides "section.key=value".
 RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides);
+// The same without validate(): each key's value checked as it is read, the whole not.
+RunConfig read_run_config(const std::string& path, const std::vector<std::string>& overrides);
 
 // One entry per configuration key, for `ndtrain config` and docs/config.md.
 struct ConfigFieldDoc {

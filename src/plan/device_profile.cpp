@@ -1,0 +1,268 @@
+#include "plan/device_profile.h"
+
+#include "core/error.h"
+#include "core/input_file.h"
+#include "kernels/kernels.h"
+#include "train/peak_flops.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <toml++/toml.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <thread>
+#include <vector>
+
+namespace ndt {
+
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+// The GPUs' figures as their vendor publishes them (dense, no sparsity; memory in GiB,
+// the unit the devices report). Two figures are not published and are assumptions, the
+// same for every GPU here: link latencies (3 us inside a node, 10 us between nodes) and
+// gemm_efficiency (the share of peak large bf16 GEMMs reach: 0.8 on A100, 0.75 on
+// Hopper and Blackwell). A device file overrides any of them.
+DeviceProfile gpu(const char* name, const char* source, double memory_gib, double fp32_tflops, double bf16_tflops,
+                  double fp8_tflops, double memory_tb_s, double gemm_efficiency, double nvlink_gb_s,
+                  double network_gbit_s) {
+  DeviceProfile d;
+  d.name = name;
+  d.source = source;
+  d.memory_bytes = memory_gib * kGiB;
+  d.peak_fp32 = fp32_tflops * 1e12;
+  d.peak_bf16 = bf16_tflops * 1e12;
+  d.peak_fp8 = fp8_tflops * 1e12;
+  d.memory_bytes_per_s = memory_tb_s * 1e12;
+  d.gemm_efficiency = gemm_efficiency;
+  d.devices_per_node = 8;
+  d.intra_node = {nvlink_gb_s * 1e9, 3e-6};
+  d.inter_node = {network_gbit_s / 8 * 1e9, 10e-6};
+  return d;
+}
+
+const std::map<std::string, DeviceProfile>& builtin_gpus() {
+  static const std::map<std::string, DeviceProfile> gpus = {
+      {"a100-80g", gpu("a100-80g",
+                       "NVIDIA A100 Tensor Core GPU datasheet (SXM4 80GB): 80 GB HBM2e at 2039 GB/s, 19.5 TFLOP/s fp32, "
+                       "312 TFLOP/s bf16 dense, NVLink 600 GB/s (300 per direction); DGX A100: one 200 Gb/s HDR "
+                       "InfiniBand port per GPU",
+                       80, 19.5, 312, 0, 2.039, 0.8, 300, 200)},
+      {"h100-sxm", gpu("h100-sxm",
+                       "NVIDIA H100 Tensor Core GPU datasheet (SXM5): 80 GB HBM3 at 3.35 TB/s, 67 TFLOP/s fp32, 989 "
+                       "TFLOP/s bf16 and 1979 TFLOP/s fp8 dense, NVLink 900 GB/s (450 per direction); DGX H100: one 400 "
+                       "Gb/s NDR port per GPU",
+                       80, 67, 989, 1979, 3.35, 0.75, 450, 400)},
+      {"h200", gpu("h200",
+                   "NVIDIA H200 Tensor Core GPU datasheet (SXM): 141 GB HBM3e at 4.8 TB/s, 67 TFLOP/s fp32, 989 TFLOP/s "
+                   "bf16 and 1979 TFLOP/s fp8 dense, NVLink 900 GB/s (450 per direction); HGX H200: one 400 Gb/s port "
+                   "per GPU",
+                   141, 67, 989, 1979, 4.8, 0.75, 450, 400)},
+      {"b200", gpu("b200",
+                   "NVIDIA DGX B200 datasheet, per GPU: 180 GB HBM3e at 8 TB/s, 2.25 PFLOP/s bf16 and 4.5 PFLOP/s fp8 "
+                   "dense, NVLink 5 1.8 TB/s (900 GB/s per direction), one 400 Gb/s ConnectX-7 port per GPU; fp32 75 "
+                   "TFLOP/s (HGX B200)",
+                   180, 75, 2250, 4500, 8.0, 0.75, 900, 400)},
+  };
+  return gpus;
+}
+
+// Bytes per second one thread copies (read + write counted once: the copy's size over
+// its time), the median of 5 copies of 64 MiB.
+double measure_copy_bandwidth() {
+  const size_t bytes = size_t{64} << 20;
+  std::vector<char> a(bytes, 1), b(bytes, 0);
+  std::vector<double> rates;
+  for (int r = 0; r < 5; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::memcpy(b.data(), a.data(), bytes);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    rates.push_back(static_cast<double>(bytes) / s);
+    a[static_cast<size_t>(r)] = b[bytes - 1 - static_cast<size_t>(r)];  // keeps the copies from being elided
+  }
+  std::sort(rates.begin(), rates.end());
+  return rates[2];
+}
+
+double meminfo_total_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  double kib = 0;
+  while (in >> key >> kib) {
+    if (key == "MemTotal:") return kib * 1024.0;
+    in.ignore(1 << 10, '\n');
+  }
+  return 0;
+}
+
+}  // namespace
+
+double DeviceProfile::peak_flops(DType compute, bool fp8) const {
+  if (fp8 && peak_fp8 > 0) return peak_fp8;
+  return compute == DType::f32 ? peak_fp32 : peak_bf16;
+}
+
+void DeviceProfile::validate() const {
+  const auto positive = [&](const char* key, double v) {
+    NDT_CHECK(std::isfinite(v) && v > 0, "device profile \"{}\": {} = {} must be positive", name, key, v);
+  };
+  positive("memory", memory_bytes);
+  positive("peak fp32", peak_fp32);
+  positive("peak bf16", peak_bf16);
+  positive("memory bandwidth", memory_bytes_per_s);
+  positive("intra-node bandwidth", intra_node.bytes_per_s);
+  positive("inter-node bandwidth", inter_node.bytes_per_s);
+  NDT_CHECK(peak_fp8 >= 0, "device profile \"{}\": peak fp8 = {} must not be negative (0: none)", name, peak_fp8);
+  NDT_CHECK(gemm_efficiency > 0 && gemm_efficiency <= 1, "device profile \"{}\": gemm_efficiency = {} must lie in (0, 1]",
+            name, gemm_efficiency);
+  NDT_CHECK(devices_per_node >= 1, "device profile \"{}\": devices_per_node = {} must be at least 1", name,
+            devices_per_node);
+  NDT_CHECK(intra_node.latency_s >= 0 && inter_node.latency_s >= 0, "device profile \"{}\": latencies must not be negative",
+            name);
+}
+
+std::vector<std::string> builtin_device_names() {
+  std::vector<std::string> names;
+  for (const auto& [name, profile] : builtin_gpus()) names.push_back(name);
+  names.push_back("cpu");
+  return names;
+}
+
+DeviceProfile builtin_device(const std::string& name) {
+  if (name == "cpu") return measure_cpu_device(1);
+  const auto it = builtin_gpus().find(name);
+  NDT_CHECK(it != builtin_gpus().end(), "--device \"{}\" is not a device profile: the built-in ones are {}, or give a "
+            "TOML file describing the device (docs/planner.md)",
+            name, fmt::join(builtin_device_names(), ", "));
+  return it->second;
+}
+
+DeviceProfile measure_cpu_device(int devices_per_node) {
+  NDT_CHECK(devices_per_node >= 1, "devices per node = {} must be at least 1", devices_per_node);
+  const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  const double share = static_cast<double>(cores) / devices_per_node;  // cores per rank (below 1: oversubscribed)
+  const int previous_threads = kernels::num_threads();
+  kernels::set_num_threads(1);
+  const double fma = measure_fma_peak(1);
+  const double sgemm = measure_sgemm_flops(512, 512, 512, 5);
+  kernels::set_num_threads(previous_threads);
+  const double copy = measure_copy_bandwidth();
+  DeviceProfile d;
+  d.name = "cpu";
+  d.memory_bytes = meminfo_total_bytes() / devices_per_node;
+  d.peak_fp32 = fma * share;
+  d.peak_bf16 = d.peak_fp32;  // the planner's CPU runs compute in fp32
+  d.gemm_efficiency = std::min(1.0, sgemm / fma);
+  d.memory_bytes_per_s = copy * std::min(1.0, share);
+  d.devices_per_node = devices_per_node;
+  // Ranks on one machine talk through shared memory: a message is copied in and out.
+  d.intra_node = {copy / 2 * std::min(1.0, share), 2e-6};
+  d.inter_node = d.intra_node;  // one machine: no network
+  d.source = fmt::format("measured on this machine ({} cores, {} rank{} sharing them): FMA peak {:.1f} GFLOP/s per core, "
+                         "sgemm 512^3 at {:.0f}% of it, memory copy {:.1f} GB/s",
+                         cores, devices_per_node, devices_per_node == 1 ? "" : "s", fma / 1e9, 100 * sgemm / fma,
+                         copy / 1e9);
+  return d;
+}
+
+DeviceProfile load_device_profile(const std::string& path) {
+  const std::string problem = input_file_problem(path);
+  NDT_CHECK(problem.empty(), "device file \"{}\" {}", path, problem);
+  toml::table table;
+  try {
+    table = toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    fail("device file \"{}\": {} (line {})", path, e.description(), e.source().begin.line);
+  }
+  // key -> (target, scale to SI units, required)
+  DeviceProfile d;
+  d.name = path;
+  d.source = "device file " + path;
+  struct Key {
+    double* target;
+    double scale;
+    bool required;
+  };
+  double devices_per_node = 8;
+  const std::map<std::string, Key> keys = {
+      {"memory_gib", {&d.memory_bytes, kGiB, true}},
+      {"peak_tflops_fp32", {&d.peak_fp32, 1e12, true}},
+      {"peak_tflops_bf16", {&d.peak_bf16, 1e12, true}},
+      {"peak_tflops_fp8", {&d.peak_fp8, 1e12, false}},
+      {"memory_bandwidth_gb_s", {&d.memory_bytes_per_s, 1e9, true}},
+      {"gemm_efficiency", {&d.gemm_efficiency, 1, false}},
+      {"devices_per_node", {&devices_per_node, 1, false}},
+      {"intra_node_gb_s", {&d.intra_node.bytes_per_s, 1e9, true}},
+      {"intra_node_latency_us", {&d.intra_node.latency_s, 1e-6, false}},
+      {"inter_node_gb_s", {&d.inter_node.bytes_per_s, 1e9, true}},
+      {"inter_node_latency_us", {&d.inter_node.latency_s, 1e-6, false}},
+  };
+  std::vector<std::string> known;
+  for (const auto& [key, k] : keys) known.push_back(key);
+  for (const auto& [key, node] : table) {
+    const std::string k(key.str());
+    if (k == "name") {
+      NDT_CHECK(node.is_string(), "device file \"{}\": name must be a string", path);
+      d.name = node.value<std::string>().value_or(path);
+      continue;
+    }
+    const auto it = keys.find(k);
+    NDT_CHECK(it != keys.end(), "device file \"{}\": unknown key \"{}\" (known: name, {})", path, k, fmt::join(known, ", "));
+    const std::optional<double> v = node.value<double>();
+    NDT_CHECK(v.has_value(), "device file \"{}\": {} must be a number", path, k);
+    *it->second.target = *v * it->second.scale;
+  }
+  for (const auto& [key, k] : keys) {
+    NDT_CHECK(!k.required || table.contains(key), "device file \"{}\" does not give {} (required: memory_gib, "
+              "peak_tflops_fp32, peak_tflops_bf16, memory_bandwidth_gb_s, intra_node_gb_s, inter_node_gb_s)",
+              path, key);
+  }
+  NDT_CHECK(devices_per_node >= 1 && devices_per_node == std::floor(devices_per_node),
+            "device file \"{}\": devices_per_node = {} must be a positive whole number", path, devices_per_node);
+  d.devices_per_node = static_cast<int>(devices_per_node);
+  d.validate();
+  return d;
+}
+
+DeviceProfile resolve_device(const std::string& name_or_file) {
+  const bool file = name_or_file.find('/') != std::string::npos ||
+                    (name_or_file.size() > 5 && name_or_file.ends_with(".toml"));
+  return file ? load_device_profile(name_or_file) : builtin_device(name_or_file);
+}
+
+Cluster make_cluster(const DeviceProfile& device, int nodes, int devices_per_node, int devices) {
+  NDT_CHECK(nodes >= 0 && devices_per_node >= 0 && devices >= 0,
+            "cluster sizes must not be negative: --nodes {}, --devices-per-node {}, --devices {}", nodes,
+            devices_per_node, devices);
+  Cluster c;
+  c.device = device;
+  if (devices_per_node == 0) {
+    devices_per_node = nodes > 0 && devices > 0 ? 0 : device.devices_per_node;
+    if (devices_per_node == 0) {
+      NDT_CHECK(devices % nodes == 0, "--devices {} does not split over --nodes {}", devices, nodes);
+      devices_per_node = devices / nodes;
+    }
+  }
+  if (nodes == 0) {
+    if (devices == 0) devices = devices_per_node;
+    NDT_CHECK(devices % devices_per_node == 0,
+              "--devices {} is not a whole number of nodes of {} devices (--devices-per-node, or the profile's {})",
+              devices, devices_per_node, device.devices_per_node);
+    nodes = devices / devices_per_node;
+  }
+  NDT_CHECK(devices == 0 || int64_t{nodes} * devices_per_node == devices,
+            "contradictory cluster sizes: --nodes {} x --devices-per-node {} = {} devices, but --devices {}", nodes,
+            devices_per_node, int64_t{nodes} * devices_per_node, devices);
+  c.nodes = nodes;
+  c.devices_per_node = devices_per_node;
+  c.device.validate();
+  return c;
+}
+
+}  // namespace ndt

@@ -1,0 +1,67 @@
+// What the planner knows about hardware: a device (memory, peak FLOP/s per dtype, memory
+// bandwidth, how much of the peak large GEMMs reach) and its links (inside a node and
+// between nodes: bandwidth and latency), and the cluster built from it. Built-in
+// profiles carry the vendors' published figures (each with its source); this machine's
+// CPU profile is measured when asked for; a TOML file describes other hardware
+// (docs/planner.md has its keys).
+#pragma once
+
+#include "core/dtype.h"
+
+#include <string>
+#include <vector>
+
+namespace ndt {
+
+struct LinkProfile {
+  double bytes_per_s = 0;  // per device and direction
+  double latency_s = 0;    // per message hop
+};
+
+struct DeviceProfile {
+  std::string name;
+  std::string source;  // where the figures come from
+  double memory_bytes = 0;
+  double peak_fp32 = 0;  // dense FLOP/s
+  double peak_bf16 = 0;
+  double peak_fp8 = 0;  // 0: no fp8 units
+  double memory_bytes_per_s = 0;
+  // The share of the peak large GEMMs reach in practice (a matmul's time is its FLOPs over
+  // peak x gemm_efficiency): measured for this CPU, an assumption for the GPUs.
+  double gemm_efficiency = 1;
+  int devices_per_node = 1;
+  LinkProfile intra_node, inter_node;
+
+  // The matmul peak of a run computing in `compute` (fp8: its linear layers in fp8).
+  double peak_flops(DType compute, bool fp8) const;
+  void validate() const;  // throws naming the field and value
+};
+
+// a100-80g, h100-sxm, h200, b200, and cpu (this machine, measured: about a second).
+std::vector<std::string> builtin_device_names();
+// Throws naming the unknown profile and the known ones.
+DeviceProfile builtin_device(const std::string& name);
+// This machine's CPU as `devices_per_node` ranks sharing its cores: per rank, the FMA
+// peak and the share of it sgemm reaches, memory bandwidth, and the shared-memory link
+// MPI uses between ranks, each measured.
+DeviceProfile measure_cpu_device(int devices_per_node);
+// A profile from a TOML file (keys in docs/planner.md); unknown keys and missing
+// required ones are errors naming them.
+DeviceProfile load_device_profile(const std::string& path);
+// `name_or_file`: a built-in name, or a path to a TOML file (anything with a '/' or
+// ending in .toml).
+DeviceProfile resolve_device(const std::string& name_or_file);
+
+struct Cluster {
+  DeviceProfile device;
+  int nodes = 1;
+  int devices_per_node = 1;
+  int devices() const { return nodes * devices_per_node; }
+};
+
+// nodes, devices_per_node and devices: any two fix the third (0: not given; none given:
+// one node of the profile's devices_per_node). Throws when the sizes contradict each
+// other (nodes x devices_per_node != devices) or do not divide.
+Cluster make_cluster(const DeviceProfile& device, int nodes, int devices_per_node, int devices);
+
+}  // namespace ndt

@@ -1,0 +1,115 @@
+// The layout planner behind `ndtrain plan`: for a model, a run (sequence length, global
+// batch, precision) and a cluster, it enumerates the layouts ndtrain can run (pp,
+// dp_replicate, dp_shard, cp, tp, ep; ZeRO stage; sequence parallel; cp mode;
+// micro-batch; recompute; pipeline schedule), rejects those `ndtrain train` would refuse
+// (RunConfig::validate_layout, the same checks) or that do not fit in memory, and scores
+// the rest.
+//
+// Every prediction calls the function the tests hold to the measurement, so the planner
+// has no formulas of its own for them:
+//   model states      predict_model_states (parallel/memory_model.h), per pipeline stage
+//   activations       Transformer::predict_activation_bytes x the micro-batches the
+//                     schedule keeps in flight (pipeline simulator's peak_live_activations)
+//   comm buffers      predict_comm_buffer_bytes (plan/comm_model.h)
+//   bytes per axis    predict_step_communication (plan/comm_model.h)
+//   FLOPs             unit_flops_per_token, unit_recompute_flops_per_token (model/transformer.h)
+//   bubble            simulate_pipeline (parallel/pipeline_simulator.h) at the textbook costs
+// Step time is the planner's own model (docs/planner.md): a roofline per pipeline stage
+// (matmul FLOPs at peak x gemm_efficiency, plus the activations' memory traffic at the
+// memory bandwidth), an alpha-beta time per collective on the link its group spans,
+// and the overlap each axis has in ndtrain: tp, cp (Ulysses) and ep on the critical path;
+// the ring's cp exchange behind the attention; gradient reductions behind the last
+// backward; FSDP gathers behind compute; ZeRO-1/2's parameter all-gather after the step.
+#pragma once
+
+#include "comm/communicator.h"
+#include "model/activations.h"
+#include "plan/comm_model.h"
+#include "plan/device_profile.h"
+#include "train/config.h"
+
+#include <nlohmann/json_fwd.hpp>
+
+#include <array>
+#include <string>
+#include <vector>
+
+namespace ndt {
+
+// What the search tries besides the mesh (each a list of choices).
+struct PlanSpace {
+  std::vector<int> zero_stages = {0, 1, 2, 3};
+  std::vector<CheckpointMode> recompute = {CheckpointMode::none, CheckpointMode::selective, CheckpointMode::full};
+  std::vector<int> micro_batch_sizes = {1, 2, 4, 8};  // sequences per micro-batch and rank
+  std::vector<std::string> pp_schedules = {"1f1b", "interleaved_1f1b", "zb_h1", "gpipe"};
+  int interleaved_stages = 2;     // pp_virtual_stages of interleaved_1f1b
+  int max_tp = 0;                 // 0: one node's devices (tp across nodes is not searched)
+  std::vector<std::string> cp_modes = {"ring", "ulysses"};
+};
+
+struct MemoryEstimate {
+  int64_t params = 0, grads = 0, optimizer = 0, activations = 0, comm_buffers = 0;
+  int in_flight = 1;  // micro-batches whose activations are held at once
+  int64_t total() const { return params + grads + optimizer + activations + comm_buffers; }
+};
+
+struct TimeEstimate {
+  double compute_s = 0;    // matmuls and memory traffic of the forward, backward and recompute
+  double exposed_comm_s = 0;
+  std::array<double, kNumAxes> comm_s{};     // each axis's collectives at their alpha-beta time
+  double bubble_s = 0;
+  double optimizer_s = 0;
+  double step_s = 0;
+};
+
+// One candidate: the settings of a run that decide its layout.
+struct Layout {
+  MeshShape mesh;  // dp_replicate resolved
+  int zero_stage = 0;
+  bool sequence_parallel = false;
+  std::string cp_mode = "ring";
+  int micro_batch_size = 1;
+  CheckpointMode recompute = CheckpointMode::none;
+  std::string pp_schedule = "1f1b";
+  int pp_virtual_stages = 1;
+
+  static Layout of(const RunConfig& config);  // config.mesh as given
+  RunConfig apply(RunConfig base) const;      // base with these settings (pp_layers: balanced)
+  std::string describe() const;  // "pp4 dp_shard16 tp8 +sp | zero1 | mb1 | selective | 1f1b"
+};
+
+struct LayoutScore {
+  Layout layout;
+  std::string rejected;  // empty: valid and fits; else why not
+  bool invalid = false;  // rejected by ndtrain's checks (not for memory)
+  int worst_stage = 0;   // the pipeline stage with the most memory
+  MemoryEstimate memory; // of worst_stage
+  std::vector<MemoryEstimate> stages;  // every pipeline stage's
+  std::array<OpVolume, kNumAxes> comm{};  // worst_stage's step, per axis (all ops summed)
+  TimeEstimate time;
+  double bubble = 0;     // fraction of the step
+  double mfu = 0, hfu = 0, tokens_per_s = 0;
+};
+
+// Scores one layout (config's mesh and settings) on the cluster; throws what `ndtrain
+// train` would for an invalid layout. Out of memory is not an error: `rejected` says which
+// component overflows and by how much.
+LayoutScore score_layout(const RunConfig& config, const Cluster& cluster);
+
+struct PlanResult {
+  std::vector<LayoutScore> layouts;  // every candidate; the fitting ones first, fastest first
+  int64_t candidates = 0, invalid = 0, out_of_memory = 0, fitting = 0;
+  double seconds = 0;
+};
+
+// base: the model and run (seq_len, batch_size, precision, loss_chunk_rows; its layout
+// keys are replaced by each candidate's). Throws when no layout divides the model
+// and batch at all, naming the sizes.
+PlanResult plan_layouts(const RunConfig& base, const Cluster& cluster, const PlanSpace& space = {});
+
+// The table of the best `rows` fitting layouts, and a summary of the rejections.
+std::string render_plan_table(const PlanResult& result, const Cluster& cluster, int rows);
+nlohmann::json layout_json(const LayoutScore& score);
+std::string plan_csv(const PlanResult& result);
+
+}  // namespace ndt

@@ -1,0 +1,250 @@
+#include "plan/validation.h"
+
+#include "core/error.h"
+#include "core/output_file.h"
+#include "core/rng.h"
+#include "data/shard.h"
+#include "plan/planner.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <unistd.h>
+
+namespace fs = std::filesystem;
+
+namespace ndt {
+
+namespace {
+
+struct ValidationCase {
+  const char* name;
+  int ranks;
+  std::vector<std::string> settings;  // config overrides on top of the base file
+};
+
+// gpt2-tiny to a 12-layer model, each axis at least once, on 1, 2 and 4 ranks.
+std::vector<ValidationCase> validation_cases() {
+  return {
+      {"gpt2-tiny, one rank", 1, {"model.preset=gpt2-tiny"}},
+      {"gpt2-tiny, ddp", 2, {"model.preset=gpt2-tiny"}},
+      {"gpt2-tiny, fsdp", 2, {"model.preset=gpt2-tiny", "parallel.dp_shard=2", "parallel.zero_stage=3"}},
+      {"llama-tiny, tp + sp", 2, {"model.preset=llama-tiny", "parallel.tp=2", "parallel.sequence_parallel=true"}},
+      {"llama-moe-tiny, ep", 2, {"model.preset=llama-moe-tiny", "parallel.dp_shard=2", "parallel.ep=2"}},
+      {"gpt2 12 layers, ddp", 2,
+       {"model.preset=gpt2-tiny", "model.n_layer=12", "model.d_model=256", "model.n_head=8", "model.d_ff=1024"}},
+      {"gpt2-tiny, zero1", 4, {"model.preset=gpt2-tiny", "parallel.dp_shard=4", "parallel.zero_stage=1"}},
+      {"llama-tiny, pp x ddp", 4,
+       {"model.preset=llama-tiny", "parallel.pp=2", "train.micro_batch_size=1", "parallel.pp_schedule=1f1b"}},
+      {"llama-tiny, cp x fsdp", 4,
+       {"model.preset=llama-tiny", "parallel.cp=2", "parallel.dp_shard=2", "parallel.zero_stage=3"}},
+  };
+}
+
+std::string run_command(const std::string& command) {
+  std::string output;
+  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
+  NDT_CHECK(pipe != nullptr, "could not start: {}", command);
+  char buffer[4096];
+  while (size_t n = std::fread(buffer, 1, sizeof buffer, pipe)) output.append(buffer, n);
+  const int status = ::pclose(pipe);
+  NDT_CHECK(status == 0, "the validation run failed (exit status {}): {}\n{}", status, command,
+            output.size() > 3000 ? output.substr(output.size() - 3000) : output);
+  return output;
+}
+
+std::vector<nlohmann::json> step_records(const fs::path& metrics) {
+  std::ifstream in(metrics);
+  NDT_CHECK(in.good(), "the validation run wrote no metrics at {}", metrics.string());
+  std::vector<nlohmann::json> steps;
+  std::string line;
+  while (std::getline(in, line)) {
+    const nlohmann::json r = nlohmann::json::parse(line);
+    if (r.contains("loss") && r.contains("step_s")) steps.push_back(r);
+  }
+  NDT_CHECK(steps.size() >= 3, "the validation run at {} logged {} steps, fewer than 3", metrics.string(), steps.size());
+  return steps;
+}
+
+double relative_error(double measured, double predicted) {
+  if (predicted == 0) return measured == 0 ? 0 : INFINITY;
+  return measured / predicted - 1;
+}
+
+// One step's counters: the difference of the last two records' cumulative ones, per
+// axis and operation.
+std::map<std::pair<std::string, std::string>, std::pair<int64_t, int64_t>> step_counters(const nlohmann::json& before,
+                                                                                       const nlohmann::json& after) {
+  std::map<std::pair<std::string, std::string>, std::pair<int64_t, int64_t>> out;
+  if (!after.contains("comm")) return out;
+  for (const auto& [axis, ops] : after["comm"].items()) {
+    for (const auto& [op, c] : ops.items()) {
+      int64_t calls = c.at("calls").get<int64_t>(), wire = c.at("wire_bytes").get<int64_t>();
+      if (before.contains("comm") && before["comm"].contains(axis) && before["comm"][axis].contains(op)) {
+        calls -= before["comm"][axis][op].at("calls").get<int64_t>();
+        wire -= before["comm"][axis][op].at("wire_bytes").get<int64_t>();
+      }
+      if (calls != 0) out[{axis, op}] = {calls, wire};
+    }
+  }
+  return out;
+}
+
+bool reported_axis(Axis axis, const MeshShape& m) {
+  switch (axis) {
+    case Axis::dp_cp:
+    case Axis::dp_shard_cp:
+    case Axis::cp: return m.cp > 1;
+    case Axis::ep:
+    case Axis::edp:
+    case Axis::edp_shard: return m.ep > 1;
+    default: return true;
+  }
+}
+
+ValidationRow validate_case(const ValidationCase& c, const fs::path& dir, const std::string& base_config,
+                            std::map<int, Cluster>& clusters) {
+  ValidationRow row;
+  row.name = c.name;
+  row.ranks = c.ranks;
+  const fs::path out = dir / fmt::format("run-{}", std::hash<std::string>{}(c.name) % 100000);
+  std::vector<std::string> settings = c.settings;
+  settings.push_back("runtime.out_dir=" + out.string());
+  std::string command = c.ranks == 1 ? std::string("/proc/self/exe")
+                                     : fmt::format("mpirun -np {} --oversubscribe --bind-to none --allow-run-as-root "
+                                                   "/proc/self/exe",
+                                                   c.ranks);
+  // /proc/self/exe names the binary of whoever opens it: resolve it here.
+  const std::string self = fs::read_symlink("/proc/self/exe").string();
+  command.replace(command.find("/proc/self/exe"), 14, self);
+  command += " train " + base_config + " --overwrite";
+  for (const std::string& s : settings) command += " --set " + s;
+  run_command(command);
+
+  const RunConfig config = read_run_config(base_config, settings);
+  if (!clusters.count(c.ranks)) clusters.emplace(c.ranks, make_cluster(measure_cpu_device(c.ranks), 1, c.ranks, 0));
+  const Cluster& cluster = clusters.at(c.ranks);
+  const LayoutScore plan = score_layout(config, cluster);
+  const MemoryEstimate& predicted = plan.stages.front();  // rank 0 is pipeline stage 0
+  const std::vector<nlohmann::json> steps = step_records(out / "metrics.jsonl");
+  const nlohmann::json& last = steps.back();
+  const nlohmann::json& mem = last.at("mem");
+  const auto tag = [&](const char* name, const char* field) { return mem.at(name).at(field).get<double>(); };
+  row.model_states[0] = tag("params", "current") + tag("grads", "current") + tag("optimizer", "current");
+  row.model_states[1] = static_cast<double>(predicted.params + predicted.grads + predicted.optimizer);
+  row.activations[0] = tag("activations", "peak");
+  row.activations[1] = static_cast<double>(predicted.activations);
+  row.comm_buffers[0] = tag("comm", "peak");
+  row.comm_buffers[1] = static_cast<double>(predicted.comm_buffers);
+  std::vector<double> times;
+  for (size_t i = 2; i < steps.size(); ++i) times.push_back(steps[i].at("step_s").get<double>());
+  std::sort(times.begin(), times.end());
+  row.step_s[0] = times[times.size() / 2];
+  row.step_s[1] = plan.time.step_s;
+
+  for (const auto& [label, pair] : {std::pair{"model states", row.model_states}, {"activations", row.activations},
+                                    {"communication buffers", row.comm_buffers}}) {
+    const double e = relative_error(pair[0], pair[1]);
+    if (std::abs(e) > 0.02) {
+      row.mismatches.push_back(fmt::format("{}: measured {} bytes, predicted {} ({:+.1f}%)", label, pair[0], pair[1], 100 * e));
+    }
+  }
+
+  // Bytes: every reported axis's counters of one step against the model.
+  const StepCommunication comm = predict_step_communication(config, c.ranks, 0);
+  const auto measured = c.ranks > 1 ? step_counters(steps[steps.size() - 2], last)
+                                    : std::map<std::pair<std::string, std::string>, std::pair<int64_t, int64_t>>{};
+  for (size_t a = 0; a < kNumAxes && c.ranks > 1; ++a) {
+    const Axis axis = static_cast<Axis>(a);
+    if (!reported_axis(axis, plan.layout.mesh)) continue;
+    for (size_t op = 0; op < kNumCommOps; ++op) {
+      const OpVolume& p = comm.axes[a].ops[op];
+      const std::string axis_text(axis_name(axis)), op_text(comm_op_name(static_cast<CommOp>(op)));
+      const auto it = measured.find({axis_text, op_text});
+      const int64_t calls = it == measured.end() ? 0 : it->second.first;
+      const int64_t wire = it == measured.end() ? 0 : it->second.second;
+      row.calls[0] += calls, row.calls[1] += p.calls;
+      row.wire_bytes[0] += wire, row.wire_bytes[1] += p.wire_bytes;
+      // all_to_all_v's wire bytes depend on where the router sends tokens: an expectation.
+      const bool expected_only = static_cast<CommOp>(op) == CommOp::all_to_all_v;
+      const bool bytes_agree = expected_only ? std::abs(relative_error(static_cast<double>(wire), static_cast<double>(p.wire_bytes))) <= 0.25
+                                             : wire == p.wire_bytes;
+      if (calls != p.calls || !bytes_agree) {
+        row.mismatches.push_back(fmt::format("{} {}: measured {} calls, {} wire bytes; predicted {} calls, {}", axis_text,
+                                             op_text, calls, wire, p.calls, p.wire_bytes));
+      }
+    }
+  }
+  return row;
+}
+
+std::string percent(const double pair[2]) {
+  const double e = relative_error(pair[0], pair[1]);
+  return std::isfinite(e) ? fmt::format("{:+.1f}%", 100 * e) : "n/a";
+}
+
+}  // namespace
+
+int run_plan_validation(const std::string& dir_option, bool keep) {
+  const fs::path dir = dir_option.empty() ? fs::temp_directory_path() / fmt::format("ndtrain-plan-validate-{}", ::getpid())
+                                          : fs::path(dir_option);
+  fs::create_directories(dir);
+  // Random byte tokens: the runs measure memory, bytes and time, not learning.
+  std::vector<uint16_t> tokens(200000);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint16_t>(philox(7, 0, i)[0] % 256);
+  write_shard((dir / "train.bin").string(), tokens);
+  const std::string base = (dir / "base.toml").string();
+  const std::string text = fmt::format(
+      "[train]\nsteps = 6\nbatch_size = 8\nseq_len = 64\neval_every = 0\nlog_every = 1\n"
+      "[data]\ntrain = \"{}\"\n[sample]\ntokens = 0\n[checkpoint]\nevery = 0\nsave_on_exit = false\n",
+      (dir / "train.bin").string());
+  AtomicFile file(base);
+  file.write(text.data(), text.size());
+  file.commit();
+
+  fmt::print("validating the planner against {} runs on this machine (6 steps each; in {})\n",
+             validation_cases().size(), dir.string());
+  std::map<int, Cluster> clusters;
+  std::vector<ValidationRow> rows;
+  for (const ValidationCase& c : validation_cases()) {
+    rows.push_back(validate_case(c, dir, base, clusters));
+    const ValidationRow& r = rows.back();
+    fmt::print("  {:<24} {} rank{}: model states {}, activations {}, comm buffers {}, bytes {} / {}, step {:.4f} s "
+               "against {:.4f} s predicted ({})\n",
+               r.name, r.ranks, r.ranks == 1 ? "" : "s", percent(r.model_states), percent(r.activations),
+               percent(r.comm_buffers), r.wire_bytes[0], r.wire_bytes[1], r.step_s[0], r.step_s[1], percent(r.step_s));
+    std::fflush(stdout);
+  }
+  for (const auto& [ranks, cluster] : clusters) fmt::print("cpu profile for {} ranks: {}\n", ranks, cluster.device.source);
+
+  fmt::print("\n{:<24} {:>5} {:>16} {:>16} {:>16} {:>14} {:>10} {:>10} {:>8}\n", "run", "ranks", "model states",
+             "activations", "comm buffers", "wire bytes", "step", "predicted", "error");
+  int failures = 0;
+  std::vector<double> errors;
+  for (const ValidationRow& r : rows) {
+    fmt::print("{:<24} {:>5} {:>16} {:>16} {:>16} {:>14} {:>9.4f}s {:>9.4f}s {:>8}\n", r.name, r.ranks,
+               fmt::format("{:.0f} {}", r.model_states[0], percent(r.model_states)),
+               fmt::format("{:.0f} {}", r.activations[0], percent(r.activations)),
+               fmt::format("{:.0f} {}", r.comm_buffers[0], percent(r.comm_buffers)),
+               r.wire_bytes[0] == r.wire_bytes[1] ? fmt::format("{} =", r.wire_bytes[0])
+                                                  : fmt::format("{} vs {}", r.wire_bytes[0], r.wire_bytes[1]),
+               r.step_s[0], r.step_s[1], percent(r.step_s));
+    for (const std::string& m : r.mismatches) fmt::print("    MISMATCH {}\n", m);
+    failures += r.mismatches.empty() ? 0 : 1;
+    errors.push_back(std::abs(relative_error(r.step_s[0], r.step_s[1])));
+  }
+  std::sort(errors.begin(), errors.end());
+  fmt::print("\nmemory within 2% and bytes equal: {} of {} runs; step time: median |error| {:.1f}%, largest {:.1f}% "
+             "(aim: 25%)\n",
+             rows.size() - failures, rows.size(), 100 * errors[errors.size() / 2], 100 * errors.back());
+  if (!keep && dir_option.empty()) fs::remove_all(dir);
+  return failures == 0 ? 0 : 1;
+}
+
+}  // namespace ndt

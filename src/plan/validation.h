@@ -1,0 +1,37 @@
+// `ndtrain plan --validate`: the planner held to real runs on this machine. A fixed set
+// of small layouts (1, 2 and 4 ranks; gpt2-tiny, llama-tiny, llama-moe-tiny and a
+// 12-layer model) is trained for a few steps under mpirun, and each run's metrics are
+// set against the planner's prediction for the same config on the measured CPU profile:
+//   bytes      each mesh axis's calls and wire bytes of one step (the counters) against
+//              predict_step_communication: equal (all_to_all_v's wire bytes, routing-
+//              dependent, within 25%)
+//   memory     the ledger's model states after a step, and its activation and
+//              communication-buffer peaks, against the planner's memory: within 2%
+//   step time  the median step against the planner's step time: the error is reported
+//              (the aim is 25%), not enforced
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace ndt {
+
+struct ValidationRow {
+  std::string name;
+  int ranks = 1;
+  // measured / predicted
+  double model_states[2] = {0, 0};
+  double activations[2] = {0, 0};
+  double comm_buffers[2] = {0, 0};
+  double step_s[2] = {0, 0};
+  int64_t wire_bytes[2] = {0, 0};  // one step, all axes
+  int64_t calls[2] = {0, 0};
+  std::vector<std::string> mismatches;  // a bound not held, each naming the quantity
+};
+
+// Runs the set in `dir` (empty: a fresh temporary folder, removed afterwards unless
+// keep), printing one line per run as it finishes and then the table; returns 0 when
+// every bound holds, 1 otherwise.
+int run_plan_validation(const std::string& dir, bool keep);
+
+}  // namespace ndt
