@@ -30,12 +30,13 @@ ModelStateBytes predict_model_states(const std::vector<ParameterSpec>& specs, in
   return m;
 }
 
-ModelStateBytes model_states_from_count(int64_t num_params, int dp_shard, int zero_stage) {
+ModelStateBytes model_states_from_count(int64_t num_params, int dp_shard, int zero_stage,
+                                        const ModelStateAccounting& bytes) {
   NDT_CHECK(dp_shard >= 1, "dp_shard = {} must be at least 1", dp_shard);
   ModelStateBytes m;
-  m.params = zero_stage >= 3 ? 4 * num_params / dp_shard : 4 * num_params;
-  m.grads = zero_stage >= 2 ? 4 * num_params / dp_shard : 4 * num_params;
-  m.optimizer = zero_stage >= 1 ? 8 * num_params / dp_shard : 8 * num_params;
+  m.params = zero_stage >= 3 ? bytes.params * num_params / dp_shard : bytes.params * num_params;
+  m.grads = zero_stage >= 2 ? bytes.grads * num_params / dp_shard : bytes.grads * num_params;
+  m.optimizer = zero_stage >= 1 ? bytes.optimizer * num_params / dp_shard : bytes.optimizer * num_params;
   return m;
 }
 

@@ -46,7 +46,20 @@ ModelStateBytes predict_model_states(const std::vector<ParameterSpec>& specs, in
 int largest_batch_in_budget(const ModelConfig& config, int T, int loss_chunk_rows, const ActivationLayout& tp,
                             const ActivationCheckpointing& policy, int64_t model_state_bytes, double budget_bytes);
 
-// The same from the parameter count alone (no padding): the textbook formulas above.
-ModelStateBytes model_states_from_count(int64_t num_params, int dp_shard, int zero_stage);
+// Bytes per parameter of each model state before sharding.
+struct ModelStateAccounting {
+  int64_t params = 4, grads = 4, optimizer = 8;
+};
+// ndtrain in fp32: 4 + 4 + 8 bytes (above).
+inline constexpr ModelStateAccounting kFp32States{4, 4, 8};
+// The ZeRO paper's mixed-precision Adam (Rajbhandari et al. 2020, section 3.1): fp16
+// parameters and gradients, and K = 12 bytes of fp32 master weights, momentum and
+// variance: 2 + 2 + 12. (ndtrain's bf16 runs keep 4 + 2, 4 and 8: see above.)
+inline constexpr ModelStateAccounting kZeroPaperStates{2, 2, 12};
+
+// The same from the parameter count alone (no padding): the textbook formulas above,
+// with the given bytes per parameter.
+ModelStateBytes model_states_from_count(int64_t num_params, int dp_shard, int zero_stage,
+                                        const ModelStateAccounting& bytes = kFp32States);
 
 }  // namespace ndt

@@ -164,6 +164,7 @@ DeviceProfile measure_cpu_device(int devices_per_node) {
   // Ranks on one machine talk through shared memory: a message is copied in and out.
   d.intra_node = {copy / 2 * std::min(1.0, share), 2e-6};
   d.inter_node = d.intra_node;  // one machine: no network
+  d.overlaps_communication = false;
   d.source = fmt::format("measured on this machine ({} cores, {} rank{} sharing them): FMA peak {:.1f} GFLOP/s per core, "
                          "sgemm 512^3 at {:.0f}% of it, memory copy {:.1f} GB/s",
                          cores, devices_per_node, devices_per_node == 1 ? "" : "s", fma / 1e9, 100 * sgemm / fma,
@@ -189,7 +190,7 @@ DeviceProfile load_device_profile(const std::string& path) {
     double scale;
     bool required;
   };
-  double devices_per_node = 8;
+  double devices_per_node = 8, overlap = 1;
   const std::map<std::string, Key> keys = {
       {"memory_gib", {&d.memory_bytes, kGiB, true}},
       {"peak_tflops_fp32", {&d.peak_fp32, 1e12, true}},
@@ -202,6 +203,7 @@ DeviceProfile load_device_profile(const std::string& path) {
       {"intra_node_latency_us", {&d.intra_node.latency_s, 1e-6, false}},
       {"inter_node_gb_s", {&d.inter_node.bytes_per_s, 1e9, true}},
       {"inter_node_latency_us", {&d.inter_node.latency_s, 1e-6, false}},
+      {"overlaps_communication", {&overlap, 1, false}},
   };
   std::vector<std::string> known;
   for (const auto& [key, k] : keys) known.push_back(key);
@@ -214,7 +216,8 @@ DeviceProfile load_device_profile(const std::string& path) {
     }
     const auto it = keys.find(k);
     NDT_CHECK(it != keys.end(), "device file \"{}\": unknown key \"{}\" (known: name, {})", path, k, fmt::join(known, ", "));
-    const std::optional<double> v = node.value<double>();
+    const std::optional<double> v = node.is_boolean() ? std::optional<double>(node.value<bool>().value_or(false))
+                                                      : node.value<double>();
     NDT_CHECK(v.has_value(), "device file \"{}\": {} must be a number", path, k);
     *it->second.target = *v * it->second.scale;
   }
@@ -226,6 +229,7 @@ DeviceProfile load_device_profile(const std::string& path) {
   NDT_CHECK(devices_per_node >= 1 && devices_per_node == std::floor(devices_per_node),
             "device file \"{}\": devices_per_node = {} must be a positive whole number", path, devices_per_node);
   d.devices_per_node = static_cast<int>(devices_per_node);
+  d.overlaps_communication = overlap != 0;
   d.validate();
   return d;
 }

@@ -31,6 +31,9 @@ struct DeviceProfile {
   double gemm_efficiency = 1;
   int devices_per_node = 1;
   LinkProfile intra_node, inter_node;
+  // Whether collectives run beside compute (GPUs: copy engines and NVLink, NCCL) or take
+  // the compute's own cores (a CPU's ranks copy through shared memory themselves).
+  bool overlaps_communication = true;
 
   // The matmul peak of a run computing in `compute` (fp8: its linear layers in fp8).
   double peak_flops(DType compute, bool fp8) const;

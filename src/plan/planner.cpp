@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "model/activation_layout.h"
+#include "model/activations.h"
 #include "model/transformer.h"
 #include "parallel/memory_model.h"
 #include "parallel/pipeline_schedule.h"
@@ -302,10 +303,14 @@ LayoutScore LayoutScorer::score(const RunConfig& config, const Cluster& cluster)
     mem.params = states.params, mem.grads = states.grads, mem.optimizer = states.optimizer;
     const int64_t one_context = activation_bytes(config, layout, mb, m, stage, local_units, config.activation_checkpointing);
     contexts[static_cast<size_t>(stage)] = one_context;
-    mem.in_flight = facts ? facts->peak_live[static_cast<size_t>(stage)] : 1;
-    // Under interleaving the live count is of (micro-batch, chunk) pairs, each about 1/v
-    // of the rank's context.
-    mem.activations = facts ? one_context * mem.in_flight / config.pp_virtual_stages : one_context;
+    // A context per micro-batch in flight (all of the rank's chunks: under interleaving
+    // the simulator counts (micro-batch, chunk) pairs, so about 1/v of them are contexts),
+    // and one workspace they share.
+    const int live_pairs = facts ? facts->peak_live[static_cast<size_t>(stage)] : 1;
+    mem.in_flight = (live_pairs + config.pp_virtual_stages - 1) / config.pp_virtual_stages;
+    const int64_t workspace = workspace_floats(model, layout, mb, T / m.cp, config.loss_chunk_rows,
+                                               config.activation_checkpointing, compute) * 4;
+    mem.activations = mem.in_flight * (one_context - workspace) + workspace;
     s.stages.push_back(mem);
     if (static_cast<double>(mem.total()) > worst_memory) worst_memory = static_cast<double>(mem.total()), s.worst_stage = stage;
   }
@@ -388,7 +393,8 @@ LayoutScore LayoutScorer::score(const RunConfig& config, const Cluster& cluster)
       if (axis == Axis::cp) {
         // The ring passes K and V behind the attention of the chunk it holds; Ulysses'
         // all-to-alls are on the critical path.
-        per_micro_batch_s += (config.cp_mode == "ring" ? std::max(0.0, axis_s - attention_s) : axis_s) / micro_batches;
+        const bool hidden = config.cp_mode == "ring" && device.overlaps_communication;
+        per_micro_batch_s += (hidden ? std::max(0.0, axis_s - attention_s) : axis_s) / micro_batches;
       }
     }
     // The trainer's small collectives over the whole world, and the tied embedding's
@@ -414,7 +420,9 @@ LayoutScore LayoutScorer::score(const RunConfig& config, const Cluster& cluster)
     // reduce-scatters behind all the compute (prefetch); ZeRO-1/2 gather the updated
     // parameters after the optimizer.
     double exposed_dp = 0;
-    if (config.zero_stage == 3) {
+    if (!device.overlaps_communication) {
+      exposed_dp = reduce_s + gather_s;
+    } else if (config.zero_stage == 3) {
       exposed_dp = std::max(0.0, reduce_s + gather_s - micro_batches * (F + B));
     } else {
       exposed_dp = std::max(0.0, reduce_s - B) + gather_s;

@@ -13,6 +13,7 @@
 #include "mpi_env.h"
 #include "parity.h"
 #include "plan/comm_model.h"
+#include "plan/planner.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -112,6 +113,7 @@ struct StepMeasurement {
   std::array<CommStats, kNumAxes> before{}, axes{};
   CommStats world_before, world;
   size_t comm_peak = 0;
+  size_t model_states = 0;  // the ledger's params, grads and optimizer after the step
 };
 
 testing::LastStepProbe measure_last_step(DeviceMesh& mesh, StepMeasurement& out) {
@@ -122,7 +124,9 @@ testing::LastStepProbe measure_last_step(DeviceMesh& mesh, StepMeasurement& out)
     MemoryLedger::instance().reset_peaks();
   };
   probe.after = [&mesh, &out] {
-    out.comm_peak = MemoryLedger::instance().peak(MemTag::comm);
+    const MemoryLedger& ledger = MemoryLedger::instance();
+    out.comm_peak = ledger.peak(MemTag::comm);
+    out.model_states = ledger.current(MemTag::params) + ledger.current(MemTag::grads) + ledger.current(MemTag::optimizer);
     auto delta = [](const CommStats& now, const CommStats& then) {
       CommStats d;
       for (size_t op = 0; op < kNumCommOps; ++op) {
@@ -171,6 +175,27 @@ void expect_predicted_communication(const RunConfig& config, DeviceMesh& mesh, c
                                static_cast<float>(predicted[Axis::ep][CommOp::all_to_all_v].payload_bytes)};
   mesh.axis(Axis::ep).all_reduce(sums.data(), sums.size(), DType::f32, ReduceOp::sum);
   EXPECT_EQ(sums[0], sums[1]) << rank << ": all_to_all_v payload summed over the ep group";
+  // The planner (plan/planner.h) on the same layout: its model states for this rank's
+  // stage are the ledger's, and for its worst stage its communication per axis is the
+  // counters' (the experts' all_to_all_v aside: the ep axis's calls only). Memory and
+  // bytes do not depend on the device: any profile with this many devices in a node.
+  const Cluster cluster = make_cluster(builtin_device("a100-80g"), 1, mesh.world().size(), 0);
+  const LayoutScore plan = score_layout(config, cluster);
+  const int stage = mesh.coord(Axis::pp);
+  const MemoryEstimate& states = plan.stages.at(static_cast<size_t>(stage));
+  EXPECT_EQ(static_cast<int64_t>(measured.model_states), states.params + states.grads + states.optimizer)
+      << rank << ": the planner's model states against the ledger";
+  if (plan.worst_stage == stage) {
+    for (size_t a = 0; a < kNumAxes; ++a) {
+      int64_t calls = 0, payload = 0, wire = 0;
+      for (const CommCounter& c : measured.axes[a].ops) calls += c.calls, payload += c.payload_bytes, wire += c.wire_bytes;
+      const std::string where = fmt::format("{}: the planner's {} traffic", rank, axis_name(static_cast<Axis>(a)));
+      EXPECT_EQ(plan.comm[a].calls, calls) << where;
+      if (static_cast<Axis>(a) == Axis::ep) continue;
+      EXPECT_EQ(plan.comm[a].payload_bytes, payload) << where;
+      EXPECT_EQ(plan.comm[a].wire_bytes, wire) << where;
+    }
+  }
   // The ledger's comm tag: exact where what is allocated does not depend on timing or
   // routing (DDP in fp32, tp, cp, the pipeline's gradient copies); with ZeRO/FSDP buckets
   // and reduce-scatters are freed when a poll finds them done, and the experts' scratch

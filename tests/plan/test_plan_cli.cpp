@@ -1,0 +1,69 @@
+// `ndtrain plan` end to end: a search printed as a table and written as JSON and CSV,
+// bad input refused by name, and `--validate`, which trains small layouts on 1, 2 and 4
+// ranks under mpirun and holds the planner's memory (within 2%) and bytes (exactly) to
+// what the runs measure.
+#include "../common/command.h"
+#include "../common/temp_dir.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <string>
+
+namespace ndt {
+namespace {
+
+const std::string kNdtrain = std::string(NDT_BINARY_DIR) + "/ndtrain";
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+// Catches: a plan that prints no ranked layouts, or files that do not hold every layout.
+TEST(PlanCli, PrintsTheBestLayoutsAndWritesTheWholeSearch) {
+  testing::TempDir dir;
+  const testing::CommandResult r = testing::run_command(
+      kNdtrain + " plan --preset llama3-8b --device h100-sxm --nodes 2 --seq 4096 --batch 64 --precision bf16 --top 3 "
+                 "--json " + dir.file("plan.json") + " --csv " + dir.file("plan.csv"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "candidate layouts on 2 x 8 h100-sxm (16 devices, 80.00 GiB each)")) << r.output;
+  EXPECT_TRUE(contains(r.output, "\n1    ")) << r.output;
+  EXPECT_TRUE(contains(r.output, "\nbest: ")) << r.output;
+  EXPECT_TRUE(contains(r.output, "memory per device")) << r.output;
+  std::ifstream json_file(dir.file("plan.json"));
+  const nlohmann::json j = nlohmann::json::parse(json_file);
+  EXPECT_EQ(j.at("layouts").size(), j.at("candidates").get<size_t>());
+  EXPECT_TRUE(j.at("layouts").at(0).at("fits").get<bool>());
+  std::ifstream csv_file(dir.file("plan.csv"));
+  size_t lines = 0;
+  for (std::string line; std::getline(csv_file, line);) ++lines;
+  EXPECT_EQ(lines, j.at("candidates").get<size_t>() + 1);
+}
+
+// Catches: bad input accepted, or refused without naming it.
+TEST(PlanCli, RefusesBadInputByName) {
+  testing::CommandResult r = testing::run_command(kNdtrain + " plan --preset llama3-8b --device tpu-v9");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_TRUE(contains(r.output, "--device \"tpu-v9\" is not a device profile")) << r.output;
+  r = testing::run_command(kNdtrain + " plan --preset llama3-8b --nodes 2 --devices-per-node 8 --devices 12");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_TRUE(contains(r.output, "contradictory cluster sizes")) << r.output;
+  r = testing::run_command(kNdtrain + " plan --preset llama3-9b");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_TRUE(contains(r.output, "model.preset = \"llama3-9b\" is not a known preset")) << r.output;
+  r = testing::run_command(kNdtrain + " plan --device h100-sxm");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_TRUE(contains(r.output, "needs a model: --preset NAME or --config FILE")) << r.output;
+}
+
+// Catches: the planner's memory or bytes drifting from what ndtrain measures on real
+// runs (every layout of the validation set: memory within 2%, bytes equal).
+TEST(PlanCli, ValidateHoldsThePlannerToRunsOnThisMachine) {
+  const testing::CommandResult r = testing::run_command(kNdtrain + " plan --validate");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "memory within 2% and bytes equal: 9 of 9 runs")) << r.output;
+  EXPECT_FALSE(contains(r.output, "MISMATCH")) << r.output;
+  std::printf("%s", r.output.c_str());
+}
+
+}  // namespace
+}  // namespace ndt

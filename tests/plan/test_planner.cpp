@@ -1,0 +1,267 @@
+// The planner (plan/planner.h): its memory and bytes are the shared functions' (the
+// feature matrix holds them to the ledger and the counters, tests/mpi); here the ZeRO
+// paper's model-state table reproduced, published large runs compared with what the
+// planner predicts (the error printed and bounded), the out-of-memory explanation, the
+// device profiles and files, and every bad input against its message.
+#include "../common/errors.h"
+#include "../common/temp_dir.h"
+#include "model/activations.h"
+#include "model/transformer.h"
+#include "parallel/memory_model.h"
+#include "parallel/tensor_parallel.h"
+#include "plan/planner.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <optional>
+
+namespace ndt {
+namespace {
+
+constexpr double kGB = 1e9;
+
+// Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training Trillion
+// Parameter Models", Figure 1: a 7.5B-parameter model on 64 devices with mixed-precision
+// Adam (K = 12): 120 GB, 31.4 GB, 16.6 GB and 1.88 GB of model states per device for the
+// baseline and stages 1, 2 and 3 (P_os, P_os+g, P_os+g+p).
+// Catches: a stage sharding the wrong state, a shard over the wrong count.
+TEST(PublishedFigures, ZeroPaperModelStatesPerDevice) {
+  const int64_t psi = 7'500'000'000;
+  const double published[4] = {120, 31.4, 16.6, 1.88};
+  for (int stage = 0; stage <= 3; ++stage) {
+    const double gb = static_cast<double>(model_states_from_count(psi, 64, stage, kZeroPaperStates).total()) / kGB;
+    fmt::print("ZeRO paper, stage {}: {:.3f} GB (published {} GB); ndtrain's fp32 accounting {:.3f} GB\n", stage, gb,
+               published[stage], static_cast<double>(model_states_from_count(psi, 64, stage).total()) / kGB);
+    EXPECT_NEAR(gb / published[stage], 1.0, 0.01) << "stage " << stage;
+  }
+}
+
+RunConfig run_of(const ModelConfig& model, int seq_len, int batch, const Layout& layout) {
+  RunConfig c;
+  c.model = model;
+  c.seq_len = seq_len;
+  c.batch_size = batch;
+  c.precision.compute = DType::bf16;
+  return layout.apply(c);
+}
+
+Layout layout_of(int pp, int dp_replicate, int dp_shard, int cp, int tp, int zero, const char* schedule, int v,
+                 CheckpointMode recompute) {
+  Layout l;
+  l.mesh = MeshShape{pp, dp_replicate, dp_shard, cp, tp, 1};
+  l.zero_stage = zero;
+  l.sequence_parallel = tp > 1;
+  l.micro_batch_size = 1;
+  l.recompute = recompute;
+  l.pp_schedule = schedule;
+  l.pp_virtual_stages = v;
+  return l;
+}
+
+// Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU Clusters
+// Using Megatron-LM", Table 1, the 145.6B row: GPT, 80 layers, hidden 12288, 96 heads,
+// vocabulary 51200, sequence 2048, batch 2304, tp 8 x pp 8 on 1536 A100-80GB (Selene):
+// 148 TFLOP/s per GPU, 47% of peak, counting the recomputed forward (every model there
+// recomputes its activations): the planner's HFU. Assumed where the row is silent:
+// micro-batch 1, 1F1B, data parallelism without ZeRO.
+// Catches: a step-time model off by a wide margin on a tp x pp x dp run.
+TEST(PublishedFigures, MegatronTable1Row) {
+  ModelConfig m = ModelConfig::preset("gpt2-124m");
+  m.vocab_size = 51200, m.max_seq_len = 2048, m.n_layer = 80, m.d_model = 12288, m.n_head = 96, m.n_kv_head = 96;
+  m.d_ff = 4 * m.d_model;
+  const Cluster cluster = make_cluster(builtin_device("a100-80g"), 0, 8, 1536);
+  RunConfig c = run_of(m, 2048, 2304, layout_of(8, 24, 1, 1, 8, 0, "1f1b", 1, CheckpointMode::full));
+  const LayoutScore s = score_layout(c, cluster);
+  ASSERT_TRUE(s.rejected.empty()) << s.rejected;
+  const double published = 0.47, error = s.hfu / published - 1;
+  fmt::print("Megatron-LM 145.6B on 1536 A100: predicted HFU {:.1f}% ({:.0f} TFLOP/s per GPU), published 47% (148); "
+             "error {:+.1f}%; step {:.2f} s, bubble {:.1f}%\n",
+             100 * s.hfu, s.hfu * 312, 100 * error, s.time.step_s, 100 * s.bubble);
+  EXPECT_LT(std::abs(error), 0.35);
+}
+
+// Llama Team 2024, "The Llama 3 Herd of Models", Table 4: the 405B model on H100s, tp 8 x
+// pp 16 with dp 64 (8192 GPUs, 32 sequences of 8192 per data-parallel rank): 430 TFLOP/s
+// per GPU, 43% BF16 MFU; dp 128 (16384 GPUs, 16 per rank): 400, 41%; cp 16 x dp 8 (16384
+// GPUs, sequences of 131072, 16 per rank): 380, 38%. 16M tokens per step in each. What
+// the table leaves open (ZeRO stage, schedule, recompute; micro-batch 1) is the planner's
+// choice: the fastest of those that fit. cp runs as a ring.
+// Catches: a step-time model off by a wide margin at 16K devices.
+TEST(PublishedFigures, Llama3Table4Rows) {
+  const ModelConfig m = ModelConfig::preset("llama3-405b");
+  struct Row {
+    int devices, dp, cp, seq, batch;
+    double mfu;
+  };
+  for (const Row& row : {Row{8192, 64, 1, 8192, 2048, 0.43}, Row{16384, 128, 1, 8192, 2048, 0.41},
+                         Row{16384, 8, 16, 131072, 128, 0.38}}) {
+    const Cluster cluster = make_cluster(builtin_device("h100-sxm"), 0, 8, row.devices);
+    std::optional<LayoutScore> best;
+    for (int zero : {1, 2, 3}) {
+      for (const auto& [schedule, v] : {std::pair{"1f1b", 1}, {"interleaved_1f1b", 2}}) {
+        for (CheckpointMode recompute : {CheckpointMode::none, CheckpointMode::selective, CheckpointMode::full}) {
+          const RunConfig c =
+              run_of(m, row.seq, row.batch, layout_of(16, 1, row.dp, row.cp, 8, zero, schedule, v, recompute));
+          LayoutScore s = score_layout(c, cluster);
+          if (s.rejected.empty() && (!best || s.time.step_s < best->time.step_s)) best = std::move(s);
+        }
+      }
+    }
+    ASSERT_TRUE(best.has_value()) << row.devices << " devices: no setting fits";
+    const LayoutScore& s = *best;
+    const double error = s.mfu / row.mfu - 1;
+    fmt::print("Llama 3 405B on {} H100 ({}): predicted MFU {:.1f}% ({:.0f} TFLOP/s per GPU), published {:.0f}%; error "
+               "{:+.1f}%; step {:.2f} s, bubble {:.1f}%, memory {:.1f} GiB\n",
+               row.devices, s.layout.describe(), 100 * s.mfu, s.mfu * 989, 100 * row.mfu, 100 * error, s.time.step_s,
+               100 * s.bubble, static_cast<double>(s.memory.total()) / (1 << 30));
+    EXPECT_LT(std::abs(error), 0.35) << row.devices << " devices, cp " << row.cp;
+  }
+}
+
+// Catches: predictions of the planner's own instead of the shared functions' (the feature
+// matrix then holds those to the ledger and the counters on real runs).
+TEST(Planner, PredictionsAreTheSharedFunctions) {
+  ModelConfig m = ModelConfig::preset("llama-tiny");
+  m.n_layer = 6;
+  const Cluster cluster = make_cluster(builtin_device("h100-sxm"), 1, 8, 0);
+  for (const Layout& l : {layout_of(1, 2, 4, 1, 1, 3, "1f1b", 1, CheckpointMode::none),
+                          layout_of(2, 1, 2, 1, 2, 1, "1f1b", 1, CheckpointMode::selective),
+                          layout_of(2, 1, 1, 2, 2, 0, "gpipe", 1, CheckpointMode::full)}) {
+    const RunConfig c = run_of(m, 64, 16, l);
+    const LayoutScore s = score_layout(c, cluster);
+    ASSERT_TRUE(s.rejected.empty()) << l.describe() << ": " << s.rejected;
+    const PipelineStages stages = partition_pipeline(m, c.seq_len, l.mesh.pp);
+    for (int stage = 0; stage < l.mesh.pp; ++stage) {
+      const std::vector<char> units = l.mesh.pp > 1 ? stages.local_units(stage, l.mesh.pp) : std::vector<char>{};
+      std::vector<ParameterSpec> specs;
+      for (const ParameterSpec& spec : model_parameter_specs(m)) {
+        if (units.empty() || units[static_cast<size_t>(spec.unit)]) specs.push_back(spec);
+      }
+      const ModelStateBytes states = predict_model_states(local_parameter_specs(specs, l.mesh.tp),
+                                                          l.mesh.size(Axis::dp_shard_cp), l.zero_stage, DType::bf16);
+      const MemoryEstimate& got = s.stages[static_cast<size_t>(stage)];
+      EXPECT_EQ(got.params, states.params) << l.describe() << " stage " << stage;
+      EXPECT_EQ(got.grads, states.grads);
+      EXPECT_EQ(got.optimizer, states.optimizer);
+      ActivationLayout layout{l.mesh.tp, l.sequence_parallel, CpLayout{l.mesh.cp, CpMode::ring, CpChunks::zigzag}};
+      const int64_t context = Transformer::predict_activation_bytes(m, 1, c.seq_len, c.loss_chunk_rows, layout,
+                                                                    c.activation_checkpointing, units, DType::bf16);
+      const int64_t workspace =
+          workspace_floats(m, layout, 1, c.seq_len / l.mesh.cp, c.loss_chunk_rows, c.activation_checkpointing, DType::bf16) * 4;
+      EXPECT_EQ(got.activations, got.in_flight * (context - workspace) + workspace) << l.describe() << " stage " << stage;
+      EXPECT_EQ(got.comm_buffers, predict_comm_buffer_bytes(c, cluster.devices(), stage));
+    }
+    const StepCommunication comm = predict_step_communication(c, cluster.devices(), s.worst_stage);
+    for (size_t a = 0; a < kNumAxes; ++a) {
+      EXPECT_EQ(s.comm[a].calls, comm.axes[a].calls()) << axis_name(static_cast<Axis>(a));
+      EXPECT_EQ(s.comm[a].wire_bytes, comm.axes[a].wire_bytes()) << axis_name(static_cast<Axis>(a));
+    }
+    // MFU counts the model's FLOPs per token, as the trainer does.
+    const double flops = Transformer(m, 1, 256, false).flops_per_token(c.seq_len) * c.batch_size * c.seq_len;
+    EXPECT_NEAR(s.mfu, flops / (s.time.step_s * cluster.devices() * cluster.device.peak_bf16), 1e-12);
+  }
+}
+
+// Catches: an out-of-memory rejection that does not say what overflows or by how much.
+TEST(Planner, OutOfMemorySaysWhichPartOverflowsAndByHowMuch) {
+  const Cluster cluster = make_cluster(builtin_device("a100-80g"), 1, 8, 0);
+  RunConfig c = run_of(ModelConfig::preset("llama3-70b"), 4096, 8, layout_of(1, 8, 1, 1, 1, 0, "1f1b", 1, CheckpointMode::none));
+  const LayoutScore s = score_layout(c, cluster);
+  // DDP keeps every state whole: 70.6B parameters x (4 + 2) bytes alone are 395 GiB.
+  EXPECT_GT(s.memory.params, int64_t{390} << 30);
+  const double over = (static_cast<double>(s.memory.total()) - cluster.device.memory_bytes) / (1 << 30);
+  EXPECT_NE(s.rejected.find("out of memory"), std::string::npos) << s.rejected;
+  EXPECT_NE(s.rejected.find(fmt::format("{:.2f} GiB over the device's 80.00 GiB", over)), std::string::npos) << s.rejected;
+  EXPECT_NE(s.rejected.find("the largest part, optimizer states"), std::string::npos) << s.rejected;
+
+  // Nothing fits: the plan says so and shows the closest layout and why it overflows.
+  RunConfig big;
+  big.model = ModelConfig::preset("llama3-405b");
+  big.seq_len = 8192, big.batch_size = 16, big.precision.compute = DType::bf16;
+  PlanSpace space;
+  space.micro_batch_sizes = {1};
+  const PlanResult plan = plan_layouts(big, cluster, space);
+  EXPECT_EQ(plan.fitting, 0);
+  const std::string table = render_plan_table(plan, cluster, 5);
+  EXPECT_NE(table.find("no layout fits in memory"), std::string::npos) << table;
+  EXPECT_NE(table.find("closest to fitting of those out of memory"), std::string::npos) << table;
+  EXPECT_NE(table.find("GiB over the device's 80.00 GiB"), std::string::npos) << table;
+}
+
+// Catches: a search that leaves out a valid layout or keeps an invalid one, or orders
+// the fitting ones by anything but step time.
+TEST(Planner, SearchesEveryMeshAndRanksByStepTime) {
+  RunConfig base;
+  base.model = ModelConfig::preset("llama-tiny");
+  base.seq_len = 64, base.batch_size = 8;
+  const Cluster cluster = make_cluster(builtin_device("h100-sxm"), 1, 4, 0);
+  PlanSpace space;
+  space.zero_stages = {0, 3};
+  space.micro_batch_sizes = {1};
+  space.recompute = {CheckpointMode::none};
+  space.pp_schedules = {"1f1b"};
+  space.cp_modes = {"ring"};
+  const PlanResult r = plan_layouts(base, cluster, space);
+  EXPECT_EQ(r.candidates, r.fitting + r.out_of_memory + r.invalid);
+  EXPECT_GT(r.fitting, 10);
+  // Every mesh of 4 devices over (pp, dp_replicate, dp_shard, cp, tp) appears.
+  int pure_tp = 0, pp_dp = 0;
+  for (const LayoutScore& s : r.layouts) {
+    pure_tp += s.layout.mesh.tp == 2 && s.layout.mesh.dp_replicate == 2 && s.rejected.empty();
+    pp_dp += s.layout.mesh.pp == 2 && s.layout.mesh.dp_replicate == 2;
+  }
+  EXPECT_GT(pure_tp, 0);
+  EXPECT_GT(pp_dp, 0);
+  for (int i = 1; i < r.fitting; ++i) EXPECT_LE(r.layouts[i - 1].time.step_s, r.layouts[i].time.step_s);
+  const nlohmann::json j = layout_json(r.layouts.front());
+  EXPECT_TRUE(j.at("fits").get<bool>());
+  EXPECT_EQ(j.at("memory_bytes").at("total").get<int64_t>(), r.layouts.front().memory.total());
+  const std::string csv = plan_csv(r);
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), r.candidates + 1);
+}
+
+TEST(Planner, DeviceFile) {
+  testing::TempDir dir;
+  const std::string path = dir.file("gpu.toml");
+  std::ofstream(path) << "name = \"my-gpu\"\nmemory_gib = 96\npeak_tflops_fp32 = 60\npeak_tflops_bf16 = 800\n"
+                         "memory_bandwidth_gb_s = 4000\nintra_node_gb_s = 400\ninter_node_gb_s = 50\n"
+                         "devices_per_node = 4\ngemm_efficiency = 0.7\n";
+  const DeviceProfile d = resolve_device(path);
+  EXPECT_EQ(d.name, "my-gpu");
+  EXPECT_DOUBLE_EQ(d.memory_bytes, 96.0 * (1 << 30));
+  EXPECT_DOUBLE_EQ(d.peak_bf16, 800e12);
+  EXPECT_EQ(d.devices_per_node, 4);
+  EXPECT_EQ(make_cluster(d, 3, 0, 0).devices(), 12);
+
+  std::ofstream(dir.file("typo.toml")) << "memory_gb = 96\n";
+  testing::expect_error([&] { resolve_device(dir.file("typo.toml")); }, {"unknown key \"memory_gb\""});
+  std::ofstream(dir.file("short.toml")) << "memory_gib = 96\n";
+  testing::expect_error([&] { resolve_device(dir.file("short.toml")); },
+                        {"short.toml\" does not give inter_node_gb_s (required: memory_gib, peak_tflops_fp32"});
+  testing::expect_error([&] { resolve_device(dir.file("missing.toml")); }, {"missing.toml"});
+}
+
+// Catches: bad input accepted, or refused without naming the setting and value.
+TEST(Planner, BadInputIsRefusedByName) {
+  testing::expect_error([&] { builtin_device("h100"); }, {"--device \"h100\" is not a device profile: the built-in ones are a100-80g, b200, "
+                                       "h100-sxm, h200, cpu"});
+  const DeviceProfile h100 = builtin_device("h100-sxm");
+  testing::expect_error([&] { make_cluster(h100, 2, 8, 20); }, {"contradictory cluster sizes: --nodes 2 x --devices-per-node 8 = 16 devices, but --devices 20"});
+  testing::expect_error([&] { make_cluster(h100, 0, 8, 20); }, {"--devices 20 is not a whole number of nodes of 8 devices"});
+  testing::expect_error([&] { make_cluster(h100, 3, 0, 20); }, {"--devices 20 does not split over --nodes 3"});
+  testing::expect_error([&] { make_cluster(h100, -1, 0, 0); }, {"cluster sizes must not be negative"});
+
+  // A model no layout of 4 devices divides: 3 heads (no tp), one block (no pp 4), 3
+  // tokens per sequence (no cp) and 3 sequences per step (no dp).
+  RunConfig c;
+  c.model = ModelConfig::preset("gpt2-tiny");
+  c.model.n_head = 3, c.model.d_model = 96, c.model.d_ff = 384, c.model.n_layer = 1;
+  c.seq_len = 3, c.batch_size = 3;
+  testing::expect_error([&] { plan_layouts(c, make_cluster(h100, 1, 4, 0)); }, {"no layout of 4 devices can run this model and batch"});
+}
+
+}  // namespace
+}  // namespace ndt
