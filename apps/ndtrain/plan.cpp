@@ -66,14 +66,14 @@ PlanSpace search_space(const PlanOptions& o) {
 }
 
 void print_best(const LayoutScore& s, const Cluster& cluster) {
-  const double GiB = 1024.0 * 1024 * 1024;
   const MemoryEstimate& m = s.memory;
   fmt::print("\nbest: {}\n", s.layout.describe());
-  fmt::print("  memory per device{}: {:.2f} GiB of {:.2f}: parameters {:.2f}, gradients {:.2f}, optimizer {:.2f}, "
-             "activations {:.2f} ({} micro-batch{} in flight), communication buffers {:.2f}\n",
-             s.layout.mesh.pp > 1 ? fmt::format(" (pipeline stage {})", s.worst_stage) : "", m.total() / GiB,
-             cluster.device.memory_bytes / GiB, m.params / GiB, m.grads / GiB, m.optimizer / GiB, m.activations / GiB,
-             m.in_flight, m.in_flight == 1 ? "" : "es", m.comm_buffers / GiB);
+  const auto bytes = [](int64_t b) { return memory_text(static_cast<double>(b)); };
+  fmt::print("  memory per device{}: {} of {}: parameters {}, gradients {}, optimizer {}, activations {} ({} "
+             "micro-batch{} in flight), communication buffers {}\n",
+             s.layout.mesh.pp > 1 ? fmt::format(" (pipeline stage {})", s.worst_stage) : "", bytes(m.total()),
+             memory_text(cluster.device.memory_bytes), bytes(m.params), bytes(m.grads), bytes(m.optimizer),
+             bytes(m.activations), m.in_flight, m.in_flight == 1 ? "" : "es", bytes(m.comm_buffers));
   fmt::print("  step {:.4g} s: compute {:.4g} s, exposed communication {:.4g} s, pipeline bubble {:.4g} s ({:.1f}%), "
              "optimizer {:.4g} s; MFU {:.1f}%, HFU {:.1f}%, {:.4g} tokens/s\n",
              s.time.step_s, s.time.compute_s, s.time.exposed_comm_s, s.time.bubble_s, 100 * s.bubble, s.time.optimizer_s,
@@ -81,7 +81,7 @@ void print_best(const LayoutScore& s, const Cluster& cluster) {
   fmt::print("  communication per step and device:\n");
   for (size_t a = 0; a < kNumAxes; ++a) {
     const OpVolume& v = s.comm[a];
-    if (v.calls == 0) continue;
+    if (v.calls == 0 || is_alias_axis(static_cast<Axis>(a), s.layout.mesh)) continue;
     fmt::print("    {:<12} {:>7} calls {:>12.4g} bytes on the wire  {:.4g} s\n", axis_name(static_cast<Axis>(a)), v.calls,
                static_cast<double>(v.wire_bytes), s.time.comm_s[a]);
   }
@@ -101,8 +101,10 @@ int run_plan(const PlanOptions& o) {
   if (o.fp8) base.precision.fp8 = true;
   NDT_CHECK(base.seq_len <= base.model.max_seq_len, "--seq {} exceeds the model's max_seq_len {} (--set model.max_seq_len=N)",
             base.seq_len, base.model.max_seq_len);
-  const DeviceProfile device = o.device == "cpu" ? measure_cpu_device(o.devices_per_node > 0 ? o.devices_per_node : 1)
-                                                 : resolve_device(o.device);
+  // This machine is one node: its ranks share its cores, so the profile is measured for
+  // as many ranks as the node holds.
+  const int cpu_ranks = o.devices_per_node > 0 ? o.devices_per_node : o.devices > 0 ? o.devices / std::max(1, o.nodes) : 1;
+  const DeviceProfile device = o.device == "cpu" ? measure_cpu_device(std::max(1, cpu_ranks)) : resolve_device(o.device);
   const Cluster cluster = make_cluster(device, o.nodes, o.devices_per_node, o.devices);
   const PlanSpace space = search_space(o);
 

@@ -77,14 +77,6 @@ const LinkProfile& axis_link(Axis axis, const MeshShape& m, const Cluster& clust
   return inside ? cluster.device.intra_node : cluster.device.inter_node;
 }
 
-// Flattenings that are the same communicator as another axis (and count the same calls):
-// without cp, dp_shard_cp is dp_shard and dp_cp is dp; with ep = 1, edp is dp_cp and
-// edp_shard is dp_shard_cp (parallel/device_mesh.h).
-bool is_alias(Axis axis, const MeshShape& m) {
-  if ((axis == Axis::dp_shard_cp || axis == Axis::dp_cp) && m.cp == 1) return true;
-  if ((axis == Axis::edp || axis == Axis::edp_shard) && m.ep == 1) return true;
-  return false;
-}
 
 double op_seconds(CommOp op, const OpVolume& v, int group, const LinkProfile& link) {
   if (v.calls == 0) return 0;
@@ -134,6 +126,16 @@ std::string overflow_message(const MemoryEstimate& m, int stage, int pp, double 
 }
 
 }  // namespace
+
+bool is_alias_axis(Axis axis, const MeshShape& m) {
+  if ((axis == Axis::dp_shard_cp || axis == Axis::dp_cp) && m.cp == 1) return true;
+  if ((axis == Axis::edp || axis == Axis::edp_shard) && m.ep == 1) return true;
+  return false;
+}
+
+std::string memory_text(double bytes) {
+  return bytes >= kGiB ? fmt::format("{:.1f}G", bytes / kGiB) : fmt::format("{:.1f}M", bytes / (1024.0 * 1024.0));
+}
 
 Layout Layout::of(const RunConfig& c) {
   Layout l;
@@ -375,7 +377,7 @@ LayoutScore LayoutScorer::score(const RunConfig& config, const Cluster& cluster)
     double reduce_s = 0, gather_s = 0, per_micro_batch_s = 0, p2p_message_s = 0;
     for (size_t a = 0; a < kNumAxes; ++a) {
       const Axis axis = static_cast<Axis>(a);
-      if (is_alias(axis, m)) continue;
+      if (is_alias_axis(axis, m)) continue;
       const int group = m.size(axis);
       const LinkProfile& link = axis_link(axis, m, cluster);
       double axis_s = 0;
@@ -582,7 +584,7 @@ nlohmann::json layout_json(const LayoutScore& s) {
   nlohmann::json comm = nlohmann::json::object();
   for (size_t a = 0; a < kNumAxes; ++a) {
     const OpVolume& v = s.comm[a];
-    if (v.calls == 0) continue;
+    if (v.calls == 0 || is_alias_axis(static_cast<Axis>(a), s.layout.mesh)) continue;
     comm[std::string(axis_name(static_cast<Axis>(a)))] = {
         {"calls", v.calls}, {"payload_bytes", v.payload_bytes}, {"wire_bytes", v.wire_bytes},
         {"seconds", s.time.comm_s[a]}};
@@ -640,7 +642,7 @@ std::string render_plan_table(const PlanResult& result, const Cluster& cluster, 
       if (!s.rejected.empty() || shown >= rows) break;
       ++shown;
       out += fmt::format("{:<4} {:<58} {:>9} {:>8.3g}s {:>5.1f}% {:>5.1f}% {:>6.1f}% {:>9.3g}s {:>10.4g}\n", shown,
-                         s.layout.describe(), fmt::format("{:.1f}G", s.memory.total() / kGiB), s.time.step_s, 100 * s.mfu,
+                         s.layout.describe(), memory_text(static_cast<double>(s.memory.total())), s.time.step_s, 100 * s.mfu,
                          100 * s.hfu, 100 * s.bubble, s.time.exposed_comm_s, s.tokens_per_s);
     }
   } else {

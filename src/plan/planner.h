@@ -107,6 +107,13 @@ struct PlanResult {
 // and batch at all, naming the sizes.
 PlanResult plan_layouts(const RunConfig& base, const Cluster& cluster, const PlanSpace& space = {});
 
+// Flattenings that are the same communicator as another axis and count the same calls:
+// without cp, dp_shard_cp is dp_shard and dp_cp is dp; with ep = 1, edp is dp_cp and
+// edp_shard is dp_shard_cp (comm/device_mesh.h).
+bool is_alias_axis(Axis axis, const MeshShape& mesh);
+// "64.3G" or "37.5M" (GiB, MiB).
+std::string memory_text(double bytes);
+
 // The table of the best `rows` fitting layouts, and a summary of the rejections.
 std::string render_plan_table(const PlanResult& result, const Cluster& cluster, int rows);
 nlohmann::json layout_json(const LayoutScore& score);
