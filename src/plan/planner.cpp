@@ -78,10 +78,19 @@ const LinkProfile& axis_link(Axis axis, const MeshShape& m, const Cluster& clust
 }
 
 
+// Alpha-beta time of a rank's calls of one operation: hops x latency per call plus the
+// wire bytes over the bandwidth. An all-reduce takes the better of the ring (the wire
+// bytes the counters count) and a tree (2 log2 n hops, twice the payload on the wire),
+// as NCCL chooses between them: a one-float all-reduce over 16K ranks is a tree's 28
+// hops, not a ring's 32766.
 double op_seconds(CommOp op, const OpVolume& v, int group, const LinkProfile& link) {
   if (v.calls == 0) return 0;
-  return static_cast<double>(v.calls) * hops(op, group) * link.latency_s +
-         static_cast<double>(v.wire_bytes) / link.bytes_per_s;
+  const double calls = static_cast<double>(v.calls);
+  const double ring = calls * hops(op, group) * link.latency_s + static_cast<double>(v.wire_bytes) / link.bytes_per_s;
+  if (op != CommOp::all_reduce || group <= 2) return ring;
+  const double tree = calls * 2 * std::ceil(std::log2(group)) * link.latency_s +
+                      2.0 * static_cast<double>(v.payload_bytes) / link.bytes_per_s;
+  return std::min(ring, tree);
 }
 
 bool is_gradient_axis(Axis a) {
