@@ -370,7 +370,7 @@ struct Bucket {
 };
 
 // make_gradient_buckets (parallel/buckets.h) on the local parameters.
-std::vector<Bucket> gradient_buckets(const Layout& l) {
+std::vector<Bucket> make_gradient_buckets(const Layout& l) {
   const size_t bucket_bytes = static_cast<size_t>(l.c.bucket_mb * 1024 * 1024);
   const std::vector<LocalParam>& ps = l.params();
   std::vector<int64_t> offset(ps.size() + 1, 0);
@@ -385,6 +385,22 @@ std::vector<Bucket> gradient_buckets(const Layout& l) {
     }
   }
   return buckets;
+}
+
+// make_gradient_buckets, remembered per thread for the same parameters and bucket size.
+const std::vector<Bucket>& gradient_buckets(const Layout& l) {
+  struct Cached {
+    std::shared_ptr<const UnitParams> params;  // keeps the key's address from being reused
+    std::vector<Bucket> buckets;
+  };
+  thread_local std::map<std::pair<const UnitParams*, double>, Cached> cache;
+  const auto key = std::pair{l.unit_params.get(), l.c.bucket_mb};
+  auto it = cache.find(key);
+  if (it == cache.end()) {
+    if (cache.size() > 4096) cache.clear();
+    it = cache.emplace(key, Cached{l.unit_params, make_gradient_buckets(l)}).first;
+  }
+  return it->second.buckets;
 }
 
 void data_parallel(Acc& a) {  // DDP: each bucket all-reduced once per step

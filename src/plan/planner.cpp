@@ -210,6 +210,12 @@ class LayoutScorer {
     if (it == stages_.end()) it = stages_.emplace(chunks, partition_pipeline(model_, c.seq_len, chunks)).first;
     return it->second;
   }
+  const std::vector<char>& stage_local_units(int pp, int v, int stage, const PipelineStages& split) {
+    const auto key = std::make_tuple(pp, v, stage);
+    auto it = local_units_.find(key);
+    if (it == local_units_.end()) it = local_units_.emplace(key, split.local_units(stage, pp)).first;
+    return it->second;
+  }
   // One tp rank's parameter specs of pipeline rank `stage` (pp = 1: the whole model).
   const std::vector<ParameterSpec>& stage_specs(int tp, int pp, int v, int stage, const std::vector<char>& local_units) {
     const auto key = std::make_tuple(tp, pp, v, stage);
@@ -259,6 +265,7 @@ class LayoutScorer {
   std::vector<double> unit_flops_;
   std::map<std::tuple<int, int, bool>, std::vector<double>> recompute_;
   std::map<int, PipelineStages> stages_;
+  std::map<std::tuple<int, int, int>, std::vector<char>> local_units_;
   std::map<std::tuple<int, int, int, int>, std::vector<ParameterSpec>> stage_specs_;
 };
 
@@ -308,7 +315,7 @@ LayoutScore LayoutScorer::score(const RunConfig& config, const Cluster& cluster)
   double worst_memory = -1;
   for (int stage = 0; stage < m.pp; ++stage) {
     std::vector<char>& local_units = stage_units[static_cast<size_t>(stage)];
-    if (split) local_units = split->local_units(stage, m.pp);
+    if (split) local_units = stage_local_units(m.pp, config.pp_virtual_stages, stage, *split);
     MemoryEstimate mem;
     const ModelStateBytes states = model_states(config, m, stage, local_units);
     mem.params = states.params, mem.grads = states.grads, mem.optimizer = states.optimizer;
@@ -336,7 +343,7 @@ LayoutScore LayoutScorer::score(const RunConfig& config, const Cluster& cluster)
   std::map<std::string, std::pair<StepCommunication, int64_t>> by_kind;
   const auto stage_kind = [&](int stage) {
     const std::vector<char>& units = stage_units[static_cast<size_t>(stage)];
-    std::string kind = fmt::format("{}{}:", stage == 0 ? 'F' : '-', stage == m.pp - 1 ? 'L' : '-');
+    std::string kind = {stage == 0 ? 'F' : '-', stage == m.pp - 1 ? 'L' : '-', ':'};
     for (int u = 0; u < static_cast<int>(units.size()); ++u) {
       if (!units[static_cast<size_t>(u)]) {
         if (!kind.empty() && kind.back() != '|') kind += '|';
