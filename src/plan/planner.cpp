@@ -651,13 +651,13 @@ std::string render_plan_table(const PlanResult& result, const Cluster& cluster, 
       result.candidates, cluster.nodes, cluster.devices_per_node, cluster.device.name, cluster.devices(),
       gib(cluster.device.memory_bytes), result.fitting, result.out_of_memory, result.invalid, result.seconds);
   if (result.fitting > 0) {
-    out += fmt::format("\n{:<4} {:<58} {:>9} {:>9} {:>6} {:>6} {:>7} {:>10} {:>10}\n", "rank", "layout", "memory",
+    out += fmt::format("\n{:<4} {:<72} {:>9} {:>9} {:>6} {:>6} {:>7} {:>10} {:>10}\n", "rank", "layout", "memory",
                        "step", "MFU", "HFU", "bubble", "exposed", "tokens/s");
     int shown = 0;
     for (const LayoutScore& s : result.layouts) {
       if (!s.rejected.empty() || shown >= rows) break;
       ++shown;
-      out += fmt::format("{:<4} {:<58} {:>9} {:>8.3g}s {:>5.1f}% {:>5.1f}% {:>6.1f}% {:>9.3g}s {:>10.4g}\n", shown,
+      out += fmt::format("{:<4} {:<72} {:>9} {:>8.3g}s {:>5.1f}% {:>5.1f}% {:>6.1f}% {:>9.3g}s {:>10.4g}\n", shown,
                          s.layout.describe(), memory_text(static_cast<double>(s.memory.total())), s.time.step_s, 100 * s.mfu,
                          100 * s.hfu, 100 * s.bubble, s.time.exposed_comm_s, s.tokens_per_s);
     }
