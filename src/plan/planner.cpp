@@ -191,8 +191,12 @@ std::string Layout::describe() const {
 // and FLOPs per unit, each pipeline split, each stage's tp-local specs.
 class LayoutScorer {
  public:
-  LayoutScorer(const ModelConfig& model, int T)
-      : model_(model), specs_(model_parameter_specs(model)), unit_flops_(unit_flops_per_token(model, T)) {}
+  explicit LayoutScorer(const RunConfig& base)
+      : model_(base.model),
+        seq_len_(base.seq_len),
+        loss_chunk_rows_(base.loss_chunk_rows),
+        specs_(model_parameter_specs(base.model)),
+        unit_flops_(unit_flops_per_token(base.model, base.seq_len)) {}
 
   LayoutScore score(const RunConfig& config, const Cluster& cluster);
 
@@ -259,6 +263,7 @@ class LayoutScorer {
   }
 
   ModelConfig model_;
+  int seq_len_, loss_chunk_rows_;
   std::map<std::tuple<int, int, int, int, int, int, int, int>, ModelStateBytes> states_;
   std::map<std::tuple<int, bool, int, int, int, int, int, int, int, int>, int64_t> activations_;
   std::vector<ParameterSpec> specs_;
@@ -270,8 +275,10 @@ class LayoutScorer {
 };
 
 LayoutScore LayoutScorer::score(const RunConfig& config, const Cluster& cluster) {
-  NDT_CHECK(config.model.n_layer == model_.n_layer && config.model.d_model == model_.d_model,
-            "LayoutScorer: a config of another model");
+  // What the caches were filled for.
+  NDT_CHECK(config.seq_len == seq_len_ && config.loss_chunk_rows == loss_chunk_rows_ &&
+                config.model.n_layer == model_.n_layer && config.model.d_model == model_.d_model,
+            "LayoutScorer: a config of another model or run");
   LayoutScore s;
   config.validate_layout();
   const MeshShape m = config.resolve_mesh(cluster.devices());
@@ -476,7 +483,7 @@ LayoutScore LayoutScorer::score(const RunConfig& config, const Cluster& cluster)
 }
 
 LayoutScore score_layout(const RunConfig& config, const Cluster& cluster) {
-  return LayoutScorer(config.model, config.seq_len).score(config, cluster);
+  return LayoutScorer(config).score(config, cluster);
 }
 
 PlanResult plan_layouts(const RunConfig& base, const Cluster& cluster, const PlanSpace& space) {
@@ -544,7 +551,7 @@ PlanResult plan_layouts(const RunConfig& base, const Cluster& cluster, const Pla
   result.layouts.resize(candidates.size());
   const int threads = std::max(1, std::min<int>(static_cast<int>(std::thread::hardware_concurrency()), 16));
   const auto score_some = [&](int first) {
-    LayoutScorer scorer(model, base.seq_len);
+    LayoutScorer scorer(base);
     for (size_t i = static_cast<size_t>(first); i < candidates.size(); i += static_cast<size_t>(threads)) {
       try {
         result.layouts[i] = scorer.score(candidates[i].apply(base), cluster);

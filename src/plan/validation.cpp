@@ -108,12 +108,12 @@ bool reported_axis(Axis axis, const MeshShape& m) {
   }
 }
 
-ValidationRow validate_case(const ValidationCase& c, const fs::path& dir, const std::string& base_config,
+ValidationRow validate_case(const ValidationCase& c, int index, const fs::path& dir, const std::string& base_config,
                             std::map<int, Cluster>& clusters) {
   ValidationRow row;
   row.name = c.name;
   row.ranks = c.ranks;
-  const fs::path out = dir / fmt::format("run-{}", std::hash<std::string>{}(c.name) % 100000);
+  const fs::path out = dir / fmt::format("run-{}", index);
   std::vector<std::string> settings = c.settings;
   settings.push_back("runtime.out_dir=" + out.string());
   std::string command = c.ranks == 1 ? std::string("/proc/self/exe")
@@ -152,14 +152,24 @@ ValidationRow validate_case(const ValidationCase& c, const fs::path& dir, const 
 
   // An MoE block's transient buffers (dispatch rows, the experts' backward scratch) and
   // its exchange scratch depend on the routing and are not predicted: reported only.
-  const bool routed = config.model.is_moe();
+  // Under ZeRO/FSDP a bucket's or reduce-scatter's buffers are freed when a poll finds
+  // them done, so the comm peak varies run to run: its prediction is the part every run
+  // holds, a lower bound (plan/comm_model.h).
+  const bool routed = config.model.is_moe(), timed = config.zero_stage > 0;
   for (const auto& [label, pair, enforced] :
        {std::tuple{"model states", row.model_states, true}, {"activations", row.activations, !routed},
         {"communication buffers", row.comm_buffers, !routed}}) {
     const double e = relative_error(pair[0], pair[1]);
     if (std::abs(e) <= 0.02) continue;
     const std::string text = fmt::format("{}: measured {} bytes, predicted {} ({:+.1f}%)", label, pair[0], pair[1], 100 * e);
-    (enforced ? row.mismatches : row.notes).push_back(text);
+    const bool lower_bound = timed && std::string(label) == "communication buffers";
+    if (!enforced) {
+      row.notes.push_back("routing-dependent, not enforced: " + text);
+    } else if (lower_bound) {
+      (e > 0 ? row.notes : row.mismatches).push_back("a lower bound under ZeRO/FSDP: " + text);
+    } else {
+      row.mismatches.push_back(text);
+    }
   }
 
   // Bytes: every reported axis's counters of one step against the model.
@@ -218,8 +228,10 @@ int run_plan_validation(const std::string& dir_option, bool keep) {
              validation_cases().size(), dir.string());
   std::map<int, Cluster> clusters;
   std::vector<ValidationRow> rows;
-  for (const ValidationCase& c : validation_cases()) {
-    rows.push_back(validate_case(c, dir, base, clusters));
+  const std::vector<ValidationCase> cases = validation_cases();
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const ValidationCase& c = cases[i];
+    rows.push_back(validate_case(c, static_cast<int>(i + 1), dir, base, clusters));
     const ValidationRow& r = rows.back();
     fmt::print("  {:<24} {} rank{}: model states {}, activations {}, comm buffers {}, bytes {} / {}, step {:.4f} s "
                "against {:.4f} s predicted ({})\n",
@@ -243,7 +255,7 @@ int run_plan_validation(const std::string& dir_option, bool keep) {
                                                   : fmt::format("{} vs {}", r.wire_bytes[0], r.wire_bytes[1]),
                r.step_s[0], r.step_s[1], percent(r.step_s));
     for (const std::string& m : r.mismatches) fmt::print("    MISMATCH {}\n", m);
-    for (const std::string& n : r.notes) fmt::print("    routing-dependent, not enforced: {}\n", n);
+    for (const std::string& n : r.notes) fmt::print("    {}\n", n);
     failures += r.mismatches.empty() ? 0 : 1;
     errors.push_back(std::abs(relative_error(r.step_s[0], r.step_s[1])));
   }
