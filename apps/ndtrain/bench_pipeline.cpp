@@ -24,21 +24,6 @@
 
 namespace ndt {
 
-namespace {
-
-std::vector<std::string> split_names(const std::string& text) {
-  std::vector<std::string> names;
-  size_t begin = 0;
-  while (begin <= text.size()) {
-    const size_t end = std::min(text.find(',', begin), text.size());
-    names.push_back(text.substr(begin, end - begin));
-    begin = end + 1;
-  }
-  return names;
-}
-
-}  // namespace
-
 int run_bench_pipeline(const PipelineBenchOptions& o) {
   NDT_CHECK(launched_by_mpi(), "bench pipeline runs under mpirun: one rank per pipeline stage");
   NDT_CHECK(o.steps > 0 && o.micro_batches > 0 && o.micro_batch_size > 0 && o.layers > 0,
@@ -86,7 +71,7 @@ int run_bench_pipeline(const PipelineBenchOptions& o) {
                     o.micro_batch_size, o.seq_len, shape_of.d_model, 1e3 * communication));
   print("  schedule          | step (median) | tokens/s | bubble measured | simulated (measured costs) | "
         "contexts on rank 0\n");
-  for (const std::string& name : split_names(o.schedules)) {
+  for (const std::string& name : split_comma_list(o.schedules)) {
     const PipelineSchedule schedule = pipeline_schedule_from_name(name);
     const int v = schedule == PipelineSchedule::interleaved_1f1b ? 2 : 1;
     RunConfig c;

@@ -5,11 +5,24 @@
 #include "parallel/pipeline_simulator.h"
 #include "train/generate.h"
 
+#include <algorithm>
 #include <cstddef>
 #include <string>
 #include <vector>
 
 namespace ndt {
+
+// "a,b,c" -> {"a", "b", "c"}, empty items kept (the option's own check names them).
+inline std::vector<std::string> split_comma_list(const std::string& text) {
+  std::vector<std::string> items;
+  size_t begin = 0;
+  while (begin <= text.size()) {
+    const size_t end = std::min(text.find(',', begin), text.size());
+    items.push_back(text.substr(begin, end - begin));
+    begin = end + 1;
+  }
+  return items;
+}
 
 // Whether this process was started by mpirun/srun (then MPI is used), and its rank.
 bool launched_by_mpi();

@@ -12,25 +12,14 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include <sstream>
 
 namespace ndt {
 
 namespace {
 
-std::vector<std::string> split_list(const std::string& text) {
-  std::vector<std::string> items;
-  std::stringstream in(text);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    if (!item.empty()) items.push_back(item);
-  }
-  return items;
-}
-
 std::vector<int> int_list(const std::string& text, const char* option) {
   std::vector<int> values;
-  for (const std::string& item : split_list(text)) {
+  for (const std::string& item : split_comma_list(text)) {
     try {
       size_t used = 0;
       values.push_back(std::stoi(item, &used));
@@ -51,16 +40,17 @@ PlanSpace search_space(const PlanOptions& o) {
   for (int b : space.micro_batch_sizes) NDT_CHECK(b >= 1, "--micro-batch-sizes: {} must be at least 1", b);
   if (!o.recompute.empty()) {
     space.recompute.clear();
-    for (const std::string& name : split_list(o.recompute)) space.recompute.push_back(checkpoint_mode_from_name(name));
+    for (const std::string& name : split_comma_list(o.recompute)) space.recompute.push_back(checkpoint_mode_from_name(name));
   }
   if (!o.schedules.empty()) {
-    space.pp_schedules = split_list(o.schedules);
+    space.pp_schedules = split_comma_list(o.schedules);
     for (const std::string& name : space.pp_schedules) pipeline_schedule_from_name(name);
   }
   if (!o.cp_modes.empty()) {
-    space.cp_modes = split_list(o.cp_modes);
+    space.cp_modes = split_comma_list(o.cp_modes);
     for (const std::string& name : space.cp_modes) cp_mode_from_name(name);
   }
+  NDT_CHECK(o.max_tp >= 0, "--max-tp {} must not be negative (0: one node's devices)", o.max_tp);
   space.max_tp = o.max_tp;
   return space;
 }
@@ -94,6 +84,9 @@ int run_plan(const PlanOptions& o) {
   std::vector<std::string> overrides = o.overrides;
   if (!o.preset.empty()) overrides.insert(overrides.begin(), "model.preset=" + o.preset);
   NDT_CHECK(!o.config.empty() || !o.preset.empty(), "ndtrain plan needs a model: --preset NAME or --config FILE");
+  NDT_CHECK(o.top >= 1, "--top {} must be at least 1", o.top);
+  NDT_CHECK(o.seq_len >= 0 && o.batch >= 0, "--seq {} and --batch {} must not be negative (0: the config's)", o.seq_len,
+            o.batch);
   RunConfig base = read_run_config(o.config, overrides);
   if (o.seq_len > 0) base.seq_len = o.seq_len;
   if (o.batch > 0) base.batch_size = o.batch;

@@ -96,18 +96,6 @@ std::map<std::pair<std::string, std::string>, std::pair<int64_t, int64_t>> step_
   return out;
 }
 
-bool reported_axis(Axis axis, const MeshShape& m) {
-  switch (axis) {
-    case Axis::dp_cp:
-    case Axis::dp_shard_cp:
-    case Axis::cp: return m.cp > 1;
-    case Axis::ep:
-    case Axis::edp:
-    case Axis::edp_shard: return m.ep > 1;
-    default: return true;
-  }
-}
-
 ValidationRow validate_case(const ValidationCase& c, int index, const fs::path& dir, const std::string& base_config,
                             std::map<int, Cluster>& clusters) {
   ValidationRow row;
@@ -178,7 +166,8 @@ ValidationRow validate_case(const ValidationCase& c, int index, const fs::path& 
                                     : std::map<std::pair<std::string, std::string>, std::pair<int64_t, int64_t>>{};
   for (size_t a = 0; a < kNumAxes && c.ranks > 1; ++a) {
     const Axis axis = static_cast<Axis>(a);
-    if (!reported_axis(axis, plan.layout.mesh)) continue;
+    // The metrics report each communicator once (the trainer leaves out the aliases).
+    if (is_alias_axis(axis, plan.layout.mesh)) continue;
     for (size_t op = 0; op < kNumCommOps; ++op) {
       const OpVolume& p = comm.axes[a].ops[op];
       const std::string axis_text(axis_name(axis)), op_text(comm_op_name(static_cast<CommOp>(op)));

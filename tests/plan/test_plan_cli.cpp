@@ -50,6 +50,12 @@ TEST(PlanCli, RefusesBadInputByName) {
   r = testing::run_command(kNdtrain + " plan --preset llama3-9b");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_TRUE(contains(r.output, "model.preset = \"llama3-9b\" is not a known preset")) << r.output;
+  r = testing::run_command(kNdtrain + " plan --preset llama3-8b --top 0");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_TRUE(contains(r.output, "--top 0 must be at least 1")) << r.output;
+  r = testing::run_command(kNdtrain + " plan --preset llama3-8b --zero-stages 1,4");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_TRUE(contains(r.output, "--zero-stages: 4 is not a ZeRO stage (0 to 3)")) << r.output;
   r = testing::run_command(kNdtrain + " plan --device h100-sxm");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_TRUE(contains(r.output, "needs a model: --preset NAME or --config FILE")) << r.output;
