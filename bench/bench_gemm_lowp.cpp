@@ -104,7 +104,7 @@ void run_bf16(benchmark::State& state, bool trans_a, bool trans_b, LowpGemmBacke
   const auto A = random_bf16(int64_t{p.M} * p.K, 1), B = random_bf16(int64_t{p.K} * p.N, 2);
   std::vector<float> C(static_cast<size_t>(p.M) * p.N);
   for (auto _ : state) {
-    ndt::cpu::gemm_lowp(backend, DType::bf16, p.trans_a, p.trans_b, p.M, p.N, p.K, A.data(), p.lda(),
+    ndt::cpu::gemm_lowp_on(backend, DType::bf16, p.trans_a, p.trans_b, p.M, p.N, p.K, A.data(), p.lda(),
                         B.data(), p.ldb(), 0.0f, C.data(), p.N);
     benchmark::ClobberMemory();
   }

@@ -20,12 +20,14 @@
 #include "kernels/kernels.h"
 #include "model/transformer.h"
 #include "optim/clip.h"
-#include "parallel/data_parallel.h"
-#include "parallel/fsdp.h"
+#include "parallel/data/data_parallel.h"
+#include "parallel/data/fsdp.h"
 #include "parallel/memory_model.h"
 #include "parallel/parallelize.h"
-#include "parallel/ring_attention.h"
-#include "parallel/tensor_parallel.h"
+#include "parallel/context/ring_attention.h"
+#include "parallel/tensor/tensor_parallel.h"
+#include "apps/ndtrain/synthetic_rows.h"
+#include "train/training_model.h"
 #include "train/peak_flops.h"
 
 #include <fmt/format.h>
@@ -180,6 +182,30 @@ void print_grouped_experts(const ModelConfig& c, const std::vector<int64_t>& row
                     rows_per_expert.size(), counts, C, F, grouped / 1e9, rows, F, C, one / 1e9, 100.0 * grouped / one));
 }
 
+// The run the options describe, resolved for the mesh: what TrainingModel builds.
+RunConfig bench_run_config(const TrainBenchOptions& o, const MeshShape& shape) {
+  RunConfig c;
+  c.model = ModelConfig::preset(o.preset);
+  if (o.vocab > 0) c.model.vocab_size = o.vocab;
+  // Long-context runs (--seq beyond the preset's): the model's positions reach --seq.
+  c.model.max_seq_len = std::max(c.model.max_seq_len, o.seq_len);
+  c.seed = 1;
+  c.batch_size = o.batch;
+  c.seq_len = o.seq_len;
+  c.mesh = shape;
+  c.zero_stage = o.zero_stage;
+  c.prefetch = o.prefetch;
+  c.sequence_parallel = o.sequence_parallel;
+  c.cp_mode = cp_mode_from_name(o.cp_mode);
+  c.cp_chunks = cp_chunks_from_name(o.cp_chunks);
+  c.precision.compute = compute_dtype_from_config_name(o.precision);
+  c.reduce_dtype = compute_dtype_from_config_name(o.reduce_dtype, "--reduce-dtype");
+  c.activation_checkpointing = {checkpoint_mode_from_name(o.activation_checkpointing), o.checkpointing_every};
+  c.threads = o.threads;
+  c.validate_layout();
+  return c.resolved(static_cast<int>(shape.product()));
+}
+
 }  // namespace
 
 int run_bench_train(const TrainBenchOptions& o) {
@@ -196,48 +222,27 @@ int run_bench_train(const TrainBenchOptions& o) {
   if (cp_layout.active()) cp_layout.check_sequence(o.seq_len);
   const int dp = ranks / o.tp / o.cp;
   NDT_CHECK(o.batch % dp == 0, "--batch {} is not a multiple of the {} data-parallel ranks", o.batch, dp);
-  NDT_CHECK(o.zero_stage == 0 || world, "--zero-stage {} needs mpirun", o.zero_stage);
   NDT_CHECK(o.ep == 1 || world, "--ep {} needs mpirun", o.ep);
-  std::unique_ptr<DeviceMesh> mesh;
-  if (world) {
-    // ZeRO, and expert parallelism (which borrows dp_shard x cp), put the data-parallel ranks on dp_shard.
-    MeshShape shape = o.zero_stage > 0 || o.ep > 1 ? MeshShape{1, 1, dp, o.cp, o.tp} : MeshShape{1, dp, 1, o.cp, o.tp};
-    shape.ep = o.ep;
-    mesh = std::make_unique<DeviceMesh>(*world, shape);
-  }
+  // ZeRO, and expert parallelism (which borrows dp_shard x cp), put the data-parallel ranks on dp_shard.
+  MeshShape shape = o.zero_stage > 0 || o.ep > 1 ? MeshShape{1, 1, dp, o.cp, o.tp} : MeshShape{1, dp, 1, o.cp, o.tp};
+  shape.ep = o.ep;
+  std::unique_ptr<DeviceMesh> mesh = world ? std::make_unique<DeviceMesh>(*world, shape) : std::make_unique<DeviceMesh>();
   auto print = [rank](const std::string& text) {
     if (rank == 0) fmt::print("{}", text), std::fflush(stdout);
   };
 
   kernels::set_num_threads(o.threads);
-  ModelConfig config = ModelConfig::preset(o.preset);
-  if (o.vocab > 0) config.vocab_size = o.vocab;
-  // Long-context runs (--seq beyond the preset's): the model's positions reach --seq.
-  config.max_seq_len = std::max(config.max_seq_len, o.seq_len);
+  const RunConfig run = bench_run_config(o, shape);
+  const ModelConfig& config = run.model;
   const int B = o.batch / dp, T = o.seq_len, N = B * T;
   const size_t rss_before = process_current_rss_bytes();
-
-  validate_tensor_parallel(config, o.tp, o.sequence_parallel, T);
-  Transformer model(config, 1, 256, /*materialize_parameters=*/false);
-  const Precision precision{compute_dtype_from_config_name(o.precision)};
-  model.set_precision(precision);
-  ParallelOptions options;
-  options.zero_stage = o.zero_stage;
-  options.prefetch = o.prefetch;
-  options.sequence_parallel = o.sequence_parallel;
-  options.cp_mode = cp_layout.mode;
-  options.cp_chunks = cp_layout.chunks;
-  options.reduce_dtype = compute_dtype_from_config_name(o.reduce_dtype, "--reduce-dtype");
-  std::unique_ptr<GradientSync> sync = parallelize(model, mesh.get(), options);
-  const ActivationCheckpointing checkpointing{checkpoint_mode_from_name(o.activation_checkpointing),
-                                              o.checkpointing_every};
-  model.set_activation_checkpointing(checkpointing);
-  auto* fsdp = dynamic_cast<FullyShardedDataParallel*>(sync.get());
-  std::vector<int32_t> tokens(static_cast<size_t>(N) + 1);
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    const size_t dp_rank = mesh ? static_cast<size_t>(mesh->coord(Axis::dp)) : 0;  // tp and cp peers share rows
-    tokens[i] = static_cast<int32_t>(philox(7, hash_name("bench"), i + dp_rank * N)[0] % config.vocab_size);
-  }
+  TrainingModel training(run, *mesh);
+  Transformer& model = training.model();
+  GradientSync* sync = &training.sync();
+  const Precision& precision = run.precision;
+  const ActivationCheckpointing& checkpointing = run.activation_checkpointing;
+  auto* fsdp = dynamic_cast<FullyShardedDataParallel*>(sync);
+  const FetchRows rows = synthetic_rows(T, config.vocab_size);
   print(fmt::format("bench train: {} ({:.2f}M parameters, vocab {}), B={} T={}, {} rank{} x {} thread{}{}{}{}\n",
                     o.preset, count_parameters(config) / 1e6, config.vocab_size, o.batch, T, ranks,
                     ranks == 1 ? "" : "s", o.threads, o.threads == 1 ? "" : "s",
@@ -268,13 +273,10 @@ int run_bench_train(const TrainBenchOptions& o) {
                       100.0 * model.recompute_flops_per_token(T) / model.flops_per_token(T)));
   }
 
+  // The trainer's forward and backward (TrainingModel), then a plain update.
   auto train_step = [&](bool communicate) {
     const auto t0 = std::chrono::steady_clock::now();
-    model.store().refresh_compute();
-    sync->zero_grads();
-    sync->begin_backward(communicate);
-    model.forward_backward(tokens.data(), tokens.data() + 1, B, T, 1.0f / (o.batch * T));
-    sync->finish_backward();
+    training.compute_gradients(rows, 1.0f / static_cast<float>(o.batch * T), communicate);
     sync->step(1e-4f, clip_factor(sync->grad_norm(), 1.0f));
     if (world) world->barrier();  // time the slowest rank
     return seconds_since(t0);
@@ -282,7 +284,7 @@ int run_bench_train(const TrainBenchOptions& o) {
 
   // Seconds spent in tp and cp communication so far (blocking calls: the whole call;
   // non-blocking: the wait).
-  auto axis_seconds = [&](Axis axis) { return mesh ? mesh->axis(axis).stats().total_wait_seconds() : 0.0; };
+  auto axis_seconds = [&](Axis axis) { return mesh->axis(axis).stats().total_wait_seconds(); };
   std::vector<double> seconds, gather_waits, tp_waits, cp_waits, ep_waits;
   MoeTotals moe;
   for (int s = 0; s <= o.steps; ++s) {
@@ -313,7 +315,7 @@ int run_bench_train(const TrainBenchOptions& o) {
   const PeakFlops peak_flops = resolve_peak_flops(0, o.threads, precision.compute);
   const double peak = peak_flops.flops_per_s;
   const ModelStateBytes states = predict_model_states(local_parameter_specs(model_parameter_specs(config), o.tp),
-                                                      mesh ? mesh->size(Axis::dp_shard_cp) : 1, o.zero_stage,
+                                                      mesh->size(Axis::dp_shard_cp), o.zero_stage,
                                                       precision.compute, o.ep);
   const ActivationLayout tp_layout = model.activation_layout();
   const int64_t predicted_activations =
@@ -355,7 +357,7 @@ int run_bench_train(const TrainBenchOptions& o) {
                     fits, T));
   auto states_at = [&](const ModelConfig& model) {
     return predict_model_states(local_parameter_specs(model_parameter_specs(model), o.tp),
-                                mesh ? mesh->size(Axis::dp_shard_cp) : 1, o.zero_stage, precision.compute, o.ep)
+                                mesh->size(Axis::dp_shard_cp), o.zero_stage, precision.compute, o.ep)
         .total();
   };
   print_longest_sequences(config, B, checkpointing, precision.compute, o.tp, o.sequence_parallel, cp_layout,
@@ -404,7 +406,7 @@ int run_bench_train(const TrainBenchOptions& o) {
     for (int s = 0; s < o.steps; ++s) {
       world->barrier();
       const auto t0 = std::chrono::steady_clock::now();
-      for (const GradientBucket& b : dynamic_cast<DataParallel&>(*sync).buckets()) {
+      for (const GradientBucket& b : dynamic_cast<const DataParallel&>(*sync).buckets()) {
         mesh->axis(Axis::dp).all_reduce(grads + b.begin, static_cast<size_t>(b.end - b.begin), DType::f32, ReduceOp::sum);
       }
       world->barrier();

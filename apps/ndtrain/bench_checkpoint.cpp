@@ -6,6 +6,8 @@
 // blocked too), the step time while a background write runs against
 // without, and save and load throughput in MB/s. Medians over --reps.
 #include "apps/ndtrain/commands.h"
+#include "apps/ndtrain/synthetic_rows.h"
+#include "train/training_model.h"
 #include "core/timing.h"
 #include "core/rng.h"
 #include "kernels/cpu/threads.h"
@@ -32,19 +34,18 @@ int run_bench_checkpoint(const CheckpointBenchOptions& o) {
   config.out_dir = "";
   std::filesystem::create_directories(o.dir);
 
-  Transformer model(config.model, 1, 256);
-  std::unique_ptr<GradientSync> sync = parallelize(model, nullptr, {});
-  const int B = o.batch, T = o.seq_len;
-  std::vector<int32_t> tokens(static_cast<size_t>(B * T) + 1);
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    tokens[i] = static_cast<int32_t>(philox(7, hash_name("bench"), i)[0] % config.model.vocab_size);
-  }
+  config.batch_size = o.batch;
+  config.seq_len = o.seq_len;
+  config.seed = 1;
+  config.threads = o.threads;
+  DeviceMesh mesh;
+  config = config.resolved(1);
+  TrainingModel training(config, mesh);
+  GradientSync* sync = &training.sync();
+  const FetchRows rows = synthetic_rows(o.seq_len, config.model.vocab_size);
   auto train_step = [&] {
     const auto t0 = std::chrono::steady_clock::now();
-    sync->zero_grads();
-    sync->begin_backward(true);
-    model.forward_backward(tokens.data(), tokens.data() + 1, B, T, 1.0f / (B * T));
-    sync->finish_backward();
+    training.compute_gradients(rows, 1.0f / static_cast<float>(o.batch * o.seq_len));
     sync->step(1e-4f, 1.0f);
     return seconds_since(t0);
   };
@@ -57,27 +58,27 @@ int run_bench_checkpoint(const CheckpointBenchOptions& o) {
   std::fflush(stdout);
   train_step();  // warm-up; the moments are now non-zero
 
-  TrainingCheckpoints checkpoints(config, nullptr, nullptr);
+  TrainingCheckpoints checkpoints(config, mesh, nullptr);
   checkpoints.claim(std::nullopt, /*overwrite=*/true);  // the bench's own folder: an earlier bench's saves go
   std::vector<double> sync_blocked, async_blocked, plain_steps, overlapped_steps, write_rates, load_rates;
   int64_t step = 0;
   for (int r = 0; r < o.reps; ++r) {
     double before = checkpoints.blocked_seconds();
     ++step;
-    checkpoints.save(step, *sync, training_state(config, step, *sync, nullptr), /*async=*/false);
+    checkpoints.save(step, *sync, training_state(config, step, *sync, mesh), /*async=*/false);
     sync_blocked.push_back(checkpoints.blocked_seconds() - before);
     write_rates.push_back(checkpoints.last_write_bytes() / 1e6 / checkpoints.last_write_seconds());
 
     plain_steps.push_back(train_step());
     before = checkpoints.blocked_seconds();
     ++step;
-    checkpoints.save(step, *sync, training_state(config, step, *sync, nullptr), /*async=*/true);
+    checkpoints.save(step, *sync, training_state(config, step, *sync, mesh), /*async=*/true);
     overlapped_steps.push_back(train_step());  // while the background thread writes
     checkpoints.finish();  // counts as blocked only if the write outlasted the step
     async_blocked.push_back(checkpoints.blocked_seconds() - before);
 
     const auto t0 = std::chrono::steady_clock::now();
-    load_training_checkpoint(checkpoints.root() / ("step-" + fmt::format("{:08d}", step)), *sync, config, nullptr);
+    load_training_checkpoint(checkpoints.root() / ("step-" + fmt::format("{:08d}", step)), *sync, config, mesh);
     load_rates.push_back(state_bytes / 1e6 / seconds_since(t0));
     fmt::print("  rep {}: blocked by a synchronous save {:.3f} s, by an asynchronous one {:.3f} s; step {:.3f} s, "
                "{:.3f} s during a background write\n",

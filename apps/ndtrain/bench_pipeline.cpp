@@ -12,7 +12,7 @@
 #include "core/rng.h"
 #include "core/timing.h"
 #include "data/shard.h"
-#include "parallel/pipeline_simulator.h"
+#include "parallel/pipeline/simulator.h"
 #include "train/trainer.h"
 
 #include <fmt/format.h>
@@ -89,10 +89,10 @@ int run_bench_pipeline(const PipelineBenchOptions& o) {
     c.out_dir = "";
     c.train_data = data;
     c.mesh.pp = pp;
-    c.pp_schedule = name;
+    c.pp_schedule = schedule;
     c.pp_virtual_stages = v;
     DeviceMesh mesh(*world, c.resolve_mesh(pp));
-    Trainer trainer(c, &mesh, nullptr);
+    Trainer trainer(c, mesh, nullptr);
     trainer.step();  // warm-up
     std::vector<double> steps, measured;
     std::array<double, 4> cost_sum{}, cost_count{};

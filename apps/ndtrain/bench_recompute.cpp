@@ -6,6 +6,8 @@
 // --activation-checkpointing P` prints both, and tests hold them equal), the FLOPs the
 // recompute adds, and the largest batch whose predicted memory fits a budget.
 #include "apps/ndtrain/commands.h"
+#include "apps/ndtrain/synthetic_rows.h"
+#include "train/training_model.h"
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/timing.h"
@@ -30,14 +32,20 @@ int run_bench_recompute(const RecomputeBenchOptions& o) {
   NDT_CHECK(std::isfinite(o.memory_budget_gib) && o.memory_budget_gib > 0, "--memory-budget-gib {} must be positive",
             o.memory_budget_gib);
   kernels::set_num_threads(o.threads);
-  const ModelConfig config = ModelConfig::preset(o.preset);
+  RunConfig run;
+  run.model = ModelConfig::preset(o.preset);
+  run.batch_size = o.batch;
+  run.seq_len = o.seq_len;
+  run.seed = 1;
+  run.threads = o.threads;
+  run = run.resolved(1);
+  const ModelConfig& config = run.model;
   const int B = o.batch, T = o.seq_len;
-  Transformer model(config, 1, 256, /*materialize_parameters=*/false);
-  std::unique_ptr<GradientSync> sync = parallelize(model, nullptr, {});
-  std::vector<int32_t> tokens(static_cast<size_t>(B) * T + 1);
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    tokens[i] = static_cast<int32_t>(philox(7, hash_name("bench"), i)[0] % config.vocab_size);
-  }
+  DeviceMesh mesh;
+  TrainingModel training(run, mesh);
+  Transformer& model = training.model();
+  GradientSync* sync = &training.sync();
+  const FetchRows rows = synthetic_rows(T, config.vocab_size);
   const std::array<ActivationCheckpointing, 3> policies = {
       ActivationCheckpointing{CheckpointMode::none, 1}, ActivationCheckpointing{CheckpointMode::full, 1},
       ActivationCheckpointing{CheckpointMode::selective, 1}};
@@ -50,10 +58,7 @@ int run_bench_recompute(const RecomputeBenchOptions& o) {
   auto train_step = [&](const ActivationCheckpointing& policy) {
     model.set_activation_checkpointing(policy);
     const auto t0 = std::chrono::steady_clock::now();
-    sync->zero_grads();
-    sync->begin_backward(true);
-    model.forward_backward(tokens.data(), tokens.data() + 1, B, T, 1.0f / (B * T));
-    sync->finish_backward();
+    training.compute_gradients(rows, 1.0f / static_cast<float>(B * T));
     sync->step(1e-4f, clip_factor(sync->grad_norm(), 1.0f));
     return seconds_since(t0);
   };

@@ -2,7 +2,7 @@
 // ndt::Error for bad input (caught and printed once in main).
 #pragma once
 
-#include "parallel/pipeline_simulator.h"
+#include "parallel/pipeline/simulator.h"
 #include "train/generate.h"
 
 #include <algorithm>

@@ -43,12 +43,12 @@ PlanSpace search_space(const PlanOptions& o) {
     for (const std::string& name : split_comma_list(o.recompute)) space.recompute.push_back(checkpoint_mode_from_name(name));
   }
   if (!o.schedules.empty()) {
-    space.pp_schedules = split_comma_list(o.schedules);
-    for (const std::string& name : space.pp_schedules) pipeline_schedule_from_name(name);
+    space.pp_schedules.clear();
+    for (const std::string& name : split_comma_list(o.schedules)) space.pp_schedules.push_back(pipeline_schedule_from_name(name));
   }
   if (!o.cp_modes.empty()) {
-    space.cp_modes = split_comma_list(o.cp_modes);
-    for (const std::string& name : space.cp_modes) cp_mode_from_name(name);
+    space.cp_modes.clear();
+    for (const std::string& name : split_comma_list(o.cp_modes)) space.cp_modes.push_back(cp_mode_from_name(name));
   }
   NDT_CHECK(o.max_tp >= 0, "--max-tp {} must not be negative (0: one node's devices)", o.max_tp);
   space.max_tp = o.max_tp;

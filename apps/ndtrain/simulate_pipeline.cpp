@@ -1,10 +1,10 @@
 // `ndtrain simulate-pipeline`: a pipeline schedule's action lists timed with per-action
-// costs (parallel/pipeline_simulator.h): the timeline of every rank, the bubble per
+// costs (parallel/pipeline/simulator.h): the timeline of every rank, the bubble per
 // rank and its mean against the theory, the peak of live activations per rank, and
 // optionally the timeline as an SVG file.
 #include "apps/ndtrain/commands.h"
 #include "core/output_file.h"
-#include "parallel/pipeline_simulator.h"
+#include "parallel/pipeline/simulator.h"
 
 #include <fmt/format.h>
 

@@ -33,24 +33,26 @@ int launched_rank() {
   return 0;
 }
 
-// The exit code of a run that SIGTERM stopped (after saving): 128 + SIGTERM, as a shell
-// reports a process the signal ended, so scripts can tell it from a finished run.
-constexpr int kStoppedBySigterm = 143;
+// The exit code of a run that a stop signal ended (after saving): 128 + the signal
+// (143 for SIGTERM, 130 for SIGINT), as a shell reports a process the signal ended, so
+// scripts can tell it from a finished run (train/stop_signal.h).
+int exit_code(const RunSummary& summary) { return summary.stopped_by_signal ? 128 + summary.stop_signal : 0; }
 
 int run_train(const std::string& config_path, const std::vector<std::string>& overrides) {
   const RunConfig config = load_run_config(config_path, overrides);
   if (!launched_by_mpi()) {
     config.resolve_mesh(1);
-    Trainer trainer(config, nullptr, &std::cout);
-    return trainer.run().stopped_by_signal ? kStoppedBySigterm : 0;
+    DeviceMesh mesh;
+    Trainer trainer(config, mesh, &std::cout);
+    return exit_code(trainer.run());
   }
   set_comm_timeout_seconds(config.comm_timeout_s);
   std::unique_ptr<Communicator> world = mpi_world();
   DeviceMesh mesh(*world, config.resolve_mesh(world->size()));
-  Trainer trainer(config, &mesh, &std::cout);
+  Trainer trainer(config, mesh, &std::cout);
   const RunSummary summary = trainer.run();
   world->barrier();
-  return summary.stopped_by_signal ? kStoppedBySigterm : 0;
+  return exit_code(summary);
 }
 
 namespace {

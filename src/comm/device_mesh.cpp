@@ -1,5 +1,6 @@
 #include "comm/device_mesh.h"
 
+#include "comm/self_communicator.h"
 #include "core/error.h"
 
 #include <fmt/format.h>
@@ -43,7 +44,17 @@ void MeshShape::validate(int world_size) const {
             dp_shard, cp, dp_shard * cp);
 }
 
-DeviceMesh::DeviceMesh(Communicator& world, const MeshShape& shape) : world_(world), shape_(shape) {
+DeviceMesh::DeviceMesh(Communicator& world, const MeshShape& shape) : world_(world), shape_(shape) { build_axes(); }
+
+DeviceMesh::DeviceMesh() : DeviceMesh(std::make_unique<SelfCommunicator>(), MeshShape{}) {}
+
+DeviceMesh::DeviceMesh(std::unique_ptr<Communicator> world, const MeshShape& shape)
+    : owned_world_(std::move(world)), world_(*owned_world_), shape_(shape) {
+  build_axes();
+}
+
+void DeviceMesh::build_axes() {
+  Communicator& world = world_;
   shape_.validate(world.size());
   const auto sizes = sizes_of(shape_);
   int rest = world.rank();

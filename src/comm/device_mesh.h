@@ -4,7 +4,8 @@
 // dp (dp_replicate x dp_shard: data parallelism splits the batch over it), dp_shard_cp
 // and dp_cp (with the context-parallel ranks: parameters are sharded and gradients
 // reduced over them), and the expert-parallel groups ep, edp and edp_shard, whose
-// ranks ep borrows from dp_shard_cp (core/axis.h).
+// ranks ep borrows from dp_shard_cp (core/axis.h). One rank is a mesh too: every axis
+// of size one (DeviceMesh()).
 #pragma once
 
 #include "comm/communicator.h"
@@ -42,6 +43,9 @@ class DeviceMesh {
   // Collective over `world`: every rank builds the same mesh. World rank r sits at
   // the row-major coordinates of r in (pp, dp_replicate, dp_shard, cp, tp).
   DeviceMesh(Communicator& world, const MeshShape& shape);
+  // One rank alone: every axis of size one over a SelfCommunicator the mesh owns
+  // (comm/self_communicator.h), so a single-process run has a mesh like any other.
+  DeviceMesh();
 
   const MeshShape& shape() const { return shape_; }
   Communicator& world() { return world_; }
@@ -58,6 +62,10 @@ class DeviceMesh {
   int size(Axis axis) const { return shape_.size(axis); }
 
  private:
+  DeviceMesh(std::unique_ptr<Communicator> world, const MeshShape& shape);
+  void build_axes();
+
+  std::unique_ptr<Communicator> owned_world_;  // the single-rank mesh's; null otherwise
   Communicator& world_;
   MeshShape shape_;
   std::array<int, 5> coords_{};

@@ -3,7 +3,7 @@
 // includes nothing from parallel/ or comm/, as with tensor parallelism
 // (model/tensor_parallel_regions.h). The base class is context parallelism of size 1:
 // the local causal kernel on whole sequences. parallelize() installs ring attention
-// (parallel/ring_attention.h) or Ulysses (parallel/ulysses_attention.h), whose
+// (parallel/context/ring_attention.h) or Ulysses (parallel/context/ulysses_attention.h), whose
 // communication runs over the cp mesh axis.
 //
 // Under cp = n a context holds T / n tokens of each of its B sequences (the runs of

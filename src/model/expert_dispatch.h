@@ -3,7 +3,7 @@
 // back, owned here so that the model includes nothing from parallel/ or comm/ (as with
 // tensor and context parallelism). The base class is expert parallelism of size 1:
 // this rank holds every expert and the rows stay where they are. parallelize()
-// installs ExpertParallel (parallel/expert_parallel.h), an all-to-all-v over the ep
+// installs ExpertParallel (parallel/expert/expert_parallel.h), an all-to-all-v over the ep
 // mesh axis.
 //
 // Two layouts of the same routed rows (one row per kept (token, expert) assignment):

@@ -43,7 +43,7 @@ struct ParameterSpec {
   // the head). A unit's parameters are contiguous, in unit order.
   int unit = 0;
   // A routed expert's weight ([experts, ...]): dim 0 indexes the experts, which expert
-  // parallelism splits over ep (parallel/expert_parallel.h). Its tp_dim is then 1 or 2.
+  // parallelism splits over ep (parallel/expert/expert_parallel.h). Its tp_dim is then 1 or 2.
   bool expert = false;
 };
 

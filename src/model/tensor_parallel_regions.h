@@ -3,7 +3,7 @@
 // nothing from parallel/ or comm/. The base class is tensor parallelism of size 1:
 // every operator is the identity, and the model runs as on one rank.
 // parallelize() (parallel/parallelize.h) installs the Megatron implementation
-// (parallel/tensor_parallel.h), whose collectives run over the tp mesh axis.
+// (parallel/tensor/tensor_parallel.h), whose collectives run over the tp mesh axis.
 //
 // A region is the stretch between a column-parallel layer's input and a row-parallel
 // layer's output, where each tp rank holds a slice of the features (heads, MLP

@@ -81,6 +81,7 @@ class Transformer {
   void set_precision(const Precision& precision);
   const Precision& precision() const { return precision_; }
   Fp8Linears* fp8() { return fp8_.get(); }  // precision.fp8, else null
+  const Fp8Linears* fp8() const { return fp8_.get(); }
 
   // The output z-loss (PaLM): each token adds coefficient x lse^2 (lse: the log-sum-exp of
   // its logits over the whole vocabulary) to the loss that backward differentiates; the

@@ -1,9 +1,19 @@
 #include "optim/clip.h"
 
+#include "core/error.h"
+
 #include <algorithm>
 #include <vector>
 
 namespace ndt {
+
+std::string_view clip_mode_name(ClipMode mode) { return mode == ClipMode::zclip ? "zclip" : "norm"; }
+
+ClipMode clip_mode_from_name(std::string_view name) {
+  if (name == "norm") return ClipMode::norm;
+  if (name == "zclip") return ClipMode::zclip;
+  fail("optim.clip_mode = \"{}\" is not a clip mode: norm or zclip", name);
+}
 
 double sum_of_squares(const float* g, int64_t n) {
   // Fixed chunks summed in order: the result does not depend on thread timing, so

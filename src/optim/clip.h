@@ -4,8 +4,15 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 
 namespace ndt {
+
+// optim.clip_mode: clip the global norm to a fixed bound (optim.grad_clip), or ZClip
+// (optim/zclip.h). The names are the config's; from_name throws naming the key.
+enum class ClipMode { norm, zclip };
+std::string_view clip_mode_name(ClipMode mode);
+ClipMode clip_mode_from_name(std::string_view name);
 
 double sum_of_squares(const float* g, int64_t n);
 

@@ -8,6 +8,22 @@
 
 namespace ndt {
 
+std::string_view loss_scaling_name(LossScaling mode) {
+  switch (mode) {
+    case LossScaling::automatic: return "auto";
+    case LossScaling::dynamic: return "dynamic";
+    case LossScaling::off: return "off";
+  }
+  return "?";
+}
+
+LossScaling loss_scaling_from_name(std::string_view name) {
+  for (LossScaling mode : {LossScaling::automatic, LossScaling::dynamic, LossScaling::off}) {
+    if (name == loss_scaling_name(mode)) return mode;
+  }
+  fail("precision.loss_scaling = \"{}\" is not a mode: auto, dynamic or off", name);
+}
+
 void LossScalerConfig::validate() const {
   NDT_CHECK(std::isfinite(growth_factor) && growth_factor > 1,
             "precision.loss_scale.growth_factor = {} must be a finite number greater than 1",

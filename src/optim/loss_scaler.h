@@ -13,8 +13,15 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 
 namespace ndt {
+
+// precision.loss_scaling: automatic (dynamic with fp16 compute, off otherwise; named
+// "auto"), dynamic, or off. from_name throws naming the key and the choices.
+enum class LossScaling { automatic, dynamic, off };
+std::string_view loss_scaling_name(LossScaling mode);
+LossScaling loss_scaling_from_name(std::string_view name);
 
 struct LossScalerConfig {
   double initial_scale = 65536;       // 2^16, as GradScaler

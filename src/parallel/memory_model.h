@@ -6,9 +6,9 @@
 //   stage 2: params 4 Psi, grads 4 Psi / n, moments 8 Psi / n        = 4 Psi + 12 Psi / n
 //   stage 3: params 4 Psi / n, grads 4 Psi / n, moments 8 Psi / n    = 16 Psi / n
 // with n = dp_shard and every "/ n" counted exactly: each parameter's shard padded to
-// ceil(rows / n) rows, as parallel/shard_layout.h lays it out. Psi counts the routed
+// ceil(rows / n) rows, as parallel/data/shard_layout.h lays it out. Psi counts the routed
 // experts' parameters (ParameterSpec::expert) / ep: each rank holds E / ep experts
-// (parallel/expert_parallel.h), and ZeRO shards those over the dp_shard / ep ranks
+// (parallel/expert/expert_parallel.h), and ZeRO shards those over the dp_shard / ep ranks
 // holding the same experts (edp_shard): for the experts, Psi_e / ep and n = dp_shard /
 // ep, their shards padded to ceil((E / ep) / n) expert rows, e.g. stage 3
 //   16 Psi_dense / dp_shard + 16 Psi_e / ep / (dp_shard / ep) = 16 (Psi_dense + Psi_e) / dp_shard.

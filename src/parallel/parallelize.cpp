@@ -1,13 +1,13 @@
 #include "parallel/parallelize.h"
 
 #include "core/error.h"
-#include "parallel/data_parallel.h"
-#include "parallel/expert_parallel.h"
-#include "parallel/fsdp.h"
-#include "parallel/ring_attention.h"
-#include "parallel/ulysses_attention.h"
-#include "parallel/tensor_parallel.h"
-#include "parallel/zero_stage1.h"
+#include "parallel/data/data_parallel.h"
+#include "parallel/expert/expert_parallel.h"
+#include "parallel/data/fsdp.h"
+#include "parallel/context/ring_attention.h"
+#include "parallel/context/ulysses_attention.h"
+#include "parallel/tensor/tensor_parallel.h"
+#include "parallel/data/zero_stage1.h"
 
 namespace ndt {
 
@@ -54,17 +54,15 @@ std::vector<FsdpGroup> fsdp_groups(int units, bool reshard_after_forward) {
 
 }  // namespace
 
-std::unique_ptr<GradientSync> parallelize(Transformer& model, DeviceMesh* mesh, const ParallelOptions& o) {
+std::unique_ptr<GradientSync> parallelize(Transformer& model, DeviceMesh& mesh, const ParallelOptions& o) {
   NDT_CHECK(o.zero_stage >= 0 && o.zero_stage <= 3, "parallel.zero_stage = {} must be 0, 1, 2 or 3", o.zero_stage);
-  NDT_CHECK(o.zero_stage == 0 || mesh != nullptr, "parallel.zero_stage = {} needs a job launched with mpirun",
-            o.zero_stage);
-  const MeshShape shape = mesh ? mesh->shape() : MeshShape{};
+  const MeshShape& shape = mesh.shape();
   validate_tensor_parallel(model.config(), shape.tp, false, 1);
   if (shape.cp > 1 && o.cp_mode == CpMode::ulysses) {
     validate_ulysses(model.config().n_head / shape.tp, model.config().kv_heads() / shape.tp, shape.cp);
   }
   if (shape.ep > 1) validate_expert_parallel(model.config(), shape.ep);
-  const TensorParallel tp = mesh ? TensorParallel{&mesh->axis(Axis::tp), o.sequence_parallel} : TensorParallel{};
+  const TensorParallel tp{&mesh.axis(Axis::tp), o.sequence_parallel};
   ParameterStore& store = model.store();
 
   place_parameters(store, shape, o);
@@ -83,8 +81,8 @@ std::unique_ptr<GradientSync> parallelize(Transformer& model, DeviceMesh* mesh, 
   if (shape.ep > 1) {
     NDT_CHECK(!store.values().defined(),
               "parallelize: parallel.ep = {} needs the model built without materialising its parameters", shape.ep);
-    store.split_blocks(Axis::ep, mesh->coord(Axis::ep), shape.ep);
-    model.set_expert_dispatch(std::make_unique<ExpertParallel>(mesh->axis(Axis::ep)));
+    store.split_blocks(Axis::ep, mesh.coord(Axis::ep), shape.ep);
+    model.set_expert_dispatch(std::make_unique<ExpertParallel>(mesh.axis(Axis::ep)));
   }
   if (pipelined) {
     NDT_CHECK(!store.values().defined(),
@@ -99,7 +97,7 @@ std::unique_ptr<GradientSync> parallelize(Transformer& model, DeviceMesh* mesh, 
   }
   if (shape.cp > 1) {
     const CpLayout layout{shape.cp, o.cp_mode, o.cp_chunks};
-    Communicator& cp = mesh->axis(Axis::cp);
+    Communicator& cp = mesh.axis(Axis::cp);
     if (o.cp_mode == CpMode::ring) {
       model.set_context_parallel(std::make_unique<RingAttention>(cp, layout));
     } else {
@@ -115,18 +113,18 @@ std::unique_ptr<GradientSync> parallelize(Transformer& model, DeviceMesh* mesh, 
   const DType gather_dtype = precision.low() && !precision.fp8 ? precision.compute : DType::f32;
   std::unique_ptr<GradientSync> sync;
   if (o.zero_stage >= 2) {
-    sync = std::make_unique<FullyShardedDataParallel>(store, *mesh, o.zero_stage, o.adamw,
+    sync = std::make_unique<FullyShardedDataParallel>(store, mesh, o.zero_stage, o.adamw,
                                                       fsdp_groups(model.num_units(), o.reshard_after_forward),
                                                       o.prefetch, o.local_units, o.reduce_dtype, gather_dtype);
   } else if (o.zero_stage == 1) {
-    sync = std::make_unique<ZeroStage1>(store, *mesh, o.bucket_bytes, o.adamw, o.reduce_dtype);
+    sync = std::make_unique<ZeroStage1>(store, mesh, o.bucket_bytes, o.adamw, o.reduce_dtype);
   } else {
-    sync = std::make_unique<DataParallel>(store, mesh ? &mesh->axis(Axis::dp_cp) : nullptr, o.bucket_bytes, o.adamw,
-                                          o.reduce_dtype, mesh ? &mesh->axis(Axis::edp) : nullptr);
+    sync = std::make_unique<DataParallel>(store, mesh.axis(Axis::dp_cp), o.bucket_bytes, o.adamw, o.reduce_dtype,
+                                          mesh.axis(Axis::edp));
   }
   sync->set_tensor_parallel(store, tp);
-  if (shape.ep > 1) sync->set_expert_parallel(&mesh->axis(Axis::ep));
-  if (pipelined) sync->set_pipeline(store, &mesh->axis(Axis::pp));
+  if (shape.ep > 1) sync->set_expert_parallel(&mesh.axis(Axis::ep));
+  if (pipelined) sync->set_pipeline(store, &mesh.axis(Axis::pp));
   model.set_hooks(sync.get());
   return sync;
 }

@@ -14,7 +14,7 @@
 //      under context parallelism ring attention or Ulysses into its blocks (parameters
 //      replicated over cp, gradients Partial on cp: reduced and sharded over dp x cp);
 //      under expert parallelism (mesh ep > 1) keeps each rank's ep block of the routed
-//      experts and installs the all-to-all dispatch (parallel/expert_parallel.h);
+//      experts and installs the all-to-all dispatch (parallel/expert/expert_parallel.h);
 //   3. materialises the parameters (FSDP initialises its own shards instead) and builds
 //      the data-parallel strategy: DDP, ZeRO stage 1, or FSDP (stages 2 and 3) with each
 //      block its own group and the embedding with the head as the root group.
@@ -25,7 +25,7 @@
 #include "comm/device_mesh.h"
 #include "model/transformer.h"
 #include "optim/adamw.h"
-#include "parallel/gradient_sync.h"
+#include "parallel/data/gradient_sync.h"
 
 #include <cstddef>
 #include <memory>
@@ -44,19 +44,19 @@ struct ParallelOptions {
   CpChunks cp_chunks = CpChunks::zigzag;
   AdamWConfig adamw;
   // What data-parallel gradient reductions send (precision.reduce_dtype): f32, or bf16
-  // (half the bytes; parallel/low_precision_comm.h).
+  // (half the bytes; parallel/data/low_precision_comm.h).
   DType reduce_dtype = DType::f32;
   // Pipeline parallelism (mesh pp > 1): the units this rank runs, one flag per unit
-  // (parallel/pipeline_stages.h). Only their parameters exist here, plus a tied
+  // (parallel/pipeline/stages.h). Only their parameters exist here, plus a tied
   // embedding on the stage holding the head (a pipeline copy). Empty: every unit.
   std::vector<char> local_units;
 };
 
-// mesh == nullptr: one rank, no communication. The model must be built without
+// A one-rank job passes a one-rank mesh (DeviceMesh()). The model must be built without
 // materialising its parameters when the mesh has tp > 1 (its blocks change). The
 // returned strategy is also installed as the model's hooks (Transformer::set_hooks);
 // it must outlive the model's use. Set the model's precision first: FSDP gathers the
 // matmul-only weights in its compute dtype.
-std::unique_ptr<GradientSync> parallelize(Transformer& model, DeviceMesh* mesh, const ParallelOptions& options);
+std::unique_ptr<GradientSync> parallelize(Transformer& model, DeviceMesh& mesh, const ParallelOptions& options);
 
 }  // namespace ndt

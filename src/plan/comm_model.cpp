@@ -2,9 +2,9 @@
 
 #include "core/error.h"
 #include "model/transformer.h"
-#include "parallel/pipeline_schedule.h"
-#include "parallel/pipeline_stages.h"
-#include "parallel/tensor_parallel.h"
+#include "parallel/pipeline/schedule.h"
+#include "parallel/pipeline/stages.h"
+#include "parallel/tensor/tensor_parallel.h"
 
 #include <algorithm>
 #include <map>
@@ -199,9 +199,10 @@ std::shared_ptr<const UnitParams> unit_params(const Layout& l, const RunConfig& 
   return cache.emplace(std::move(key), build_unit_params(l, c)).first->second;
 }
 
-Layout make_layout(const RunConfig& c, int world_size, int pp_stage, const PipelineStages* stages) {
+// c: resolved (RunConfig::resolved) for the job.
+Layout make_layout(const RunConfig& c, int pp_stage, const PipelineStages* stages) {
   Layout l(c);
-  l.mesh = c.resolve_mesh(world_size);
+  l.mesh = c.mesh;
   for (size_t a = 0; a < kNumAxes; ++a) l.sizes[a] = l.mesh.size(static_cast<Axis>(a));
   l.tp = l.mesh.tp, l.cp = l.mesh.cp, l.ep = l.mesh.ep, l.pp = l.mesh.pp;
   NDT_CHECK(pp_stage >= 0 && pp_stage < l.pp, "comm model: pipeline stage {} of parallel.pp = {}", pp_stage, l.pp);
@@ -218,10 +219,8 @@ Layout make_layout(const RunConfig& c, int world_size, int pp_stage, const Pipel
     l.holds_head = l.local_units.back() != 0;
   }
   l.sp = c.sequence_parallel && l.tp > 1;
-  const int dp = l.mesh.size(Axis::dp);
-  const int64_t rows_per_rank = c.batch_size / dp;
-  l.micro = c.micro_batch_size > 0 ? c.micro_batch_size : rows_per_rank;
-  l.m = rows_per_rank / l.micro;
+  l.micro = c.micro_batch_size;
+  l.m = c.micro_batches();
   l.N = l.micro * (c.seq_len / l.cp);
   l.Nl = l.sp ? l.N / l.tp : l.N;
   l.C = m.d_model;
@@ -269,7 +268,7 @@ void attention_forward(Acc& a, int64_t times) {
   const Layout& l = a.l;
   if (l.cp == 1) return;
   const int64_t QD = attention_dims(l, true), KD = attention_dims(l, false);
-  if (l.c.cp_mode == "ulysses") {  // q, k, v to heads, the output back
+  if (l.c.cp_mode == CpMode::ulysses) {  // q, k, v to heads, the output back
     a.op(Axis::cp, CommOp::all_to_all, l.N * QD * kF32, 2 * times);
     a.op(Axis::cp, CommOp::all_to_all, l.N * KD * kF32, 2 * times);
     return;
@@ -282,7 +281,7 @@ void attention_backward(Acc& a, int64_t times) {
   const Layout& l = a.l;
   if (l.cp == 1) return;
   const int64_t QD = attention_dims(l, true), KD = attention_dims(l, false);
-  if (l.c.cp_mode == "ulysses") {  // q, k, v, out, dout to heads; dq, dk, dv back
+  if (l.c.cp_mode == CpMode::ulysses) {  // q, k, v, out, dout to heads; dq, dk, dv back
     a.op(Axis::cp, CommOp::all_to_all, l.N * QD * kF32, 4 * times);
     a.op(Axis::cp, CommOp::all_to_all, l.N * KD * kF32, 4 * times);
     return;
@@ -369,7 +368,7 @@ struct Bucket {
   bool expert = false;
 };
 
-// make_gradient_buckets (parallel/buckets.h) on the local parameters.
+// make_gradient_buckets (parallel/data/buckets.h) on the local parameters.
 std::vector<Bucket> make_gradient_buckets(const Layout& l) {
   const size_t bucket_bytes = static_cast<size_t>(l.c.bucket_mb * 1024 * 1024);
   const std::vector<LocalParam>& ps = l.params();
@@ -430,7 +429,7 @@ void zero_stage1(Acc& a) {  // reduce-scatter per bucket, HSDP all-reduce, all-g
   }
 }
 
-// FSDP (stages 2 and 3): the hooks' state machine (parallel/fsdp.cpp) over the step's
+// FSDP (stages 2 and 3): the hooks' state machine (parallel/data/fsdp.cpp) over the step's
 // unit events, counting its collectives.
 class FsdpModel {
  public:
@@ -632,7 +631,7 @@ void forward_backward(Acc& a) {
     const PipelineShape shape{l.pp, l.c.pp_virtual_stages, static_cast<int>(l.m)};
     const std::vector<int>& first = l.stages.first_unit;
     for (const PipelineAction& act :
-         pipeline_actions(pipeline_schedule_from_name(l.c.pp_schedule), shape, l.stage)) {
+         pipeline_actions(l.c.pp_schedule, shape, l.stage)) {
       const int begin = first[static_cast<size_t>(act.chunk)], end = first[static_cast<size_t>(act.chunk) + 1];
       switch (act.kind) {
         case PipelineActionKind::forward:
@@ -686,15 +685,15 @@ void trainer_collectives(Acc& a) {
   const RunConfig& c = l.c;
   const int world = static_cast<int>(l.mesh.product());
   if (c.model.is_moe()) add(a.s.world, CommOp::all_reduce, (4 + int64_t{c.model.n_experts}) * kF32, world);
-  const bool reports_z = c.z_loss > 0 && l.pp == 1;
-  if (l.size(Axis::dp_cp) > 1) a.op(Axis::dp_cp, CommOp::all_reduce, (reports_z ? 2 : 1) * kF32);
+  const int64_t losses = c.z_loss > 0 ? 2 : 1;  // the loss and the z term
+  if (l.size(Axis::dp_cp) > 1) a.op(Axis::dp_cp, CommOp::all_reduce, losses * kF32);
   if (c.precision.fp8) {
     int64_t linears = 0;
     for (const LocalParam& p : l.params()) linears += p.block_matrix;
     add(a.s.world, CommOp::all_reduce, 3 * linears * kF32, world);
   }
   add(a.s.world, CommOp::all_reduce, kF32, world);  // every rank finite
-  if (l.pp > 1) a.op(Axis::pp, CommOp::all_reduce, kF32);  // the loss, from the stage with the head
+  if (l.pp > 1) a.op(Axis::pp, CommOp::all_reduce, losses * kF32);  // from the stage with the head
   // A tied embedding's two copies (first and last stage), in whatever form the sync holds them.
   if (l.pp > 1 && c.model.tied_embeddings && (l.stage == 0 || l.stage == l.pp - 1)) {
     const LocalParam& wte = *std::find_if(l.params().begin(), l.params().end(), [](const LocalParam& p) { return p.wte; });
@@ -707,7 +706,8 @@ void trainer_collectives(Acc& a) {
 
 StepCommunication predict_step_communication(const RunConfig& config, int world_size, int pp_stage,
                                              const PipelineStages* stages) {
-  const Layout l = make_layout(config, world_size, pp_stage, stages);
+  const RunConfig resolved = config.resolved(world_size);
+  const Layout l = make_layout(resolved, pp_stage, stages);
   Acc a(l);
   forward_backward(a);
   pipeline_messages(a);
@@ -721,7 +721,8 @@ StepCommunication predict_step_communication(const RunConfig& config, int world_
 }
 
 int64_t predict_comm_buffer_bytes(const RunConfig& config, int world_size, int pp_stage, const PipelineStages* stages) {
-  const Layout l = make_layout(config, world_size, pp_stage, stages);
+  const RunConfig resolved = config.resolved(world_size);
+  const Layout l = make_layout(resolved, pp_stage, stages);
   const int64_t element = static_cast<int64_t>(dtype_size(config.reduce_dtype));
   int64_t peak = 0;
   // ZeRO-1 and stage 2: a bucket's (group's) packed gradients, then its updated rows

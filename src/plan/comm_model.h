@@ -21,7 +21,7 @@
 
 #include "comm/communicator.h"
 #include "core/axis.h"
-#include "parallel/pipeline_stages.h"
+#include "parallel/pipeline/stages.h"
 #include "train/config.h"
 
 #include <array>

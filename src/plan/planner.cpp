@@ -5,10 +5,10 @@
 #include "model/activations.h"
 #include "model/transformer.h"
 #include "parallel/memory_model.h"
-#include "parallel/pipeline_schedule.h"
-#include "parallel/pipeline_simulator.h"
-#include "parallel/pipeline_stages.h"
-#include "parallel/tensor_parallel.h"
+#include "parallel/pipeline/schedule.h"
+#include "parallel/pipeline/simulator.h"
+#include "parallel/pipeline/stages.h"
+#include "parallel/tensor/tensor_parallel.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -180,10 +180,13 @@ std::string Layout::describe() const {
   }
   if (axes.empty()) axes = "one device";
   if (mesh.tp > 1 && sequence_parallel) axes += " +sp";
-  if (mesh.cp > 1) axes += " " + cp_mode;
+  if (mesh.cp > 1) axes += fmt::format(" {}", cp_mode_name(cp_mode));
   const std::string sharding = zero_stage == 3 ? "fsdp" : zero_stage > 0 ? fmt::format("zero{}", zero_stage) : "ddp";
   std::string pipeline;
-  if (mesh.pp > 1) pipeline = " | " + pp_schedule + (pp_virtual_stages > 1 ? fmt::format(" v{}", pp_virtual_stages) : "");
+  if (mesh.pp > 1) {
+    pipeline = fmt::format(" | {}{}", pipeline_schedule_name(pp_schedule),
+                           pp_virtual_stages > 1 ? fmt::format(" v{}", pp_virtual_stages) : "");
+  }
   return fmt::format("{} | {} | mb{} | {}{}", axes, sharding, micro_batch_size, checkpoint_mode_name(recompute), pipeline);
 }
 
@@ -281,15 +284,14 @@ LayoutScore LayoutScorer::score(const RunConfig& config, const Cluster& cluster)
             "LayoutScorer: a config of another model or run");
   LayoutScore s;
   config.validate_layout();
-  const MeshShape m = config.resolve_mesh(cluster.devices());
+  const RunConfig resolved = config.resolved(cluster.devices());
+  const MeshShape& m = resolved.mesh;
   s.layout = Layout::of(config);
   s.layout.mesh = m;
   const ModelConfig& model = config.model;
   const DeviceProfile& device = cluster.device;
-  const int dp = m.size(Axis::dp);
-  const int per_replica = config.batch_size / dp;
-  const int mb = config.micro_batch_size == 0 ? per_replica : config.micro_batch_size;
-  const int micro_batches = per_replica / mb;
+  const int mb = resolved.micro_batch_size;
+  const int micro_batches = resolved.micro_batches();
   const int T = config.seq_len;
   const DType compute = config.precision.compute;
   const double peak = device.peak_flops(compute, config.precision.fp8);
@@ -298,9 +300,9 @@ LayoutScore LayoutScorer::score(const RunConfig& config, const Cluster& cluster)
   ActivationLayout layout;
   layout.tp = m.tp;
   layout.sequence_parallel = config.sequence_parallel;
-  layout.cp = CpLayout{m.cp, cp_mode_from_name(config.cp_mode), cp_chunks_from_name(config.cp_chunks)};
+  layout.cp = CpLayout{m.cp, config.cp_mode, config.cp_chunks};
 
-  const PipelineSchedule schedule = pipeline_schedule_from_name(config.pp_schedule);
+  const PipelineSchedule schedule = config.pp_schedule;
   const PipelineShape shape{m.pp, config.pp_virtual_stages, micro_batches};
   const PipelineFacts* facts = m.pp > 1 ? &pipeline_facts(schedule, shape) : nullptr;
   const PipelineStages* split = nullptr;
@@ -418,7 +420,7 @@ LayoutScore LayoutScorer::score(const RunConfig& config, const Cluster& cluster)
       if (axis == Axis::cp) {
         // The ring passes K and V behind the attention of the chunk it holds; Ulysses'
         // all-to-alls are on the critical path.
-        const bool hidden = config.cp_mode == "ring" && device.overlaps_communication;
+        const bool hidden = config.cp_mode == CpMode::ring && device.overlaps_communication;
         per_micro_batch_s += (hidden ? std::max(0.0, axis_s - attention_s) : axis_s) / micro_batches;
       }
     }
@@ -513,17 +515,17 @@ PlanResult plan_layouts(const RunConfig& base, const Cluster& cluster, const Pla
               if (zero == 0 && dp_shard > 1 && ep == 1) continue;
               for (bool sp : {false, true}) {
                 if (sp && tp == 1) continue;
-                for (const std::string& cp_mode : space.cp_modes) {
+                for (CpMode cp_mode : space.cp_modes) {
                   if (cp == 1 && cp_mode != space.cp_modes.front()) continue;
-                  if (cp_mode == "ulysses" && (model.n_head % tp != 0 || model.kv_heads() % tp != 0 ||
+                  if (cp_mode == CpMode::ulysses && (model.n_head % tp != 0 || model.kv_heads() % tp != 0 ||
                                                (model.n_head / tp) % cp != 0 || (model.kv_heads() / tp) % cp != 0)) {
                     continue;
                   }
                   for (int micro : space.micro_batch_sizes) {
                     for (CheckpointMode recompute : space.recompute) {
-                      for (const std::string& schedule : space.pp_schedules) {
+                      for (PipelineSchedule schedule : space.pp_schedules) {
                         if (pp == 1 && schedule != space.pp_schedules.front()) continue;
-                        if (schedule == "zb_h1" && (recompute != CheckpointMode::none || base.precision.low())) continue;
+                        if (schedule == PipelineSchedule::zb_h1 && (recompute != CheckpointMode::none || base.precision.low())) continue;
                         Layout l;
                         l.mesh = MeshShape{pp, dp_replicate, dp_shard, cp, tp, ep};
                         l.zero_stage = zero;
@@ -532,7 +534,7 @@ PlanResult plan_layouts(const RunConfig& base, const Cluster& cluster, const Pla
                         l.micro_batch_size = micro;
                         l.recompute = recompute;
                         l.pp_schedule = pp == 1 ? base.pp_schedule : schedule;
-                        l.pp_virtual_stages = pp > 1 && schedule == "interleaved_1f1b" ? space.interleaved_stages : 1;
+                        l.pp_virtual_stages = pp > 1 && schedule == PipelineSchedule::interleaved_1f1b ? space.interleaved_stages : 1;
                         candidates.push_back(std::move(l));
                       }
                     }
@@ -592,10 +594,10 @@ nlohmann::json layout_json(const LayoutScore& s) {
                       {"ep", s.layout.mesh.ep},
                       {"zero_stage", s.layout.zero_stage},
                       {"sequence_parallel", s.layout.sequence_parallel},
-                      {"cp_mode", s.layout.cp_mode},
+                      {"cp_mode", cp_mode_name(s.layout.cp_mode)},
                       {"micro_batch_size", s.layout.micro_batch_size},
                       {"activation_checkpointing", checkpoint_mode_name(s.layout.recompute)},
-                      {"pp_schedule", s.layout.pp_schedule},
+                      {"pp_schedule", pipeline_schedule_name(s.layout.pp_schedule)},
                       {"pp_virtual_stages", s.layout.pp_virtual_stages},
                       {"fits", s.rejected.empty()}};
   if (!s.rejected.empty()) j["rejected"] = s.rejected;
@@ -636,8 +638,8 @@ std::string plan_csv(const PlanResult& result) {
     const MemoryEstimate& m = s.memory;
     out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},", quoted(s.layout.describe()), s.layout.mesh.pp,
                        s.layout.mesh.dp_replicate, s.layout.mesh.dp_shard, s.layout.mesh.cp, s.layout.mesh.tp, s.layout.mesh.ep, s.layout.zero_stage,
-                       s.layout.sequence_parallel, s.layout.cp_mode, s.layout.micro_batch_size,
-                       checkpoint_mode_name(s.layout.recompute), s.layout.pp_schedule,
+                       s.layout.sequence_parallel, cp_mode_name(s.layout.cp_mode), s.layout.micro_batch_size,
+                       checkpoint_mode_name(s.layout.recompute), pipeline_schedule_name(s.layout.pp_schedule),
                        s.layout.pp_virtual_stages, s.rejected.empty());
     if (s.invalid) {
       out += fmt::format(",,,,,,,,,,,,,{}\n", quoted(s.rejected));

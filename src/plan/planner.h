@@ -13,7 +13,7 @@
 //   comm buffers      predict_comm_buffer_bytes (plan/comm_model.h)
 //   bytes per axis    predict_step_communication (plan/comm_model.h)
 //   FLOPs             unit_flops_per_token, unit_recompute_flops_per_token (model/transformer.h)
-//   bubble            simulate_pipeline (parallel/pipeline_simulator.h) at the textbook costs
+//   bubble            simulate_pipeline (parallel/pipeline/simulator.h) at the textbook costs
 // Step time is the planner's own model (docs/planner.md): a roofline per pipeline stage
 // (matmul FLOPs at peak x gemm_efficiency, plus the activations' memory traffic at the
 // memory bandwidth), an alpha-beta time per collective on the link its group spans,
@@ -41,10 +41,11 @@ struct PlanSpace {
   std::vector<int> zero_stages = {0, 1, 2, 3};
   std::vector<CheckpointMode> recompute = {CheckpointMode::none, CheckpointMode::selective, CheckpointMode::full};
   std::vector<int> micro_batch_sizes = {1, 2, 4, 8};  // sequences per micro-batch and rank
-  std::vector<std::string> pp_schedules = {"1f1b", "interleaved_1f1b", "zb_h1", "gpipe"};
+  std::vector<PipelineSchedule> pp_schedules = {PipelineSchedule::one_f_one_b, PipelineSchedule::interleaved_1f1b,
+                                                PipelineSchedule::zb_h1, PipelineSchedule::gpipe};
   int interleaved_stages = 2;     // pp_virtual_stages of interleaved_1f1b
   int max_tp = 0;                 // 0: one node's devices (tp across nodes is not searched)
-  std::vector<std::string> cp_modes = {"ring", "ulysses"};
+  std::vector<CpMode> cp_modes = {CpMode::ring, CpMode::ulysses};
 };
 
 struct MemoryEstimate {
@@ -67,10 +68,10 @@ struct Layout {
   MeshShape mesh;  // dp_replicate resolved
   int zero_stage = 0;
   bool sequence_parallel = false;
-  std::string cp_mode = "ring";
+  CpMode cp_mode = CpMode::ring;
   int micro_batch_size = 1;
   CheckpointMode recompute = CheckpointMode::none;
-  std::string pp_schedule = "1f1b";
+  PipelineSchedule pp_schedule = PipelineSchedule::one_f_one_b;
   int pp_virtual_stages = 1;
 
   static Layout of(const RunConfig& config);  // config.mesh as given

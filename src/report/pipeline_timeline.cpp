@@ -2,7 +2,7 @@
 
 #include "core/error.h"
 #include "core/input_file.h"
-#include "parallel/pipeline_runner.h"
+#include "parallel/pipeline/runner.h"
 
 #include <nlohmann/json.hpp>
 

@@ -1,11 +1,11 @@
 // A pipeline run's measured timeline: RUN_DIR/pipeline_timeline.json, which the trainer
 // writes after the last step (every pp rank's actions of that step, each rank's times
 // from its own start of the step; train/trainer.cpp, docs/report.md), read into the
-// simulator's PipelineSimulation so that parallel/pipeline_simulator.h's renderer draws
+// simulator's PipelineSimulation so that parallel/pipeline/simulator.h's renderer draws
 // what ran, in milliseconds, as it draws what a schedule predicts.
 #pragma once
 
-#include "parallel/pipeline_simulator.h"
+#include "parallel/pipeline/simulator.h"
 
 #include <cstdint>
 #include <filesystem>

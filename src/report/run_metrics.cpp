@@ -51,13 +51,17 @@ std::string config_text(const nlohmann::json& run, const std::string& key) {
   return text;
 }
 
-// The kind of an intervention, from the trainer's wording (train/trainer.cpp).
-std::string intervention_kind(const std::string& text) {
-  if (text.starts_with("ZClip")) return "clip";
-  if (text.starts_with("spike")) return "spike";
-  if (text.starts_with("rolled back")) return "rollback";
-  if (text.find("skipped") != std::string::npos) return "skip";
-  return "event";
+// An event's text, and its kind as the trainer wrote it ("kind": spike, skip, rollback,
+// clip, overflow, nonfinite; records written before kinds existed: "event").
+std::string text_of(const nlohmann::json& record, const char* key, const Line& line) {
+  NDT_CHECK(record.is_object() && record.contains(key) && record.at(key).is_string(), "{}: an event's \"{}\" is not "
+            "text: {}", line.where(), key, record.dump().substr(0, 120));
+  return record.at(key).get<std::string>();
+}
+
+std::string event_kind(const nlohmann::json& record, const Line& line) {
+  if (!record.contains("kind")) return "event";
+  return text_of(record, "kind", line);
 }
 
 class Reader {
@@ -70,11 +74,7 @@ class Reader {
       m_.summary = r.at("summary");
       return;
     }
-    if (r.contains("event")) {
-      NDT_CHECK(r.at("event").is_string(), "{}: \"event\" = {} is not text", line.where(), r.at("event").dump());
-      const std::string text = r.at("event").get<std::string>();
-      return event(step_of(r, line), intervention_kind(text), text);
-    }
+    if (r.contains("event")) return event(step_of(r, line), event_kind(r, line), text_of(r, "event", line));
     if (r.contains("val_loss")) {
       m_.val_loss[step_of(r, line)] = number(r.at("val_loss"), line, "val_loss");
       return;
@@ -121,13 +121,10 @@ class Reader {
     if (grad_clip_ > 0 && norm > grad_clip_) {
       event(s, "clip", fmt::format("gradient norm {:.4g} clipped to optim.grad_clip = {:g}", norm, grad_clip_));
     }
-    if (r.contains("update_skipped")) {
-      const std::string text = r.at("update_skipped").is_string() ? r.at("update_skipped").get<std::string>() : "";
-      event(s, text.starts_with("overflow") ? "overflow" : "nonfinite", "update skipped: " + text);
-    }
-    if (r.contains("intervention") && r.at("intervention").is_string()) {
-      const std::string text = r.at("intervention").get<std::string>();
-      event(s, intervention_kind(text), text);
+    if (r.contains("events")) {
+      NDT_CHECK(r.at("events").is_array(), "{}: \"events\" = {} is not a list", line.where(),
+                r.at("events").dump().substr(0, 120));
+      for (const nlohmann::json& e : r.at("events")) event(s, event_kind(e, line), text_of(e, "text", line));
     }
   }
 

@@ -6,12 +6,12 @@
 
 namespace ndt {
 
-void throw_if_any_rank_failed(DeviceMesh* mesh, const std::string& error) {
-  if (mesh == nullptr || mesh->world().size() == 1) {
+void throw_if_any_rank_failed(DeviceMesh& mesh, const std::string& error) {
+  Communicator& world = mesh.world();
+  if (world.size() == 1) {
     NDT_CHECK(error.empty(), "{}", error);
     return;
   }
-  Communicator& world = mesh->world();
   // The lowest failing rank r as the maximum of size - r (0: none failed).
   int32_t score = error.empty() ? 0 : world.size() - world.rank();
   world.all_reduce(&score, 1, DType::i32, ReduceOp::max);

@@ -10,10 +10,10 @@
 
 namespace ndt {
 
-// Collective over the world (nothing to do for mesh == nullptr or one rank). `error` is
+// Collective over the world (nothing to send on a one-rank mesh). `error` is
 // this rank's message, empty when its part succeeded. When any rank has one, every rank
 // throws ndt::Error with the message of the lowest such rank, prefixed "rank R: " on a
 // world of several ranks.
-void throw_if_any_rank_failed(DeviceMesh* mesh, const std::string& error);
+void throw_if_any_rank_failed(DeviceMesh& mesh, const std::string& error);
 
 }  // namespace ndt

@@ -22,17 +22,6 @@ namespace ndt {
 
 namespace {
 
-std::atomic<bool> g_stop{false};
-
-void on_sigterm(int) { g_stop.store(true); }
-
-// The maximum of a flag over the world (1 if any rank has it).
-bool any_rank(DeviceMesh* mesh, bool flag) {
-  if (mesh == nullptr || mesh->world().size() == 1) return flag;
-  int32_t value = flag ? 1 : 0;
-  mesh->world().all_reduce(&value, 1, DType::i32, ReduceOp::max);
-  return value != 0;
-}
 
 // "parameter NAME (its value | AdamW moment) holds NaN at element I", for the first
 // non-finite number among the state this rank holds; empty when all are finite.
@@ -51,11 +40,8 @@ std::string first_non_finite(const std::vector<StateSlice>& slices) {
 
 }  // namespace
 
-void install_stop_handler() { std::signal(SIGTERM, on_sigterm); }
-bool stop_requested() { return g_stop.load(); }
-void clear_stop_request() { g_stop.store(false); }
 
-TrainingCheckpoints::TrainingCheckpoints(const RunConfig& config, DeviceMesh* mesh, std::ostream* log)
+TrainingCheckpoints::TrainingCheckpoints(const RunConfig& config, DeviceMesh& mesh, std::ostream* log)
     : keep_last_(config.keep_last), mesh_(mesh), log_(log) {
   if (!config.checkpoint_dir.empty()) {
     root_ = config.checkpoint_dir;
@@ -158,24 +144,20 @@ void TrainingCheckpoints::save(int64_t step, GradientSync& sync, const nlohmann:
   blocked_seconds_ += seconds_since(t0);
 }
 
-bool TrainingCheckpoints::poll() {
-  if (!enabled()) return any_rank(mesh_, stop_requested());
-  if (!mesh_ || mesh_->world().size() == 1) {
-    if (in_flight_step_ && saver_.done()) commit();
-    return stop_requested();
-  }
-  // One all-reduce for both questions: does any rank want to stop, is any still writing.
-  int32_t flags[2] = {stop_requested() ? 1 : 0, in_flight_step_ && !saver_.done() ? 1 : 0};
-  mesh_->world().all_reduce(flags, 2, DType::i32, ReduceOp::max);
-  if (in_flight_step_ && flags[1] == 0) commit();
-  return flags[0] != 0;
+StepBoundary TrainingCheckpoints::poll(StepBoundary local) {
+  // One all-reduce for every question: does any rank want to stop (which signal), has
+  // any failed to write metrics, is any still writing the save in flight.
+  int32_t flags[3] = {local.stop_signal, local.metrics_failed ? 1 : 0, in_flight_step_ && !saver_.done() ? 1 : 0};
+  if (mesh_.world().size() > 1) mesh_.world().all_reduce(flags, 3, DType::i32, ReduceOp::max);
+  if (in_flight_step_ && flags[2] == 0) commit();
+  return {flags[0], flags[1] != 0};
 }
 
 void TrainingCheckpoints::finish() {
   if (!in_flight_step_) return;
   const auto t0 = std::chrono::steady_clock::now();
   saver_.wait();
-  if (mesh_) mesh_->world().barrier();
+  mesh_.world().barrier();
   blocked_seconds_ += seconds_since(t0);
   commit();
 }
@@ -211,7 +193,7 @@ std::filesystem::path resolve_resume(const std::string& resume, const std::files
   return *latest;
 }
 
-nlohmann::json training_state(const RunConfig& config, int64_t step, const GradientSync& sync, DeviceMesh* mesh) {
+nlohmann::json training_state(const RunConfig& config, int64_t step, const GradientSync& sync, const DeviceMesh& mesh) {
   return {{"kind", "training"},
           {"step", step},
           {"optimizer_steps", sync.optimizer_steps()},
@@ -228,7 +210,7 @@ nlohmann::json training_state(const RunConfig& config, int64_t step, const Gradi
             {"next_lr", config.schedule.at(step)}}},
           {"rng", {{"generator", "philox-4x32 (counter-based)"}, {"seed", config.seed}}},
           {"model", config_fields(config.model)},
-          {"mesh", mesh ? mesh->shape().str() : std::string("one rank")},
+          {"mesh", mesh.shape().product() == 1 ? std::string("one rank") : mesh.shape().str()},
           {"config", describe_run_config(config)}};
 }
 
@@ -253,7 +235,7 @@ void check_state_consistency(const std::filesystem::path& dir, const nlohmann::j
 }  // namespace
 
 nlohmann::json load_training_checkpoint(const std::filesystem::path& dir, GradientSync& sync, const RunConfig& config,
-                                        DeviceMesh* mesh) {
+                                        DeviceMesh& mesh) {
   // Read and check everything first; apply only if every rank read all of its slices.
   std::vector<StateSlice> slices = sync.state_slices();
   std::vector<std::vector<float>> buffers(slices.size());

@@ -16,8 +16,9 @@
 
 #include "checkpoint/async_saver.h"
 #include "comm/device_mesh.h"
-#include "parallel/gradient_sync.h"
+#include "parallel/data/gradient_sync.h"
 #include "train/config.h"
+#include "train/stop_signal.h"
 
 #include <nlohmann/json.hpp>
 
@@ -27,10 +28,18 @@
 
 namespace ndt {
 
+// What the ranks agree on at a step boundary: the stop signal any rank received (the
+// larger number wins: SIGTERM over SIGINT; 0 none) and whether rank 0 failed to write
+// the metrics.
+struct StepBoundary {
+  int stop_signal = 0;
+  bool metrics_failed = false;
+};
+
 class TrainingCheckpoints {
  public:
   // Saves go to config.checkpoint_dir (or <out_dir>/checkpoints); disabled when both are empty.
-  TrainingCheckpoints(const RunConfig& config, DeviceMesh* mesh, std::ostream* log);
+  TrainingCheckpoints(const RunConfig& config, DeviceMesh& mesh, std::ostream* log);
   ~TrainingCheckpoints();
   bool enabled() const { return !root_.empty(); }
   const std::filesystem::path& root() const { return root_; }
@@ -40,9 +49,9 @@ class TrainingCheckpoints {
   // infinity is never written: throws on every rank naming the tensor, and the last
   // committed checkpoint stays the newest. Collective.
   void save(int64_t step, GradientSync& sync, const nlohmann::json& state, bool async);
-  // At a step boundary: commits a save every rank has finished. Returns whether any rank
-  // asked to stop (SIGTERM). Collective (one small all-reduce) on several ranks.
-  bool poll();
+  // At a step boundary: commits a save every rank has finished, and agrees on `local`
+  // (this rank's view). Collective (one small all-reduce) on several ranks.
+  StepBoundary poll(StepBoundary local);
   // Waits for the save in flight and commits it. Collective.
   void finish();
 
@@ -60,11 +69,11 @@ class TrainingCheckpoints {
 
  private:
   void commit();
-  int rank() const { return mesh_ ? mesh_->world().rank() : 0; }
-  int world_size() const { return mesh_ ? mesh_->world().size() : 1; }
+  int rank() const { return mesh_.world().rank(); }
+  int world_size() const { return mesh_.world().size(); }
 
   int keep_last_;
-  DeviceMesh* mesh_;
+  DeviceMesh& mesh_;
   std::ostream* log_;
   std::filesystem::path root_;
   ckpt::AsyncSaver saver_;
@@ -84,16 +93,9 @@ std::filesystem::path resolve_resume(const std::string& resume, const std::files
 // state JSON. Checks the model config against the run's first (an error names each key
 // that differs). Collective: applies nothing unless every rank read all of its slices.
 nlohmann::json load_training_checkpoint(const std::filesystem::path& dir, GradientSync& sync, const RunConfig& config,
-                                        DeviceMesh* mesh);
+                                        DeviceMesh& mesh);
 
-// The state JSON a run saves at `step` (mesh: the run's, nullptr for one rank).
-nlohmann::json training_state(const RunConfig& config, int64_t step, const GradientSync& sync, DeviceMesh* mesh);
-
-// Installs a SIGTERM handler that makes poll() report a stop request (the run then
-// saves and exits cleanly). Returns whether one was received.
-void install_stop_handler();
-bool stop_requested();
-// Forgets a stop request (tests that raise SIGTERM in-process, before the next run).
-void clear_stop_request();
+// The state JSON a run saves at `step` on `mesh`.
+nlohmann::json training_state(const RunConfig& config, int64_t step, const GradientSync& sync, const DeviceMesh& mesh);
 
 }  // namespace ndt

@@ -1,10 +1,12 @@
 #include "train/config.h"
 
-#include "parallel/pipeline_schedule.h"
-#include "parallel/pipeline_stages.h"
-#include "parallel/expert_parallel.h"
-#include "parallel/tensor_parallel.h"
-#include "parallel/ulysses_attention.h"
+#include "train/config_keys.h"
+
+#include "parallel/pipeline/schedule.h"
+#include "parallel/pipeline/stages.h"
+#include "parallel/expert/expert_parallel.h"
+#include "parallel/tensor/tensor_parallel.h"
+#include "parallel/context/ulysses_attention.h"
 
 #include "core/error.h"
 #include "core/input_file.h"
@@ -17,298 +19,15 @@
 #include <cmath>
 #include <functional>
 #include <map>
+#include <thread>
 
 namespace ndt {
 
 namespace {
 
-struct Field {
-  std::string key;
-  std::string doc;
-  std::function<void(RunConfig&, const std::string&)> set;
-  std::function<std::string(const RunConfig&)> get;
-};
-
-// The one place numbers are parsed, from the file and from --set alike. nan and
-// infinities are refused here, so no timeout, size or rate can be non-finite and the
-// range checks of validate() need not ask.
-template <typename T>
-T parse_number(const std::string& key, const std::string& text) {
-  T value{};
-  const char* end = text.data() + text.size();
-  auto [ptr, ec] = std::from_chars(text.data(), end, value);
-  if (ec == std::errc::result_out_of_range) fail("{} = {} is out of range", key, text);
-  if (ec != std::errc() || ptr != end) {
-    fail("{} = \"{}\" is not a valid {}", key, text,
-         std::is_integral_v<T> ? "integer" : "number");
-  }
-  if constexpr (std::is_floating_point_v<T>) {
-    NDT_CHECK(std::isfinite(value), "{} = {} is not a finite number", key, text);
-  }
-  return value;
-}
-
-// "text" with newlines and quotes escaped, as TOML would write it.
-std::string quoted(const std::string& text) {
-  std::string out = "\"";
-  for (char ch : text) {
-    if (ch == '\n') out += "\\n";
-    else if (ch == '"' || ch == '\\') out += std::string("\\") + ch;
-    else out += ch;
-  }
-  return out + "\"";
-}
-
-bool parse_bool(const std::string& key, const std::string& text) {
-  if (text == "true") return true;
-  if (text == "false") return false;
-  fail("{} = \"{}\" is not a boolean (true or false)", key, text);
-}
-
-// A field bound to a member reached by `ref`; T picks the parser.
-template <typename T, typename Ref>
-Field field(std::string key, Ref ref, std::string doc) {
-  Field f;
-  f.key = key;
-  f.doc = std::move(doc);
-  f.set = [key, ref](RunConfig& c, const std::string& text) {
-    T& target = ref(c);
-    if constexpr (std::is_same_v<T, bool>) {
-      target = parse_bool(key, text);
-    } else if constexpr (std::is_same_v<T, std::string>) {
-      target = text;
-    } else {
-      target = parse_number<T>(key, text);
-    }
-  };
-  f.get = [ref](const RunConfig& c) {
-    const T& value = ref(const_cast<RunConfig&>(c));
-    if constexpr (std::is_same_v<T, bool>) return std::string(value ? "true" : "false");
-    else if constexpr (std::is_same_v<T, std::string>) return quoted(value);
-    else return fmt::format("{}", value);
-  };
-  return f;
-}
-
 // parallel.bucket_mb bounds: one float, and 1 TiB (a size that still fits a size_t in bytes).
 constexpr double kSmallestBucketMib = sizeof(float) / (1024.0 * 1024.0);
 constexpr double kLargestBucketMib = 1024.0 * 1024.0;
-
-#define NDT_REF(member) [](RunConfig& c) -> auto& { return c.member; }
-
-const std::vector<Field>& fields() {
-  static const std::vector<Field> table = [] {
-    std::vector<Field> f;
-    Field preset;
-    preset.key = "model.preset";
-    preset.doc =
-        "Named model shape applied before the other model.* keys (which then override it): "
-        "gpt2-124m, gpt2-350m, gpt2-tiny, llama-small, llama-tiny, and the mixture-of-experts gpt2-moe-tiny, llama-moe-tiny (8 experts of half width, top-2). Empty: start from the defaults.";
-    preset.set = [](RunConfig& c, const std::string& v) {
-      if (!v.empty()) c.model = ModelConfig::preset(v);
-    };
-    preset.get = [](const RunConfig&) { return std::string("\"\""); };
-    f.push_back(preset);
-    Field arch;
-    arch.key = "model.arch";
-    arch.doc = "Architecture family: gpt2 (LayerNorm, learned positions, GELU, biases, tied embeddings) or "
-               "llama (RMSNorm, RoPE, SwiGLU, no biases, untied output layer). Applied after model.preset "
-               "and before the other model.* keys: setting it also sets the family's model.tied_embeddings, "
-               "which an explicit model.tied_embeddings then overrides.";
-    arch.set = [](RunConfig& c, const std::string& v) { c.model.set_arch(arch_from_name(v)); };
-    arch.get = [](const RunConfig& c) { return fmt::format("\"{}\"", arch_name(c.model.arch)); };
-    f.push_back(arch);
-    f.push_back(field<int>("model.vocab_size", NDT_REF(model.vocab_size), "Vocabulary size (256 for byte-level data)."));
-    f.push_back(field<int>("model.max_seq_len", NDT_REF(model.max_seq_len), "Longest sequence the model accepts (size of the position table for gpt2)."));
-    f.push_back(field<int>("model.n_layer", NDT_REF(model.n_layer), "Number of transformer blocks."));
-    f.push_back(field<int>("model.n_head", NDT_REF(model.n_head), "Attention heads; must divide model.d_model."));
-    f.push_back(field<int>("model.n_kv_head", NDT_REF(model.n_kv_head), "Key/value heads (llama, grouped-query attention); must divide model.n_head. gpt2 uses n_head."));
-    f.push_back(field<int>("model.d_model", NDT_REF(model.d_model), "Width of the residual stream."));
-    f.push_back(field<int>("model.d_ff", NDT_REF(model.d_ff), "Hidden width of the MLP (4 x d_model for gpt2)."));
-    f.push_back(field<bool>("model.qk_norm", NDT_REF(model.qk_norm), "RMSNorm on each head's queries and keys before attention."));
-    f.push_back(field<bool>("model.tied_embeddings", NDT_REF(model.tied_embeddings), "Output layer shares the token embedding matrix. Default: the family's (model.arch: gpt2 tied, llama untied)."));
-    f.push_back(field<float>("model.norm_eps", NDT_REF(model.norm_eps), "Epsilon of LayerNorm/RMSNorm."));
-    f.push_back(field<float>("model.rope_theta", NDT_REF(model.rope_theta), "RoPE base (llama)."));
-    f.push_back(field<float>("model.init_std", NDT_REF(model.init_std), "Std of the normal initialisation; residual projections use init_std / sqrt(2 n_layer)."));
-    f.push_back(field<int>("model.n_experts", NDT_REF(model.n_experts), "Mixture of experts (docs/moe.md): routed experts of each MoE block; 0: every block dense."));
-    f.push_back(field<int>("model.moe_top_k", NDT_REF(model.moe_top_k), "Experts each token is routed to (at most model.n_experts)."));
-    f.push_back(field<int>("model.moe_every", NDT_REF(model.moe_every), "Block l is an MoE block when (l + 1) % moe_every == 0 (1: every block; 2: blocks 1, 3, ...)."));
-    f.push_back(field<int>("model.moe_d_ff", NDT_REF(model.moe_d_ff), "Hidden width of each routed expert (SwiGLU for llama, GELU for gpt2; no biases); 0: model.d_ff."));
-    f.push_back(field<int>("model.moe_shared_d_ff", NDT_REF(model.moe_shared_d_ff), "Width of the shared MLP every token of an MoE block also passes through (DeepSeek's shared experts: their count x their width); 0: none."));
-    Field score;
-    score.key = "model.moe_score";
-    score.doc = "How the router scores experts: softmax over the experts (Mixtral, Switch) or sigmoid per expert (DeepSeek-V3).";
-    score.set = [](RunConfig& c, const std::string& v) { c.model.moe_score = moe_score_from_name(v); };
-    score.get = [](const RunConfig& c) { return fmt::format("\"{}\"", moe_score_name(c.model.moe_score)); };
-    f.push_back(score);
-    f.push_back(field<bool>("model.moe_normalize_top_k", NDT_REF(model.moe_normalize_top_k), "Divide the chosen experts' scores by their sum to get the combine weights."));
-    f.push_back(field<float>("model.moe_capacity_factor", NDT_REF(model.moe_capacity_factor), "0: dropless (every token reaches its experts). Else each expert takes at most ceil(factor x train.seq_len x moe_top_k / n_experts) tokens of each sequence, admitted in position order; the rest are dropped (the residual carries them). Not with parallel.cp > 1."));
-    f.push_back(field<float>("model.moe_aux_loss", NDT_REF(model.moe_aux_loss), "Coefficient of the load-balancing loss (Switch form E x sum_e f_e P_e, per sequence, averaged over the batch's sequences)."));
-    f.push_back(field<float>("model.moe_z_loss", NDT_REF(model.moe_z_loss), "Coefficient of the router z-loss (mean of logsumexp(router logits)^2); 0: none."));
-
-    f.push_back(field<int64_t>("train.steps", NDT_REF(steps), "Optimizer steps to run. 0: only write the initial state as a checkpoint (after train.init_from, if set) and stop."));
-    f.push_back(field<int>("train.batch_size", NDT_REF(batch_size), "Sequences per optimizer step (global batch)."));
-    f.push_back(field<int>("train.micro_batch_size", NDT_REF(micro_batch_size), "Sequences per forward/backward on one rank; each rank accumulates batch_size / (micro_batch_size x data-parallel size) micro-steps. 0: batch_size / data-parallel size (no accumulation)."));
-    f.push_back(field<int>("train.seq_len", NDT_REF(seq_len), "Tokens per sequence (at most model.max_seq_len)."));
-    f.push_back(field<uint64_t>("train.seed", NDT_REF(seed), "Seed of initialisation, batch order and sampling; the batch of a step depends only on (seed, step)."));
-    f.push_back(field<int64_t>("train.eval_every", NDT_REF(eval_every), "Validation loss every this many steps (and at the end); 0: only at the end."));
-    f.push_back(field<int>("train.eval_batches", NDT_REF(eval_batches), "Batches of validation data per evaluation, each train.batch_size rows split over the data-parallel ranks like a training batch (the same rows on any mesh)."));
-    f.push_back(field<int>("train.loss_chunk_rows", NDT_REF(loss_chunk_rows), "Rows of logits computed at once by the fused output layer and loss (memory: rows x vocab floats)."));
-    f.push_back(field<std::string>("train.init_from", NDT_REF(init_from), "Start from these weights instead of a random initialisation, on any layout, with fresh optimizer state at step 0 (fine-tuning): a *.safetensors file (Hugging Face names), an llm.c *.bin, or an ndtrain checkpoint (model-only or training; a folder of them or a run folder: its newest). The model.* keys must describe the same model."));
-    Field checkpointing;
-    checkpointing.key = "train.activation_checkpointing";
-    checkpointing.doc = "What each block keeps for backward (docs/activation_checkpointing.md). none: everything. "
-                        "full: only its input; backward reruns the block's forward (about a third more compute, "
-                        "most of the activation memory saved). selective: everything but the norm outputs, the "
-                        "attention probabilities and the MLP activation, which backward recomputes (the attention "
-                        "core: a few percent more compute). Gradients are bitwise those of none. With gradient "
-                        "accumulation the saving is per micro-batch: a smaller train.micro_batch_size and "
-                        "checkpointing both cut activations, and recompute costs the same fraction of each step.";
-    checkpointing.set = [](RunConfig& c, const std::string& v) {
-      c.activation_checkpointing.mode = checkpoint_mode_from_name(v);
-    };
-    checkpointing.get = [](const RunConfig& c) {
-      return fmt::format("\"{}\"", checkpoint_mode_name(c.activation_checkpointing.mode));
-    };
-    f.push_back(checkpointing);
-    f.push_back(field<int>("train.activation_checkpointing_every", NDT_REF(activation_checkpointing.every), "With activation_checkpointing = \"full\": recompute only the blocks whose index is a multiple of this (1: every block; 2: blocks 0, 2, 4, ...); the others keep everything."));
-    f.push_back(field<int64_t>("train.log_every", NDT_REF(log_every), "Print a progress line every this many steps (the metrics file gets every step)."));
-
-    f.push_back(field<float>("optim.lr", NDT_REF(schedule.max_lr), "Peak learning rate, reached after warmup."));
-    f.push_back(field<float>("optim.min_lr_ratio", NDT_REF(schedule.min_lr_ratio), "Cosine decay floor as a fraction of optim.lr, reached at the last step."));
-    f.push_back(field<int64_t>("optim.decay_steps", NDT_REF(schedule.decay_steps), "Step at which the cosine decay reaches its floor; 0: train.steps. Set it when a run will be resumed with more steps, so the schedule does not change."));
-    f.push_back(field<int64_t>("optim.warmup_steps", NDT_REF(schedule.warmup_steps), "Steps of linear warmup from 0."));
-    f.push_back(field<float>("optim.beta1", NDT_REF(adamw.beta1), "AdamW first-moment decay."));
-    f.push_back(field<float>("optim.beta2", NDT_REF(adamw.beta2), "AdamW second-moment decay."));
-    f.push_back(field<float>("optim.eps", NDT_REF(adamw.eps), "AdamW epsilon."));
-    f.push_back(field<float>("optim.weight_decay", NDT_REF(adamw.weight_decay), "Decoupled weight decay, on the parameters optim.weight_decay_policy names."));
-    Field decay_policy;
-    decay_policy.key = "optim.weight_decay_policy";
-    decay_policy.doc = "Which parameters optim.weight_decay applies to. matrices: linear weight matrices only "
-                       "(attention and MLP projections, an untied output layer), not embeddings, norms or biases. "
-                       "matrices_and_embeddings: every parameter of 2 or more dimensions, embeddings (so a tied "
-                       "output layer) included, as nanoGPT and llm.c's CUDA trainer. all: every parameter, as "
-                       "llm.c's CPU trainer.";
-    decay_policy.set = [](RunConfig& c, const std::string& v) {
-      c.weight_decay_policy = weight_decay_policy_from_name(v);
-    };
-    decay_policy.get = [](const RunConfig& c) {
-      return fmt::format("\"{}\"", weight_decay_policy_name(c.weight_decay_policy));
-    };
-    f.push_back(decay_policy);
-    f.push_back(field<float>("optim.grad_clip", NDT_REF(grad_clip), "optim.clip_mode = norm: clip the global gradient norm to this value; 0 disables."));
-    f.push_back(field<std::string>("optim.clip_mode", NDT_REF(clip_mode), "norm (clip to optim.grad_clip) or zclip (ZClip: after optim.zclip_warmup steps, a norm whose z-score on an exponential moving average of the norm's mean and variance exceeds optim.zclip_threshold is clipped to mean + threshold x std; src/optim/zclip.h, docs/stability.md)."));
-    f.push_back(field<float>("optim.z_loss", NDT_REF(z_loss), "PaLM's z-loss: adds this x lse(logits)^2 per token to the loss (inside the fused and vocab-parallel cross-entropy), keeping the softmax normaliser near 1; reported as z_loss apart from the loss. 0: off (1e-4 is PaLM's)."));
-    f.push_back(field<double>("optim.zclip_alpha", NDT_REF(zclip.alpha), "ZClip: the moving averages' decay, in (0, 1)."));
-    f.push_back(field<double>("optim.zclip_threshold", NDT_REF(zclip.threshold), "ZClip: the z-score above which a norm is clipped."));
-    f.push_back(field<int>("optim.zclip_warmup", NDT_REF(zclip.warmup_steps), "ZClip: applied steps whose norms only start the statistics (never clipped)."));
-
-    f.push_back(field<std::string>("data.train", NDT_REF(train_data), "Training token shard (llm.c format, see `ndtrain prepare`)."));
-    f.push_back(field<std::string>("data.val", NDT_REF(val_data), "Validation token shard."));
-
-    f.push_back(field<int>("sample.tokens", NDT_REF(sample_tokens), "Tokens of text generated at the end of training; 0: none."));
-    f.push_back(field<std::string>("sample.prompt", NDT_REF(sample_prompt), "Text the sample continues (bytes, for byte-level models)."));
-    f.push_back(field<float>("sample.temperature", NDT_REF(temperature), "Sampling temperature; 0 picks the most likely token."));
-    f.push_back(field<int>("sample.top_k", NDT_REF(top_k), "Sample among the k most likely tokens; 0: all."));
-
-    Field compute;
-    compute.key = "precision.compute";
-    compute.doc = "Compute dtype of the matmuls and of the activations blocks keep for backward (docs/precision.md): "
-                  "fp32, bf16 or fp16. Master weights, gradients, optimizer moments, norms, softmax, the loss and "
-                  "gradient reduction stay fp32; matmuls take inputs rounded to the dtype and sum in fp32 "
-                  "(bf16 through oneDNN's AMX/AVX512-BF16 kernels where the CPU has them).";
-    compute.set = [](RunConfig& c, const std::string& v) { c.precision.compute = compute_dtype_from_config_name(v); };
-    compute.get = [](const RunConfig& c) { return fmt::format("\"{}\"", compute_dtype_config_name(c.precision.compute)); };
-    f.push_back(compute);
-
-    Field reduce;
-    reduce.key = "precision.reduce_dtype";
-    reduce.doc = "What the data-parallel gradient reductions (DDP's all-reduce, ZeRO's and FSDP's reduce-scatter) send: "
-                 "fp32, or bf16 (half the bytes; every partial sum is rounded to bf16, so the result depends on the "
-                 "number of ranks more than in fp32). Gradients are accumulated and the optimizer runs in fp32 either way. "
-                 "HSDP's all-reduce over replicas, tensor and pipeline parallel traffic stay fp32.";
-    reduce.set = [](RunConfig& c, const std::string& v) {
-      c.reduce_dtype = compute_dtype_from_config_name(v, "precision.reduce_dtype");
-      NDT_CHECK(c.reduce_dtype != DType::f16, "precision.reduce_dtype = \"fp16\": gradient sums can overflow fp16's "
-                "range (65504); use bf16 or fp32");
-    };
-    reduce.get = [](const RunConfig& c) { return fmt::format("\"{}\"", compute_dtype_config_name(c.reduce_dtype)); };
-    f.push_back(reduce);
-    f.push_back(field<bool>("precision.fp8", NDT_REF(precision.fp8), "The blocks' linear layers in fp8 (emulated exactly on CPU; docs/precision.md): inputs and weights rounded to e4m3, output gradients to e5m2, each tensor at a power-of-two scale from its amax history (delayed scaling), products summed in fp32. Needs precision.compute = \"bf16\" and widths divisible by 16 per tensor-parallel rank. The output layer stays bf16."));
-    f.push_back(field<int>("precision.fp8_amax_history", NDT_REF(precision.fp8_scaling.amax_history_len), "Steps of amax history each fp8 tensor's scale is computed from."));
-    f.push_back(field<int>("precision.fp8_margin", NDT_REF(precision.fp8_scaling.margin), "fp8 scales leave 2^margin of headroom above the amax."));
-    Field amax_algo;
-    amax_algo.key = "precision.fp8_amax_algo";
-    amax_algo.doc = "Which amax of the history sets an fp8 scale: max (the window's largest) or most_recent.";
-    amax_algo.set = [](RunConfig& c, const std::string& v) {
-      NDT_CHECK(v == "max" || v == "most_recent", "precision.fp8_amax_algo = \"{}\" is not max or most_recent", v);
-      c.precision.fp8_scaling.algo = v == "max" ? Fp8ScalingConfig::AmaxAlgo::max : Fp8ScalingConfig::AmaxAlgo::most_recent;
-    };
-    amax_algo.get = [](const RunConfig& c) {
-      return std::string(c.precision.fp8_scaling.algo == Fp8ScalingConfig::AmaxAlgo::max ? "\"max\"" : "\"most_recent\"");
-    };
-    f.push_back(amax_algo);
-    f.push_back(field<std::string>("precision.loss_scaling", NDT_REF(loss_scaling), "Dynamic loss scaling (fp16's small gradients would flush to zero): auto (on with precision.compute = fp16, off otherwise), dynamic, or off. The loss is multiplied by the scale before backward; a step whose gradients hold an inf or NaN on any rank is skipped (not applied, counted, logged) and the scale multiplied by precision.loss_scale.backoff_factor; after growth_interval clean steps it grows by growth_factor. Saved in checkpoints."));
-    f.push_back(field<double>("precision.loss_scale.initial_scale", NDT_REF(loss_scale.initial_scale), "The loss scale at step 1."));
-    f.push_back(field<double>("precision.loss_scale.growth_factor", NDT_REF(loss_scale.growth_factor), "Scale growth after growth_interval clean steps (> 1)."));
-    f.push_back(field<double>("precision.loss_scale.backoff_factor", NDT_REF(loss_scale.backoff_factor), "Scale factor on an overflow, in (0, 1)."));
-    f.push_back(field<int>("precision.loss_scale.growth_interval", NDT_REF(loss_scale.growth_interval), "Clean steps in a row before the scale grows."));
-    f.push_back(field<double>("precision.loss_scale.min_scale", NDT_REF(loss_scale.min_scale), "Smallest scale; an overflow at this scale stops the run like any non-finite step."));
-    f.push_back(field<double>("precision.loss_scale.max_scale", NDT_REF(loss_scale.max_scale), "Largest scale."));
-    f.push_back(field<int64_t>("debug.nonfinite_gradient_step", NDT_REF(nonfinite_gradient_step), "Fault injection: at this step (1-based; 0: never), after backward, one gradient element on rank debug.nonfinite_gradient_rank becomes +inf, as an fp16 overflow would. Shows the loss scaler (or the non-finite stop) at work on any layout."));
-    f.push_back(field<int>("debug.nonfinite_gradient_rank", NDT_REF(nonfinite_gradient_rank), "The world rank debug.nonfinite_gradient_step corrupts."));
-    f.push_back(field<std::string>("debug.corrupt_batches", NDT_REF(corrupt_batches), "Fault injection: \"FIRST:COUNT\" replaces the inputs and targets of training batches FIRST .. FIRST+COUNT-1 (0-based data positions, on every rank) with random tokens: a corrupted data window, the loss spike stability.on_spike defends against (docs/stability.md). Empty: none."));
-    f.push_back(field<std::string>("stability.on_spike", NDT_REF(on_spike), "What a loss or gradient-norm spike (see stability.spike_*) does: warn (a log line and a metrics event; the update is applied), skip (the update is not applied on any rank; the batch is consumed), or rollback (reload the newest checkpoint, skip the data window since it, continue; needs checkpoint.every > 0)."));
-    f.push_back(field<std::string>("stability.on_nonfinite", NDT_REF(on_nonfinite), "What a NaN or infinite loss or gradient norm on any rank does (never applied): stop (save the last finite state and end the run with an error), skip (go on with the next batch), or rollback (as stability.on_spike)."));
-    f.push_back(field<int>("stability.spike_window", NDT_REF(spike.window), "Applied steps whose loss and gradient norm a step is compared with."));
-    f.push_back(field<int>("stability.spike_min_samples", NDT_REF(spike.min_samples), "Steps in the window before any spike is called."));
-    f.push_back(field<double>("stability.spike_zscore", NDT_REF(spike.zscore), "A spike is above the window's mean + this many standard deviations ..."));
-    f.push_back(field<double>("stability.spike_min_increase", NDT_REF(spike.min_increase), "... and a loss above the mean by at least this fraction (0.25: 25%)."));
-    f.push_back(field<double>("stability.spike_norm_min_increase", NDT_REF(spike.norm_min_increase), "... and a gradient norm above the mean by at least this fraction (1: twice the mean; clean norms have heavier tails than losses)."));
-    f.push_back(field<int64_t>("stability.rollback_extra_batches", NDT_REF(rollback_extra_batches), "A rollback skips the batches since the checkpoint up to the spike's, and this many after it (a corrupted window is often longer than the batch that showed it; PaLM skipped a few hundred)."));
-    f.push_back(field<int>("stability.max_rollbacks", NDT_REF(max_rollbacks), "Rollbacks allowed within stability.rollback_window steps; one more ends the run with an error naming the newest checkpoint."));
-    f.push_back(field<int64_t>("stability.rollback_window", NDT_REF(rollback_window), "The window, in steps, stability.max_rollbacks counts over."));
-    f.push_back(field<float>("stability.rollback_lr_factor", NDT_REF(rollback_lr_factor), "After a rollback, the learning rate is multiplied by this for stability.rollback_lr_steps steps (1: unchanged)."));
-    f.push_back(field<int64_t>("stability.rollback_lr_steps", NDT_REF(rollback_lr_steps), "Steps after a rollback that run at stability.rollback_lr_factor x the scheduled learning rate."));
-
-    f.push_back(field<int>("parallel.pp", NDT_REF(mesh.pp), "Pipeline-parallel ranks (mesh axis pp, outermost): the model's units split into pp x pp_virtual_stages contiguous chunks, chunk c on pp rank c mod pp; the micro-batches of a step (train.batch_size / (train.micro_batch_size x data-parallel size)) flow through them in the order of parallel.pp_schedule. Composes with DDP, ZeRO-1/2/3 (FSDP, HSDP) and tensor parallelism (docs/pipeline.md)."));
-    f.push_back(field<std::string>("parallel.pp_schedule", NDT_REF(pp_schedule), "Pipeline schedule: gpipe (every forward, then every backward; holds m micro-batches' activations), 1f1b (holds at most pp), interleaved_1f1b (pp_virtual_stages >= 2 chunks per rank, the micro-batch count a multiple of pp; bubble / v), zb_h1 (zero bubble: weight gradients deferred into the bubble)."));
-    f.push_back(field<int>("parallel.pp_virtual_stages", NDT_REF(pp_virtual_stages), "Chunks of the model per pp rank (interleaved_1f1b: 2 or more; the other schedules: 1)."));
-    f.push_back(field<std::string>("parallel.pp_layers", NDT_REF(pp_layers), "Blocks of each pipeline chunk, comma-separated (e.g. \"3,3\"); the first chunk also holds the embedding, the last the final norm, output layer and loss. Empty: balanced by a cost model (the training FLOPs of each block and of the output layer)."));
-    f.push_back(field<int>("parallel.dp_replicate", NDT_REF(mesh.dp_replicate), "Data-parallel replicas (mesh axis dp_replicate); 0: all ranks the other axes leave."));
-    f.push_back(field<int>("parallel.dp_shard", NDT_REF(mesh.dp_shard), "Sharded data-parallel ranks (mesh axis dp_shard): ZeRO shards over them (needs parallel.zero_stage >= 1); with dp_replicate > 1 too, that is HSDP."));
-    f.push_back(field<int>("parallel.cp", NDT_REF(mesh.cp), "Context-parallel ranks (mesh axis cp): every sequence split over them (parallel.cp_chunks), only attention communicating (parallel.cp_mode); parameters replicated over cp, gradients reduced (and ZeRO/FSDP sharded) over dp_shard x cp. train.seq_len must divide into 2 x cp chunks (zigzag) or cp (contiguous). Composes with DDP, ZeRO-1/2/3, tensor and sequence parallel and pipeline parallel (docs/context_parallel.md)."));
-    f.push_back(field<int>("parallel.ep", NDT_REF(mesh.ep), "Expert-parallel ranks (docs/moe.md): an MoE model's routed experts split over ep ranks borrowed from the data-parallel ranks parallel.dp_shard x cp (which it must divide; with zero_stage 0 set parallel.dp_shard to the ranks ep may use), tokens sent to their experts and back by all-to-all. Expert weights are reduced over the other data-parallel ranks (edp), everything else over all of them; ZeRO/FSDP shard the experts over the dp_shard x cp / ep ranks holding the same experts (edp_shard). Needs model.n_experts divisible by ep."));
-    f.push_back(field<std::string>("parallel.cp_mode", NDT_REF(cp_mode), "Context-parallel attention: ring (keys and values passed around the cp ranks, the next block's transfer overlapped with the current block's compute; any head count) or ulysses (all-to-all from token-split to head-split and back around a local attention; this rank's heads and KV heads must divide by cp)."));
-    f.push_back(field<std::string>("parallel.cp_chunks", NDT_REF(cp_chunks), "How a sequence is cut over the cp ranks: zigzag (2 x cp chunks, rank r holds chunks r and 2cp-1-r: equal causal attention work on every rank) or contiguous (cp chunks, rank r holds chunk r: the last rank does most of the work)."));
-    f.push_back(field<int>("parallel.tp", NDT_REF(mesh.tp), "Tensor-parallel ranks (mesh axis tp, innermost): attention split by heads, the MLP by hidden units, embedding and output layer by vocabulary (Megatron). Heads, KV heads, d_model, d_ff and vocab_size must divide by it."));
-    f.push_back(field<bool>("parallel.sequence_parallel", NDT_REF(sequence_parallel), "With tp > 1: run the norms and residual adds on tokens split over tp (all-gather / reduce-scatter instead of all-reduce; same volume, activations of those regions / tp). train.seq_len must divide by tp."));
-    f.push_back(field<int>("parallel.zero_stage", NDT_REF(zero_stage), "0: DDP (everything replicated). 1: AdamW moments sharded over dp_shard. 2: gradients sharded too (each block's are reduce-scattered right after its backward, so they are never whole). 3: parameters sharded too (FSDP), gathered per block when used."));
-    f.push_back(field<bool>("parallel.reshard_after_forward", NDT_REF(reshard_after_forward), "ZeRO-3: free a block's gathered parameters after its forward and gather them again for its backward; false keeps them (less communication, more memory)."));
-    f.push_back(field<bool>("parallel.prefetch", NDT_REF(prefetch), "ZeRO-3: start the next block's all-gather before computing the current one."));
-    f.push_back(field<double>("parallel.bucket_mb", NDT_REF(bucket_mb), "Data-parallel gradient bucket size in MiB: each bucket's all-reduce starts when backward has finished its gradients."));
-    f.push_back(field<std::string>("checkpoint.dir", NDT_REF(checkpoint_dir), "Folder of the run's checkpoints (step-NNNNNNNN each); empty: <runtime.out_dir>/checkpoints (no checkpoints when both are empty)."));
-    f.push_back(field<int64_t>("checkpoint.every", NDT_REF(checkpoint_every), "Save every this many steps; 0: only at the end (checkpoint.save_on_exit)."));
-    f.push_back(field<int>("checkpoint.keep_last", NDT_REF(keep_last), "Committed checkpoints kept; older ones are removed after each save."));
-    f.push_back(field<bool>("checkpoint.async", NDT_REF(checkpoint_async), "Write periodic saves on a background thread from a host snapshot while training continues (at most one in flight)."));
-    f.push_back(field<bool>("checkpoint.save_on_exit", NDT_REF(save_on_exit), "Save at the end of the run, and when a rank receives SIGTERM (the run then stops after the step)."));
-    f.push_back(field<std::string>("checkpoint.resume", NDT_REF(resume), "Resume from this checkpoint (a checkpoint directory, a folder of them or a run folder: its newest), or \"latest\" (newest under checkpoint.dir); any mesh, ZeRO stage or tp size (`ndtrain train --resume`)."));
-    f.push_back(field<bool>("checkpoint.overwrite", NDT_REF(overwrite), "Allow this run to delete checkpoints it does not continue from: those of an earlier run when starting afresh in a folder that holds some, or those newer than the step it resumes from (`ndtrain train --overwrite`). Without it such a run stops before step 1 and names both ways forward."));
-    f.push_back(field<int>("runtime.threads", NDT_REF(threads), "Compute threads of this rank (OpenMP and OpenBLAS); 0: the node's cores divided among its ranks (at least 1)."));
-    f.push_back(field<double>("runtime.peak_gflops", NDT_REF(peak_gflops), "Hardware peak for MFU in GFLOP/s; 0: measure it with the built-in FMA calibration."));
-    f.push_back(field<double>("runtime.comm_timeout_s", NDT_REF(comm_timeout_s), "A collective not complete after this many seconds aborts the job, naming the operation, mesh axis, size and step."));
-    f.push_back(field<std::string>("runtime.out_dir", NDT_REF(out_dir), "Folder for metrics.jsonl (one JSON record per step, validation and summary); empty: no metrics file."));
-    return f;
-  }();
-  return table;
-}
-
-const Field* find_field(const std::string& key) {
-  for (const Field& f : fields()) {
-    if (f.key == key) return &f;
-  }
-  return nullptr;
-}
 
 std::string toml_value_text(const std::string& key, const toml::node& node) {
   if (auto s = node.as_string()) return s->get();
@@ -352,7 +71,7 @@ RunConfig read_run_config(const std::string& path, const std::vector<std::string
     entries.emplace_back(o.substr(0, eq), o.substr(eq + 1));
   }
   for (const auto& [key, value] : entries) {
-    NDT_CHECK(find_field(key) != nullptr, "unknown config key \"{}\" (value \"{}\"); see `ndtrain config`",
+    NDT_CHECK(find_config_key(key) != nullptr, "unknown config key \"{}\" (value \"{}\"); see `ndtrain config`",
               key, value);
   }
   RunConfig config;
@@ -364,11 +83,11 @@ RunConfig read_run_config(const std::string& path, const std::vector<std::string
     for (const auto& [key, v] : entries) {
       if (key == first) value = &v;
     }
-    if (value != nullptr) find_field(first)->set(config, *value);
+    if (value != nullptr) find_config_key(first)->set(config, *value);
   }
   for (const auto& [key, value] : entries) {
     if (std::find(applied_first.begin(), applied_first.end(), key) == applied_first.end()) {
-      find_field(key)->set(config, value);
+      find_config_key(key)->set(config, value);
     }
   }
   return config;
@@ -381,8 +100,77 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::string
 }
 
 bool RunConfig::scales_loss() const {
-  return loss_scaling == "dynamic" || (loss_scaling == "auto" && precision.compute == DType::f16);
+  return loss_scaling == LossScaling::dynamic ||
+         (loss_scaling == LossScaling::automatic && precision.compute == DType::f16);
 }
+
+namespace {
+
+// The checks of validate() beyond the layout, by section.
+
+void check_stability(const RunConfig& c) {
+  c.spike.validate();
+  NDT_CHECK(c.max_rollbacks >= 0, "stability.max_rollbacks = {} must not be negative", c.max_rollbacks);
+  NDT_CHECK(c.rollback_window >= 1, "stability.rollback_window = {} must be at least 1", c.rollback_window);
+  NDT_CHECK(std::isfinite(c.rollback_lr_factor) && c.rollback_lr_factor > 0 && c.rollback_lr_factor <= 1,
+            "stability.rollback_lr_factor = {} must lie in (0, 1]", c.rollback_lr_factor);
+  NDT_CHECK(c.rollback_lr_steps >= 0, "stability.rollback_lr_steps = {} must not be negative", c.rollback_lr_steps);
+  NDT_CHECK(c.rollback_extra_batches >= 0, "stability.rollback_extra_batches = {} must not be negative",
+            c.rollback_extra_batches);
+  NDT_CHECK(!c.rolls_back() || (c.checkpoint_every > 0 && (!c.checkpoint_dir.empty() || !c.out_dir.empty())),
+            "a rollback (stability.on_spike or stability.on_nonfinite = \"rollback\") reloads the newest checkpoint: "
+            "set checkpoint.every > 0 (now {}) and a checkpoint folder (checkpoint.dir or runtime.out_dir)",
+            c.checkpoint_every);
+}
+
+void check_optimizer(const RunConfig& c) {
+  c.schedule.validate();
+  NDT_CHECK(c.adamw.beta1 >= 0 && c.adamw.beta1 < 1, "optim.beta1 = {} must be in [0, 1)", c.adamw.beta1);
+  NDT_CHECK(c.adamw.beta2 >= 0 && c.adamw.beta2 < 1, "optim.beta2 = {} must be in [0, 1)", c.adamw.beta2);
+  NDT_CHECK(c.adamw.eps > 0, "optim.eps = {} must be positive", c.adamw.eps);
+  NDT_CHECK(c.adamw.weight_decay >= 0, "optim.weight_decay = {} must not be negative", c.adamw.weight_decay);
+  NDT_CHECK(c.grad_clip >= 0, "optim.grad_clip = {} must not be negative", c.grad_clip);
+}
+
+void check_data_and_sample(const RunConfig& c) {
+  NDT_CHECK(c.init_from.empty() || c.resume.empty(),
+            "train.init_from = \"{}\" and checkpoint.resume = \"{}\" are both set: a resumed run continues "
+            "from its checkpoint; init_from starts a new one",
+            c.init_from, c.resume);
+  NDT_CHECK(!c.train_data.empty(), "data.train is not set: give a token shard (see `ndtrain prepare`)");
+  for (const auto& [key, path] : {std::pair{"data.train", &c.train_data}, {"data.val", &c.val_data}}) {
+    if (path->empty()) continue;
+    const std::string problem = input_file_problem(*path);
+    NDT_CHECK(problem.empty(), "{} = \"{}\" {}", key, *path, problem);
+  }
+  NDT_CHECK(c.sample_tokens >= 0, "sample.tokens = {} must not be negative", c.sample_tokens);
+  NDT_CHECK(c.sample_tokens == 0 || !c.sample_prompt.empty(),
+            "sample.tokens = {} needs a sample.prompt to continue, which is empty (sample.tokens = 0: no sample)",
+            c.sample_tokens);
+  for (size_t i = 0; i < c.sample_prompt.size(); ++i) {
+    const int byte = static_cast<unsigned char>(c.sample_prompt[i]);
+    NDT_CHECK(byte < c.model.vocab_size,
+              "sample.prompt byte {} (at {}) is outside the vocabulary: prompt tokens are the prompt's bytes, "
+              "and model.vocab_size = {}",
+              byte, i, c.model.vocab_size);
+  }
+  NDT_CHECK(c.temperature >= 0, "sample.temperature = {} must not be negative", c.temperature);
+  NDT_CHECK(c.top_k >= 0, "sample.top_k = {} must not be negative", c.top_k);
+}
+
+void check_runtime_and_checkpoints(const RunConfig& c) {
+  NDT_CHECK(c.threads >= 0, "runtime.threads = {} must not be negative (0: automatic)", c.threads);
+  NDT_CHECK(c.comm_timeout_s > 0, "runtime.comm_timeout_s = {} must be positive", c.comm_timeout_s);
+  NDT_CHECK(c.checkpoint_every >= 0, "checkpoint.every = {} must not be negative", c.checkpoint_every);
+  NDT_CHECK(c.checkpoint_every == 0 || !c.checkpoint_dir.empty() || !c.out_dir.empty(),
+            "checkpoint.every = {} saves checkpoints, but there is no folder for them: checkpoint.dir and "
+            "runtime.out_dir are both empty",
+            c.checkpoint_every);
+  NDT_CHECK(c.keep_last >= 1, "checkpoint.keep_last = {} must be at least 1", c.keep_last);
+  NDT_CHECK(c.peak_gflops >= 0, "runtime.peak_gflops = {} must not be negative", c.peak_gflops);
+}
+
+}  // namespace
 
 void RunConfig::validate() const {
   validate_layout();
@@ -393,174 +181,154 @@ void RunConfig::validate() const {
   NDT_CHECK(nonfinite_gradient_rank >= 0, "debug.nonfinite_gradient_rank = {} must not be negative",
             nonfinite_gradient_rank);
   parse_batch_window(corrupt_batches);
-  NDT_CHECK(clip_mode == "norm" || clip_mode == "zclip", "optim.clip_mode = \"{}\" is not a clip mode: norm or zclip",
-            clip_mode);
   zclip.validate();
   NDT_CHECK(std::isfinite(z_loss) && z_loss >= 0, "optim.z_loss = {} must be finite and non-negative (0: no z-loss)",
             z_loss);
-  NDT_CHECK(on_spike == "warn" || on_spike == "skip" || on_spike == "rollback",
-            "stability.on_spike = \"{}\" is not an action: warn, skip or rollback", on_spike);
-  NDT_CHECK(on_nonfinite == "stop" || on_nonfinite == "skip" || on_nonfinite == "rollback",
-            "stability.on_nonfinite = \"{}\" is not an action: stop, skip or rollback", on_nonfinite);
-  spike.validate();
-  NDT_CHECK(max_rollbacks >= 0, "stability.max_rollbacks = {} must not be negative", max_rollbacks);
-  NDT_CHECK(rollback_window >= 1, "stability.rollback_window = {} must be at least 1", rollback_window);
-  NDT_CHECK(std::isfinite(rollback_lr_factor) && rollback_lr_factor > 0 && rollback_lr_factor <= 1,
-            "stability.rollback_lr_factor = {} must lie in (0, 1]", rollback_lr_factor);
-  NDT_CHECK(rollback_lr_steps >= 0, "stability.rollback_lr_steps = {} must not be negative", rollback_lr_steps);
-  NDT_CHECK(rollback_extra_batches >= 0, "stability.rollback_extra_batches = {} must not be negative",
-            rollback_extra_batches);
-  NDT_CHECK(!rolls_back() || (checkpoint_every > 0 && (!checkpoint_dir.empty() || !out_dir.empty())),
-            "a rollback (stability.on_spike or stability.on_nonfinite = \"rollback\") reloads the newest checkpoint: "
-            "set checkpoint.every > 0 (now {}) and a checkpoint folder (checkpoint.dir or runtime.out_dir)",
-            checkpoint_every);
+  check_stability(*this);
   NDT_CHECK(steps >= 0, "train.steps = {} must not be negative (0: write the initial state and stop)", steps);
-  schedule.validate();
-  NDT_CHECK(adamw.beta1 >= 0 && adamw.beta1 < 1, "optim.beta1 = {} must be in [0, 1)", adamw.beta1);
-  NDT_CHECK(adamw.beta2 >= 0 && adamw.beta2 < 1, "optim.beta2 = {} must be in [0, 1)", adamw.beta2);
-  NDT_CHECK(adamw.eps > 0, "optim.eps = {} must be positive", adamw.eps);
-  NDT_CHECK(adamw.weight_decay >= 0, "optim.weight_decay = {} must not be negative", adamw.weight_decay);
-  NDT_CHECK(grad_clip >= 0, "optim.grad_clip = {} must not be negative", grad_clip);
-  NDT_CHECK(init_from.empty() || resume.empty(),
-            "train.init_from = \"{}\" and checkpoint.resume = \"{}\" are both set: a resumed run continues "
-            "from its checkpoint; init_from starts a new one",
-            init_from, resume);
-  NDT_CHECK(!train_data.empty(), "data.train is not set: give a token shard (see `ndtrain prepare`)");
-  for (const auto& [key, path] : {std::pair{"data.train", &train_data}, {"data.val", &val_data}}) {
-    if (path->empty()) continue;
-    const std::string problem = input_file_problem(*path);
-    NDT_CHECK(problem.empty(), "{} = \"{}\" {}", key, *path, problem);
-  }
-  NDT_CHECK(sample_tokens >= 0, "sample.tokens = {} must not be negative", sample_tokens);
-  NDT_CHECK(sample_tokens == 0 || !sample_prompt.empty(),
-            "sample.tokens = {} needs a sample.prompt to continue, which is empty (sample.tokens = 0: no sample)",
-            sample_tokens);
-  for (size_t i = 0; i < sample_prompt.size(); ++i) {
-    const int byte = static_cast<unsigned char>(sample_prompt[i]);
-    NDT_CHECK(byte < model.vocab_size,
-              "sample.prompt byte {} (at {}) is outside the vocabulary: prompt tokens are the prompt's bytes, "
-              "and model.vocab_size = {}",
-              byte, i, model.vocab_size);
-  }
-  NDT_CHECK(temperature >= 0, "sample.temperature = {} must not be negative", temperature);
-  NDT_CHECK(top_k >= 0, "sample.top_k = {} must not be negative", top_k);
-  NDT_CHECK(threads >= 0, "runtime.threads = {} must not be negative (0: automatic)", threads);
-  NDT_CHECK(comm_timeout_s > 0, "runtime.comm_timeout_s = {} must be positive", comm_timeout_s);
-  NDT_CHECK(checkpoint_every >= 0, "checkpoint.every = {} must not be negative", checkpoint_every);
-  NDT_CHECK(checkpoint_every == 0 || !checkpoint_dir.empty() || !out_dir.empty(),
-            "checkpoint.every = {} saves checkpoints, but there is no folder for them: checkpoint.dir and "
-            "runtime.out_dir are both empty",
-            checkpoint_every);
-  NDT_CHECK(keep_last >= 1, "checkpoint.keep_last = {} must be at least 1", keep_last);
-  NDT_CHECK(peak_gflops >= 0, "runtime.peak_gflops = {} must not be negative", peak_gflops);
+  check_optimizer(*this);
+  check_data_and_sample(*this);
+  check_runtime_and_checkpoints(*this);
 }
+
+namespace {
+
+// The checks of validate_layout(), by concern.
+
+void check_low_precision(const RunConfig& c) {
+  // Checked even when off, so a bad value is reported before it is ever used.
+  c.loss_scale.validate();
+  c.precision.fp8_scaling.validate();
+  if (!c.precision.fp8) return;
+  NDT_CHECK(c.precision.compute == DType::bf16,
+            "precision.fp8 = true computes the fp8 products in the bf16 GEMM: it needs precision.compute = \"bf16\", "
+            "not \"{}\"",
+            compute_dtype_config_name(c.precision.compute));
+  // fp8 GEMM kernels work on tiles of 16: every width a linear layer has on a rank.
+  const ModelConfig& m = c.model;
+  const int tp = c.mesh.tp;
+  for (const auto& [key, width] : {std::pair<const char*, int64_t>{"model.d_model", m.d_model},
+                                   {"model.d_ff", m.d_ff},
+                                   {"model.d_model / parallel.tp", m.d_model / tp},
+                                   {"model.d_ff / parallel.tp", m.d_ff / tp},
+                                   {"n_kv_head x head_dim / parallel.tp", int64_t{m.kv_heads()} * m.head_dim() / tp}}) {
+    NDT_CHECK(width % 16 == 0, "precision.fp8 = true needs linear-layer widths divisible by 16, but {} = {}", key,
+              width);
+  }
+}
+
+void check_batch_and_recompute(const RunConfig& c) {
+  NDT_CHECK(c.batch_size > 0, "train.batch_size = {} must be positive", c.batch_size);
+  NDT_CHECK(c.micro_batch_size >= 0, "train.micro_batch_size = {} must not be negative (0: automatic)",
+            c.micro_batch_size);
+  NDT_CHECK(c.micro_batch_size == 0 || c.batch_size % c.micro_batch_size == 0,
+            "train.micro_batch_size = {} does not divide train.batch_size = {}", c.micro_batch_size, c.batch_size);
+  NDT_CHECK(c.seq_len > 0, "train.seq_len = {} must be positive", c.seq_len);
+  NDT_CHECK(c.seq_len <= c.model.max_seq_len, "train.seq_len = {} exceeds model.max_seq_len = {}", c.seq_len,
+            c.model.max_seq_len);
+  NDT_CHECK(c.eval_every >= 0, "train.eval_every = {} must not be negative", c.eval_every);
+  NDT_CHECK(c.eval_batches > 0, "train.eval_batches = {} must be positive", c.eval_batches);
+  NDT_CHECK(c.loss_chunk_rows > 0, "train.loss_chunk_rows = {} must be positive", c.loss_chunk_rows);
+  NDT_CHECK(c.log_every > 0, "train.log_every = {} must be positive", c.log_every);
+  const ActivationCheckpointing& ac = c.activation_checkpointing;
+  NDT_CHECK(ac.every >= 1, "train.activation_checkpointing_every = {} must be at least 1", ac.every);
+  NDT_CHECK(ac.every == 1 || ac.mode == CheckpointMode::full,
+            "train.activation_checkpointing_every = {} applies to full recompute, but train.activation_checkpointing "
+            "= \"{}\"",
+            ac.every, checkpoint_mode_name(ac.mode));
+}
+
+void check_data_and_expert_parallel(const RunConfig& c) {
+  const MeshShape& mesh = c.mesh;
+  NDT_CHECK(c.bucket_mb > 0, "parallel.bucket_mb = {} must be positive", c.bucket_mb);
+  NDT_CHECK(c.bucket_mb >= kSmallestBucketMib,
+            "parallel.bucket_mb = {} is smaller than one float (4 bytes): the smallest bucket is {} MiB", c.bucket_mb,
+            kSmallestBucketMib);
+  NDT_CHECK(c.bucket_mb <= kLargestBucketMib,
+            "parallel.bucket_mb = {} exceeds {} MiB (1 TiB); any size above the model's gradients is one bucket",
+            c.bucket_mb, kLargestBucketMib);
+  NDT_CHECK(mesh.dp_replicate >= 0, "parallel.dp_replicate = {} must not be negative (0: automatic)",
+            mesh.dp_replicate);
+  NDT_CHECK(mesh.dp_shard >= 1, "parallel.dp_shard = {} must be at least 1", mesh.dp_shard);
+  NDT_CHECK(c.zero_stage >= 0 && c.zero_stage <= 3, "parallel.zero_stage = {} must be 0, 1, 2 or 3", c.zero_stage);
+  NDT_CHECK(mesh.dp_shard == 1 || c.zero_stage > 0 || mesh.ep > 1,
+            "parallel.dp_shard = {} shards with ZeRO: set parallel.zero_stage to 1, 2 or 3 (or, for expert "
+            "parallelism under DDP, parallel.ep > 1)",
+            mesh.dp_shard);
+  NDT_CHECK(mesh.ep >= 1, "parallel.ep = {} must be at least 1", mesh.ep);
+  if (mesh.ep > 1) validate_expert_parallel(c.model, mesh.ep);  // ep dividing dp_shard x cp: MeshShape::validate
+  NDT_CHECK(c.model.moe_capacity_factor == 0 || mesh.cp == 1,
+            "model.moe_capacity_factor = {} with parallel.cp = {} is not supported: capacity admits a sequence's "
+            "tokens in position order, which a split sequence does not have on one rank (use 0: dropless)",
+            c.model.moe_capacity_factor, mesh.cp);
+  NDT_CHECK(!c.model.is_moe() || !c.precision.low(),
+            "model.n_experts = {} (mixture of experts) computes in fp32 only: precision.compute = \"{}\" is not "
+            "supported with it yet",
+            c.model.n_experts, compute_dtype_config_name(c.precision.compute));
+}
+
+void check_context_and_pipeline(const RunConfig& c) {
+  const MeshShape& mesh = c.mesh;
+  NDT_CHECK(mesh.pp >= 1, "parallel.pp = {} must be at least 1", mesh.pp);
+  NDT_CHECK(mesh.cp >= 1, "parallel.cp = {} must be at least 1", mesh.cp);
+  const CpLayout cp{mesh.cp, c.cp_mode, c.cp_chunks};
+  if (cp.active()) {
+    cp.check_sequence(c.seq_len);
+    if (cp.mode == CpMode::ulysses && mesh.tp >= 1 && c.model.n_head % mesh.tp == 0 &&
+        c.model.kv_heads() % mesh.tp == 0) {
+      validate_ulysses(c.model.n_head / mesh.tp, c.model.kv_heads() / mesh.tp, mesh.cp);
+    }
+  }
+  NDT_CHECK(c.pp_virtual_stages >= 1, "parallel.pp_virtual_stages = {} must be at least 1", c.pp_virtual_stages);
+  parse_pipeline_layers(c.pp_layers);
+  NDT_CHECK(mesh.pp > 1 || (c.pp_virtual_stages == 1 && c.pp_layers.empty()),
+            "parallel.pp_virtual_stages and parallel.pp_layers apply with parallel.pp > 1 (parallel.pp = {})", mesh.pp);
+  if (mesh.pp == 1) return;
+  NDT_CHECK(c.activation_checkpointing.mode == CheckpointMode::none || c.pp_schedule != PipelineSchedule::zb_h1,
+            "parallel.pp_schedule = \"zb_h1\" keeps each block's activations until its weight pass: not with "
+            "train.activation_checkpointing = \"{}\"",
+            checkpoint_mode_name(c.activation_checkpointing.mode));
+  NDT_CHECK(!c.precision.low() || c.pp_schedule != PipelineSchedule::zb_h1,
+            "parallel.pp_schedule = \"zb_h1\" defers weight gradients past the block's backward, which reads the "
+            "activations precision.compute = \"{}\" keeps packed only until then: use 1f1b or interleaved_1f1b",
+            compute_dtype_config_name(c.precision.compute));
+  check_pipeline_partition(c.model, mesh.pp * c.pp_virtual_stages, parse_pipeline_layers(c.pp_layers));
+}
+
+void check_tensor_and_sequence_parallel(const RunConfig& c) {
+  const MeshShape& mesh = c.mesh;
+  if (mesh.cp == 1) {
+    validate_tensor_parallel(c.model, mesh.tp, c.sequence_parallel, c.seq_len);
+  } else {
+    validate_tensor_parallel(c.model, mesh.tp, false, c.seq_len);
+    NDT_CHECK(!c.sequence_parallel || (c.seq_len / mesh.cp) % mesh.tp == 0,
+              "sequence parallel splits tokens over tp: each context-parallel rank's train.seq_len / parallel.cp = {} "
+              "tokens are not divisible by parallel.tp = {}",
+              c.seq_len / mesh.cp, mesh.tp);
+  }
+  NDT_CHECK(!c.sequence_parallel || mesh.tp > 1,
+            "parallel.sequence_parallel = true needs parallel.tp > 1 (it splits tokens over the tp ranks)");
+}
+
+// Threads when runtime.threads = 0: the node's cores divided among the ranks on it.
+int automatic_threads(int world_size) {
+  int local_ranks = world_size;
+  if (const char* env = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE")) local_ranks = std::max(1, std::atoi(env));
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return std::max(1, cores / local_ranks);
+}
+
+}  // namespace
 
 // What a layout must satisfy, without the run's files: `ndtrain plan` checks every
 // candidate with it.
 void RunConfig::validate_layout() const {
   model.validate();
-  NDT_CHECK(loss_scaling == "auto" || loss_scaling == "dynamic" || loss_scaling == "off",
-            "precision.loss_scaling = \"{}\" is not a mode: auto, dynamic or off", loss_scaling);
-  // Checked even when off, so a bad value is reported before it is ever used.
-  loss_scale.validate();
-  precision.fp8_scaling.validate();
-  if (precision.fp8) {
-    NDT_CHECK(precision.compute == DType::bf16,
-              "precision.fp8 = true computes the fp8 products in the bf16 GEMM: it needs precision.compute = \"bf16\", "
-              "not \"{}\"",
-              compute_dtype_config_name(precision.compute));
-    // fp8 GEMM kernels work on tiles of 16: every width a linear layer has on a rank.
-    const int tp = mesh.tp;
-    for (const auto& [key, width] : {std::pair<const char*, int64_t>{"model.d_model", model.d_model},
-                                     {"model.d_ff", model.d_ff},
-                                     {"model.d_model / parallel.tp", model.d_model / tp},
-                                     {"model.d_ff / parallel.tp", model.d_ff / tp},
-                                     {"n_kv_head x head_dim / parallel.tp",
-                                      int64_t{model.kv_heads()} * model.head_dim() / tp}}) {
-      NDT_CHECK(width % 16 == 0, "precision.fp8 = true needs linear-layer widths divisible by 16, but {} = {}", key,
-                width);
-    }
-  }
-  NDT_CHECK(batch_size > 0, "train.batch_size = {} must be positive", batch_size);
-  NDT_CHECK(micro_batch_size >= 0, "train.micro_batch_size = {} must not be negative (0: automatic)",
-            micro_batch_size);
-  NDT_CHECK(micro_batch_size == 0 || batch_size % micro_batch_size == 0,
-            "train.micro_batch_size = {} does not divide train.batch_size = {}", micro_batch_size,
-            batch_size);
-  NDT_CHECK(seq_len > 0, "train.seq_len = {} must be positive", seq_len);
-  NDT_CHECK(seq_len <= model.max_seq_len, "train.seq_len = {} exceeds model.max_seq_len = {}", seq_len,
-            model.max_seq_len);
-  NDT_CHECK(eval_every >= 0, "train.eval_every = {} must not be negative", eval_every);
-  NDT_CHECK(eval_batches > 0, "train.eval_batches = {} must be positive", eval_batches);
-  NDT_CHECK(loss_chunk_rows > 0, "train.loss_chunk_rows = {} must be positive", loss_chunk_rows);
-  NDT_CHECK(log_every > 0, "train.log_every = {} must be positive", log_every);
-  NDT_CHECK(activation_checkpointing.every >= 1, "train.activation_checkpointing_every = {} must be at least 1",
-            activation_checkpointing.every);
-  NDT_CHECK(activation_checkpointing.every == 1 || activation_checkpointing.mode == CheckpointMode::full,
-            "train.activation_checkpointing_every = {} applies to full recompute, but train.activation_checkpointing "
-            "= \"{}\"",
-            activation_checkpointing.every, checkpoint_mode_name(activation_checkpointing.mode));
-  NDT_CHECK(bucket_mb > 0, "parallel.bucket_mb = {} must be positive", bucket_mb);
-  NDT_CHECK(bucket_mb >= kSmallestBucketMib,
-            "parallel.bucket_mb = {} is smaller than one float (4 bytes): the smallest bucket is {} MiB",
-            bucket_mb, kSmallestBucketMib);
-  NDT_CHECK(bucket_mb <= kLargestBucketMib,
-            "parallel.bucket_mb = {} exceeds {} MiB (1 TiB); any size above the model's gradients is one bucket",
-            bucket_mb, kLargestBucketMib);
-  NDT_CHECK(mesh.dp_replicate >= 0, "parallel.dp_replicate = {} must not be negative (0: automatic)",
-            mesh.dp_replicate);
-  NDT_CHECK(mesh.dp_shard >= 1, "parallel.dp_shard = {} must be at least 1", mesh.dp_shard);
-  NDT_CHECK(zero_stage >= 0 && zero_stage <= 3, "parallel.zero_stage = {} must be 0, 1, 2 or 3", zero_stage);
-  NDT_CHECK(mesh.dp_shard == 1 || zero_stage > 0 || mesh.ep > 1,
-            "parallel.dp_shard = {} shards with ZeRO: set parallel.zero_stage to 1, 2 or 3 (or, for expert "
-            "parallelism under DDP, parallel.ep > 1)",
-            mesh.dp_shard);
-  NDT_CHECK(mesh.ep >= 1, "parallel.ep = {} must be at least 1", mesh.ep);
-  if (mesh.ep > 1) validate_expert_parallel(model, mesh.ep);  // ep dividing dp_shard x cp: MeshShape::validate
-  NDT_CHECK(model.moe_capacity_factor == 0 || mesh.cp == 1,
-            "model.moe_capacity_factor = {} with parallel.cp = {} is not supported: capacity admits a sequence's "
-            "tokens in position order, which a split sequence does not have on one rank (use 0: dropless)",
-            model.moe_capacity_factor, mesh.cp);
-  NDT_CHECK(!model.is_moe() || !precision.low(),
-            "model.n_experts = {} (mixture of experts) computes in fp32 only: precision.compute = \"{}\" is not "
-            "supported with it yet",
-            model.n_experts, compute_dtype_config_name(precision.compute));
-  NDT_CHECK(mesh.pp >= 1, "parallel.pp = {} must be at least 1", mesh.pp);
-  NDT_CHECK(mesh.cp >= 1, "parallel.cp = {} must be at least 1", mesh.cp);
-  const CpLayout cp{mesh.cp, cp_mode_from_name(cp_mode), cp_chunks_from_name(cp_chunks)};
-  if (cp.active()) {
-    cp.check_sequence(seq_len);
-    if (cp.mode == CpMode::ulysses && mesh.tp >= 1 && model.n_head % mesh.tp == 0 && model.kv_heads() % mesh.tp == 0) {
-      validate_ulysses(model.n_head / mesh.tp, model.kv_heads() / mesh.tp, mesh.cp);
-    }
-  }
-  const PipelineSchedule schedule = pipeline_schedule_from_name(pp_schedule);
-  NDT_CHECK(pp_virtual_stages >= 1, "parallel.pp_virtual_stages = {} must be at least 1", pp_virtual_stages);
-  parse_pipeline_layers(pp_layers);
-  NDT_CHECK(mesh.pp > 1 || (pp_virtual_stages == 1 && pp_layers.empty()),
-            "parallel.pp_virtual_stages and parallel.pp_layers apply with parallel.pp > 1 (parallel.pp = {})", mesh.pp);
-  if (mesh.pp > 1) {
-    NDT_CHECK(activation_checkpointing.mode == CheckpointMode::none || schedule != PipelineSchedule::zb_h1,
-              "parallel.pp_schedule = \"zb_h1\" keeps each block's activations until its weight pass: not with "
-              "train.activation_checkpointing = \"{}\"",
-              checkpoint_mode_name(activation_checkpointing.mode));
-    NDT_CHECK(!precision.low() || schedule != PipelineSchedule::zb_h1,
-              "parallel.pp_schedule = \"zb_h1\" defers weight gradients past the block's backward, which reads the "
-              "activations precision.compute = \"{}\" keeps packed only until then: use 1f1b or interleaved_1f1b",
-              compute_dtype_config_name(precision.compute));
-    check_pipeline_partition(model, mesh.pp * pp_virtual_stages, parse_pipeline_layers(pp_layers));
-  }
-  if (mesh.cp == 1) {
-    validate_tensor_parallel(model, mesh.tp, sequence_parallel, seq_len);
-  } else {
-    validate_tensor_parallel(model, mesh.tp, false, seq_len);
-    NDT_CHECK(!sequence_parallel || (seq_len / mesh.cp) % mesh.tp == 0,
-              "sequence parallel splits tokens over tp: each context-parallel rank's train.seq_len / parallel.cp = {} "
-              "tokens are not divisible by parallel.tp = {}",
-              seq_len / mesh.cp, mesh.tp);
-  }
-  NDT_CHECK(!sequence_parallel || mesh.tp > 1,
-            "parallel.sequence_parallel = true needs parallel.tp > 1 (it splits tokens over the tp ranks)");
+  check_low_precision(*this);
+  check_batch_and_recompute(*this);
+  check_data_and_expert_parallel(*this);
+  check_context_and_pipeline(*this);
+  check_tensor_and_sequence_parallel(*this);
 }
 
 MeshShape RunConfig::resolve_mesh(int world_size) const {
@@ -581,9 +349,18 @@ MeshShape RunConfig::resolve_mesh(int world_size) const {
             batch_size, micro_batch_size, dp);
   if (m.pp > 1) {
     const int micro_batches = micro_batch_size == 0 ? 1 : batch_size / (micro_batch_size * dp);
-    check_pipeline_shape(pipeline_schedule_from_name(pp_schedule), PipelineShape{m.pp, pp_virtual_stages, micro_batches});
+    check_pipeline_shape(pp_schedule, PipelineShape{m.pp, pp_virtual_stages, micro_batches});
   }
   return m;
+}
+
+RunConfig RunConfig::resolved(int world_size) const {
+  RunConfig r = *this;
+  r.mesh = resolve_mesh(world_size);
+  if (r.micro_batch_size == 0) r.micro_batch_size = r.rows_per_rank();
+  if (r.threads == 0) r.threads = automatic_threads(world_size);
+  if (r.schedule.decay_steps == 0) r.schedule.decay_steps = std::max<int64_t>(r.steps, 1);
+  return r;
 }
 
 std::optional<std::pair<int64_t, int64_t>> parse_batch_window(const std::string& text) {
@@ -602,13 +379,13 @@ std::optional<std::pair<int64_t, int64_t>> parse_batch_window(const std::string&
 std::vector<ConfigFieldDoc> config_field_docs() {
   RunConfig defaults;
   std::vector<ConfigFieldDoc> docs;
-  for (const Field& f : fields()) docs.push_back({f.key, f.get(defaults), f.doc});
+  for (const ConfigKey& f : config_keys()) docs.push_back({f.key, f.get(defaults), f.doc});
   return docs;
 }
 
 std::vector<std::pair<std::string, std::string>> run_config_values(const RunConfig& config) {
   std::vector<std::pair<std::string, std::string>> values;
-  for (const Field& f : fields()) {
+  for (const ConfigKey& f : config_keys()) {
     if (f.key != "model.preset") values.emplace_back(f.key, f.get(config));
   }
   return values;

@@ -1,19 +1,27 @@
 // Run configuration: a TOML file of sections [model], [train], [optim], [data],
-// [sample], [runtime], overridden by `--set section.key=value`. Every field is
-// declared once in a table (key, meaning, default) that drives parsing, printing and
+// [sample], [parallel], [precision], [stability], [checkpoint], [runtime], [debug],
+// overridden by `--set section.key=value`. Every key is declared once in a table
+// (train/config_keys.h: key, meaning, default) that drives parsing, printing and
 // docs/config.md; unknown keys and bad values are errors naming the key and value.
+// Settings with a fixed set of values are enums, parsed once when read. Values that
+// default from others (the mesh's dp_replicate, the micro-batch, the threads, the
+// decay length) are filled in by resolved(), once, for a job's world size: whoever
+// needs them (the trainer, the planner, the benchmarks) reads the resolved config.
 #pragma once
 
 #include "comm/device_mesh.h"
 #include "model/activations.h"
 #include "model/config.h"
 #include "model/precision.h"
+#include "optim/clip.h"
 #include "optim/adamw.h"
 #include "optim/loss_scaler.h"
 #include "optim/schedule.h"
 #include "optim/zclip.h"
 #include "optim/weight_decay.h"
+#include "parallel/pipeline/schedule.h"
 #include "train/spike_detector.h"
+#include "train/stability_actions.h"
 
 #include <cstdint>
 #include <optional>
@@ -29,7 +37,7 @@ struct RunConfig {
   // [train]
   int64_t steps = 100;
   int batch_size = 8;        // sequences per optimizer step (the global batch)
-  int micro_batch_size = 0;  // sequences per forward/backward per rank; 0: no accumulation
+  int micro_batch_size = 0;  // sequences per forward/backward per rank; 0 (unresolved): no accumulation
   int seq_len = 128;
   uint64_t seed = 1337;
   int64_t eval_every = 50;
@@ -40,11 +48,11 @@ struct RunConfig {
   ActivationCheckpointing activation_checkpointing;  // what blocks save for backward
 
   // [optim]
-  LrSchedule schedule{.decay_steps = 0};  // decay_steps 0: train.steps
+  LrSchedule schedule{.decay_steps = 0};  // decay_steps 0 (unresolved): train.steps
   AdamWConfig adamw;
   WeightDecayPolicy weight_decay_policy = WeightDecayPolicy::matrices;
   float grad_clip = 1.0f;  // clip_mode norm: the fixed global-norm bound (0: off)
-  std::string clip_mode = "norm";  // norm | zclip (optim/zclip.h)
+  ClipMode clip_mode = ClipMode::norm;
   float z_loss = 0;  // coefficient of PaLM's z-loss, lse(logits)^2 per token (0: off)
   ZClipConfig zclip;
 
@@ -59,35 +67,35 @@ struct RunConfig {
   int top_k = 40;
 
   // [parallel]
-  MeshShape mesh{1, 0, 1, 1, 1};  // dp_replicate 0: every rank the other axes leave
+  MeshShape mesh{1, 0, 1, 1, 1};  // dp_replicate 0 (unresolved): every rank the other axes leave
   double bucket_mb = 25;
   int zero_stage = 0;  // 0: DDP; 1, 2: ZeRO over dp_shard; 3: FSDP
   bool reshard_after_forward = true;
   bool prefetch = true;
   bool sequence_parallel = false;  // with tp > 1: norms and residual adds split by tokens
-  std::string cp_mode = "ring";      // with cp > 1: ring or ulysses (model/activation_layout.h)
-  std::string cp_chunks = "zigzag";  // with cp > 1: zigzag or contiguous
-  std::string pp_schedule = "1f1b";  // parallel/pipeline_schedule.h
+  CpMode cp_mode = CpMode::ring;          // with cp > 1 (model/activation_layout.h)
+  CpChunks cp_chunks = CpChunks::zigzag;  // with cp > 1
+  PipelineSchedule pp_schedule = PipelineSchedule::one_f_one_b;
   int pp_virtual_stages = 1;         // chunks per pp rank (interleaved_1f1b: 2 or more)
   std::string pp_layers;             // blocks per chunk, "3,3"; empty: balanced by cost
 
   // [precision]
   Precision precision;  // compute dtype of matmuls and saved activations
   DType reduce_dtype = DType::f32;  // of data-parallel gradient reductions
-  std::string loss_scaling = "auto";  // auto (dynamic with fp16), dynamic, off
+  LossScaling loss_scaling = LossScaling::automatic;
   LossScalerConfig loss_scale;
   bool scales_loss() const;  // dynamic loss scaling is on
 
   // [stability] (docs/stability.md)
-  std::string on_spike = "warn";      // warn | skip | rollback
-  std::string on_nonfinite = "stop";  // stop | skip | rollback
+  SpikeAction on_spike = SpikeAction::warn;
+  NonfiniteAction on_nonfinite = NonfiniteAction::stop;
   SpikeDetectorConfig spike;
   int max_rollbacks = 3;              // within rollback_window steps; one more stops the run
   int64_t rollback_window = 1000;
   int64_t rollback_extra_batches = 0;  // skipped beyond the spike's batch too
   float rollback_lr_factor = 1.0f;    // the learning rate's factor for rollback_lr_steps after a rollback
   int64_t rollback_lr_steps = 0;
-  bool rolls_back() const { return on_spike == "rollback" || on_nonfinite == "rollback"; }
+  bool rolls_back() const { return on_spike == SpikeAction::rollback || on_nonfinite == NonfiniteAction::rollback; }
 
   // [debug] fault injection, to show the defences work (docs/precision.md, docs/stability.md)
   int64_t nonfinite_gradient_step = 0;  // on this step (1-based; 0: never) a gradient becomes +inf
@@ -104,7 +112,7 @@ struct RunConfig {
   bool overwrite = false;    // may delete checkpoints this run does not continue from
 
   // [runtime]
-  int threads = 0;  // 0: the cores of this node divided among its ranks
+  int threads = 0;  // 0 (unresolved): the cores of this node divided among its ranks
   double peak_gflops = 0;  // 0: measure with the built-in FMA calibration
   std::string out_dir = "runs/latest";
   double comm_timeout_s = 300;
@@ -116,6 +124,15 @@ struct RunConfig {
   // The mesh for a job of world_size ranks (dp_replicate 0 resolved); throws if it does
   // not fit, naming the sizes.
   MeshShape resolve_mesh(int world_size) const;
+  // This config for a job of world_size ranks with every value that defaults from
+  // others filled in: mesh (resolve_mesh), micro_batch_size (0: the rows of a
+  // data-parallel rank), threads (0: the node's cores divided among the ranks on it),
+  // schedule.decay_steps (0: steps). Throws like resolve_mesh. Idempotent.
+  RunConfig resolved(int world_size) const;
+  // Rows of the global batch each data-parallel rank takes, and the micro-batches it
+  // runs them in (a resolved config).
+  int rows_per_rank() const { return batch_size / mesh.size(Axis::dp); }
+  int micro_batches() const { return rows_per_rank() / micro_batch_size; }
 };
 
 // Reads a TOML file (empty path: defaults), then applies overrides "section.key=value".

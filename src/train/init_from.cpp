@@ -12,7 +12,7 @@
 
 namespace ndt {
 
-void load_initial_weights(const std::string& path, const ModelConfig& model, GradientSync& sync, DeviceMesh* mesh) {
+void load_initial_weights(const std::string& path, const ModelConfig& model, GradientSync& sync, DeviceMesh& mesh) {
   // Every rank reads the whole model and keeps the boxes its parameter slices need, so
   // any layout starts from the same values. The optimizer state stays fresh (zeros, no
   // steps).

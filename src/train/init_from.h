@@ -4,7 +4,7 @@
 
 #include "comm/device_mesh.h"
 #include "model/config.h"
-#include "parallel/gradient_sync.h"
+#include "parallel/data/gradient_sync.h"
 
 #include <string>
 
@@ -15,6 +15,6 @@ namespace ndt {
 // model keys must describe the same model (every difference is named); norm_eps and
 // rope_theta are the run's, since files without ndtrain metadata cannot carry them.
 // Collective: applies nothing unless every rank read all of its slices.
-void load_initial_weights(const std::string& path, const ModelConfig& model, GradientSync& sync, DeviceMesh* mesh);
+void load_initial_weights(const std::string& path, const ModelConfig& model, GradientSync& sync, DeviceMesh& mesh);
 
 }  // namespace ndt

@@ -76,11 +76,11 @@ RunFolderLock::~RunFolderLock() {
   ::close(fd_);
 }
 
-std::vector<std::unique_ptr<RunFolderLock>> own_run_folders(const RunConfig& config, DeviceMesh* mesh,
+std::vector<std::unique_ptr<RunFolderLock>> own_run_folders(const RunConfig& config, DeviceMesh& mesh,
                                                             std::ostream* log) {
   std::vector<std::unique_ptr<RunFolderLock>> locks;
   std::string error;
-  if (mesh == nullptr || mesh->world().rank() == 0) {
+  if (mesh.world().rank() == 0) {
     try {
       std::vector<std::pair<std::filesystem::path, std::string>> folders;
       if (!config.out_dir.empty()) folders.emplace_back(config.out_dir, "runtime.out_dir");

@@ -42,7 +42,7 @@ inline constexpr const char* kRunLockFile = ".ndtrain.lock";
 // The run's folders (runtime.out_dir and the checkpoint folder, each once), locked by
 // rank 0 of the job (a stale owner is noted in the log); an error on rank 0 is thrown
 // on every rank. Collective.
-std::vector<std::unique_ptr<RunFolderLock>> own_run_folders(const RunConfig& config, DeviceMesh* mesh,
+std::vector<std::unique_ptr<RunFolderLock>> own_run_folders(const RunConfig& config, DeviceMesh& mesh,
                                                             std::ostream* log);
 
 }  // namespace ndt

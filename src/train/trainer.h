@@ -1,25 +1,27 @@
-// The training loop: deterministic batches, gradient accumulation over micro-batches,
-// data parallelism over the mesh's "dp" axis (replicated, or ZeRO-sharded over
-// dp_shard), global-norm clipping, AdamW with warmup
-// + cosine, periodic validation, one progress line and one metrics.jsonl record per
-// step (rank 0), a summary and a text sample at the end; each step's loss and gradient
-// norm checked for spikes and non-finite values, with skips and rollbacks
-// (docs/stability.md).
+// The training loop, composed of parts that each own one concern:
+//   TrainingModel   the parallelised model and a step's forward/backward (train/training_model.h)
+//   TrainingData    the shards, checked, and the batch of each step (train/training_data.h)
+//   StepGuard       the stability decisions: spikes, ZClip, loss scaling, rollbacks (train/step_guard.h)
+//   TrainingCheckpoints  saves, resumes, the stop signals (train/checkpointing.h)
+//   RunLog, MetricsWriter  what the run prints and records (train/run_log.h, train/metrics_writer.h)
+//   FaultInjection  the [debug] faults (train/fault_injection.h)
+// The trainer builds them, runs the steps (train.steps, a validation every
+// train.eval_every), and decides what a run does at its edges: a resume, a stop signal,
+// a non-finite step, a failed write. Rank 0 of the mesh logs and writes the metrics.
 #pragma once
 
 #include "comm/device_mesh.h"
-#include "data/loader.h"
-#include "model/transformer.h"
-#include "optim/zclip.h"
-#include "parallel/gradient_sync.h"
-#include "parallel/pipeline_runner.h"
-#include "parallel/tensor_parallel.h"
 #include "train/checkpointing.h"
 #include "train/config.h"
+#include "train/fault_injection.h"
+#include "train/metrics_writer.h"
 #include "train/peak_flops.h"
-#include "train/metrics.h"
 #include "train/run_lock.h"
-#include "train/spike_detector.h"
+#include "train/run_log.h"
+#include "train/step_guard.h"
+#include "train/step_stats.h"
+#include "train/training_data.h"
+#include "train/training_model.h"
 
 #include <cstdint>
 #include <memory>
@@ -30,79 +32,34 @@
 
 namespace ndt {
 
-struct StepStats {
-  int64_t step = 0;  // 0-based index of the step just taken
-  double loss = 0;     // mean token cross-entropy (without the z-loss)
-  double z_loss = 0;   // optim.z_loss: the mean token z term (0 when off)
-  float lr = 0;
-  double grad_norm = 0;
-  double seconds = 0;
-  double tokens_per_s = 0;
-  double mfu = 0;  // model FLOPs utilisation: the model's training FLOPs, counted once
-  double hfu = 0;  // hardware FLOPs utilisation: with the FLOPs activation checkpointing recomputes
-  size_t peak_bytes = 0;
-  double comm_wait_seconds = 0;  // data-parallel all-reduce time backward did not hide
-  // False when the loss or the gradient norm was NaN or infinite on any rank (one
-  // all-reduce of a flag, so every rank decides alike): the update was then not applied.
-  bool finite = true;
-  // Dynamic loss scaling (precision.loss_scaling): the scale this step's loss was
-  // multiplied by, and whether a non-finite step was an overflow the scaler handled
-  // (skipped, scale reduced, steps_done() advanced); otherwise a non-finite step did not
-  // advance steps_done() and ends the run.
-  float loss_scale = 1;
-  bool overflow_skipped = false;
-  // What the stability checks did (docs/stability.md), "" when nothing: a spike warned
-  // of, an update skipped, a rollback.
-  std::string intervention;
-  // Mixture of experts (docs/moe.md), over the global batch and every MoE block: the
-  // load-balancing and router z-loss terms the objective adds (means, like loss), the
-  // fraction of token x slot assignments capacity dropped, and the assignments each
-  // expert processed.
-  double moe_aux_loss = 0, moe_z_loss = 0, moe_drop_rate = 0;
-  std::vector<int64_t> moe_tokens_per_expert;
-};
-
-struct RunSummary {
-  std::vector<double> losses;
-  std::vector<std::pair<int64_t, double>> val_losses;  // (steps done, loss)
-  double median_tokens_per_s = 0;
-  double median_mfu = 0;
-  double median_hfu = 0;
-  double unigram_entropy = 0;  // nats per token of the training data
-  std::string sample;
-  bool stopped_by_signal = false;  // SIGTERM: stopped (and saved) before train.steps
-  int64_t overflow_skipped_steps = 0;  // dynamic loss scaling: steps skipped for overflow
-  int64_t spikes = 0;         // loss or gradient-norm spikes detected
-  int64_t skipped_steps = 0;  // updates skipped by stability.on_spike / on_nonfinite = skip
-  int64_t rollbacks = 0;
-  int64_t zclips = 0;         // steps ZClip clipped (optim.clip_mode = zclip)
-};
-
 class Trainer {
  public:
-  // mesh == nullptr: one rank, no communication. log == nullptr: silent (tests); with a
-  // mesh only rank 0 logs and writes <out_dir>/metrics.jsonl.
+  // log == nullptr: silent (tests); otherwise only the mesh's rank 0 logs and writes
+  // <out_dir>/metrics.jsonl. A one-rank run passes a one-rank mesh (DeviceMesh()).
   // Everything the run will need is checked here, before step 1: the config, every data
   // file's tokens, the folders it writes (rank 0 locks them: run_lock.h) and what they
   // hold (checkpoints of another run are never deleted unless checkpoint.overwrite), the
   // checkpoint to resume or the weights to start from. Collective; an error on any rank
   // is thrown on every rank (agreed_error.h).
-  Trainer(const RunConfig& config, DeviceMesh* mesh, std::ostream* log);
+  Trainer(const RunConfig& config, DeviceMesh& mesh, std::ostream* log);
 
   StepStats step();
   double evaluate();  // mean validation loss over train.eval_batches batches of train.batch_size rows
-  // Trains to train.steps (or a SIGTERM), saves, evaluates and samples. A step whose
-  // loss or gradient norm is not finite ends the run with an ndt::Error after saving
-  // the last finite state (if checkpoints are on) under stability.on_nonfinite = stop;
-  // skip and rollback go on (docs/stability.md), and too many rollbacks end it too. The final checkpoint is written
-  // before the final evaluation and the sample, so neither can lose it.
+  // Trains to train.steps (or a stop signal: train/stop_signal.h), saves, evaluates and
+  // samples. A step whose loss or gradient norm is not finite ends the run with an
+  // ndt::Error after saving the last finite state (if checkpoints are on) under
+  // stability.on_nonfinite = stop; skip and rollback go on (docs/stability.md), and too
+  // many rollbacks end it too; so does a metrics file that cannot be written, after
+  // saving. The final checkpoint is written before the final evaluation and the sample,
+  // so neither can lose it.
   RunSummary run();
 
-  Transformer& model() { return *model_; }
+  Transformer& model() { return model_->model(); }
   // Every parameter's whole (logical) value, in store order (collective over the mesh).
-  std::vector<float> full_parameters();
+  std::vector<float> full_parameters() { return model_->full_parameters(); }
   int64_t steps_done() const { return step_; }
-  const PipelineRunner* pipeline() const { return pipeline_.get(); }  // null without pp
+  const PipelineRunner* pipeline() const { return model_->pipeline(); }  // null without pp
+  const RunConfig& config() const { return config_; }  // resolved for the mesh
 
   // Checkpoints (train/checkpointing.h): save the state after the steps done so far
   // (async: on a background thread, committed at a later step or by finish), and wait
@@ -110,96 +67,66 @@ class Trainer {
   void save_checkpoint(bool async);
   void finish_checkpoints() { checkpoints_->finish(); }
   const TrainingCheckpoints& checkpoints() const { return *checkpoints_; }
-  GradientSync& gradient_sync() { return *sync_; }
-  const DynamicLossScaler* loss_scaler() const { return loss_scaler_.get(); }  // null: no loss scaling
+  GradientSync& gradient_sync() { return model_->sync(); }
+  const DynamicLossScaler* loss_scaler() const { return guard_.loss_scaler(); }
   // From the next step on, the training data is `count` batches further on (what a
   // rollback does after reloading; tests use it for the run whose data lacks a window).
-  void skip_batches(int64_t count);
+  void skip_batches(int64_t count) { data_.skip(step_, count); }
   // Training batches skipped so far, as (first data position, count).
-  const std::vector<std::pair<int64_t, int64_t>>& skipped_batches() const { return skipped_batches_; }
+  const std::vector<std::pair<int64_t, int64_t>>& skipped_batches() const { return data_.skipped(); }
 
  private:
-  [[noreturn]] void stop_on_non_finite(const StepStats& s);
-  // The micro-batch of rows [row_begin, row_begin + rows) of this step's training batch
-  // (data position step + batch offset) into inputs_ / targets_; debug.corrupt_batches.
-  void fetch_train_batch(int row_begin, int rows);
+  bool leads() const { return mesh_.world().rank() == 0; }
+  void resume_or_initialise();
+  // The states beside the tensors a checkpoint holds: fp8, the step guard's, and on
+  // resume the data position.
+  void restore_states(const nlohmann::json& state, bool resume);
+  FetchRows train_rows(int64_t position) const;
+  // The stability decision's consequences: the summary counts, the step's events and
+  // interventions, a rollback.
+  void apply_decision(const StepDecision& d, StepStats& s);
   // stability.*: reload the newest checkpoint and skip the batches since it, or stop
   // after too many rollbacks (an error naming that checkpoint); before the first save,
   // only skip the update.
   void rollback(StepStats& s, const std::string& reason);
-  // The states beside the tensors a checkpoint holds: fp8, the loss scaler, the spike
-  // window, and on resume the data offset and the rollback record.
-  void restore_states(const nlohmann::json& state, bool resume);
-  void print_header();
-  void print_step(const StepStats& s);
-  // The MoE blocks' totals of this step, summed over the ranks, into s (MoE models only).
+  void finish_step_stats(StepStats& s, double seconds, double exposed_before);
+  // The MoE blocks' totals of this step over the job, into s (MoE models only).
   void collect_moe_totals(StepStats& s);
-  // The mean over the data- and context-parallel ranks (as f32); the array form
-  // averages up to 2 values in one all-reduce, in place.
-  double mean_over_dp(double local);
+  // The mean over the data- and context-parallel ranks (as f32) of up to 2 values, in
+  // place, in one all-reduce.
   void mean_over_dp(double* values, int n);
-  // The tokens of a sequence of T this rank holds (T / cp).
-  int local_tokens(int T) const;
-  bool on_every_rank(bool local);  // collective: local is true on every rank
+  bool on_every_rank(bool local);    // collective: local is true on every rank
   void update_fp8_scales();          // precision.fp8: this step's amaxes, max over ranks, into the histories
-  void inject_nonfinite_gradient();  // debug.nonfinite_gradient_step
-  std::string describe_sync() const;  // how gradients are combined, for the header
-  // The communicators the metrics and the summary report, each once.
-  std::vector<Axis> reported_axes() const;
-  nlohmann::json comm_record() const;
-  // The metrics record that opens a run (and each resumed part of it): the resolved
-  // config, the mesh, the model's size and the MFU peak (docs/report.md).
-  nlohmann::json run_record() const;
-  // Each tag's current bytes and its peak since the process started (the ledger's
-  // peaks are never reset here: peak_mem_bytes is the peak since the start too).
-  static nlohmann::json memory_record();
-  // pipeline_timeline.json: every pp rank's measured actions of the last step. Collective
-  // on pp (after the last step, so no step's counted communication changes); rank 0 writes.
-  void write_pipeline_timeline();
+  // The validation loss; with a stop requested on any rank before its end (stoppable),
+  // nothing.
+  std::optional<double> run_evaluation(bool stoppable);
+  bool stop_agreed();                // collective: a stop signal on any rank
+  // A step boundary of run(): a periodic save, the agreed stop signal and metrics health.
+  StepBoundary boundary();
+  // Saves the state after the steps done (unless saved already); says where, or why not.
+  // Saves the state after the steps done (unless saved already): "<what> is saved in
+  // DIR", or why nothing was.
+  std::string save_for_stop(const std::string& what);
+  [[noreturn]] void stop_on_non_finite(const StepStats& s);
+  [[noreturn]] void stop_on_metrics_failure();
+  void finish_run(RunSummary& summary);
+  void sample(RunSummary& summary);  // sample.tokens of text after sample.prompt, unless stopped
 
-  RunConfig config_;
-  DeviceMesh* mesh_;
-  int dp_size_ = 1, dp_rank_ = 0;
-  int world_size() const { return mesh_ ? mesh_->world().size() : 1; }
-  // Activation checkpointing or context parallelism recomputes part of forward (HFU > MFU).
-  bool recomputes() const { return model_->recompute_flops_per_token(config_.seq_len) > 0; }
-  int rows_per_rank_ = 0;  // of the global batch
-  std::ostream* log_;
-  std::unique_ptr<Transformer> model_;
-  TokenDataset train_data_;
-  std::unique_ptr<TokenDataset> val_data_;
-  BatchLoader train_loader_;
-  std::unique_ptr<BatchLoader> val_loader_;
-  PeakFlops peak_;
+  RunConfig config_;  // resolved for the mesh
+  DeviceMesh& mesh_;
+  RunLog log_;
+  FaultInjection faults_;
+  TrainingData data_;
   std::vector<std::unique_ptr<RunFolderLock>> locks_;  // rank 0; released last
-  std::unique_ptr<MetricsLog> metrics_;  // opened once the run owns its folder
-  std::unique_ptr<GradientSync> sync_;  // DDP (or one rank), or ZeRO
   std::unique_ptr<TrainingCheckpoints> checkpoints_;
-  std::unique_ptr<DynamicLossScaler> loss_scaler_;  // precision.loss_scaling
-  // Pipeline parallelism (parallel.pp > 1): the runner of this rank's chunks, and the
-  // first and last pp ranks' communicator for a tied embedding's gradient.
-  std::unique_ptr<PipelineRunner> pipeline_;
-  std::unique_ptr<Communicator> tied_pair_;
-  double pipeline_step(float grad_scale);  // the step's token-loss sum (shared over pp)
-  double sum_over_pp(double value);
-  void sum_tied_embedding_gradient();
+  std::unique_ptr<TrainingModel> model_;
+  StepGuard guard_;
+  PeakFlops peak_;
+  std::unique_ptr<MetricsWriter> metrics_;  // opened once the run owns its folder
+  std::optional<int64_t> resumed_step_;
   int64_t step_ = 0;
-  // Stability: the data position of step s is s + batch_offset_ (skipped windows).
-  SpikeDetector spikes_;
-  int64_t batch_offset_ = 0;
-  std::vector<std::pair<int64_t, int64_t>> skipped_batches_;
-  std::vector<int64_t> rollback_steps_;  // the 1-based steps that rolled back
-  int64_t lr_factor_until_ = 0;
-  std::optional<std::pair<int64_t, int64_t>> corrupt_;  // debug.corrupt_batches
-  struct {
-    int64_t spikes = 0, skipped_steps = 0, rollbacks = 0, zclips = 0;
-  } summary_counts_;
-  std::unique_ptr<ZClip> zclip_;  // optim.clip_mode = zclip
-  std::vector<int32_t> inputs_, targets_;
-  MicroBatchContext ctx_;  // the micro-batch in flight
+  int stop_signal_ = 0;  // the stop signal the ranks agreed on (0: none)
+  StabilityCounts counts_;
 };
-
-// Natural-log entropy of the token frequencies (the loss of the best unigram model).
-double unigram_entropy(const uint16_t* tokens, int64_t n);
 
 }  // namespace ndt

@@ -858,10 +858,15 @@ TEST(AttentionSpanDispatch, RoutesToCpuBitwise) {
     float* dq = g->data();
     float* dk = dq + in.q.size();
     float* dv = dk + in.k.size();
-    (g == &r1 ? ndt::cpu::attention_span_backward_recompute
-              : ndt::kernels::attention_span_backward_recompute)(
-        dq, dk, dv, dout.data(), in.q.data(), in.k.data(), in.v.data(), a.lse.data(), D1.data(),
-        p.B, p.Tq, p.Tk, p.NH, p.NKV, p.HS, p.qs, p.ks);
+    auto run = [&](auto kernel) {
+      kernel(dq, dk, dv, dout.data(), in.q.data(), in.k.data(), in.v.data(), a.lse.data(), D1.data(), p.B, p.Tq,
+             p.Tk, p.NH, p.NKV, p.HS, p.qs, p.ks);
+    };
+    if (g == &r1) {
+      run(ndt::cpu::attention_span_backward_recompute);
+    } else {
+      run(ndt::kernels::attention_span_backward_recompute);
+    }
   }
   EXPECT_TRUE(same_bits(r1, r2));
   EXPECT_FALSE(same_bits(r1, std::vector<float>(r1.size(), 0.0f)));

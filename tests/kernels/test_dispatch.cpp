@@ -146,10 +146,10 @@ TEST(Dispatch, KernelsRouteToCpuBitwise) {
   // loss: fused and pieces
   const std::vector<int32_t> targets = {1, 8, 0, 4, 4, 2};
   expect_same("cross entropy", {r(N * V, 80), r(N, 81), r(N * V, 82), r(N, 83), r(N, 84), r(N, 85), r(N, 86)},
-              [&](Bufs& x) { kernels::softmax_cross_entropy(x[0].data(), x[1].data(), targets.data(), N, V, 0.5f);
+              [&](Bufs& x) { kernels::softmax_cross_entropy(x[0].data(), x[1].data(), targets.data(), N, V, 0.5f, 0.0f, nullptr);
                              kernels::cross_entropy_row_max(x[2].data(), x[3].data(), N, V);
                              kernels::cross_entropy_exp_sums(x[2].data(), x[3].data(), targets.data(), 0, x[4].data(), x[5].data(), N, V, true);
-                             kernels::cross_entropy_finish(x[2].data(), x[6].data(), x[3].data(), x[4].data(), x[5].data(), targets.data(), 0, N, V, 0.5f); },
+                             kernels::cross_entropy_finish(x[2].data(), x[6].data(), x[3].data(), x[4].data(), x[5].data(), targets.data(), 0, N, V, 0.5f, 0.0f, nullptr); },
               [&](Bufs& x) { cpu::softmax_cross_entropy(x[0].data(), x[1].data(), targets.data(), N, V, 0.5f);
                              cpu::cross_entropy_row_max(x[2].data(), x[3].data(), N, V);
                              cpu::cross_entropy_exp_sums(x[2].data(), x[3].data(), targets.data(), 0, x[4].data(), x[5].data(), N, V, true);

@@ -116,7 +116,7 @@ void check_case(LowpGemmBackend backend, DType dtype, bool ta, bool tb, int M, i
     }
   }
   std::vector<float> C = C0;
-  gemm_lowp(backend, dtype, ta, tb, M, N, K, A.data(), lda, B.data(), ldb, beta, C.data(), ldc);
+  gemm_lowp_on(backend, dtype, ta, tb, M, N, K, A.data(), lda, B.data(), ldb, beta, C.data(), ldc);
   const std::string what = std::string(backend_label(backend)) + " " + std::string(dtype_name(dtype)) +
                            " ta=" + std::to_string(ta) + " tb=" + std::to_string(tb) + " M=" +
                            std::to_string(M) + " N=" + std::to_string(N) + " K=" + std::to_string(K) +

@@ -89,7 +89,7 @@ struct LastStepProbe {
   std::function<void()> before, after;
 };
 
-inline TrainedRun train(const RunConfig& config, DeviceMesh* mesh, const LastStepProbe* probe = nullptr) {
+inline TrainedRun train(const RunConfig& config, DeviceMesh& mesh, const LastStepProbe* probe = nullptr) {
   Trainer trainer(config, mesh, nullptr);
   TrainedRun run;
   for (int64_t s = 0; s < config.steps; ++s) {
@@ -111,12 +111,12 @@ inline TrainedRun train(const RunConfig& config, DeviceMesh* mesh, const LastSte
 inline TrainedRun train_on_world(const RunConfig& config) {
   Communicator& world = testing::world();
   DeviceMesh mesh(world, config.resolve_mesh(world.size()));
-  return train(config, &mesh);
+  return train(config, mesh);
 }
 
 // Steps up to `to` (resuming from `resume` if set), saving at `to` if `save`: each
 // step's loss and the final parameters.
-inline TrainedRun train_until(RunConfig c, DeviceMesh* mesh, int64_t to, const std::string& resume, bool save) {
+inline TrainedRun train_until(RunConfig c, DeviceMesh& mesh, int64_t to, const std::string& resume, bool save) {
   c.resume = resume;
   Trainer trainer(c, mesh, nullptr);
   TrainedRun run;

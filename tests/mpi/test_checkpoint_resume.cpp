@@ -5,6 +5,7 @@
 // on purpose (NDT_CHECKPOINT_SLOW_RANK, checkpoint/writer.h) rather than left to luck:
 // a sync save, an async save, and an async save still in flight when a stop
 // (SIGTERM) is requested.
+#include "../common/one_rank_mesh.h"
 #include "../common/errors.h"
 #include "../common/temp_dir.h"
 #include "../train/test_support.h"
@@ -60,12 +61,12 @@ class CheckpointResume : public ::testing::Test {
     c.zero_stage = l.zero_stage;
     c.sequence_parallel = l.sequence_parallel;
     c.mesh.cp = l.cp;
-    c.cp_mode = l.cp_mode;
+    c.cp_mode = cp_mode_from_name(l.cp_mode);
     c.checkpoint_dir = dir.string();
     return c;
   }
   // Steps [from, to) of a run (resuming from `resume` if set), saving at `to` if `save`.
-  testing::TrainedRun train(RunConfig c, DeviceMesh* mesh, int64_t to, const std::string& resume, bool save,
+  testing::TrainedRun train(RunConfig c, DeviceMesh& mesh, int64_t to, const std::string& resume, bool save,
                             bool async = false) const {
     c.resume = resume;
     Trainer trainer(c, mesh, nullptr);
@@ -98,9 +99,9 @@ TEST_F(CheckpointResume, ExactOnTheSameMesh) {
     SharedDir dir(world);
     const RunConfig c = config(l, dir.path());
     DeviceMesh mesh(world, c.resolve_mesh(world.size()));
-    const testing::TrainedRun straight = train(c, &mesh, 20, "", false);
-    train(c, &mesh, 10, "", true, /*async=*/true);
-    const testing::TrainedRun resumed = train(c, &mesh, 20, "latest", false);
+    const testing::TrainedRun straight = train(c, mesh, 20, "", false);
+    train(c, mesh, 10, "", true, /*async=*/true);
+    const testing::TrainedRun resumed = train(c, mesh, 20, "latest", false);
     ASSERT_EQ(resumed.losses.size(), 10u);
     for (size_t i = 0; i < 10; ++i) EXPECT_EQ(resumed.losses[i], straight.losses[10 + i]) << "step " << 10 + i;
     EXPECT_EQ(resumed.params, straight.params) << "zero stage " << l.zero_stage << ", tp " << l.tp;
@@ -113,18 +114,18 @@ TEST_F(CheckpointResume, ReshardsOntoAnyMesh) {
   SharedDir dir(world);
   // The reference: one rank, 20 steps straight (every rank computes it alone).
   testing::TempDir own;
-  const testing::TrainedRun reference = train(config({}, own.path()), nullptr, 20, "", false);
+  const testing::TrainedRun reference = train(config({}, own.path()), testing::one_rank_mesh(), 20, "", false);
   // Saved by FSDP (stage 3) x tp: 2 x 2 on 4 ranks, tp = 2 on 2.
   const Layout saved = n == 4 ? Layout{2, 2, 3, true} : Layout{1, 2, 0};
   {
     const RunConfig c = config(saved, dir.path());
     DeviceMesh mesh(world, c.resolve_mesh(n));
-    train(c, &mesh, 10, "", true);
+    train(c, mesh, 10, "", true);
   }
   const std::string latest = "latest";
   const std::string saved_step = (dir.path() / ckpt::checkpoint_dir_name(10)).string();
   // One rank (each rank on its own: each its own run folder, as two runs may not share one).
-  expect_close(reference.losses, train(config({}, own.path()), nullptr, 20, saved_step, false).losses, 10,
+  expect_close(reference.losses, train(config({}, own.path()), testing::one_rank_mesh(), 20, saved_step, false).losses, 10,
                "one rank");
   // Data parallel over 2 ranks (the world split in groups of 2, each group a run of its own).
   {
@@ -132,13 +133,13 @@ TEST_F(CheckpointResume, ReshardsOntoAnyMesh) {
     testing::TempDir pair_dir;
     RunConfig c = config({}, pair_dir.path());
     DeviceMesh mesh(*pair, c.resolve_mesh(2));
-    expect_close(reference.losses, train(c, &mesh, 20, saved_step, false).losses, 10, "dp=2");
+    expect_close(reference.losses, train(c, mesh, 20, saved_step, false).losses, 10, "dp=2");
   }
   // tp over all ranks, FSDP and ZeRO-1 over all ranks, and HSDP (FSDP over 2 x 2 replicas).
   for (const Layout& l : {Layout{1, n, 0}, Layout{n, 1, 3}, Layout{n, 1, 1}, Layout{2, 1, 3}}) {
     const RunConfig c = config(l, dir.path());
     DeviceMesh mesh(world, c.resolve_mesh(n));
-    const testing::TrainedRun resumed = train(c, &mesh, 20, latest, false);
+    const testing::TrainedRun resumed = train(c, mesh, 20, latest, false);
     expect_close(reference.losses, resumed.losses, 10, ("tp=" + std::to_string(l.tp) + " zero stage " +
                                                         std::to_string(l.zero_stage)).c_str());
     testing::expect_same_run(params_only(reference), params_only(resumed), "resharded parameters");
@@ -154,20 +155,20 @@ TEST_F(CheckpointResume, ReshardsAcrossContextParallelSizes) {
   const int n = world.size();
   SharedDir dir(world);
   testing::TempDir own;
-  const testing::TrainedRun reference = train(config({}, own.path()), nullptr, 20, "", false);
+  const testing::TrainedRun reference = train(config({}, own.path()), testing::one_rank_mesh(), 20, "", false);
   const Layout saved = n == 4 ? Layout{2, 1, 3, false, 2} : Layout{1, 1, 0, false, 2};
   {
     const RunConfig c = config(saved, dir.path());
     DeviceMesh mesh(world, c.resolve_mesh(n));
-    train(c, &mesh, 10, "", true);
+    train(c, mesh, 10, "", true);
   }
   const std::string saved_step = (dir.path() / ckpt::checkpoint_dir_name(10)).string();
-  expect_close(reference.losses, train(config({}, own.path()), nullptr, 20, saved_step, false).losses, 10,
+  expect_close(reference.losses, train(config({}, own.path()), testing::one_rank_mesh(), 20, saved_step, false).losses, 10,
                "cp = 1, one rank");
   for (const Layout& l : {Layout{1, 1, 0, false, n}, Layout{1, 1, 3, false, n, "ulysses"}}) {
     const RunConfig c = config(l, dir.path());
     DeviceMesh mesh(world, c.resolve_mesh(n));
-    const testing::TrainedRun resumed = train(c, &mesh, 20, "latest", false);
+    const testing::TrainedRun resumed = train(c, mesh, 20, "latest", false);
     const std::string what = "cp = " + std::to_string(n) + " " + l.cp_mode;
     expect_close(reference.losses, resumed.losses, 10, what.c_str());
     testing::expect_same_run(params_only(reference), params_only(resumed), what.c_str());
@@ -177,11 +178,11 @@ TEST_F(CheckpointResume, ReshardsAcrossContextParallelSizes) {
 TEST_F(CheckpointResume, BadCheckpointsFailWithoutLoadingAnything) {
   testing::TempDir dir;  // one rank per process
   RunConfig c = config({}, dir.path());
-  train(c, nullptr, 2, "", true);
+  train(c, testing::one_rank_mesh(), 2, "", true);
   const std::filesystem::path saved = dir.path() / "step-00000002";
   auto error_of = [&](const RunConfig& run) -> std::string {
     try {
-      Trainer trainer(run, nullptr, nullptr);
+      Trainer trainer(run, testing::one_rank_mesh(), nullptr);
     } catch (const Error& e) {
       return e.what();
     }
@@ -256,7 +257,7 @@ class CheckpointCommit : public CheckpointResume {
                            const testing::TrainedRun& straight) const {
     c.overwrite = true;
     const testing::TrainedRun resumed =
-        train(c, &mesh, kSteps, (root / ckpt::checkpoint_dir_name(step)).string(), false);
+        train(c, mesh, kSteps, (root / ckpt::checkpoint_dir_name(step)).string(), false);
     ASSERT_EQ(resumed.losses.size(), static_cast<size_t>(kSteps - step)) << "resumed from step " << step;
     for (size_t i = 0; i < resumed.losses.size(); ++i) {
       EXPECT_EQ(resumed.losses[i], straight.losses[static_cast<size_t>(step) + i])
@@ -273,10 +274,10 @@ TEST_F(CheckpointCommit, SyncSaveWaitsForTheSlowestRank) {
     SharedDir dir(world);
     const RunConfig c = config(l, dir.path());
     DeviceMesh mesh(world, c.resolve_mesh(world.size()));
-    const testing::TrainedRun straight = train(c, &mesh, kSteps, "", false);
+    const testing::TrainedRun straight = train(c, mesh, kSteps, "", false);
     {
       const ScopedEnv slow = slow_rank();
-      Trainer trainer(c, &mesh, nullptr);
+      Trainer trainer(c, mesh, nullptr);
       while (trainer.steps_done() < 3) trainer.step();
       trainer.save_checkpoint(/*async=*/false);  // committed when it returns, rank 1's part included
       expect_committed(dir.path(), 3);
@@ -292,10 +293,10 @@ TEST_F(CheckpointCommit, AsyncSaveWaitsForTheSlowestRank) {
     SharedDir dir(world);
     const RunConfig c = config(l, dir.path());
     DeviceMesh mesh(world, c.resolve_mesh(world.size()));
-    const testing::TrainedRun straight = train(c, &mesh, kSteps, "", false);
+    const testing::TrainedRun straight = train(c, mesh, kSteps, "", false);
     {
       const ScopedEnv slow = slow_rank();
-      Trainer trainer(c, &mesh, nullptr);
+      Trainer trainer(c, mesh, nullptr);
       while (trainer.steps_done() < 3) trainer.step();
       trainer.save_checkpoint(/*async=*/true);
       trainer.step();  // training goes on while rank 1 still writes
@@ -332,10 +333,10 @@ TEST_F(CheckpointCommit, StopWhileAnAsyncSaveIsInFlight) {
     c.checkpoint_async = true;
     c.save_on_exit = true;
     DeviceMesh mesh(world, c.resolve_mesh(world.size()));
-    const testing::TrainedRun straight = train(c, &mesh, kSteps, "", false);
+    const testing::TrainedRun straight = train(c, mesh, kSteps, "", false);
     {
       const ScopedEnv slow = slow_rank();
-      Trainer trainer(c, &mesh, nullptr);
+      Trainer trainer(c, mesh, nullptr);
       while (trainer.steps_done() < 3) trainer.step();
       trainer.save_checkpoint(/*async=*/true);  // rank 1 writes for kSlowMs more
       if (world.rank() == world.size() - 1) {  // one rank is asked to stop
@@ -356,7 +357,7 @@ TEST_F(CheckpointCommit, StopWhileAnAsyncSaveIsInFlight) {
 // --- a run's life on several ranks (issue 11; the one-rank forms: tests/train/test_run_lifecycle.cpp) ---
 
 // The message every rank throws from constructing a Trainer (empty: none).
-std::string trainer_error(const RunConfig& c, DeviceMesh* mesh) {
+std::string trainer_error(const RunConfig& c, DeviceMesh& mesh) {
   try {
     Trainer trainer(c, mesh, nullptr);
   } catch (const Error& e) {
@@ -375,7 +376,7 @@ TEST_F(CheckpointResume, ReplicatedParametersAreWrittenInBalancedShares) {
     SharedDir dir(world);
     const RunConfig c = config(l, dir.path());
     DeviceMesh mesh(world, c.resolve_mesh(n));
-    Trainer trainer(c, &mesh, nullptr);
+    Trainer trainer(c, mesh, nullptr);
     trainer.save_checkpoint(/*async=*/false);
     std::vector<int64_t> bytes(static_cast<size_t>(n));
     for (int r = 0; r < n; ++r) bytes[static_cast<size_t>(r)] = std::filesystem::file_size(
@@ -398,12 +399,12 @@ TEST_F(CheckpointResume, AMissingRankFileIsNamedOnEveryRank) {
   SharedDir dir(world);
   RunConfig c = config(Layout{world.size(), 1, 3}, dir.path());  // FSDP: each rank reads its own rows
   DeviceMesh mesh(world, c.resolve_mesh(world.size()));
-  train(c, &mesh, 2, "", true);
+  train(c, mesh, 2, "", true);
   const std::filesystem::path file = dir.path() / ckpt::checkpoint_dir_name(2) / ckpt::rank_file_name(1);
   if (world.rank() == 0) std::filesystem::remove(file);
   world.barrier();
   c.resume = "latest";
-  const std::string error = trainer_error(c, &mesh);
+  const std::string error = trainer_error(c, mesh);
   EXPECT_NE(error.find(file.string() + " is missing"), std::string::npos) << error;
   EXPECT_NE(error.find("nothing was loaded"), std::string::npos) << error;
 }
@@ -417,13 +418,13 @@ TEST_F(CheckpointResume, AFolderInUseIsRefusedOnEveryRank) {
   DeviceMesh mesh(world, c.resolve_mesh(world.size()));
   std::unique_ptr<RunFolderLock> held;
   if (world.rank() == 0) held = std::make_unique<RunFolderLock>(dir.path(), "a test");
-  const std::string error = trainer_error(c, &mesh);
+  const std::string error = trainer_error(c, mesh);
   EXPECT_NE(error.find("rank 0: checkpoint.dir = \"" + dir.path().string() + "\" is in use by another run"),
             std::string::npos)
       << error;
   held.reset();
   world.barrier();
-  EXPECT_EQ(trainer_error(c, &mesh), "");
+  EXPECT_EQ(trainer_error(c, mesh), "");
 }
 
 // Catches: init_from reaching only some parameters or rows on a sharded layout: on
@@ -439,7 +440,7 @@ TEST_F(CheckpointResume, InitFromGivesEveryLayoutExactlyTheFilesWeights) {
   world.barrier();
   c.init_from = file;
   DeviceMesh mesh(world, c.resolve_mesh(world.size()));
-  Trainer trainer(c, &mesh, nullptr);
+  Trainer trainer(c, mesh, nullptr);
   const float* expected = source.store().values().data<float>();
   EXPECT_EQ(trainer.full_parameters(), std::vector<float>(expected, expected + source.store().numel()));
 }
@@ -460,7 +461,7 @@ TEST_F(CheckpointResume, NonFiniteStepStopsEveryRank) {
     c.checkpoint_every = 1;
     c.keep_last = 2;
     DeviceMesh mesh(world, c.resolve_mesh(world.size()));
-    Trainer trainer(c, &mesh, nullptr);
+    Trainer trainer(c, mesh, nullptr);
     std::string error;
     try {
       trainer.run();

@@ -3,14 +3,15 @@
 // both families and both modes; composed with DDP, FSDP, tensor + sequence parallel and
 // pipeline parallel; the bytes a step sends on cp against the theory; activation
 // memory against the prediction and its 1/cp scaling; the causal work per rank.
+#include "../common/one_rank_mesh.h"
 #include "../common/gradcheck.h"
 #include "../common/temp_dir.h"
 #include "../train/test_support.h"
 #include "kernels/kernels.h"
 #include "mpi_env.h"
 #include "parallel/parallelize.h"
-#include "parallel/ring_attention.h"
-#include "parallel/ulysses_attention.h"
+#include "parallel/context/ring_attention.h"
+#include "parallel/context/ulysses_attention.h"
 #include "parity.h"
 
 #include <gtest/gtest.h>
@@ -180,7 +181,7 @@ class ContextParallelTest : public ::testing::TestWithParam<Family> {
   RunConfig cp_run(int cp) const {
     RunConfig c = run();
     c.mesh.cp = cp;
-    c.cp_mode = std::string(cp_mode_name(GetParam().mode));
+    c.cp_mode = GetParam().mode;
     return c;
   }
   testing::TempDir dir_;
@@ -189,49 +190,49 @@ class ContextParallelTest : public ::testing::TestWithParam<Family> {
 // Catches: positions not following the tokens, a loss or gradient not averaged over cp, gradients not reduced over cp.
 TEST_P(ContextParallelTest, MatchesOneRank) {
   Communicator& world = testing::world();
-  const testing::TrainedRun reference = train(run(), nullptr);
+  const testing::TrainedRun reference = train(run(), testing::one_rank_mesh());
   const RunConfig config = cp_run(world.size());
   DeviceMesh mesh(world, config.resolve_mesh(world.size()));
-  expect_same_run(reference, train(config, &mesh), ("cp=" + std::to_string(world.size())).c_str());
+  expect_same_run(reference, train(config, mesh), ("cp=" + std::to_string(world.size())).c_str());
 }
 
 // Catches: cp ranks left out of the data-parallel reduction or sharding, tokens split over tp and cp inconsistently.
 TEST_P(ContextParallelTest, ComposesWithDataFsdpTensorAndPipelineParallel) {
   Communicator& world = testing::world();
   if (world.size() != 4) GTEST_SKIP() << "cp = 2 with a second axis of 2 needs 4 ranks";
-  const testing::TrainedRun reference = train(run(), nullptr);
+  const testing::TrainedRun reference = train(run(), testing::one_rank_mesh());
   {
     RunConfig config = cp_run(2);  // dp_replicate = 2 (DDP) x cp = 2, two micro-steps
     config.micro_batch_size = 1;
     DeviceMesh mesh(world, config.resolve_mesh(4));
-    expect_same_run(reference, train(config, &mesh), "ddp=2 x cp=2, accumulation");
+    expect_same_run(reference, train(config, mesh), "ddp=2 x cp=2, accumulation");
   }
   {
     RunConfig config = cp_run(2);  // selective recompute reruns the ring / all-to-alls in backward
     config.activation_checkpointing.mode = CheckpointMode::selective;
     DeviceMesh mesh(world, config.resolve_mesh(4));
-    expect_same_run(reference, train(config, &mesh), "ddp=2 x cp=2, selective recompute");
+    expect_same_run(reference, train(config, mesh), "ddp=2 x cp=2, selective recompute");
   }
   {
     RunConfig config = cp_run(2);  // FSDP over dp_shard x cp = 4
     config.mesh.dp_shard = 2;
     config.zero_stage = 3;
     DeviceMesh mesh(world, config.resolve_mesh(4));
-    expect_same_run(reference, train(config, &mesh), "fsdp=2 x cp=2");
+    expect_same_run(reference, train(config, mesh), "fsdp=2 x cp=2");
   }
   {
     RunConfig config = cp_run(2);
     config.mesh.tp = 2;
     config.sequence_parallel = true;
     DeviceMesh mesh(world, config.resolve_mesh(4));
-    expect_same_run(reference, train(config, &mesh), "cp=2 x tp=2 (sequence parallel)");
+    expect_same_run(reference, train(config, mesh), "cp=2 x tp=2 (sequence parallel)");
   }
   {
     RunConfig config = cp_run(2);
     config.mesh.pp = 2;
     config.micro_batch_size = 1;
     DeviceMesh mesh(world, config.resolve_mesh(4));
-    expect_same_run(reference, train(config, &mesh), "pp=2 x cp=2");
+    expect_same_run(reference, train(config, mesh), "pp=2 x cp=2");
   }
 }
 
@@ -252,7 +253,7 @@ TEST(ContextParallel3D, CpFsdpTpOnEightRanks) {
   for (bool llama : {false, true}) {
     RunConfig base = long_run(dir.file("train.bin"), llama);
     base.steps = 10;
-    const testing::TrainedRun reference = train(base, nullptr);
+    const testing::TrainedRun reference = train(base, testing::one_rank_mesh());
     RunConfig config = base;
     config.mesh.cp = 2;
     config.mesh.dp_shard = 2;
@@ -260,7 +261,7 @@ TEST(ContextParallel3D, CpFsdpTpOnEightRanks) {
     config.mesh.tp = 2;
     config.sequence_parallel = true;
     DeviceMesh mesh(world, config.resolve_mesh(8));
-    expect_same_run(reference, train(config, &mesh), llama ? "llama cp x fsdp x tp" : "gpt2 cp x fsdp x tp");
+    expect_same_run(reference, train(config, mesh), llama ? "llama cp x fsdp x tp" : "gpt2 cp x fsdp x tp");
   }
 }
 
@@ -282,10 +283,10 @@ TEST(ContextParallelComm, BytesPerStepMatchTheory) {
   for (CpMode mode : {CpMode::ring, CpMode::ulysses}) {
     RunConfig c = long_run(dir.file("train.bin"), false);
     c.mesh.cp = n;
-    c.cp_mode = std::string(cp_mode_name(mode));
+    c.cp_mode = mode;
     c.steps = 1;
     DeviceMesh mesh(world, c.resolve_mesh(n));
-    Trainer trainer(c, &mesh, nullptr);
+    Trainer trainer(c, mesh, nullptr);
     const CommStats before = mesh.axis(Axis::cp).stats();
     trainer.step();
     const CommStats& after = mesh.axis(Axis::cp).stats();
@@ -330,7 +331,7 @@ TEST(ContextParallelMemory, ActivationsFollowThePredictionAndScaleAsOneOverCp) {
       Transformer model(c.model, 1, c.loss_chunk_rows, /*materialize_parameters=*/false);
       ParallelOptions options;
       options.cp_mode = mode;
-      auto sync = parallelize(model, &mesh, options);
+      auto sync = parallelize(model, mesh, options);
       std::vector<int32_t> tokens(size_t(B) * T);
       for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 7) % c.model.vocab_size);
       sync->zero_grads();

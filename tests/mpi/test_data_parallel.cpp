@@ -2,11 +2,12 @@
 // same seed and global batch, gradient accumulation with and without DP, no_sync
 // micro-steps communicating nothing, and the bytes DDP moves against ring theory.
 // Runs under mpirun with 2 and 4 ranks; each rank also runs the one-rank reference.
+#include "../common/one_rank_mesh.h"
 #include "../common/temp_dir.h"
 #include "../train/test_support.h"
 #include "comm/device_mesh.h"
 #include "mpi_env.h"
-#include "parallel/data_parallel.h"
+#include "parallel/data/data_parallel.h"
 #include "parity.h"
 #include "train/trainer.h"
 
@@ -36,9 +37,9 @@ TEST_F(DataParallelTest, MatchesOneRankOnTheSameGlobalBatch) {
   Communicator& world = testing::world();
   RunConfig config = tiny_run(data(), 8, 8 / world.size());
   config.grad_clip = 0;  // off: the default 1.0 clips every step of this model and hides a constant factor
-  const TrainedRun reference = train(config, nullptr);
+  const TrainedRun reference = train(config, testing::one_rank_mesh());
   DeviceMesh mesh(world, config.resolve_mesh(world.size()));
-  const TrainedRun parallel = train(config, &mesh);
+  const TrainedRun parallel = train(config, mesh);
   expect_same_run(reference, parallel, "dp");
   EXPECT_LT(reference.losses.back(), reference.losses.front());
 }
@@ -48,16 +49,16 @@ TEST_F(DataParallelTest, AccumulationWithAndWithoutDataParallelism) {
   Communicator& world = testing::world();
   // One rank, one micro-step of the whole batch: the reference.
   const RunConfig whole = tiny_run(data(), 8 * world.size(), 8 * world.size());
-  const TrainedRun reference = train(whole, nullptr);
+  const TrainedRun reference = train(whole, testing::one_rank_mesh());
   // One rank, 4 micro-steps.
   RunConfig accumulated = whole;
   accumulated.micro_batch_size = 2 * world.size();
-  expect_same_run(reference, train(accumulated, nullptr), "accumulation, one rank");
+  expect_same_run(reference, train(accumulated, testing::one_rank_mesh()), "accumulation, one rank");
   // All ranks, 4 micro-steps each (no_sync on the first three).
   RunConfig both = whole;
   both.micro_batch_size = 2;
   DeviceMesh mesh(world, both.resolve_mesh(world.size()));
-  expect_same_run(reference, train(both, &mesh), "accumulation with data parallelism");
+  expect_same_run(reference, train(both, mesh), "accumulation with data parallelism");
 }
 
 // Catches: buckets all-reduced on no_sync micro-steps, buckets sent twice or missed, a wrong payload per step.
@@ -67,7 +68,7 @@ TEST_F(DataParallelTest, CommunicatesRingVolumeOnlyOnTheLastMicroStep) {
   RunConfig config = tiny_run(data(), 4 * n, 1);  // 4 micro-steps per rank
   config.steps = 1;
   DeviceMesh mesh(world, config.resolve_mesh(n));
-  Trainer trainer(config, &mesh, nullptr);
+  Trainer trainer(config, mesh, nullptr);
   const CommCounter before = mesh.axis(Axis::dp).stats()[CommOp::all_reduce];
   trainer.step();
   const CommCounter after = mesh.axis(Axis::dp).stats()[CommOp::all_reduce];
@@ -91,7 +92,7 @@ TEST(DataParallelBuckets, CoverTheArenaOnceInReverseOrder) {
   Communicator& world = testing::world();
   Transformer model(ModelConfig::preset("gpt2-tiny"), 1);
   const size_t bucket_bytes = 64 * 1024;
-  DataParallel ddp(model.store(), &world, bucket_bytes, AdamWConfig{});
+  DataParallel ddp(model.store(), world, bucket_bytes, AdamWConfig{}, DType::f32, world);
   const auto& buckets = ddp.buckets();
   ASSERT_GT(buckets.size(), 3u);
   EXPECT_EQ(buckets.front().end, model.store().numel());

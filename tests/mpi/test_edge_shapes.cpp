@@ -12,12 +12,13 @@
 //     against the one-rank fused kernel.
 // Each family / layout runs with clipping off (grad_clip 0) or a clip that never fires
 // (1e3), so a gradient off by a constant factor shows in the updates too.
+#include "../common/one_rank_mesh.h"
 #include "../common/temp_dir.h"
 #include "../train/test_support.h"
 #include "kernels/kernels.h"
 #include "model/tp_layers.h"
 #include "mpi_env.h"
-#include "parallel/tensor_parallel.h"
+#include "parallel/tensor/tensor_parallel.h"
 #include "parity.h"
 
 #include <gtest/gtest.h>
@@ -60,7 +61,7 @@ TEST_F(EdgeShapes, TensorParallelWithOddSplitsAndOneSequencePerMicroStep) {
       base.model.n_kv_head = 4;  // 1 K/V head for 3 query heads a rank on 4
       base.model.qk_norm = true;
     }
-    const TrainedRun reference = train(base, nullptr);
+    const TrainedRun reference = train(base, testing::one_rank_mesh());
     for (bool sp : {true, false}) {
       RunConfig config = base;
       config.mesh.tp = n;
@@ -72,7 +73,7 @@ TEST_F(EdgeShapes, TensorParallelWithOddSplitsAndOneSequencePerMicroStep) {
       DeviceMesh mesh(world, config.resolve_mesh(n));
       const std::string what = std::string(llama ? "llama" : "gpt2") + " tp=" + std::to_string(n) +
                                (sp ? " sp, one sequence per micro-step" : "") + ", vocab 260";
-      expect_same_run(reference, train(config, &mesh), what.c_str());
+      expect_same_run(reference, train(config, mesh), what.c_str());
     }
   }
 }
@@ -90,11 +91,11 @@ TEST_F(EdgeShapes, SequenceLongerThanOneAttentionRowBlockUnderDdpAndFsdp) {
   base.model.d_model = 30;
   base.model.d_ff = 90;
   base.grad_clip = 0.0f;
-  const TrainedRun reference = train(base, nullptr);
+  const TrainedRun reference = train(base, testing::one_rank_mesh());
   {
     RunConfig config = base;  // DDP, clipping off
     DeviceMesh mesh(world, config.resolve_mesh(n));
-    expect_same_run(reference, train(config, &mesh), "ddp, seq_len 72");
+    expect_same_run(reference, train(config, mesh), "ddp, seq_len 72");
   }
   RunConfig fsdp = base;  // FSDP with a clip that never fires: same updates as clipping off
   fsdp.zero_stage = 3;
@@ -102,7 +103,7 @@ TEST_F(EdgeShapes, SequenceLongerThanOneAttentionRowBlockUnderDdpAndFsdp) {
   fsdp.micro_batch_size = 1;  // 3 micro-steps a rank
   fsdp.grad_clip = 1e3f;
   DeviceMesh mesh(world, fsdp.resolve_mesh(n));
-  expect_same_run(reference, train(fsdp, &mesh), "fsdp, seq_len 72, 3 micro-steps");
+  expect_same_run(reference, train(fsdp, mesh), "fsdp, seq_len 72, 3 micro-steps");
 }
 
 // Catches: a vocab-parallel loss without (global) max subtraction, a target logit from the wrong rank, a bad gradient.
@@ -135,7 +136,8 @@ TEST(VocabParallelCrossEntropy, LargeLogitsMatchTheOneRankLoss) {
   MegatronRegions regions(TensorParallel{&world, false});
   for (float grad_scale : {0.0f, 0.125f}) {
     std::vector<float> reference = full, reference_losses(rows);
-    kernels::softmax_cross_entropy(reference.data(), reference_losses.data(), targets.data(), rows, V, grad_scale);
+    kernels::softmax_cross_entropy(reference.data(), reference_losses.data(), targets.data(), rows, V, grad_scale, 0.0f,
+                                   nullptr);
     ASSERT_NEAR(reference_losses[2], std::log(static_cast<double>(V)), 1e-5);
     std::vector<float> local(static_cast<size_t>(rows) * local_vocab), losses(rows, -1.0f), work(3 * rows);
     for (int r = 0; r < rows; ++r) {

@@ -1,4 +1,4 @@
-// Expert parallelism (parallel/expert_parallel.h): the ep and edp groups the mesh
+// Expert parallelism (parallel/expert/expert_parallel.h): the ep and edp groups the mesh
 // builds from the data-parallel ranks and the errors for a bad ep; the all-to-all
 // dispatch and combine against rows computed independently from every rank's routing,
 // and their counters; gather_expert_parallel composed with gather_tensor_parallel
@@ -10,17 +10,18 @@
 // resumed on one rank and under DDP x ep = world. Training with DDP x ep against one
 // rank and checkpoints across ep sizes: tests/mpi/test_moe.cpp. Runs under mpirun with
 // 2 and 4 ranks.
+#include "../common/one_rank_mesh.h"
 #include "../common/temp_dir.h"
 #include "../train/test_support.h"
 #include "checkpoint/directory.h"
 #include "comm/device_mesh.h"
 #include "core/error.h"
 #include "mpi_env.h"
-#include "parallel/data_parallel.h"
-#include "parallel/expert_parallel.h"
+#include "parallel/data/data_parallel.h"
+#include "parallel/expert/expert_parallel.h"
 #include "parallel/memory_model.h"
 #include "parallel/parallelize.h"
-#include "parallel/tensor_parallel.h"
+#include "parallel/tensor/tensor_parallel.h"
 #include "parity.h"
 #include "shared_dir.h"
 
@@ -345,7 +346,7 @@ TEST(ExpertParallelDataParallel, ReducesExpertsOverEdpAndSavesEachBlockOnce) {
     ParameterStore store = placed_store(mesh);
     Communicator& dp = mesh.axis(Axis::dp_cp);
     Communicator& edp = mesh.axis(Axis::edp);
-    DataParallel ddp(store, &dp, 64, AdamWConfig{}, DType::f32, &edp);
+    DataParallel ddp(store, dp, 64, AdamWConfig{}, DType::f32, edp);
     ddp.set_tensor_parallel(store, TensorParallel{&mesh.axis(Axis::tp)});
     if (ep > 1) ddp.set_expert_parallel(&mesh.axis(Axis::ep));
     const auto& params = store.params();
@@ -434,7 +435,7 @@ TEST(ExpertParallelParallelize, RefusesWhatItCannotRun) {
     Transformer model(config, 1, 256, /*materialize_parameters=*/false);
     ParallelOptions options;
     options.zero_stage = zero_stage;
-    return error_of([&] { parallelize(model, &mesh, options); });
+    return error_of([&] { parallelize(model, mesh, options); });
   };
   ModelConfig dense = tiny_moe();
   dense.n_experts = 0;
@@ -469,7 +470,7 @@ class ZeroExpertParallel : public ::testing::TestWithParam<testing::Family> {
 // replicas, the norm counting expert squares once per edp_shard rank or per ep rank.
 TEST_P(ZeroExpertParallel, MatchesOneRank) {
   const int n = testing::world().size();
-  const testing::TrainedRun reference = testing::train(run(), nullptr);
+  const testing::TrainedRun reference = testing::train(run(), testing::one_rank_mesh());
   for (int stage : {1, 2, 3}) {
     const std::string what = "zero stage " + std::to_string(stage) + ", dp_shard=" + std::to_string(n) + ", ep=2";
     testing::expect_same_run(reference, testing::train_on_world(sharded(run(), stage, 1, n, 2)), what.c_str());
@@ -501,7 +502,7 @@ TEST(ZeroExpertParallelMemory, LedgerMatchesTheMemoryModel) {
     c.steps = 1;
     DeviceMesh mesh(world, c.resolve_mesh(n));
     const testing::LedgerModelStates before = testing::LedgerModelStates::now();
-    Trainer trainer(c, &mesh, nullptr);
+    Trainer trainer(c, mesh, nullptr);
     trainer.step();
     const std::string what = "stage " + std::to_string(stage) + ", rank " + std::to_string(world.rank());
     testing::expect_model_states_since(before, predict_model_states(model_parameter_specs(c.model), n, stage, DType::f32, 2),
@@ -531,7 +532,7 @@ TEST(ZeroExpertParallelComm, ExpertReduceScatterBytesOverEdpShard) {
   write_shard(dir.file("train.bin"), testing::synthetic_text(30000, 37));
   const RunConfig c = sharded(testing::moe_run(dir.file("train.bin"), false), 3, 1, n, ep);
   DeviceMesh mesh(world, c.resolve_mesh(n));
-  Trainer trainer(c, &mesh, nullptr);
+  Trainer trainer(c, mesh, nullptr);
   int64_t expert_bytes = 0, dense_bytes = 0;  // reduce-scatter payloads: every rank's padded shards, fp32
   for (const ParameterSpec& s : model_parameter_specs(c.model)) {
     const int64_t rows = s.logical_shape[0], row_numel = shape_numel(s.logical_shape) / rows;
@@ -573,18 +574,18 @@ TEST(ZeroExpertParallelCheckpoint, FsdpShardsResumeOnOtherLayouts) {
     c.checkpoint_dir = folder.string();
     return c;
   };
-  const testing::TrainedRun reference = testing::train_until(config(0, 1, 1, own.path()), nullptr, 20, "", false);
+  const testing::TrainedRun reference = testing::train_until(config(0, 1, 1, own.path()), testing::one_rank_mesh(), 20, "", false);
   {
     const RunConfig c = config(3, n, 2, dir.path());
     DeviceMesh mesh(world, c.resolve_mesh(n));
-    testing::train_until(c, &mesh, 10, "", true);
+    testing::train_until(c, mesh, 10, "", true);
   }
   const std::string saved_step = (dir.path() / ckpt::checkpoint_dir_name(10)).string();
-  testing::expect_resumed(reference, testing::train_until(config(0, 1, 1, own.path()), nullptr, 20, saved_step, false),
+  testing::expect_resumed(reference, testing::train_until(config(0, 1, 1, own.path()), testing::one_rank_mesh(), 20, saved_step, false),
                           10, "one rank");
   const RunConfig c = config(0, n, n, dir.path());
   DeviceMesh mesh(world, c.resolve_mesh(n));
-  testing::expect_resumed(reference, testing::train_until(c, &mesh, 20, "latest", false), 10, ("DDP, ep=" + std::to_string(n)).c_str());
+  testing::expect_resumed(reference, testing::train_until(c, mesh, 20, "latest", false), 10, ("DDP, ep=" + std::to_string(n)).c_str());
 }
 
 }  // namespace

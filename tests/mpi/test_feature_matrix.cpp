@@ -8,6 +8,7 @@
 // rows too: they must fail before training with an error naming the combination.
 // GPT-2 runs with clipping off (grad_clip 0), Llama with a clip that never fires (1e3):
 // a clip factor would hide a gradient off by a constant.
+#include "../common/one_rank_mesh.h"
 #include "../common/temp_dir.h"
 #include "../train/test_support.h"
 #include "mpi_env.h"
@@ -230,21 +231,21 @@ TEST(FeatureMatrix, EveryLayoutMatchesOneRankOrIsRefusedByName) {
   std::string table;
   for (bool llama : {false, true}) {
     const RunConfig base = matrix_run(dir.file("train.bin"), llama);
-    const testing::TrainedRun reference = testing::train(base, nullptr);
+    const testing::TrainedRun reference = testing::train(base, testing::one_rank_mesh());
     for (const Layout& layout : n == 4 ? four_rank_layouts() : eight_rank_layouts()) {
       RunConfig config = base;
       config.mesh = layout.mesh;
       config.zero_stage = layout.zero_stage;
       config.sequence_parallel = layout.sequence_parallel;
       config.micro_batch_size = layout.micro;
-      config.pp_schedule = layout.schedule;
+      config.pp_schedule = pipeline_schedule_from_name(layout.schedule);
       config.activation_checkpointing.mode = layout.recompute;
       const std::string what = fmt::format("{} {}", llama ? "llama" : "gpt2", layout.name);
       std::string outcome;
       if (*layout.refused) {
         try {
           DeviceMesh m(world, config.resolve_mesh(n));
-          Trainer trainer(config, &m, nullptr);
+          Trainer trainer(config, m, nullptr);
           ADD_FAILURE() << what << ": trained, but should be refused";
         } catch (const Error& e) {
           EXPECT_NE(std::string(e.what()).find(layout.refused), std::string::npos) << what << ": " << e.what();
@@ -255,7 +256,7 @@ TEST(FeatureMatrix, EveryLayoutMatchesOneRankOrIsRefusedByName) {
         DeviceMesh m(world, config.resolve_mesh(n));
         StepMeasurement step;
         const testing::LastStepProbe probe = measure_last_step(m, step);
-        testing::expect_same_run(reference, testing::train(config, &m, &probe), what.c_str());
+        testing::expect_same_run(reference, testing::train(config, m, &probe), what.c_str());
         expect_predicted_communication(config, m, step, what);
         outcome = failures() > before ? "DIFFERS from one rank" : "matches one rank";
       }

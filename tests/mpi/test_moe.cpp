@@ -4,6 +4,7 @@
 // context and pipeline parallelism, accumulation, recompute and the ZeRO/FSDP layouts
 // (experts not split over ep); the all-to-all bytes on ep against the routed token
 // counts; checkpoints saved under ep = 2 and resumed on one rank and on ep = 4.
+#include "../common/one_rank_mesh.h"
 #include "../common/temp_dir.h"
 #include "../train/test_support.h"
 #include "mpi_env.h"
@@ -56,7 +57,7 @@ class MoeTest : public ::testing::TestWithParam<testing::Family> {
 // ep rank, the load-balancing loss over a rank's tokens instead of each sequence's.
 TEST_P(MoeTest, ExpertParallelMatchesOneRank) {
   const int n = testing::world().size();
-  const testing::TrainedRun reference = train(run(), nullptr);
+  const testing::TrainedRun reference = train(run(), testing::one_rank_mesh());
   EXPECT_GT(reference.moe_aux.back(), 0.0);
   expect_same_run(reference, testing::train_on_world(run()), "DDP, every expert on every rank");
   expect_same_run(reference, testing::train_on_world(with_ep(run(), n, n)), ("ep=" + std::to_string(n)).c_str());
@@ -70,7 +71,7 @@ TEST_P(MoeTest, CapacityDropsTheSameTokensOnEveryLayout) {
   RunConfig c = run();
   c.model.moe_capacity_factor = 1.0f;
   c.steps = 10;
-  const testing::TrainedRun reference = train(c, nullptr);
+  const testing::TrainedRun reference = train(c, testing::one_rank_mesh());
   expect_same_run(reference, testing::train_on_world(with_ep(c, n, n)), "capacity 1.0, ep=world");
   RunConfig accumulated = with_ep(c, n, 2);
   accumulated.micro_batch_size = 1;
@@ -84,7 +85,7 @@ TEST_P(MoeTest, ComposesWithTheOtherAxes) {
   if (testing::world().size() != 4) GTEST_SKIP() << "needs 4 ranks";
   RunConfig base = run();
   base.steps = 10;
-  const testing::TrainedRun reference = train(base, nullptr);
+  const testing::TrainedRun reference = train(base, testing::one_rank_mesh());
   {
     RunConfig c = with_ep(base, 2, 2);
     c.mesh.tp = 2;
@@ -133,7 +134,7 @@ TEST(MoeComm, AllToAllBytesEqualTheRoutedTokens) {
   c.steps = 1;
   c.micro_batch_size = 1;  // several micro-steps
   DeviceMesh mesh(world, c.resolve_mesh(n));
-  Trainer trainer(c, &mesh, nullptr);
+  Trainer trainer(c, mesh, nullptr);
   const CommStats before = mesh.axis(Axis::ep).stats();
   const StepStats s = trainer.step();
   const CommStats& after = mesh.axis(Axis::ep).stats();
@@ -169,18 +170,18 @@ TEST(MoeCheckpoint, ExpertsReshardAcrossEpSizes) {
     c.checkpoint_dir = folder.string();
     return c;
   };
-  const testing::TrainedRun reference = testing::train_until(config(1, 1, own.path()), nullptr, 20, "", false);
+  const testing::TrainedRun reference = testing::train_until(config(1, 1, own.path()), testing::one_rank_mesh(), 20, "", false);
   {
     const RunConfig c = config(n, 2, dir.path());
     DeviceMesh mesh(world, c.resolve_mesh(n));
-    testing::train_until(c, &mesh, 10, "", true);
+    testing::train_until(c, mesh, 10, "", true);
   }
   const std::string saved_step = (dir.path() / ckpt::checkpoint_dir_name(10)).string();
-  testing::expect_resumed(reference, testing::train_until(config(1, 1, own.path()), nullptr, 20, saved_step, false), 10,
+  testing::expect_resumed(reference, testing::train_until(config(1, 1, own.path()), testing::one_rank_mesh(), 20, saved_step, false), 10,
                           "one rank");
   const RunConfig c = config(n, n, dir.path());
   DeviceMesh mesh(world, c.resolve_mesh(n));
-  testing::expect_resumed(reference, testing::train_until(c, &mesh, 20, "latest", false), 10,
+  testing::expect_resumed(reference, testing::train_until(c, mesh, 20, "latest", false), 10,
                           ("ep=" + std::to_string(n)).c_str());
 }
 

@@ -12,7 +12,7 @@
 // The model and the layout are built as the trainer builds them (parallelize()), and a
 // recorder between the units and the layout reads the counters after every hook.
 #include "mpi_env.h"
-#include "parallel/buckets.h"
+#include "parallel/data/buckets.h"
 #include "parallel/parallelize.h"
 
 #include <gtest/gtest.h>
@@ -95,7 +95,7 @@ struct Harness {
   Harness(const MeshShape& shape, const ParallelOptions& options)
       : mesh(testing::world(), shape),
         model(tiny_model(), 1234, 256, /*materialize_parameters=*/false),
-        sync(parallelize(model, &mesh, options)),
+        sync(parallelize(model, mesh, options)),
         recorder(*sync) {
     model.set_hooks(&recorder);
     const int vocab = model.config().vocab_size;

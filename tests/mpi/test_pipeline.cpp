@@ -5,6 +5,7 @@
 // on 8; the activation memory the
 // schedule implies (GPipe m contexts, 1F1B at most pp - rank); the bytes sent on pp;
 // a checkpoint saved under pp resumed on one rank.
+#include "../common/one_rank_mesh.h"
 #include "../common/temp_dir.h"
 #include "../train/test_support.h"
 #include "core/memory.h"
@@ -59,15 +60,15 @@ TEST_F(PipelineTest, EveryScheduleMatchesOneRank) {
   for (const auto& [llama, tied] : {std::pair{false, true}, {true, false}, {true, true}}) {
     RunConfig c = run(llama);
     c.model.tied_embeddings = tied;
-    const TrainedRun reference = train(c, nullptr);
+    const TrainedRun reference = train(c, testing::one_rank_mesh());
     for (const Schedule& s : kSchedules) {
       const std::string what = std::string(llama ? "llama " : "gpt2 ") + (tied ? "tied " : "") + s.name +
                                " pp=" + std::to_string(world.size());
       c.mesh.pp = world.size();
-      c.pp_schedule = s.name;
+      c.pp_schedule = pipeline_schedule_from_name(s.name);
       c.pp_virtual_stages = s.virtual_stages;
       DeviceMesh mesh(world, c.resolve_mesh(world.size()));
-      expect_same_run(reference, train(c, &mesh), what.c_str());
+      expect_same_run(reference, train(c, mesh), what.c_str());
     }
   }
 }
@@ -82,11 +83,11 @@ TEST_F(PipelineTest, ComposesWithDataAndTensorParallel) {
   for (bool llama : {false, true}) {
     RunConfig c = run(llama);
     c.steps = 10;
-    const TrainedRun reference = train(c, nullptr);
+    const TrainedRun reference = train(c, testing::one_rank_mesh());
     c.mesh.pp = 2;
     {
       DeviceMesh mesh(world, c.resolve_mesh(4));  // pp=2 x dp=2
-      expect_same_run(reference, train(c, &mesh), llama ? "llama pp=2 x dp=2" : "gpt2 pp=2 x dp=2");
+      expect_same_run(reference, train(c, mesh), llama ? "llama pp=2 x dp=2" : "gpt2 pp=2 x dp=2");
     }
     // pp=2 x ZeRO-1/2/3 over dp_shard=2 (FSDP with the zero-bubble schedule, whose split
     // backward interleaves micro-batches' gradients most).
@@ -94,11 +95,11 @@ TEST_F(PipelineTest, ComposesWithDataAndTensorParallel) {
       RunConfig zero = c;
       zero.mesh.dp_shard = 2;
       zero.zero_stage = stage;
-      zero.pp_schedule = schedule;
+      zero.pp_schedule = pipeline_schedule_from_name(schedule);
       DeviceMesh mesh(world, zero.resolve_mesh(4));
       const std::string what = std::string(llama ? "llama" : "gpt2") + " pp=2 x ZeRO-" + std::to_string(stage) + " " +
                                schedule;
-      expect_same_run(reference, train(zero, &mesh), what.c_str());
+      expect_same_run(reference, train(zero, mesh), what.c_str());
     }
     c.mesh.tp = 2;
     c.micro_batch_size = 2;  // sequence parallel splits a micro-batch's tokens over tp
@@ -106,7 +107,7 @@ TEST_F(PipelineTest, ComposesWithDataAndTensorParallel) {
       c.sequence_parallel = sp;
       DeviceMesh mesh(world, c.resolve_mesh(4));  // pp=2 x tp=2
       const std::string what = std::string(llama ? "llama" : "gpt2") + " pp=2 x tp=2" + (sp ? " + SP" : "");
-      expect_same_run(reference, train(c, &mesh), what.c_str());
+      expect_same_run(reference, train(c, mesh), what.c_str());
     }
   }
 }
@@ -120,14 +121,14 @@ TEST_F(PipelineTest, ThreeDimensionalLayoutOnEightRanks) {
     RunConfig c = run(llama);
     c.steps = 6;
     c.micro_batch_size = 2;  // 2 micro-batches per data-parallel rank; SP splits each over tp
-    const TrainedRun reference = train(c, nullptr);
+    const TrainedRun reference = train(c, testing::one_rank_mesh());
     c.mesh.pp = 2;
     c.mesh.dp_shard = 2;
     c.mesh.tp = 2;
     c.zero_stage = 3;
     c.sequence_parallel = true;
     DeviceMesh mesh(world, c.resolve_mesh(8));
-    expect_same_run(reference, train(c, &mesh), llama ? "llama pp=2 x fsdp=2 x tp=2" : "gpt2 pp=2 x fsdp=2 x tp=2");
+    expect_same_run(reference, train(c, mesh), llama ? "llama pp=2 x fsdp=2 x tp=2" : "gpt2 pp=2 x fsdp=2 x tp=2");
   }
 }
 
@@ -140,11 +141,11 @@ TEST_F(PipelineTest, ActivationsFollowTheSchedule) {
   c.mesh.pp = pp;
   const int m = 8;
   for (const char* schedule : {"gpipe", "1f1b"}) {
-    c.pp_schedule = schedule;
+    c.pp_schedule = pipeline_schedule_from_name(schedule);
     DeviceMesh mesh(world, c.resolve_mesh(pp));
     MemoryLedger& ledger = MemoryLedger::instance();
     const size_t before = ledger.current(MemTag::activations);
-    Trainer trainer(c, &mesh, nullptr);
+    Trainer trainer(c, mesh, nullptr);
     trainer.step();
     const int rank = mesh.coord(Axis::pp);
     const int live = std::string(schedule) == "gpipe" ? m : std::min(m, pp - rank);
@@ -171,7 +172,7 @@ TEST_F(PipelineTest, MetricsCarryTheBubbleAndPpTraffic) {
   c.save_on_exit = false;
   {
     DeviceMesh mesh(world, c.resolve_mesh(world.size()));
-    Trainer trainer(c, &mesh, nullptr);
+    Trainer trainer(c, mesh, nullptr);
     trainer.step();
   }
   if (world.rank() == 0) {
@@ -196,10 +197,10 @@ TEST_F(PipelineTest, BytesOnPpAreTheBoundaryTensors) {
   c.mesh.pp = pp;
   c.eval_every = 0;
   for (const Schedule& s : kSchedules) {
-    c.pp_schedule = s.name;
+    c.pp_schedule = pipeline_schedule_from_name(s.name);
     c.pp_virtual_stages = s.virtual_stages;
     DeviceMesh mesh(world, c.resolve_mesh(pp));
-    Trainer trainer(c, &mesh, nullptr);
+    Trainer trainer(c, mesh, nullptr);
     mesh.axis(Axis::pp).stats() = {};
     trainer.step();
     // Every boundary between chunks (pp x v - 1 of them) carries each micro-batch's
@@ -220,7 +221,7 @@ TEST_F(PipelineTest, CheckpointSavedUnderPpResumesOnOneRank) {
   RunConfig c = run(false);
   c.steps = 10;
   c.checkpoint_dir = own.file("reference");
-  const TrainedRun reference = train(c, nullptr);
+  const TrainedRun reference = train(c, testing::one_rank_mesh());
   // Under pp = world size: 5 steps, saved (rank 0 names the shared folder).
   int32_t pid = static_cast<int32_t>(::getpid());
   world.broadcast(&pid, 1, DType::i32, 0);
@@ -231,7 +232,7 @@ TEST_F(PipelineTest, CheckpointSavedUnderPpResumesOnOneRank) {
   piped.overwrite = true;
   {
     DeviceMesh mesh(world, piped.resolve_mesh(world.size()));
-    Trainer trainer(piped, &mesh, nullptr);
+    Trainer trainer(piped, mesh, nullptr);
     while (trainer.steps_done() < 5) trainer.step();
     trainer.save_checkpoint(/*async=*/false);
   }
@@ -239,7 +240,7 @@ TEST_F(PipelineTest, CheckpointSavedUnderPpResumesOnOneRank) {
   RunConfig resumed = c;
   resumed.checkpoint_dir = own.file("resumed");
   resumed.resume = folder + "/step-00000005";
-  Trainer trainer(resumed, nullptr, nullptr);
+  Trainer trainer(resumed, testing::one_rank_mesh(), nullptr);
   std::vector<double> losses;
   while (trainer.steps_done() < 10) losses.push_back(trainer.step().loss);
   for (size_t i = 0; i < losses.size(); ++i) {
@@ -254,7 +255,7 @@ TEST_F(PipelineTest, CheckpointSavedUnderPpResumesOnOneRank) {
       other.checkpoint_dir = folder + "_" + std::to_string(pp);
       other.resume = folder + "/step-00000005";
       DeviceMesh mesh(world, other.resolve_mesh(4));
-      Trainer resumed_on(other, &mesh, nullptr);
+      Trainer resumed_on(other, mesh, nullptr);
       for (int s = 5; s < 10; ++s) {
         const double loss = resumed_on.step().loss;
         EXPECT_NEAR(loss, reference.losses[static_cast<size_t>(s)], 1e-5 * reference.losses[static_cast<size_t>(s)])

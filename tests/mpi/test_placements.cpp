@@ -6,12 +6,13 @@
 //   - the checkpoint slices (the rows each rank holds, and every element of every
 //     tensor saved by exactly one rank),
 // and the gradient norm (each element counted once) equals the one-rank norm.
+#include "../common/one_rank_mesh.h"
 #include "comm/device_mesh.h"
 #include "core/rng.h"
 #include "mpi_env.h"
 #include "parallel/parallelize.h"
-#include "parallel/shard_layout.h"
-#include "parallel/tensor_parallel.h"
+#include "parallel/data/shard_layout.h"
+#include "parallel/tensor/tensor_parallel.h"
 
 #include <gtest/gtest.h>
 
@@ -75,9 +76,9 @@ TEST_P(Placements, ExplainBlocksReductionsAndCheckpointSlices) {
   options.bucket_bytes = 4096;
 
   Transformer model(c, 3, 256, /*materialize_parameters=*/false);
-  std::unique_ptr<GradientSync> sync = parallelize(model, &mesh, options);
+  std::unique_ptr<GradientSync> sync = parallelize(model, mesh, options);
   Transformer reference(c, 3);
-  std::unique_ptr<GradientSync> reference_sync = parallelize(reference, nullptr, {});
+  std::unique_ptr<GradientSync> reference_sync = parallelize(reference, testing::one_rank_mesh(), {});
   const auto& params = model.store().params();
 
   // 1. Blocks: the shards on tp are local_shape/local_offset; the shard on dp_shard is

@@ -3,13 +3,14 @@
 // linears on DDP, FSDP and tp, train like the same precision on one rank
 // (gradients reduced in fp32), and the ledger holds the model states the memory model
 // predicts with the parameters' bf16 compute copies, on every stage.
+#include "../common/one_rank_mesh.h"
 #include "../common/temp_dir.h"
 #include "../train/test_support.h"
 #include "core/memory.h"
 #include "mpi_env.h"
 #include "model/matmul.h"
 #include "parallel/memory_model.h"
-#include "parallel/shard_layout.h"
+#include "parallel/data/shard_layout.h"
 #include "parity.h"
 
 #include <gtest/gtest.h>
@@ -79,17 +80,17 @@ TEST(PrecisionParity, Bf16OnEveryLayoutMatchesBf16OnOneRank) {
     c.precision.fp8 = l.fp8;
     c.grad_clip = 0;  // the clip factor would hide a gradient off by a constant
     RunConfig single = c;
-    const testing::TrainedRun reference = train(single, nullptr);
+    const testing::TrainedRun reference = train(single, testing::one_rank_mesh());
     c.zero_stage = l.zero_stage;
     c.mesh.dp_shard = l.dp_shard;
     c.mesh.tp = l.tp;
     c.sequence_parallel = l.tp > 1;
     c.mesh.pp = l.pp;
     c.mesh.cp = l.cp;
-    c.cp_mode = l.cp_mode;
+    c.cp_mode = cp_mode_from_name(l.cp_mode);
     if (l.pp > 1) c.micro_batch_size = 2;  // micro-batches for the schedule
     DeviceMesh mesh(world, c.resolve_mesh(n));
-    const Difference d = compare(reference, train(c, &mesh));
+    const Difference d = compare(reference, train(c, mesh));
     if (world.rank() == 0) {
       std::printf("%s %s on %d ranks against one rank, largest relative difference over 20 steps: loss %.1e, "
                   "gradient norm %.1e, final parameters %.1e\n",
@@ -114,7 +115,7 @@ TEST(PrecisionParity, Bf16OnEveryLayoutMatchesBf16OnOneRank) {
     if (l.cp > 1) {
       RunConfig fp32 = single;
       fp32.precision.compute = DType::f32;
-      const Difference band = compare(train(fp32, nullptr), reference);
+      const Difference band = compare(train(fp32, testing::one_rank_mesh()), reference);
       EXPECT_LT(d.losses, 2 * band.losses) << l.name;
       EXPECT_LT(d.norms, 2 * band.norms) << l.name;
       EXPECT_LT(d.params, 2 * band.params) << l.name;
@@ -148,7 +149,7 @@ TEST(PrecisionCommunication, Bf16ReductionHalvesTheGradientBytes) {
     config.mesh.dp_shard = stage == 0 ? 1 : n;
     config.reduce_dtype = reduce;
     DeviceMesh mesh(world, config.resolve_mesh(n));
-    Trainer trainer(config, &mesh, nullptr);
+    Trainer trainer(config, mesh, nullptr);
     trainer.step();
     const CommStats& stats = mesh.axis(stage == 0 ? Axis::dp : Axis::dp_shard).stats();
     Bytes b;
@@ -181,7 +182,7 @@ TEST(PrecisionCommunication, FsdpGathersMatmulWeightsInBf16) {
     RunConfig config = c;
     config.precision.compute = compute;
     DeviceMesh mesh(world, config.resolve_mesh(n));
-    Trainer trainer(config, &mesh, nullptr);
+    Trainer trainer(config, mesh, nullptr);
     trainer.step();
     return mesh.axis(Axis::dp_shard).stats()[CommOp::all_gather].wire_bytes;
   };
@@ -215,9 +216,9 @@ TEST(PrecisionParity, Bf16ReductionStaysCloseToFp32Reduction) {
     c.zero_stage = stage;
     c.mesh.dp_shard = stage == 0 ? 1 : world.size();
     DeviceMesh mesh(world, c.resolve_mesh(world.size()));
-    const testing::TrainedRun fp32 = train(c, &mesh);
+    const testing::TrainedRun fp32 = train(c, mesh);
     c.reduce_dtype = DType::bf16;
-    const Difference d = compare(fp32, train(c, &mesh));
+    const Difference d = compare(fp32, train(c, mesh));
     if (world.rank() == 0) {
       std::printf("bf16 reduction against fp32 reduction, stage %d on %d ranks, largest relative difference over 20 "
                   "steps: loss %.1e, gradient norm %.1e, final parameters %.1e\n",
@@ -247,7 +248,7 @@ TEST(PrecisionLossScaling, AnOverflowOnOneRankSkipsTheStepOnEveryRank) {
     c.nonfinite_gradient_step = 2;
     c.nonfinite_gradient_rank = world.size() - 1;
     DeviceMesh mesh(world, c.resolve_mesh(world.size()));
-    Trainer trainer(c, &mesh, nullptr);
+    Trainer trainer(c, mesh, nullptr);
     std::vector<float> before;
     for (int s = 1; s <= 3; ++s) {
       if (s == 2) before = trainer.full_parameters();
@@ -276,7 +277,7 @@ TEST(PrecisionMemory, LedgerMatchesTheMemoryModelWithComputeCopies) {
     c.steps = 1;
     DeviceMesh mesh(world, c.resolve_mesh(world.size()));
     const testing::LedgerModelStates before = testing::LedgerModelStates::now();
-    Trainer trainer(c, &mesh, nullptr);
+    Trainer trainer(c, mesh, nullptr);
     trainer.step();
     testing::expect_model_states_since(
         before, predict_model_states(model_parameter_specs(c.model), c.mesh.dp_shard, stage, DType::bf16),

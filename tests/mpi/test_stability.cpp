@@ -3,6 +3,7 @@
 // spike, rolled back to the newest checkpoint and skipped, and the run ends where a run
 // whose data lacked that window ends; too many rollbacks stop the run naming a good
 // checkpoint.
+#include "../common/one_rank_mesh.h"
 #include "../common/errors.h"
 #include "../common/temp_dir.h"
 #include "../train/test_support.h"
@@ -42,14 +43,14 @@ TEST(StabilityNonFinite, ANanOnOneRankSkipsTheStepOnEveryRank) {
     c.steps = 8;
     c.zero_stage = zero_stage;
     c.mesh.dp_shard = zero_stage == 3 ? n : 1;
-    c.on_nonfinite = "skip";
+    c.on_nonfinite = NonfiniteAction::skip;
     c.nonfinite_gradient_step = 4;  // 1-based: the 4th step
     c.nonfinite_gradient_rank = n - 1;
     c.checkpoint_dir = dir.path().string();
     DeviceMesh mesh(world, c.resolve_mesh(n));
     std::vector<float> trained;
     {
-      Trainer trainer(c, &mesh, nullptr);
+      Trainer trainer(c, mesh, nullptr);
       for (int s = 0; s < 3; ++s) trainer.step();
       const std::vector<float> before = trainer.full_parameters();
       const StepStats skipped = trainer.step();
@@ -68,7 +69,7 @@ TEST(StabilityNonFinite, ANanOnOneRankSkipsTheStepOnEveryRank) {
     resumed.resume = "latest";
     resumed.steps = c.steps + 1;
     resumed.nonfinite_gradient_step = 0;
-    Trainer again(resumed, &mesh, nullptr);
+    Trainer again(resumed, mesh, nullptr);
     EXPECT_EQ(again.steps_done(), c.steps);
     EXPECT_EQ(again.full_parameters(), trained);
   }
@@ -92,10 +93,10 @@ TEST(StabilitySkip, ASpikeIsSkippedOnEveryRank) {
   RunConfig c = tiny_run(data.file("train.bin"), 8, 0);
   c.steps = 24;
   c.corrupt_batches = "20:1";
-  c.on_spike = "skip";
+  c.on_spike = SpikeAction::skip;
   use_test_spike_thresholds(c);
   DeviceMesh mesh(world, c.resolve_mesh(world.size()));
-  Trainer trainer(c, &mesh, nullptr);
+  Trainer trainer(c, mesh, nullptr);
   while (trainer.steps_done() < 20) EXPECT_EQ(trainer.step().intervention, "");
   const std::vector<float> before = trainer.full_parameters();
   const StepStats spike = trainer.step();
@@ -117,10 +118,10 @@ TEST(StabilityRollback, BeforeTheFirstCheckpointTheUpdateIsSkipped) {
   c.checkpoint_every = 50;
   c.checkpoint_dir = dir.path().string();
   c.corrupt_batches = "20:1";
-  c.on_spike = "rollback";
+  c.on_spike = SpikeAction::rollback;
   use_test_spike_thresholds(c);
   DeviceMesh mesh(world, c.resolve_mesh(world.size()));
-  Trainer trainer(c, &mesh, nullptr);
+  Trainer trainer(c, mesh, nullptr);
   while (trainer.steps_done() < 20) trainer.step();
   const std::vector<float> before = trainer.full_parameters();
   const StepStats spike = trainer.step();
@@ -167,7 +168,7 @@ TEST(StabilityRollback, ACorruptedWindowIsRolledBackAndSkipped) {
     double reference_loss = 0;
     std::vector<float> reference_params;
     {
-      Trainer trainer(clean, &mesh, nullptr);
+      Trainer trainer(clean, mesh, nullptr);
       while (trainer.steps_done() < clean.steps) {
         if (trainer.steps_done() == 20) trainer.skip_batches(4);
         reference_loss = trainer.step().loss;
@@ -176,8 +177,8 @@ TEST(StabilityRollback, ACorruptedWindowIsRolledBackAndSkipped) {
     }
     RunConfig c = rollback_run(data.file("train.bin"), dir.path(), fsdp_tp);
     c.corrupt_batches = "22:2";
-    c.on_spike = "rollback";
-    Trainer trainer(c, &mesh, nullptr);
+    c.on_spike = SpikeAction::rollback;
+    Trainer trainer(c, mesh, nullptr);
     const RunSummary summary = trainer.run();
     const std::string what = fsdp_tp ? "fsdp=2 x tp=2" : "dp=" + std::to_string(n);
     EXPECT_EQ(summary.rollbacks, 2) << what;
@@ -203,12 +204,12 @@ TEST(StabilityRollback, TooManyRollbacksStopTheRunAtAGoodCheckpoint) {
   SharedDir dir(world);
   RunConfig c = rollback_run(data.file("train.bin"), dir.path(), false);
   c.corrupt_batches = "22:100000";
-  c.on_spike = "rollback";
+  c.on_spike = SpikeAction::rollback;
   c.max_rollbacks = 2;
   DeviceMesh mesh(world, c.resolve_mesh(world.size()));
   std::string message;
   {
-    Trainer trainer(c, &mesh, nullptr);
+    Trainer trainer(c, mesh, nullptr);
     try {
       trainer.run();
     } catch (const Error& e) {
@@ -223,7 +224,7 @@ TEST(StabilityRollback, TooManyRollbacksStopTheRunAtAGoodCheckpoint) {
   RunConfig resumed = c;
   resumed.resume = newest;
   resumed.corrupt_batches = "";
-  Trainer again(resumed, &mesh, nullptr);
+  Trainer again(resumed, mesh, nullptr);
   EXPECT_EQ(again.steps_done(), 20);
   EXPECT_TRUE(all_finite(again.full_parameters()));
 }
@@ -248,10 +249,10 @@ TEST(StabilityZClip, SameDecisionsOnEveryLayout) {
   write_shard(data.file("train.bin"), testing::synthetic_text(30000, 14));
   RunConfig base = tiny_run(data.file("train.bin"), 8, 0);
   base.steps = 24;
-  base.clip_mode = "zclip";
+  base.clip_mode = ClipMode::zclip;
   base.zclip.warmup_steps = 5;
   base.corrupt_batches = "18:1";
-  const testing::TrainedRun reference = testing::train(base, nullptr);
+  const testing::TrainedRun reference = testing::train(base, testing::one_rank_mesh());
   ASSERT_FALSE(zclip_steps(reference).empty()) << "the corrupted batch must make ZClip clip";
   struct Layout {
     const char* name;
@@ -263,7 +264,7 @@ TEST(StabilityZClip, SameDecisionsOnEveryLayout) {
     c.mesh.dp_shard = l.dp_shard;
     c.mesh.tp = l.tp;
     DeviceMesh mesh(world, c.resolve_mesh(n));
-    const testing::TrainedRun run = testing::train(c, &mesh);
+    const testing::TrainedRun run = testing::train(c, mesh);
     EXPECT_EQ(zclip_steps(run), zclip_steps(reference)) << l.name;
     testing::expect_same_run(reference, run, l.name);
   }

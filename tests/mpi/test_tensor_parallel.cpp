@@ -2,6 +2,7 @@
 // GPT-2 and the Llama shapes, alone and composed with DDP and FSDP on a 2-D mesh; the
 // tp communication of a step against the theory; activation memory against the
 // prediction; activation checkpointing on fsdp x tp bitwise equal to none.
+#include "../common/one_rank_mesh.h"
 #include "../common/temp_dir.h"
 #include "../train/test_support.h"
 #include "core/memory.h"
@@ -55,33 +56,33 @@ TEST_P(TensorParallelTest, MatchesOneRank) {
   Communicator& world = testing::world();
   RunConfig single = run(1, 1, 0);
   single.grad_clip = GetParam().grad_clip;
-  const testing::TrainedRun reference = train(single, nullptr);
+  const testing::TrainedRun reference = train(single, testing::one_rank_mesh());
   RunConfig config = run(world.size(), 1, 0);
   config.grad_clip = GetParam().grad_clip;
   DeviceMesh mesh(world, config.resolve_mesh(world.size()));
-  expect_same_run(reference, train(config, &mesh), ("tp=" + std::to_string(world.size())).c_str());
+  expect_same_run(reference, train(config, mesh), ("tp=" + std::to_string(world.size())).c_str());
 }
 
 // Catches: dp / ZeRO / FSDP over tp blocks reducing over the wrong group, or splitting the batch over tp peers too.
 TEST_P(TensorParallelTest, ComposesWithDataParallelAndFsdp) {
   Communicator& world = testing::world();
   if (world.size() != 4) GTEST_SKIP() << "dp x tp = 2 x 2 needs 4 ranks";
-  const testing::TrainedRun reference = train(run(1, 1, 0), nullptr);
+  const testing::TrainedRun reference = train(run(1, 1, 0), testing::one_rank_mesh());
   {
     RunConfig config = run(2, 1, 0);  // dp_replicate = 2 (DDP) x tp = 2
     config.micro_batch_size = 2;      // with gradient accumulation: 2 micro-steps per rank
     DeviceMesh mesh(world, config.resolve_mesh(world.size()));
-    expect_same_run(reference, train(config, &mesh), "ddp=2 x tp=2");
+    expect_same_run(reference, train(config, mesh), "ddp=2 x tp=2");
   }
   {
     RunConfig config = run(2, 2, 3);  // FSDP over dp_shard = 2 of the tp shards
     DeviceMesh mesh(world, config.resolve_mesh(world.size()));
-    expect_same_run(reference, train(config, &mesh), "fsdp=2 x tp=2");
+    expect_same_run(reference, train(config, mesh), "fsdp=2 x tp=2");
   }
   {
     RunConfig config = run(2, 2, 1);  // ZeRO-1
     DeviceMesh mesh(world, config.resolve_mesh(world.size()));
-    expect_same_run(reference, train(config, &mesh), "zero1=2 x tp=2");
+    expect_same_run(reference, train(config, mesh), "zero1=2 x tp=2");
   }
 }
 
@@ -110,7 +111,7 @@ TEST(TensorParallelComm, BytesPerStepMatchTheory) {
     c.loss_chunk_rows = 24;  // 64 rows: chunks of 24, 24, 16
     c.steps = 1;
     DeviceMesh mesh(world, c.resolve_mesh(world.size()));
-    Trainer trainer(c, &mesh, nullptr);
+    Trainer trainer(c, mesh, nullptr);
     const CommStats before = mesh.axis(Axis::tp).stats();
     trainer.step();
     const CommStats& after = mesh.axis(Axis::tp).stats();
@@ -155,7 +156,7 @@ TEST(TensorParallelMemory, SequenceParallelSplitsTheTokenRegions) {
     DeviceMesh mesh(world, c.resolve_mesh(world.size()));
     MemoryLedger& ledger = MemoryLedger::instance();
     const size_t before = ledger.current(MemTag::activations);
-    Trainer trainer(c, &mesh, nullptr);
+    Trainer trainer(c, mesh, nullptr);
     trainer.step();
     measured[sp] = ledger.current(MemTag::activations) - before;
     const int64_t predicted = Transformer::predict_activation_bytes(c.model, c.batch_size, c.seq_len,
@@ -191,7 +192,7 @@ TEST(ActivationCheckpointingParallel, EveryPolicyIsBitwiseNoneOnFsdpTimesTp) {
     c.zero_stage = four ? 3 : 0;
     c.sequence_parallel = four;
     DeviceMesh mesh(world, c.resolve_mesh(world.size()));
-    const testing::TrainedRun reference = train(c, &mesh);
+    const testing::TrainedRun reference = train(c, mesh);
     for (const ActivationCheckpointing& policy : {ActivationCheckpointing{CheckpointMode::full, 1},
                                                   ActivationCheckpointing{CheckpointMode::full, 2},
                                                   ActivationCheckpointing{CheckpointMode::selective, 1}}) {
@@ -202,7 +203,7 @@ TEST(ActivationCheckpointingParallel, EveryPolicyIsBitwiseNoneOnFsdpTimesTp) {
       const size_t before = ledger.current(MemTag::activations);
       testing::TrainedRun run;
       {
-        Trainer trainer(c, &mesh, nullptr);
+        Trainer trainer(c, mesh, nullptr);
         for (int64_t s = 0; s < c.steps; ++s) {
           const StepStats stats = trainer.step();
           run.losses.push_back(stats.loss);
@@ -242,10 +243,10 @@ TEST(ActivationCheckpointingParallel, EveryPolicyIsBitwiseNoneOnDdpZeroAndPipeli
     c.zero_stage = l.zero_stage;
     c.mesh.pp = l.pp;
     DeviceMesh mesh(world, c.resolve_mesh(n));
-    const testing::TrainedRun reference = train(c, &mesh);
+    const testing::TrainedRun reference = train(c, mesh);
     for (CheckpointMode mode : {CheckpointMode::full, CheckpointMode::selective}) {
       c.activation_checkpointing = {mode, 1};
-      const testing::TrainedRun run = train(c, &mesh);
+      const testing::TrainedRun run = train(c, mesh);
       const std::string what = std::string(l.name) + ", " + std::string(checkpoint_mode_name(mode));
       EXPECT_EQ(run.losses, reference.losses) << what;
       EXPECT_EQ(run.params, reference.params) << what;

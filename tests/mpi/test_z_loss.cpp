@@ -10,7 +10,7 @@
 #include "model/transformer.h"
 #include "mpi_env.h"
 #include "parallel/parallelize.h"
-#include "parallel/tensor_parallel.h"
+#include "parallel/tensor/tensor_parallel.h"
 
 #include <gtest/gtest.h>
 
@@ -104,7 +104,7 @@ StepResult one_step(const ModelConfig& c, float z_loss, DeviceMesh* mesh, bool s
     Transformer model(c, 17, chunk, /*materialize_parameters=*/false);
     ParallelOptions options;
     options.sequence_parallel = sequence_parallel;
-    auto sync = parallelize(model, mesh, options);
+    auto sync = parallelize(model, *mesh, options);
     model.set_z_loss(z_loss);
     sync->zero_grads();
     sync->begin_backward(true);

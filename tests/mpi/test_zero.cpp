@@ -1,12 +1,13 @@
 // ZeRO stages 1, 2 and 3 (FSDP) and HSDP against one rank (losses and final
 // parameters), the model-state memory on every rank against the memory model, the
 // bytes moved per step against DDP's, and shards of ranks that own no rows.
+#include "../common/one_rank_mesh.h"
 #include "../common/temp_dir.h"
 #include "../train/test_support.h"
 #include "core/memory.h"
 #include "mpi_env.h"
 #include "parallel/memory_model.h"
-#include "parallel/shard_layout.h"
+#include "parallel/data/shard_layout.h"
 #include "parity.h"
 
 #include <gtest/gtest.h>
@@ -44,9 +45,9 @@ TEST_P(ZeroTest, MatchesOneRank) {
   config.grad_clip = clip;
   RunConfig single = run(0, 1, 1);
   single.grad_clip = clip;
-  const testing::TrainedRun reference = train(single, nullptr);
+  const testing::TrainedRun reference = train(single, testing::one_rank_mesh());
   DeviceMesh mesh(world, config.resolve_mesh(world.size()));
-  expect_same_run(reference, train(config, &mesh), "zero");
+  expect_same_run(reference, train(config, mesh), "zero");
 }
 
 // Catches: HSDP shards not all-reduced over replicas (or reduced twice), and a norm counting replicated shards twice.
@@ -54,9 +55,9 @@ TEST_P(ZeroTest, HybridShardingMatchesOneRank) {
   Communicator& world = testing::world();
   if (world.size() != 4) GTEST_SKIP() << "HSDP 2 x 2 needs 4 ranks";
   RunConfig config = run(GetParam(), 2, 2);
-  const testing::TrainedRun reference = train(run(0, 1, 1), nullptr);
+  const testing::TrainedRun reference = train(run(0, 1, 1), testing::one_rank_mesh());
   DeviceMesh mesh(world, config.resolve_mesh(world.size()));
-  expect_same_run(reference, train(config, &mesh), "hsdp 2x2");
+  expect_same_run(reference, train(config, mesh), "hsdp 2x2");
 }
 
 // Catches: ranks owning no rows of a parameter (empty shards) breaking the reduce-scatter, the update or the gather.
@@ -74,22 +75,22 @@ TEST_P(ZeroTest, RanksThatOwnNoRowsStillTrain) {
   RunConfig single = config;
   single.zero_stage = 0;
   single.mesh.dp_shard = 1;
-  const testing::TrainedRun reference = train(single, nullptr);
+  const testing::TrainedRun reference = train(single, testing::one_rank_mesh());
   DeviceMesh mesh(world, config.resolve_mesh(world.size()));
-  expect_same_run(reference, train(config, &mesh), "zero with empty shards");
+  expect_same_run(reference, train(config, mesh), "zero with empty shards");
 }
 
 // Catches: FSDP without reshard, without prefetch or with accumulation using stale or freed parameters.
 TEST_F(ZeroTest, FsdpWithoutReshardOrPrefetchAndWithAccumulation) {
   Communicator& world = testing::world();
-  const testing::TrainedRun reference = train(run(0, 1, 1), nullptr);
+  const testing::TrainedRun reference = train(run(0, 1, 1), testing::one_rank_mesh());
   for (bool reshard : {false, true}) {
     RunConfig config = run(3, 1, world.size());
     config.reshard_after_forward = reshard;
     config.prefetch = !reshard;
     config.micro_batch_size = 8 / world.size() / 2;  // two micro-steps per rank
     DeviceMesh mesh(world, config.resolve_mesh(world.size()));
-    expect_same_run(reference, train(config, &mesh), reshard ? "fsdp, no prefetch, 2 micro-steps" : "fsdp, no reshard");
+    expect_same_run(reference, train(config, mesh), reshard ? "fsdp, no prefetch, 2 micro-steps" : "fsdp, no reshard");
   }
 }
 
@@ -117,7 +118,7 @@ TEST(ZeroMemory, LedgerMatchesTheMemoryModelOnEveryRank) {
     DeviceMesh mesh(world, c.resolve_mesh(world.size()));
     MemoryLedger& ledger = MemoryLedger::instance();
     const testing::LedgerModelStates before = testing::LedgerModelStates::now();
-    Trainer trainer(c, &mesh, nullptr);
+    Trainer trainer(c, mesh, nullptr);
     ledger.reset_peaks();
     trainer.step();
     const ModelStateBytes predicted =
@@ -184,7 +185,7 @@ TEST(ZeroCommunication, BytesPerStepEqualDdp) {
     config.zero_stage = stage;
     config.mesh.dp_shard = stage == 0 ? 1 : n;
     DeviceMesh mesh(world, config.resolve_mesh(n));
-    Trainer trainer(config, &mesh, nullptr);
+    Trainer trainer(config, mesh, nullptr);
     trainer.step();
     // Gradients and parameters only: the dp axis also carries the 4-byte loss average.
     return stage == 0 ? mesh.axis(Axis::dp).stats()[CommOp::all_reduce].wire_bytes - 2 * (n - 1) * 4 / n

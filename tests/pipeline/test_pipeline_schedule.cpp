@@ -1,8 +1,8 @@
-// Pipeline schedules as data (parallel/pipeline_schedule.h): names and shape errors,
+// Pipeline schedules as data (parallel/pipeline/schedule.h): names and shape errors,
 // every generated list valid over a grid of shapes, exact lists where the order is the
 // schedule's definition, and the validator failing on each kind of broken list.
 #include "../common/errors.h"
-#include "parallel/pipeline_schedule.h"
+#include "parallel/pipeline/schedule.h"
 
 #include <gtest/gtest.h>
 

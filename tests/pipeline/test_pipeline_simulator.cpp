@@ -1,8 +1,8 @@
-// The pipeline simulator (parallel/pipeline_simulator.h) against the theory: bubble
+// The pipeline simulator (parallel/pipeline/simulator.h) against the theory: bubble
 // fractions of GPipe, 1F1B, interleaved 1F1B and ZB-H1, activation peaks, the effect of
 // costs and communication time, and the text and SVG timelines.
 #include "../common/errors.h"
-#include "parallel/pipeline_simulator.h"
+#include "parallel/pipeline/simulator.h"
 
 #include <gtest/gtest.h>
 

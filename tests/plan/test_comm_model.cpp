@@ -4,7 +4,7 @@
 // boundary messages; and its speed on a 405B-shaped model over 16K ranks. The
 // multi-rank tests (tests/mpi/test_feature_matrix.cpp) hold it to the counters.
 #include "model/transformer.h"
-#include "parallel/pipeline_stages.h"
+#include "parallel/pipeline/stages.h"
 #include "plan/comm_model.h"
 
 #include <gtest/gtest.h>

@@ -8,7 +8,7 @@
 #include "model/activations.h"
 #include "model/transformer.h"
 #include "parallel/memory_model.h"
-#include "parallel/tensor_parallel.h"
+#include "parallel/tensor/tensor_parallel.h"
 #include "plan/planner.h"
 
 #include <fmt/format.h>
@@ -56,7 +56,7 @@ Layout layout_of(int pp, int dp_replicate, int dp_shard, int cp, int tp, int zer
   l.sequence_parallel = tp > 1;
   l.micro_batch_size = 1;
   l.recompute = recompute;
-  l.pp_schedule = schedule;
+  l.pp_schedule = pipeline_schedule_from_name(schedule);
   l.pp_virtual_stages = v;
   return l;
 }
@@ -202,8 +202,8 @@ TEST(Planner, SearchesEveryMeshAndRanksByStepTime) {
   space.zero_stages = {0, 3};
   space.micro_batch_sizes = {1};
   space.recompute = {CheckpointMode::none};
-  space.pp_schedules = {"1f1b"};
-  space.cp_modes = {"ring"};
+  space.pp_schedules = {PipelineSchedule::one_f_one_b};
+  space.cp_modes = {CpMode::ring};
   const PlanResult r = plan_layouts(base, cluster, space);
   EXPECT_EQ(r.candidates, r.fitting + r.out_of_memory + r.invalid);
   EXPECT_GT(r.fitting, 10);

@@ -66,8 +66,10 @@ TEST_F(ReportTest, ReadsEveryKindOfRecord) {
   const RunMetrics m = read_run_metrics(write(
       run_line(0, false) + step_line(1, "5.5", 3.0, 100, 0.25) + step_line(2, "5.0", 0.5, 250, 0.5) +
       "{\"step\":2,\"val_loss\":4.9}\n" +
-      step_line(3, "4.5", 0.7, 400, 1.0, ",\"intervention\":\"spike (update applied): loss 4.5 > 3 sigma\"") +
-      "{\"step\":3,\"event\":\"spike (update applied): loss 4.5 > 3 sigma\"}\n" + run_line(3, true) +
+      step_line(3, "4.5", 0.7, 400, 1.0,
+                ",\"intervention\":\"spike (update applied): loss 4.5 > 3 sigma\",\"events\":[{\"kind\":\"spike\","
+                "\"text\":\"spike (update applied): loss 4.5 > 3 sigma\"}]") +
+      "{\"step\":3,\"kind\":\"spike\",\"event\":\"spike (update applied): loss 4.5 > 3 sigma\"}\n" + run_line(3, true) +
       step_line(4, "4.0", 0.6, 40, 0.125) + "{\"step\":4,\"val_loss\":3.9}\n" +
       "{\"summary\":{\"last_loss\":4.0}}\n"));
   EXPECT_EQ(m.lines, 10);
@@ -99,11 +101,34 @@ TEST_F(ReportTest, ReadsEveryKindOfRecord) {
 TEST_F(ReportTest, AStepTrainedTwiceKeepsItsLatestRecord) {
   const RunMetrics m = read_run_metrics(
       write(run_line(0, false) + step_line(1, "5", 0.5, 1, 0) + step_line(2, "9", 0.5, 2, 0) +
-            "{\"step\":2,\"event\":\"rolled back to step 1 (ckpt) and skipped training batches 1..1: spike\"}\n" +
+            "{\"step\":2,\"kind\":\"rollback\",\"event\":\"rolled back to step 1 (ckpt) and skipped training batches "
+            "1..1: spike\"}\n" +
             step_line(2, "4.75", 0.5, 3, 0)));
   EXPECT_EQ(m.loss, (Series{{1, 5}, {2, 4.75}}));
   ASSERT_EQ(events_of_kind(m, "rollback").size(), 1u);
   EXPECT_EQ(events_of_kind(m, "rollback")[0].step, 2);
+}
+
+// Catches: an event charted by its wording instead of its kind: a step that spiked and
+// that ZClip also clipped is both a spike and a clip (one intervention text holds both).
+TEST_F(ReportTest, AStepThatIsASpikeAndAZClipClipIsChartedAsBoth) {
+  const std::string spike = "spike (update applied): loss 4.5 is above the mean";
+  const std::string clip = "ZClip: gradient norm 9 (z-score 7.0) clipped to 2";
+  const RunMetrics m = read_run_metrics(write(
+      run_line(0, false, ",\"optim.clip_mode\":\"\\\"zclip\\\"\"") + step_line(1, "5", 0.5, 1, 0) +
+      step_line(2, "4.5", 9.0, 2, 0,
+                ",\"intervention\":\"" + spike + "; " + clip + "\",\"events\":[{\"kind\":\"spike\",\"text\":\"" + spike +
+                    "\"},{\"kind\":\"clip\",\"text\":\"" + clip + "\"}]") +
+      "{\"step\":2,\"kind\":\"spike\",\"event\":\"" + spike + "\"}\n" + "{\"step\":2,\"kind\":\"clip\",\"event\":\"" +
+      clip + "\"}\n"));
+  ASSERT_EQ(events_of_kind(m, "spike").size(), 1u);
+  EXPECT_EQ(events_of_kind(m, "spike")[0].step, 2);
+  ASSERT_EQ(events_of_kind(m, "clip").size(), 1u);
+  EXPECT_EQ(events_of_kind(m, "clip")[0].step, 2);
+  EXPECT_EQ(events_of_kind(m, "clip")[0].text, clip);
+  const std::string svg = svg_by_id(render_html_report(m, nullptr, "spike and clip"), "grad_norm");
+  EXPECT_NE(svg.find("data-kind=\"spike\" data-x=\"2\""), std::string::npos);
+  EXPECT_NE(svg.find("data-kind=\"clip\" data-x=\"2\""), std::string::npos);
 }
 
 // Catches: "nan"/"inf" refused (a run that stopped on a non-finite loss has no report)
@@ -111,7 +136,9 @@ TEST_F(ReportTest, AStepTrainedTwiceKeepsItsLatestRecord) {
 TEST_F(ReportTest, NonFiniteValuesAreReadAndMarked) {
   const RunMetrics m = read_run_metrics(
       write(run_line(0, false) + step_line(1, "5", 0.5, 1, 0) +
-            step_line(2, "\"nan\"", 0.5, 2, 0, ",\"update_skipped\":\"non-finite loss or gradient norm\"") +
+            step_line(2, "\"nan\"", 0.5, 2, 0,
+                      ",\"update_skipped\":\"non-finite loss or gradient norm\",\"events\":[{\"kind\":\"nonfinite\","
+                      "\"text\":\"the loss is nan and the gradient norm 0.5\"}]") +
             step_line(3, "\"inf\"", 0.5, 3, 0) + step_line(4, "4", 0.5, 4, 0) + step_line(5, "3.5", 0.5, 4, 0)));
   EXPECT_TRUE(std::isnan(m.loss.at(2)));
   EXPECT_EQ(m.loss.at(3), INFINITY);

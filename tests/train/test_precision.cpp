@@ -4,10 +4,11 @@
 // overflow (parameters and AdamW moments bitwise unchanged), halves its scale, grows it
 // after its interval of clean steps, and resumes from a checkpoint with its state;
 // bad precision settings are refused by name.
+#include "../common/one_rank_mesh.h"
 #include "../common/temp_dir.h"
 #include "data/prepare.h"
 #include "data/shard.h"
-#include "parallel/gradient_sync.h"
+#include "parallel/data/gradient_sync.h"
 #include "test_support.h"
 #include "train/config.h"
 #include "train/trainer.h"
@@ -45,7 +46,7 @@ TEST(PrecisionTraining, Bf16Fp16AndFp8FollowTheFp32CurveOnFortunes) {
   for (DType compute : {DType::f32, DType::bf16, DType::f16, DType::e4m3}) {
     c.precision.compute = compute == DType::e4m3 ? DType::bf16 : compute;
     c.precision.fp8 = compute == DType::e4m3;
-    Trainer trainer(c, nullptr, nullptr);
+    Trainer trainer(c, testing::one_rank_mesh(), nullptr);
     std::vector<double> losses;
     for (int64_t s = 0; s < c.steps; ++s) losses.push_back(trainer.step().loss);
     curves.push_back(losses);
@@ -98,7 +99,7 @@ TEST(PrecisionTraining, LossScalerSkipsExactlyTheOverflowingStep) {
   c.precision.compute = DType::f16;
   c.loss_scale.growth_interval = 3;
   c.nonfinite_gradient_step = 4;
-  Trainer trainer(c, nullptr, nullptr);
+  Trainer trainer(c, testing::one_rank_mesh(), nullptr);
   ASSERT_NE(trainer.loss_scaler(), nullptr) << "fp16 scales the loss by default";
   std::vector<float> scales;
   for (int s = 1; s <= 8; ++s) {
@@ -127,8 +128,8 @@ TEST(PrecisionTraining, LossScalerSkipsExactlyTheOverflowingStep) {
   // changes when every gradient is 65536 times too large, its moments do).
   RunConfig scaled = small_run(dir.file("train.bin"), 3), unscaled = scaled;
   scaled.precision.compute = unscaled.precision.compute = DType::f16;
-  unscaled.loss_scaling = "off";
-  Trainer a(scaled, nullptr, nullptr), b(unscaled, nullptr, nullptr);
+  unscaled.loss_scaling = LossScaling::off;
+  Trainer a(scaled, testing::one_rank_mesh(), nullptr), b(unscaled, testing::one_rank_mesh(), nullptr);
   for (int s = 0; s < 3; ++s) {
     const StepStats x = a.step(), y = b.step();
     EXPECT_NEAR(x.loss, y.loss, 1e-4 * y.loss) << "step " << s + 1;
@@ -162,7 +163,7 @@ TEST(PrecisionTraining, LossScalerStateResumes) {
   c.checkpoint_dir = dir.file("ckpt");
   std::vector<float> full;
   {
-    Trainer trainer(c, nullptr, nullptr);
+    Trainer trainer(c, testing::one_rank_mesh(), nullptr);
     for (int s = 0; s < 6; ++s) {
       full.push_back(trainer.step().loss_scale);
       if (s == 2) trainer.save_checkpoint(/*async=*/false);
@@ -171,7 +172,7 @@ TEST(PrecisionTraining, LossScalerStateResumes) {
   RunConfig resumed = c;
   resumed.resume = "latest";
   resumed.overwrite = true;
-  Trainer trainer(resumed, nullptr, nullptr);
+  Trainer trainer(resumed, testing::one_rank_mesh(), nullptr);
   EXPECT_EQ(trainer.loss_scaler()->skipped_steps(), 1);
   for (int s = 3; s < 6; ++s) EXPECT_EQ(trainer.step().loss_scale, full[static_cast<size_t>(s)]) << "step " << s + 1;
 }
@@ -187,7 +188,7 @@ TEST(PrecisionTraining, Fp8ScalesResume) {
   c.checkpoint_dir = dir.file("ckpt");
   std::vector<double> full;
   {
-    Trainer trainer(c, nullptr, nullptr);
+    Trainer trainer(c, testing::one_rank_mesh(), nullptr);
     for (int s = 0; s < 6; ++s) {
       full.push_back(trainer.step().loss);
       if (s == 2) trainer.save_checkpoint(/*async=*/false);
@@ -196,7 +197,7 @@ TEST(PrecisionTraining, Fp8ScalesResume) {
   RunConfig resumed = c;
   resumed.resume = "latest";
   resumed.overwrite = true;
-  Trainer trainer(resumed, nullptr, nullptr);
+  Trainer trainer(resumed, testing::one_rank_mesh(), nullptr);
   for (int s = 3; s < 6; ++s) EXPECT_EQ(trainer.step().loss, full[static_cast<size_t>(s)]) << "step " << s + 1;
 }
 
@@ -237,9 +238,9 @@ TEST(PrecisionTraining, BadSettingsAreRefusedByName) {
   // fp16 with the scaler switched off trains, with a warning in the header.
   RunConfig c = small_run(data, 1);
   c.precision.compute = DType::f16;
-  c.loss_scaling = "off";
+  c.loss_scaling = LossScaling::off;
   std::ostringstream log;
-  Trainer trainer(c, nullptr, &log);
+  Trainer trainer(c, testing::one_rank_mesh(), &log);
   EXPECT_EQ(trainer.loss_scaler(), nullptr);
   EXPECT_NE(log.str().find("warning: precision.compute = \"fp16\" with precision.loss_scaling = \"off\""),
             std::string::npos)

@@ -5,6 +5,7 @@
 // contradicts itself is refused; train.init_from starts from exactly the given
 // weights, and train.steps = 0 writes them as a checkpoint. The multi-rank forms (every
 // rank agreeing) are in tests/mpi/test_checkpoint_resume.cpp and tests/launch.
+#include "../common/one_rank_mesh.h"
 #include "../common/errors.h"
 #include "../mpi/parity.h"
 #include "checkpoint/checkpoint.h"
@@ -52,12 +53,12 @@ class RunLifecycle : public ::testing::Test {
   // Trains a fresh run to `steps`, saving at the end.
   void train_and_save(RunConfig c, int64_t steps) const {
     c.steps = steps;
-    Trainer trainer(c, nullptr, nullptr);
+    Trainer trainer(c, testing::one_rank_mesh(), nullptr);
     trainer.run();
   }
   std::string error_of(const RunConfig& c) const {
     try {
-      Trainer trainer(c, nullptr, nullptr);
+      Trainer trainer(c, testing::one_rank_mesh(), nullptr);
     } catch (const Error& e) {
       return e.what();
     }
@@ -90,7 +91,7 @@ TEST_F(RunLifecycle, NonFiniteStepStopsTheRunAndKeepsTheLastFiniteCheckpoint) {
   c.checkpoint_every = 1;
   c.keep_last = 2;
   std::ostringstream log;
-  Trainer trainer(c, nullptr, &log);
+  Trainer trainer(c, testing::one_rank_mesh(), &log);
   std::string error;
   try {
     trainer.run();
@@ -120,7 +121,7 @@ TEST_F(RunLifecycle, NonFiniteStepStopsTheRunAndKeepsTheLastFiniteCheckpoint) {
 // the save itself, not only in the loss check).
 TEST_F(RunLifecycle, SaveRefusesAStateWithANaN) {
   RunConfig c = config();
-  Trainer trainer(c, nullptr, nullptr);
+  Trainer trainer(c, testing::one_rank_mesh(), nullptr);
   trainer.step();
   trainer.save_checkpoint(/*async=*/false);
   trainer.step();
@@ -139,7 +140,7 @@ TEST_F(RunLifecycle, ARunOwnsItsFolders) {
   c.out_dir = dir_.file("run");
   c.checkpoint_dir = "";
   {
-    Trainer first(c, nullptr, nullptr);
+    Trainer first(c, testing::one_rank_mesh(), nullptr);
     const std::string pid = "pid " + std::to_string(::getpid());
     EXPECT_MENTIONS(error_of(c), "runtime.out_dir = \"" + c.out_dir + "\" is in use by another run (host ");
     EXPECT_MENTIONS(error_of(c), pid);
@@ -159,7 +160,7 @@ TEST_F(RunLifecycle, ARunOwnsItsFolders) {
     std::ofstream(c.out_dir + "/" + kRunLockFile) << "host elsewhere, pid 999999, started 2026-01-01 00:00:00 UTC\n";
   }
   std::ostringstream log;
-  { Trainer trainer(c, nullptr, &log); }
+  { Trainer trainer(c, testing::one_rank_mesh(), &log); }
   EXPECT_NE(log.str().find("was locked by a run that ended without releasing it (host elsewhere, pid 999999"),
             std::string::npos)
       << log.str();
@@ -194,7 +195,7 @@ TEST_F(RunLifecycle, CheckpointsOfAnotherRunAreDeletedOnlyWhenAsked) {
   RunConfig over = config();
   over.overwrite = true;
   std::ostringstream log;
-  { Trainer trainer(over, nullptr, &log); }
+  { Trainer trainer(over, testing::one_rank_mesh(), &log); }
   EXPECT_NE(log.str().find("deleted 1 checkpoint from " + dir_.file("ckpt") + " (checkpoint.overwrite): step-00000002"),
             std::string::npos)
       << log.str();
@@ -259,7 +260,7 @@ TEST_F(RunLifecycle, InitFromStartsFromExactlyTheGivenWeights) {
     c.init_from = file;
     c.steps = 0;
     std::ostringstream log;
-    Trainer trainer(c, nullptr, &log);
+    Trainer trainer(c, testing::one_rank_mesh(), &log);
     const std::vector<float> params = trainer.full_parameters();
     const std::vector<float> expected(source.store().values().data<float>(),
                                       source.store().values().data<float>() + source.store().numel());
@@ -289,7 +290,7 @@ TEST_F(RunLifecycle, InitFromTrainsLikeTheSameWeightsFromScratch) {
   save_safetensors_hf(state_of(source), dir_.file("same.safetensors"));
   c.init_from = dir_.file("same.safetensors");
   c.seed = 5;
-  Trainer a(scratch, nullptr, nullptr), b(c, nullptr, nullptr);
+  Trainer a(scratch, testing::one_rank_mesh(), nullptr), b(c, testing::one_rank_mesh(), nullptr);
   for (int s = 0; s < 3; ++s) EXPECT_EQ(a.step().loss, b.step().loss) << "step " << s;
   EXPECT_EQ(a.full_parameters(), b.full_parameters());
 }
@@ -301,7 +302,7 @@ TEST_F(RunLifecycle, TheTrainerAppliesTheWeightDecayPolicy) {
   for (auto [policy, embedding_decayed] : {std::pair{WeightDecayPolicy::matrices, false},
                                           {WeightDecayPolicy::matrices_and_embeddings, true}}) {
     c.weight_decay_policy = policy;
-    Trainer trainer(c, nullptr, nullptr);
+    Trainer trainer(c, testing::one_rank_mesh(), nullptr);
     const Parameter& wte = trainer.model().store().params().front();
     ASSERT_EQ(wte.name(), "wte.weight");
     EXPECT_EQ(wte.spec.weight_decay, embedding_decayed) << weight_decay_policy_name(policy);

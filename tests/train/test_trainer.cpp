@@ -1,5 +1,6 @@
 // The training loop: bit-identical repeat runs, gradient accumulation equal to the
 // big batch, overfitting a fixed batch, and learning real text (Debian's fortunes).
+#include "../common/one_rank_mesh.h"
 #include "core/memory.h"
 #include "core/rng.h"
 #include "data/loader.h"
@@ -25,7 +26,7 @@ TEST(Trainer, IdenticalRunsGiveBitIdenticalLosses) {
   write_shard(dir.file("train.bin"), testing::synthetic_text(20000, 3));
   std::vector<double> first, second;
   for (auto* losses : {&first, &second}) {
-    Trainer trainer(small_run(dir.file("train.bin"), 8), nullptr, nullptr);
+    Trainer trainer(small_run(dir.file("train.bin"), 8), testing::one_rank_mesh(), nullptr);
     for (int s = 0; s < 8; ++s) losses->push_back(trainer.step().loss);
   }
   for (size_t i = 0; i < first.size(); ++i) EXPECT_EQ(first[i], second[i]) << "step " << i;
@@ -43,7 +44,7 @@ TEST(Trainer, AccumulationEqualsTheWholeBatch) {
   RunConfig whole = small_run(dir.file("train.bin"), 5);
   RunConfig accumulated = whole;
   accumulated.micro_batch_size = 2;  // 4 micro-steps of 2 sequences
-  Trainer a(whole, nullptr, nullptr), b(accumulated, nullptr, nullptr);
+  Trainer a(whole, testing::one_rank_mesh(), nullptr), b(accumulated, testing::one_rank_mesh(), nullptr);
   for (int s = 0; s < 5; ++s) {
     const double la = a.step().loss, lb = b.step().loss;
     EXPECT_NEAR(la, lb, 1e-5 * std::fabs(la)) << "step " << s;
@@ -67,7 +68,7 @@ TEST(Trainer, StepZeroGradientNormIsThatOfTheMeanTokenLoss) {
   RunConfig c = small_run(dir.file("train.bin"), 1);
   c.micro_batch_size = 2;  // 4 micro-steps: the scale must be that of the whole batch
   c.grad_clip = 0;
-  Trainer trainer(c, nullptr, nullptr);
+  Trainer trainer(c, testing::one_rank_mesh(), nullptr);
   const double norm = trainer.step().grad_norm;
 
   const TokenDataset data({c.train_data});
@@ -107,7 +108,7 @@ TEST(Trainer, HfuOverMfuIsTheRecomputedShare) {
   write_shard(dir.file("train.bin"), testing::synthetic_text(20000, 6));
   RunConfig c = small_run(dir.file("train.bin"), 2);
   c.activation_checkpointing = {CheckpointMode::full, 1};
-  Trainer trainer(c, nullptr, nullptr);
+  Trainer trainer(c, testing::one_rank_mesh(), nullptr);
   int64_t blocks = 0, matmul = 0;
   for (const Parameter& p : trainer.model().store().params()) {
     if (p.name().starts_with("blocks.")) blocks += p.numel();
@@ -134,7 +135,7 @@ TEST(Trainer, ActivationPeakOfAWholeRunIsThePrediction) {
   const size_t before = ledger.current(MemTag::activations);
   ledger.reset_peaks();
   {
-    Trainer trainer(c, nullptr, nullptr);
+    Trainer trainer(c, testing::one_rank_mesh(), nullptr);
     const RunSummary summary = trainer.run();
     EXPECT_EQ(summary.sample.size(), 8u);
   }
@@ -187,7 +188,7 @@ TEST(Trainer, LearnsFortunesBelowUnigramEntropy) {
   c.eval_batches = 8;
   c.schedule.max_lr = 3e-3f;
   c.schedule.warmup_steps = 20;
-  Trainer trainer(c, nullptr, nullptr);
+  Trainer trainer(c, testing::one_rank_mesh(), nullptr);
   const RunSummary summary = trainer.run();
   const double val = summary.val_losses.back().second;
   std::printf("fortunes: unigram entropy %.3f, first loss %.3f, validation loss %.3f\n",

@@ -246,9 +246,8 @@ std::string lowp_gemm_backend(DType dtype) {
   return kFallbackName;
 }
 
-void gemm_lowp(LowpGemmBackend backend, DType dtype, bool trans_a, bool trans_b, int M, int N,
-               int K, const uint16_t* A, int lda, const uint16_t* B, int ldb, float beta, float* C,
-               int ldc) {
+void gemm_lowp_on(LowpGemmBackend backend, DType dtype, bool trans_a, bool trans_b, int M, int N, int K,
+                  const uint16_t* A, int lda, const uint16_t* B, int ldb, float beta, float* C, int ldc) {
   dtype_index(dtype);
   NDT_CHECK(M >= 0 && N >= 0 && K >= 0, "gemm_lowp: negative size M={} N={} K={}", M, N, K);
   NDT_CHECK(std::isfinite(beta), "gemm_lowp: beta must be finite, got {}", beta);
@@ -268,7 +267,7 @@ void gemm_lowp(LowpGemmBackend backend, DType dtype, bool trans_a, bool trans_b,
 
 void gemm_lowp(DType dtype, bool trans_a, bool trans_b, int M, int N, int K, const uint16_t* A,
                int lda, const uint16_t* B, int ldb, float beta, float* C, int ldc) {
-  gemm_lowp(active_lowp_gemm_backend(dtype), dtype, trans_a, trans_b, M, N, K, A, lda, B, ldb, beta,
+  gemm_lowp_on(active_lowp_gemm_backend(dtype), dtype, trans_a, trans_b, M, N, K, A, lda, B, ldb, beta,
             C, ldc);
 }
 

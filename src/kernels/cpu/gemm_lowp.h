@@ -39,9 +39,8 @@ void gemm_lowp(DType dtype, bool trans_a, bool trans_b, int M, int N, int K, con
                int lda, const uint16_t* B, int ldb, float beta, float* C, int ldc);
 // The same on the given backend (tests, benchmarks); onednn throws ndt::Error where oneDNN
 // has no native kernel for dtype.
-void gemm_lowp(LowpGemmBackend backend, DType dtype, bool trans_a, bool trans_b, int M, int N,
-               int K, const uint16_t* A, int lda, const uint16_t* B, int ldb, float beta, float* C,
-               int ldc);
+void gemm_lowp_on(LowpGemmBackend backend, DType dtype, bool trans_a, bool trans_b, int M, int N, int K,
+                  const uint16_t* A, int lda, const uint16_t* B, int ldb, float beta, float* C, int ldc);
 
 // out[N, OC] = inp[N, IC] @ weight[OC, IC]^T + bias[OC]   (bias fp32, may be null)
 void linear_forward_lowp(DType dtype, float* out, const uint16_t* inp, const uint16_t* weight,

@@ -1,0 +1,254 @@
+#include "parallel/pipeline/runner.h"
+
+#include "core/error.h"
+#include "core/timing.h"
+#include "kernels/kernels.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <string>
+
+namespace ndt {
+
+namespace {
+
+// In PipelineActionKind's order.
+constexpr std::array<std::string_view, 8> kActionKindNames = {
+    "forward",         "backward",        "backward_input", "backward_weight",
+    "send_activation", "recv_activation", "send_gradient",  "recv_gradient"};
+
+}  // namespace
+
+std::string_view pipeline_action_kind_name(PipelineActionKind kind) {
+  return kActionKindNames.at(static_cast<size_t>(kind));
+}
+
+PipelineActionKind pipeline_action_kind_from_name(std::string_view name) {
+  for (size_t k = 0; k < kActionKindNames.size(); ++k) {
+    if (kActionKindNames[k] == name) return static_cast<PipelineActionKind>(k);
+  }
+  std::string choices;
+  for (std::string_view n : kActionKindNames) choices += fmt::format("{}{}", choices.empty() ? "" : ", ", n);
+  fail("unknown pipeline action kind \"{}\" (one of {})", name, choices);
+}
+
+PipelineRunner::PipelineRunner(Transformer& model, Communicator& pp, PipelineSchedule schedule,
+                               const PipelineShape& shape, PipelineStages stages, ModelHooks* hooks)
+    : model_(model), pp_(pp), schedule_(schedule), shape_(shape), stages_(std::move(stages)), hooks_(hooks) {
+  NDT_CHECK(stages_.chunks() == shape_.chunks(), "pipeline: {} chunks of units for pp x v = {}", stages_.chunks(),
+            shape_.chunks());
+  NDT_CHECK(pp_.size() == shape_.pp, "pipeline: the pp communicator has {} ranks, the schedule {}", pp_.size(),
+            shape_.pp);
+  check_pipeline_shape(schedule_, shape_);
+  actions_ = pipeline_actions(schedule_, shape_, pp_.rank());
+}
+
+void PipelineRunner::poll() {
+  if (hooks_) hooks_->poll();
+  for (WorkHandle& send : sends_) send->test();
+}
+
+MicroBatchContext& PipelineRunner::context(int mb) {
+  std::unique_ptr<MicroBatchContext>& slot = live_[static_cast<size_t>(mb)];
+  if (!slot) {
+    if (free_.empty()) free_.push_back(std::make_unique<MicroBatchContext>());
+    slot = std::move(free_.back());
+    free_.pop_back();
+    (*prepare_)(mb, *slot, /*forward_only=*/false);
+    peak_live_ = std::max(peak_live_, ++live_count_);
+  }
+  return *slot;
+}
+
+void PipelineRunner::release(int mb) {
+  std::unique_ptr<MicroBatchContext>& slot = live_[static_cast<size_t>(mb)];
+  if (model_.holds_head()) losses_.loss_sum += slot->loss_sum, losses_.z_loss_sum += slot->z_loss_sum;
+  free_.push_back(std::move(slot));
+  --live_count_;
+}
+
+int64_t PipelineRunner::boundary_floats(const MicroBatchContext& ctx) const {
+  return model_.tensor_parallel().layout().local_rows(ctx.rows()) * model_.config().d_model;
+}
+
+float* PipelineRunner::boundary(MicroBatchContext& ctx, int chunk, bool input) {
+  // Unit u reads stream slot u - 1 and writes slot u.
+  return ctx.stream[static_cast<size_t>(input ? first_unit(chunk) - 1 : end_unit(chunk) - 1)];
+}
+
+void PipelineRunner::forward(int chunk, MicroBatchContext& ctx) {
+  for (int u = first_unit(chunk); u < end_unit(chunk); ++u) {
+    if (hooks_) hooks_->before_forward(u);
+    model_.unit(u).forward(ctx);
+    if (hooks_) hooks_->after_forward(u);
+    poll();  // forward has no polls of its own
+  }
+}
+
+void PipelineRunner::run(const PipelineAction& a) {
+  const int c = a.chunk;
+  switch (a.kind) {
+    case PipelineActionKind::forward: forward(c, context(a.micro_batch)); return;
+    case PipelineActionKind::backward:
+    case PipelineActionKind::backward_input: {
+      MicroBatchContext& ctx = context(a.micro_batch);
+      const bool split = a.kind == PipelineActionKind::backward_input;
+      for (int u = end_unit(c) - 1; u >= first_unit(c); --u) {
+        if (hooks_) hooks_->before_backward(u);
+        if (split) {
+          model_.unit(u).backward_input(ctx, this);
+        } else {
+          model_.unit(u).backward(ctx, this);
+          if (hooks_) hooks_->after_backward(u);
+        }
+      }
+      return;
+    }
+    case PipelineActionKind::backward_weight: {
+      MicroBatchContext& ctx = context(a.micro_batch);
+      for (int u = end_unit(c) - 1; u >= first_unit(c); --u) {
+        model_.unit(u).backward_weight(ctx, this);
+        if (hooks_) hooks_->after_backward(u);
+      }
+      return;
+    }
+    case PipelineActionKind::send_activation: {
+      MicroBatchContext& ctx = context(a.micro_batch);
+      sends_.push_back(pp_.isend(boundary(ctx, c, /*input=*/false), static_cast<size_t>(boundary_floats(ctx)),
+                                 DType::f32, a.peer, pipeline_message_id(a, shape_)));
+      return;
+    }
+    case PipelineActionKind::recv_activation: {
+      MicroBatchContext& ctx = context(a.micro_batch);
+      pp_.irecv(boundary(ctx, c, /*input=*/true), static_cast<size_t>(boundary_floats(ctx)), DType::f32, a.peer,
+                pipeline_message_id(a, shape_))
+          ->wait();
+      return;
+    }
+    case PipelineActionKind::send_gradient: {
+      // The chunk's backward left dL/d(its input) in the workspace, which the next
+      // backward reuses: send a copy.
+      MicroBatchContext& ctx = context(a.micro_batch);
+      const int64_t n = boundary_floats(ctx);
+      Tensor copy = Tensor::empty({n}, DType::f32, MemTag::comm);
+      kernels::copy(copy.data<float>(), model_.workspace_dstream(), n);
+      sends_.push_back(pp_.isend(copy.data<float>(), static_cast<size_t>(n), DType::f32, a.peer,
+                                 pipeline_message_id(a, shape_)));
+      send_buffers_.push_back(std::move(copy));
+      return;
+    }
+    case PipelineActionKind::recv_gradient: {
+      MicroBatchContext& ctx = context(a.micro_batch);
+      model_.fit_workspace(ctx);
+      pp_.irecv(model_.workspace_dstream(), static_cast<size_t>(boundary_floats(ctx)), DType::f32, a.peer,
+                pipeline_message_id(a, shape_))
+          ->wait();
+      return;
+    }
+  }
+}
+
+PipelineLosses PipelineRunner::sum_over_pp(PipelineLosses local) {
+  float sums[2] = {static_cast<float>(local.loss_sum), static_cast<float>(local.z_loss_sum)};
+  pp_.all_reduce(sums, model_.z_loss() > 0 ? 2 : 1, DType::f32, ReduceOp::sum);
+  return {sums[0], sums[1]};
+}
+
+PipelineLosses PipelineRunner::train(const Prepare& prepare) {
+  prepare_ = &prepare;
+  live_.clear();
+  live_.resize(static_cast<size_t>(shape_.m));
+  live_count_ = 0;
+  losses_ = {};
+  // A micro-batch's context goes back to the pool after the last action that uses it.
+  std::vector<size_t> last_use(static_cast<size_t>(shape_.m), 0);
+  for (size_t i = 0; i < actions_.size(); ++i) last_use[static_cast<size_t>(actions_[i].micro_batch)] = i;
+  times_ = {};
+  const auto start = std::chrono::steady_clock::now();
+  times_.actions.reserve(actions_.size());
+  for (size_t i = 0; i < actions_.size(); ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    run(actions_[i]);
+    const auto t1 = std::chrono::steady_clock::now();
+    times_.actions.push_back({std::chrono::duration<double>(t0 - start).count(),
+                              std::chrono::duration<double>(t1 - start).count(), actions_[i]});
+    if (!is_communication(actions_[i].kind)) {
+      const double seconds = std::chrono::duration<double>(t1 - t0).count();
+      times_.busy += seconds;
+      times_.compute[static_cast<size_t>(actions_[i].kind)].push_back(seconds);
+    }
+    if (i == last_use[static_cast<size_t>(actions_[i].micro_batch)]) release(actions_[i].micro_batch);
+  }
+  for (WorkHandle& send : sends_) send->wait();
+  // Nothing needs to stay for a backward: a sharded layout frees what it gathered.
+  if (hooks_) hooks_->after_forward_only();
+  times_.wall = seconds_since(start);
+  sends_.clear();
+  send_buffers_.clear();
+  return sum_over_pp(losses_);
+}
+
+std::vector<std::vector<TimedPipelineAction>> PipelineRunner::gather_last_step_timeline() {
+  // An action travels as 6 f32 words: kind, micro-batch, chunk, peer (small integers,
+  // exact in f32), start and end (seconds: f32 keeps well under a microsecond within a
+  // step of seconds, plenty for a picture). Ranks run lists of different lengths: each
+  // pads to the longest.
+  constexpr size_t kWords = 6;
+  const int32_t mine = static_cast<int32_t>(times_.actions.size());
+  std::vector<int32_t> counts(static_cast<size_t>(pp_.size()));
+  pp_.all_gather(&mine, counts.data(), 1, DType::i32);
+  const size_t longest = static_cast<size_t>(*std::max_element(counts.begin(), counts.end()));
+  std::vector<float> send(longest * kWords, 0.0f), all(send.size() * counts.size());
+  for (size_t i = 0; i < times_.actions.size(); ++i) {
+    const TimedPipelineAction& t = times_.actions[i];
+    const float words[kWords] = {static_cast<float>(t.action.kind), static_cast<float>(t.action.micro_batch),
+                                 static_cast<float>(t.action.chunk), static_cast<float>(t.action.peer),
+                                 static_cast<float>(t.start),       static_cast<float>(t.end)};
+    std::copy(words, words + kWords, send.begin() + static_cast<std::ptrdiff_t>(i * kWords));
+  }
+  pp_.all_gather(send.data(), all.data(), send.size(), DType::f32);
+  std::vector<std::vector<TimedPipelineAction>> timeline(counts.size());
+  for (size_t r = 0; r < counts.size(); ++r) {
+    for (size_t i = 0; i < static_cast<size_t>(counts[r]); ++i) {
+      const float* w = all.data() + (r * longest + i) * kWords;
+      timeline[r].push_back({w[4], w[5],
+                             PipelineAction{static_cast<PipelineActionKind>(w[0]), static_cast<int>(w[1]),
+                                            static_cast<int>(w[2]), static_cast<int>(w[3])}});
+    }
+  }
+  return timeline;
+}
+
+PipelineLosses PipelineRunner::evaluate(int micro_batches, const Prepare& prepare) {
+  const int rank = pp_.rank();
+  PipelineLosses losses;
+  MicroBatchContext ctx;
+  for (int mb = 0; mb < micro_batches; ++mb) {
+    prepare(mb, ctx, /*forward_only=*/true);
+    for (int c = rank; c < shape_.chunks(); c += shape_.pp) {
+      // Chunk c's input comes from chunk c - 1's rank, its output goes to chunk c + 1's
+      // (the messages of a schedule's forward, with their ids).
+      const PipelineAction in{PipelineActionKind::recv_activation, mb, c, shape_.rank_of(c - 1)};
+      const PipelineAction out{PipelineActionKind::send_activation, mb, c, shape_.rank_of(c + 1)};
+      if (c > 0 && shape_.pp > 1) {
+        pp_.irecv(boundary(ctx, c, true), static_cast<size_t>(boundary_floats(ctx)), DType::f32, in.peer,
+                  pipeline_message_id(in, shape_))
+            ->wait();
+      }
+      forward(c, ctx);
+      if (c + 1 < shape_.chunks() && shape_.pp > 1) {
+        pp_.isend(boundary(ctx, c, false), static_cast<size_t>(boundary_floats(ctx)), DType::f32, out.peer,
+                  pipeline_message_id(out, shape_))
+            ->wait();
+      }
+    }
+    if (model_.holds_head()) losses.loss_sum += ctx.loss_sum, losses.z_loss_sum += ctx.z_loss_sum;
+  }
+  if (hooks_) hooks_->after_forward_only();
+  return sum_over_pp(losses);
+}
+
+}  // namespace ndt

@@ -1,0 +1,112 @@
+// Pipeline schedules as data. Splits nothing and communicates nothing itself: it
+// decides the order of work and communication of the pp axis, as one list of actions
+// per rank that an executor runs and the simulator (parallel/pipeline/simulator.h)
+// times.
+//
+// The model's units are split into pp x v contiguous chunks, numbered in model order
+// (chunk 0 holds the embedding, the last chunk the head and loss); chunk c lives on
+// rank c % pp, so rank r holds chunks r, r + pp, ..., r + (v - 1) pp. A micro-batch
+// passes every chunk forward in ascending order, then every chunk backward in
+// descending order. Between chunks on different ranks the boundary tensor travels:
+// its activation forward (SendActivation on the producer, RecvActivation on the
+// consumer) and its gradient backward (SendGradient, RecvGradient). Between chunks on
+// one rank (pp = 1) nothing is sent.
+//
+// Schedules (PipelineShape{pp, v, m}):
+//   gpipe             every forward, then every backward in reverse micro-batch order.
+//                     Holds m micro-batches' activations.
+//   1f1b              rank r: pp - r - 1 warm-up forwards, then one forward and one
+//                     backward in turn, then the remaining backwards. Holds at most pp.
+//   interleaved_1f1b  Megatron's virtual pipeline: v >= 2 chunks per rank, micro-batches
+//                     in groups of pp (m must be a multiple of pp), warm-up of
+//                     2 (pp - r - 1) + (v - 1) pp chunk-forwards. Bubble divided by v.
+//   zb_h1             zero bubble (Qi et al. 2023, handcrafted H1): 1f1b's order with each
+//                     backward split into BackwardInput (the gradient the previous rank
+//                     waits for) and BackwardWeight; rank r defers r weight passes and
+//                     runs them at the end, in the bubble. Same activation peak as 1f1b
+//                     (pp); rank 0 defers none, so it runs the fused Backward.
+// gpipe, 1f1b and zb_h1 run one chunk per rank (v = 1).
+#pragma once
+
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ndt {
+
+enum class PipelineSchedule { gpipe, one_f_one_b, interleaved_1f1b, zb_h1 };
+
+// The names of parallel.pp_schedule and the CLI: "gpipe", "1f1b", "interleaved_1f1b", "zb_h1".
+std::string_view pipeline_schedule_name(PipelineSchedule schedule);
+// Throws ndt::Error naming parallel.pp_schedule, the value and the choices.
+PipelineSchedule pipeline_schedule_from_name(std::string_view name);
+std::vector<std::string> pipeline_schedule_names();
+
+struct PipelineShape {
+  int pp = 1;  // ranks on the pp axis
+  int v = 1;   // chunks (virtual stages) per rank
+  int m = 1;   // micro-batches per step
+  int chunks() const { return pp * v; }
+  int rank_of(int chunk) const { return chunk % pp; }
+};
+
+// Throws ndt::Error naming the setting and value when the schedule cannot run this
+// shape: pp, v or m below 1, v != 1 outside interleaved_1f1b, v < 2 or m not a
+// multiple of pp for interleaved_1f1b.
+void check_pipeline_shape(PipelineSchedule schedule, const PipelineShape& shape);
+
+enum class PipelineActionKind {
+  forward,          // Forward(mb, chunk)
+  backward,         // Backward(mb, chunk): input and weight gradients together
+  backward_input,   // zero bubble: the gradient of the chunk's input only
+  backward_weight,  // zero bubble: the chunk's weight gradients, after its backward_input
+  send_activation,  // the output of Forward(mb, chunk) to the rank of chunk + 1
+  recv_activation,  // the input of Forward(mb, chunk) from the rank of chunk - 1
+  send_gradient,    // the input gradient of Backward(mb, chunk) to the rank of chunk - 1
+  recv_gradient,    // the output gradient for Backward(mb, chunk) from the rank of chunk + 1
+};
+
+struct PipelineAction {
+  PipelineActionKind kind = PipelineActionKind::forward;
+  int micro_batch = 0;
+  int chunk = 0;  // always a chunk of the rank that runs the action
+  int peer = -1;  // communication: the other rank; compute: -1
+  bool operator==(const PipelineAction&) const = default;
+};
+
+bool is_communication(PipelineActionKind kind);
+// "Forward(mb 3, chunk 1)", "RecvGradient(mb 0, chunk 2, from rank 3)".
+std::string describe(const PipelineAction& action);
+
+// The same number on a send and its matching receive, distinct for every boundary
+// tensor of a step (usable as an MPI tag): direction, micro-batch and the chunk that
+// receives. Only for communication actions.
+int pipeline_message_id(const PipelineAction& action, const PipelineShape& shape);
+
+// The ordered actions of one rank (after check_pipeline_shape). Each receive comes
+// immediately before the compute action that needs it, each send immediately after
+// the action that produced it.
+std::vector<PipelineAction> pipeline_actions(PipelineSchedule schedule, const PipelineShape& shape, int rank);
+std::vector<std::vector<PipelineAction>> pipeline_actions_of_all_ranks(PipelineSchedule schedule,
+                                                                       const PipelineShape& shape);
+
+// Runs all ranks' lists against each other: sends are eager (never wait), a receive
+// waits until its matching send has run. Calls step(rank, index) for every action in
+// an order that respects this. Throws ndt::Error on a deadlock (no rank can progress
+// while some have actions left), naming what each waiting rank waits for, and on a
+// receive that has already been matched.
+void replay_pipeline_actions(const std::vector<std::vector<PipelineAction>>& ranks, const PipelineShape& shape,
+                             const std::function<void(int rank, size_t index)>& step);
+
+// Throws ndt::Error naming what is wrong with the lists of all ranks: an action on a
+// chunk the rank does not hold or a micro-batch out of range; a micro-batch that does
+// not pass every chunk forward exactly once and then backward exactly once (Backward,
+// or BackwardInput then BackwardWeight), forward in ascending and backward in
+// descending chunk order; a send or receive without exactly one match, with a wrong
+// peer, or between chunks of one rank; a deadlock.
+void check_pipeline_actions(const std::vector<std::vector<PipelineAction>>& ranks, const PipelineShape& shape);
+// check_pipeline_shape, then check_pipeline_actions on the generated lists.
+void check_pipeline_schedule(PipelineSchedule schedule, const PipelineShape& shape);
+
+}  // namespace ndt

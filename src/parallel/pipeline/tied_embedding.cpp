@@ -1,0 +1,24 @@
+#include "parallel/pipeline/tied_embedding.h"
+
+namespace ndt {
+
+namespace {
+constexpr const char* kEmbedding = "wte.weight";
+}  // namespace
+
+TiedEmbedding::TiedEmbedding(Communicator& pp) : pp_size_(pp.size()), pp_rank_(pp.rank()) {
+  const bool end = pp_rank_ == 0 || pp_rank_ == pp_size_ - 1;
+  ends_ = pp.split(end ? 0 : 1, pp_rank_, "pp");
+}
+
+void TiedEmbedding::sum_gradients(const ParameterStore& store, GradientSync& sync) {
+  if (ends_->size() != 2) return;
+  const std::vector<Parameter>& params = store.params();
+  for (size_t p = 0; p < params.size(); ++p) {
+    if (params[p].name() != kEmbedding) continue;
+    const auto [grad, numel] = sync.reduced_gradient(p);
+    ends_->all_reduce(grad, static_cast<size_t>(numel), DType::f32, ReduceOp::sum);
+  }
+}
+
+}  // namespace ndt
