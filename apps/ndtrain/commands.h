@@ -33,6 +33,13 @@ int run_prepare(const std::vector<std::string>& inputs, const std::string& out_d
                 bool force);
 int run_config_doc();
 
+struct TokenizeOptions {
+  std::string tokenizer;  // a tokenizer.json, encoder.json (+ vocab.bpe) or *.tiktoken file
+  bool decode = false;    // ids on standard input -> bytes
+  bool ordinary = false;  // added/special tokens in the text are plain text; no template tokens
+};
+int run_tokenize(const TokenizeOptions& options);
+
 struct TrainBenchOptions {
   std::string preset = "gpt2-124m";
   int batch = 8;

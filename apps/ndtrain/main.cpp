@@ -102,6 +102,15 @@ int main(int argc, char** argv) {
 
   auto* config = app.add_subcommand("config", "Print every config key with its default and meaning");
 
+  ndt::TokenizeOptions tokenize_options;
+  auto* tokenize = app.add_subcommand("tokenize", "Standard input to token ids on one line (or --decode: back to text)");
+  tokenize->add_option("--tokenizer", tokenize_options.tokenizer,
+                       "tokenizer.json, GPT-2's encoder.json (vocab.bpe beside it) or a *.tiktoken rank file")
+      ->required();
+  tokenize->add_flag("--decode", tokenize_options.decode, "Read space-separated ids and write the bytes they stand for");
+  tokenize->add_flag("--ordinary", tokenize_options.ordinary,
+                     "Special tokens in the text are plain text, and no template tokens (BOS) are added");
+
   ndt::TrainBenchOptions bench_options;
   auto* bench = app.add_subcommand("bench", "Benchmarks");
   bench->require_subcommand(1);
@@ -272,6 +281,7 @@ int main(int argc, char** argv) {
     }
     if (*prepare) return ndt::run_prepare(inputs, out_dir, val_fraction, force_prepare);
     if (*config) return ndt::run_config_doc();
+    if (*tokenize) return ndt::run_tokenize(tokenize_options);
     if (*bench_train) return ndt::run_bench_train(bench_options);
     if (*bench_checkpoint) return ndt::run_bench_checkpoint(checkpoint_bench);
     if (*bench_recompute) return ndt::run_bench_recompute(recompute_bench);
