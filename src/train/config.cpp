@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/input_file.h"
+#include "data/dataset_spec.h"
 
 #include <fmt/format.h>
 #include <toml++/toml.h>
@@ -17,6 +18,7 @@
 #include <cmath>
 #include <functional>
 #include <map>
+#include <sstream>
 
 namespace ndt {
 
@@ -203,8 +205,10 @@ const std::vector<Field>& fields() {
     f.push_back(field<double>("optim.zclip_threshold", NDT_REF(zclip.threshold), "ZClip: the z-score above which a norm is clipped."));
     f.push_back(field<int>("optim.zclip_warmup", NDT_REF(zclip.warmup_steps), "ZClip: applied steps whose norms only start the statistics (never clipped)."));
 
-    f.push_back(field<std::string>("data.train", NDT_REF(train_data), "Training token shard (llm.c format, see `ndtrain prepare`)."));
-    f.push_back(field<std::string>("data.val", NDT_REF(val_data), "Validation token shard."));
+    f.push_back(field<std::string>("data.train", NDT_REF(train_data), "Training token shards (docs/data.md; `ndtrain prepare`): a shard, a glob (\"data/fineweb/train_*.bin\", matches sorted) or a list of them ([\"a.bin\", \"b/*.bin\"]), read memory-mapped as one concatenation; uint16 (llm.c version 1) or uint32 (version 2) shards."));
+    f.push_back(field<std::string>("data.val", NDT_REF(val_data), "Validation token shards, as data.train; empty: validate on the training data."));
+    f.push_back(field<std::string>("data.mix", NDT_REF(data_mix), "A blend of training sets instead of data.train: [{ path = \"a/*.bin\", weight = 0.7 }, { path = \"b.bin\", weight = 0.3 }]. Each row of a batch picks its set by the weights from (seed, step, row), so the blend is deterministic and resumes exactly; the realised fractions are reported at the end and in the metrics summary."));
+    f.push_back(field<std::string>("data.tokenizer", NDT_REF(tokenizer), "Tokenizer for the sample's prompt and text (tokenizer.json, encoder.json or *.tiktoken). Empty: the one `ndtrain prepare --tokenizer` recorded beside the first training shard, else bytes. model.vocab_size must cover its vocabulary."));
 
     f.push_back(field<int>("sample.tokens", NDT_REF(sample_tokens), "Tokens of text generated at the end of training; 0: none."));
     f.push_back(field<std::string>("sample.prompt", NDT_REF(sample_prompt), "Text the sample continues (bytes, for byte-level models)."));
@@ -315,6 +319,11 @@ std::string toml_value_text(const std::string& key, const toml::node& node) {
   if (auto i = node.as_integer()) return std::to_string(i->get());
   if (auto d = node.as_floating_point()) return fmt::format("{}", d->get());
   if (auto b = node.as_boolean()) return b->get() ? "true" : "false";
+  if (auto a = node.as_array()) {  // data.train lists, data.mix: kept as TOML text (data/dataset_spec.h)
+    std::ostringstream text;
+    text << toml::toml_formatter(*a, toml::format_flags::none);
+    return text.str();
+  }
   fail("{} has an unsupported value type (use a string, number or boolean)", key);
 }
 
@@ -386,8 +395,6 @@ bool RunConfig::scales_loss() const {
 
 void RunConfig::validate() const {
   validate_layout();
-  NDT_CHECK(model.vocab_size <= 65536, "model.vocab_size = {} exceeds 65536 (tokens are stored as uint16)",
-            model.vocab_size);
   NDT_CHECK(nonfinite_gradient_step >= 0, "debug.nonfinite_gradient_step = {} must not be negative (0: never)",
             nonfinite_gradient_step);
   NDT_CHECK(nonfinite_gradient_rank >= 0, "debug.nonfinite_gradient_rank = {} must not be negative",
@@ -425,11 +432,16 @@ void RunConfig::validate() const {
             "train.init_from = \"{}\" and checkpoint.resume = \"{}\" are both set: a resumed run continues "
             "from its checkpoint; init_from starts a new one",
             init_from, resume);
-  NDT_CHECK(!train_data.empty(), "data.train is not set: give a token shard (see `ndtrain prepare`)");
+  NDT_CHECK(!train_data.empty() || !data_mix.empty(), "data.train is not set: give a token shard (see `ndtrain prepare`)");
+  NDT_CHECK(train_data.empty() || data_mix.empty(), "data.train and data.mix are both set: a blend names its training "
+            "sets itself (data.train = \"{}\")", train_data);
   for (const auto& [key, path] : {std::pair{"data.train", &train_data}, {"data.val", &val_data}}) {
-    if (path->empty()) continue;
-    const std::string problem = input_file_problem(*path);
-    NDT_CHECK(problem.empty(), "{} = \"{}\" {}", key, *path, problem);
+    if (!path->empty()) resolve_shards(key, *path);
+  }
+  for (const MixSpec& m : data_mix.empty() ? std::vector<MixSpec>{} : parse_mix(data_mix)) resolve_shards("data.mix path", m.path);
+  if (!tokenizer.empty()) {
+    const std::string problem = input_file_problem(tokenizer);
+    NDT_CHECK(problem.empty(), "data.tokenizer = \"{}\" {}", tokenizer, problem);
   }
   NDT_CHECK(sample_tokens >= 0, "sample.tokens = {} must not be negative", sample_tokens);
   NDT_CHECK(sample_tokens == 0 || !sample_prompt.empty(),

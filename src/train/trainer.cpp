@@ -39,30 +39,7 @@ RunConfig with_schedule_length(RunConfig config) {
   return config;
 }
 
-// Every token of a shard must index the embedding: checked before step 1, not when the
-// bad row is first drawn (for validation data: at the first evaluation, hours in).
-void check_tokens(const TokenDataset& data, const char* key, const std::string& path, int vocab_size) {
-  const uint16_t* tokens = data.tokens();
-  for (int64_t i = 0; i < data.size(); ++i) {
-    NDT_CHECK(tokens[i] < vocab_size, "{} = \"{}\": token {} at position {} is outside model.vocab_size = {}", key,
-              path, tokens[i], i, vocab_size);
-  }
-}
-
 }  // namespace
-
-double unigram_entropy(const uint16_t* tokens, int64_t n) {
-  std::vector<int64_t> counts(65536, 0);
-  for (int64_t i = 0; i < n; ++i) ++counts[tokens[i]];
-  double h = 0;
-  for (int64_t c : counts) {
-    if (c > 0) {
-      const double p = static_cast<double>(c) / static_cast<double>(n);
-      h -= p * std::log(p);
-    }
-  }
-  return h;
-}
 
 namespace {
 
@@ -83,8 +60,8 @@ Trainer::Trainer(const RunConfig& config, DeviceMesh* mesh, std::ostream* log)
     : config_(with_schedule_length(config)),
       mesh_(mesh),
       log_(leads(mesh) ? log : nullptr),
-      train_data_({config.train_data}),
-      train_loader_(train_data_, config.batch_size, config.seq_len, config.seed),
+      data_(DataSettings{config.train_data, config.val_data, config.data_mix, config.tokenizer}, config.batch_size,
+            config.seq_len, config.seed),
       spikes_(config.spike) {
   config_.validate();
   corrupt_ = parse_batch_window(config_.corrupt_batches);
@@ -106,13 +83,7 @@ Trainer::Trainer(const RunConfig& config, DeviceMesh* mesh, std::ostream* log)
   if (config_.micro_batch_size == 0) config_.micro_batch_size = rows_per_rank_;
   if (config_.threads == 0) config_.threads = automatic_threads(mesh_ ? mesh_->world().size() : 1);
   kernels::set_num_threads(config_.threads);
-  check_tokens(train_data_, "data.train", config_.train_data, config_.model.vocab_size);
-  if (!config_.val_data.empty()) {
-    val_data_ = std::make_unique<TokenDataset>(std::vector<std::string>{config_.val_data});
-    check_tokens(*val_data_, "data.val", config_.val_data, config_.model.vocab_size);
-  }
-  val_loader_ = std::make_unique<BatchLoader>(val_data_ ? *val_data_ : train_data_, config_.batch_size,
-                                              config_.seq_len, config_.seed);
+  data_.check_vocab(config_.model.vocab_size);
   locks_ = own_run_folders(config_, mesh_, log_);
   checkpoints_ = std::make_unique<TrainingCheckpoints>(config_, mesh_, log_);
   NDT_CHECK(config_.steps > 0 || checkpoints_->enabled(),
@@ -247,7 +218,7 @@ void Trainer::skip_batches(int64_t count) {
 
 void Trainer::fetch_train_batch(int row_begin, int rows) {
   const int64_t batch = step_ + batch_offset_;
-  train_loader_.train_batch(batch, row_begin, rows, inputs_.data(), targets_.data());
+  data_.train().train_batch(batch, row_begin, rows, inputs_.data(), targets_.data());
   if (!corrupt_ || batch < corrupt_->first || batch >= corrupt_->first + corrupt_->second) return;
   // debug.corrupt_batches: random inputs and one target token for the whole batch, a
   // function of (seed, batch, position) alone: every row pulls the same way, so the
@@ -430,9 +401,7 @@ void Trainer::print_header() {
   fmt::print(*log_, "ndtrain: {} model, {} layers, d_model {}, {} heads, vocab {}, output layer {}: {:.2f}M parameters\n",
              arch_name(m.arch), m.n_layer, m.d_model, m.n_head, m.vocab_size,
              m.tied_embeddings ? "tied to the embedding" : "untied", static_cast<double>(count_parameters(m)) / 1e6);
-  fmt::print(*log_, "data: {} training tokens from {}{}\n", train_data_.size(), config_.train_data,
-             val_data_ ? fmt::format(", {} validation tokens from {}", val_data_->size(), config_.val_data)
-                       : std::string(", validation on training data"));
+  fmt::print(*log_, "{}\n", data_.describe());
   const int accum = rows_per_rank_ / config_.micro_batch_size;
   fmt::print(*log_, "batch: {} x {} tokens per step; {} data-parallel rank{} x {} micro-step{} of {}; {} steps\n",
              config_.batch_size, config_.seq_len, dp_size_, dp_size_ == 1 ? "" : "s", accum,
@@ -740,7 +709,7 @@ double Trainer::evaluate() {
   if (pipeline_) {
     for (int b = 0; b < config_.eval_batches; ++b) {
       auto prepare = [&](int mb, MicroBatchContext& ctx, bool) {
-        val_loader_->eval_batch(b, dp_rank_ * rows_per_rank_ + mb * micro, micro, inputs_.data(), targets_.data());
+        data_.val().eval_batch(b, dp_rank_ * rows_per_rank_ + mb * micro, micro, inputs_.data(), targets_.data());
         model_->prepare(ctx, inputs_.data(), targets_.data(), micro, T, 0.0f, /*forward_only=*/true);
       };
       total += sum_over_pp(pipeline_->evaluate(accum, prepare)) / (static_cast<double>(micro) * local_tokens(T));
@@ -749,7 +718,7 @@ double Trainer::evaluate() {
   }
   for (int b = 0; b < config_.eval_batches; ++b) {
     for (int m = 0; m < accum; ++m) {
-      val_loader_->eval_batch(b, dp_rank_ * rows_per_rank_ + m * micro, micro, inputs_.data(), targets_.data());
+      data_.val().eval_batch(b, dp_rank_ * rows_per_rank_ + m * micro, micro, inputs_.data(), targets_.data());
       model_->prepare(ctx_, inputs_.data(), targets_.data(), micro, T, 0.0f, /*forward_only=*/true);
       total += run_forward(*model_, ctx_, sync_.get());
     }
@@ -793,7 +762,7 @@ void Trainer::stop_on_non_finite(const StepStats& s) {
 
 RunSummary Trainer::run() {
   RunSummary summary;
-  summary.unigram_entropy = unigram_entropy(train_data_.tokens(), train_data_.size());
+  summary.unigram_entropy = data_.unigram_entropy();
   std::vector<double> rates, mfus, hfus;
   install_stop_handler();
   metrics_->write(run_record());
@@ -874,7 +843,7 @@ RunSummary Trainer::run() {
     SampleOptions options{config_.sample_tokens, config_.temperature, config_.top_k, config_.seed};
     model_->store().refresh_compute();
     summary.sample =
-        tokens_to_bytes(generate(*model_, bytes_to_tokens(config_.sample_prompt), options));
+        data_.text().decode(generate(*model_, data_.text().encode(config_.sample_prompt), options));
   }
   MemoryLedger& ledger = MemoryLedger::instance();
   nlohmann::json mem;
@@ -900,7 +869,8 @@ RunSummary Trainer::run() {
                     {"peak_mem_bytes", ledger.peak_total()},
                     {"peak_mem_by_tag", mem},
                     {"peak_rss_bytes", process_peak_rss_bytes()},
-                    {"comm", comm_record()}}}});
+                    {"comm", comm_record()},
+                    {"data_mix", data_.mix_record(step_)}}}});
   if (log_) {
     fmt::print(*log_, "\n== summary ==\n");
     const std::string validation =
@@ -938,6 +908,10 @@ RunSummary Trainer::run() {
                  summary.zclips, summary.zclips == 1 ? "" : "s",
                  skipped_batches_.empty() ? std::string()
                                           : fmt::format("; {} training batches skipped", batch_offset_));
+    }
+    for (const nlohmann::json& m : data_.mix_record(step_)) {
+      fmt::print(*log_, "data mix: {} weight {:.3f}, realised {:.3f} of the rows\n", m["path"].get<std::string>(),
+                 m["weight"].get<double>(), m["realised"].get<double>());
     }
     if (loss_scaler_) {
       fmt::print(*log_, "loss scaling: {} step{} skipped for overflow; final scale {}\n",

@@ -8,7 +8,7 @@
 #pragma once
 
 #include "comm/device_mesh.h"
-#include "data/loader.h"
+#include "data/run_data.h"
 #include "model/transformer.h"
 #include "optim/zclip.h"
 #include "parallel/gradient_sync.h"
@@ -166,10 +166,7 @@ class Trainer {
   int rows_per_rank_ = 0;  // of the global batch
   std::ostream* log_;
   std::unique_ptr<Transformer> model_;
-  TokenDataset train_data_;
-  std::unique_ptr<TokenDataset> val_data_;
-  BatchLoader train_loader_;
-  std::unique_ptr<BatchLoader> val_loader_;
+  RunData data_;  // shards, loaders, the tokenizer (data/run_data.h)
   PeakFlops peak_;
   std::vector<std::unique_ptr<RunFolderLock>> locks_;  // rank 0; released last
   std::unique_ptr<MetricsLog> metrics_;  // opened once the run owns its folder
@@ -198,8 +195,5 @@ class Trainer {
   std::vector<int32_t> inputs_, targets_;
   MicroBatchContext ctx_;  // the micro-batch in flight
 };
-
-// Natural-log entropy of the token frequencies (the loss of the best unigram model).
-double unigram_entropy(const uint16_t* tokens, int64_t n);
 
 }  // namespace ndt
