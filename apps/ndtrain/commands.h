@@ -3,6 +3,7 @@
 #pragma once
 
 #include "parallel/pipeline_simulator.h"
+#include "data/prepare_tokens.h"
 #include "train/generate.h"
 
 #include <algorithm>
@@ -32,6 +33,9 @@ int run_train(const std::string& config_path, const std::vector<std::string>& ov
 int run_prepare(const std::vector<std::string>& inputs, const std::string& out_dir, double val_fraction,
                 bool force);
 int run_config_doc();
+// prepare's inputs as files: folders give their text files (recursively, sorted).
+std::vector<std::string> expand_prepare_inputs(const std::vector<std::string>& inputs);
+int run_prepare_tokens(const std::vector<std::string>& inputs, TokenPrepareOptions options);
 
 struct TokenizeOptions {
   std::string tokenizer;  // a tokenizer.json, encoder.json (+ vocab.bpe) or *.tiktoken file

@@ -1,6 +1,9 @@
 // ndtrain: distributed training of transformer language models.
 //   ndtrain train CONFIG [--set section.key=value ...] [--resume [DIR|latest]] [--overwrite]
 //   ndtrain prepare INPUT... --out DIR [--val-fraction F] [--force]
+//                   [--tokenizer FILE [--documents file|line|jsonl] [--jsonl-field F] [--shard-tokens N]
+//                    [--separator TOKEN] [--threads N] [--special-in-text]]
+//   ndtrain tokenize --tokenizer FILE [--decode] [--ordinary]
 //   ndtrain bench train [--preset NAME] [--batch B] [--seq T] [--threads N] [--steps S] [--zero-stage Z]
 //                       [--tp N] [--sequence-parallel] [--cp N] [--cp-mode M] [--cp-chunks C] [--ep N] [--vocab V]
 //                       [--activation-checkpointing P]
@@ -99,6 +102,18 @@ int main(int argc, char** argv) {
   prepare->add_option("--out", out_dir, "Folder for train.bin and val.bin")->required();
   prepare->add_option("--val-fraction", val_fraction, "Fraction of the bytes (the end) kept for validation");
   prepare->add_flag("--force", force_prepare, "Replace train.bin and val.bin if the folder already holds them");
+  ndt::TokenPrepareOptions token_prepare;
+  prepare->add_option("--tokenizer", token_prepare.tokenizer,
+                      "Encode with this tokenizer (tokenizer.json, encoder.json or *.tiktoken; docs/data.md) into "
+                      "train_NNNNNN.bin / val_NNNNNN.bin shards; without it: byte-level train.bin / val.bin");
+  prepare->add_option("--documents", token_prepare.documents, "With --tokenizer: a document per file, line or jsonl");
+  prepare->add_option("--jsonl-field", token_prepare.jsonl_field, "With --documents jsonl: the text field");
+  prepare->add_option("--shard-tokens", token_prepare.shard_tokens, "With --tokenizer: tokens per shard");
+  prepare->add_option("--separator", token_prepare.separator,
+                      "With --tokenizer: the token before each document (default: the tokenizer's EOS)");
+  prepare->add_option("--threads", token_prepare.threads, "With --tokenizer: encoding threads (0: every core)");
+  prepare->add_flag("--special-in-text", token_prepare.special_in_text,
+                    "With --tokenizer: special tokens written in documents are special (default: plain text)");
 
   auto* config = app.add_subcommand("config", "Print every config key with its default and meaning");
 
@@ -278,6 +293,10 @@ int main(int argc, char** argv) {
       if (train->count("--resume") > 0) overrides.push_back("checkpoint.resume=" + (resume.empty() ? "latest" : resume));
       if (overwrite) overrides.push_back("checkpoint.overwrite=true");
       return ndt::run_train(config_path, overrides);
+    }
+    if (*prepare && !token_prepare.tokenizer.empty()) {
+      token_prepare.out_dir = out_dir, token_prepare.val_fraction = val_fraction, token_prepare.overwrite = force_prepare;
+      return ndt::run_prepare_tokens(inputs, token_prepare);
     }
     if (*prepare) return ndt::run_prepare(inputs, out_dir, val_fraction, force_prepare);
     if (*config) return ndt::run_config_doc();
