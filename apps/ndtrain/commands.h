@@ -44,6 +44,12 @@ struct TokenizeOptions {
 };
 int run_tokenize(const TokenizeOptions& options);
 
+struct TokenizerBenchOptions {
+  std::string text;  // empty: Debian's fortunes
+  int threads = 0;   // 0: every core
+};
+int run_bench_tokenizer(const TokenizerBenchOptions& options);
+
 struct TrainBenchOptions {
   std::string preset = "gpt2-124m";
   int batch = 8;
@@ -150,6 +156,7 @@ struct GenerateOptions {
   std::string prompt;      // text, or with raw_tokens comma-separated token ids
   SampleOptions sample;
   bool raw_tokens = false;
+  std::string tokenizer;   // empty: the one recorded beside the run's training shards, else bytes
 };
 int run_generate(const GenerateOptions& options);
 

@@ -8,6 +8,7 @@
 //                       [--tp N] [--sequence-parallel] [--cp N] [--cp-mode M] [--cp-chunks C] [--ep N] [--vocab V]
 //                       [--activation-checkpointing P]
 //                       [--checkpointing-every K] [--memory-budget-gib G]
+//   ndtrain bench tokenizer [--text FILE] [--threads N]
 //   ndtrain bench checkpoint [--preset NAME] [--dir DIR] [--reps R]
 //   mpirun -np P ndtrain bench pipeline [--layers L] [--seq T] [--micro-batches M] [--schedules S,...]
 //   ndtrain bench recompute [--preset NAME] [--batch B] [--seq T] [--threads N] [--rounds R] [--memory-budget-gib G]
@@ -158,6 +159,11 @@ int main(int argc, char** argv) {
                           "Override the preset's vocabulary size (gpt2's 50257 does not split over tp; 50304 does)");
 
   ndt::CheckpointBenchOptions checkpoint_bench;
+  ndt::TokenizerBenchOptions tokenizer_bench;
+  auto* bench_tokenizer = bench->add_subcommand(
+      "tokenizer", "Encode MB/s of GPT-2's and Llama 3's tokenizers, one thread and all, beside the npm references");
+  bench_tokenizer->add_option("--text", tokenizer_bench.text, "Text file (default: Debian's fortunes)");
+  bench_tokenizer->add_option("--threads", tokenizer_bench.threads, "Threads of the parallel run (0: every core)");
   auto* bench_checkpoint = bench->add_subcommand("checkpoint", "Blocked time of sync vs async saves, save/load MB/s");
   bench_checkpoint->add_option("--preset", checkpoint_bench.preset, "Model preset");
   bench_checkpoint->add_option("--dir", checkpoint_bench.dir, "Folder to write checkpoints into");
@@ -274,6 +280,8 @@ int main(int argc, char** argv) {
   generate->add_option("--temperature", generate_options.sample.temperature, "Sampling temperature (0: greedy)");
   generate->add_option("--top-k", generate_options.sample.top_k, "Sample among the k likeliest (0: all)");
   generate->add_option("--seed", generate_options.sample.seed, "Sampling seed");
+  generate->add_option("--tokenizer", generate_options.tokenizer,
+                       "Tokenizer for the prompt and the output (default: the one recorded beside the run's shards)");
   generate->add_flag("--raw-tokens", generate_options.raw_tokens,
                      "Prompt and output as comma-separated token ids (any vocabulary)");
 
@@ -302,6 +310,7 @@ int main(int argc, char** argv) {
     if (*config) return ndt::run_config_doc();
     if (*tokenize) return ndt::run_tokenize(tokenize_options);
     if (*bench_train) return ndt::run_bench_train(bench_options);
+    if (*bench_tokenizer) return ndt::run_bench_tokenizer(tokenizer_bench);
     if (*bench_checkpoint) return ndt::run_bench_checkpoint(checkpoint_bench);
     if (*bench_recompute) return ndt::run_bench_recompute(recompute_bench);
     if (*bench_pipeline) return ndt::run_bench_pipeline(pipeline_bench);
