@@ -3,6 +3,7 @@
 #pragma once
 
 #include "parallel/pipeline/simulator.h"
+#include "data/prepare_tokens.h"
 #include "train/generate.h"
 
 #include <algorithm>
@@ -32,6 +33,22 @@ int run_train(const std::string& config_path, const std::vector<std::string>& ov
 int run_prepare(const std::vector<std::string>& inputs, const std::string& out_dir, double val_fraction,
                 bool force);
 int run_config_doc();
+// prepare's inputs as files: folders give their text files (recursively, sorted).
+std::vector<std::string> expand_prepare_inputs(const std::vector<std::string>& inputs);
+int run_prepare_tokens(const std::vector<std::string>& inputs, TokenPrepareOptions options);
+
+struct TokenizeOptions {
+  std::string tokenizer;  // a tokenizer.json, encoder.json (+ vocab.bpe) or *.tiktoken file
+  bool decode = false;    // ids on standard input -> bytes
+  bool ordinary = false;  // added/special tokens in the text are plain text; no template tokens
+};
+int run_tokenize(const TokenizeOptions& options);
+
+struct TokenizerBenchOptions {
+  std::string text;  // empty: Debian's fortunes
+  int threads = 0;   // 0: every core
+};
+int run_bench_tokenizer(const TokenizerBenchOptions& options);
 
 struct TrainBenchOptions {
   std::string preset = "gpt2-124m";
@@ -139,6 +156,7 @@ struct GenerateOptions {
   std::string prompt;      // text, or with raw_tokens comma-separated token ids
   SampleOptions sample;
   bool raw_tokens = false;
+  std::string tokenizer;   // empty: the one recorded beside the run's training shards, else bytes
 };
 int run_generate(const GenerateOptions& options);
 

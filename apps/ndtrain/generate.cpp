@@ -1,10 +1,17 @@
 // `ndtrain generate`: samples a continuation of a prompt from the model of a checkpoint
-// (train/generate.h), in one process. Text goes through the byte-level tokenizer, so
-// the model must have vocab_size 256; with --raw-tokens the prompt and the output are
-// comma-separated token ids, for any vocabulary.
+// (train/generate.h), in one process. Text goes through the run's tokenizer (--tokenizer,
+// else the one recorded beside the run's training shards, else bytes: vocab_size 256);
+// with --raw-tokens the prompt and the output are comma-separated token ids.
 #include "apps/ndtrain/commands.h"
 #include "core/error.h"
+#include "data/dataset_spec.h"
+#include "data/run_data.h"
+#include "data/tokenizer_record.h"
 #include "train/model_checkpoint.h"
+
+#include <nlohmann/json.hpp>
+
+#include <fstream>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -36,6 +43,25 @@ std::vector<int32_t> parse_token_ids(const std::string& text, int vocab) {
   return ids;
 }
 
+// The run's text codec: --tokenizer, else the record beside the training shards the
+// checkpoint's state names (when they are still there), else bytes.
+TextCodec run_codec(const GenerateOptions& o, const std::filesystem::path& dir) {
+  if (!o.tokenizer.empty()) return TextCodec(o.tokenizer);
+  std::ifstream in(dir / "metadata.json");
+  const nlohmann::json metadata = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  const nlohmann::json* train = nullptr;
+  if (metadata.is_object() && metadata.contains("state") && metadata["state"].contains("data")) {
+    train = &metadata["state"]["data"]["train"];
+  }
+  if (train == nullptr || !train->is_string() || train->get<std::string>().empty()) return TextCodec();
+  try {
+    const std::vector<std::string> shards = resolve_shards("data.train", train->get<std::string>());
+    if (const std::optional<std::string> file = recorded_tokenizer(shards.front())) return TextCodec(*file);
+  } catch (const Error&) {  // the shards moved: bytes, unless the vocabulary says otherwise (checked below)
+  }
+  return TextCodec();
+}
+
 }  // namespace
 
 int run_generate(const GenerateOptions& o) {
@@ -55,12 +81,16 @@ int run_generate(const GenerateOptions& o) {
               "cannot generate text", dir.string(), name, *bad, bad - values.begin());
   }
   const int vocab = state.config.vocab_size;
-  NDT_CHECK(o.raw_tokens || vocab == 256,
-            "checkpoint {} has vocab_size {}, but generate's tokenizer is byte-level (vocab 256): pass "
-            "--raw-tokens to give the prompt and get the output as token ids",
+  const TextCodec codec = o.raw_tokens ? TextCodec() : run_codec(o, dir);
+  NDT_CHECK(o.raw_tokens || codec.tokenizer() != nullptr || vocab == 256,
+            "checkpoint {} has vocab_size {}, but no tokenizer is recorded beside its training shards: pass "
+            "--tokenizer FILE, or --raw-tokens to give the prompt and get the output as token ids",
             dir.string(), vocab);
+  NDT_CHECK(o.raw_tokens || codec.vocab_size() <= vocab,
+            "checkpoint {} has vocab_size {}, smaller than the tokenizer's vocabulary {} ({})", dir.string(), vocab,
+            codec.vocab_size(), codec.describe());
 
-  const std::vector<int32_t> prompt = o.raw_tokens ? parse_token_ids(o.prompt, vocab) : bytes_to_tokens(o.prompt);
+  const std::vector<int32_t> prompt = o.raw_tokens ? parse_token_ids(o.prompt, vocab) : codec.encode(o.prompt);
   Transformer model(state.config, 0);
   load_into(model, state);
   const std::vector<int32_t> continuation = generate(model, prompt, o.sample);
@@ -69,7 +99,7 @@ int run_generate(const GenerateOptions& o) {
     all.insert(all.end(), continuation.begin(), continuation.end());
     fmt::print("{}\n", fmt::join(all, ","));
   } else {
-    fmt::print("{}{}\n", o.prompt, tokens_to_bytes(continuation));
+    fmt::print("{}{}\n", o.prompt, codec.decode(continuation));
   }
   return 0;
 }

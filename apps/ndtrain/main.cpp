@@ -1,10 +1,14 @@
 // ndtrain: distributed training of transformer language models.
 //   ndtrain train CONFIG [--set section.key=value ...] [--resume [DIR|latest]] [--overwrite]
 //   ndtrain prepare INPUT... --out DIR [--val-fraction F] [--force]
+//                   [--tokenizer FILE [--documents file|line|jsonl] [--jsonl-field F] [--shard-tokens N]
+//                    [--separator TOKEN] [--threads N] [--special-in-text]]
+//   ndtrain tokenize --tokenizer FILE [--decode] [--ordinary]
 //   ndtrain bench train [--preset NAME] [--batch B] [--seq T] [--threads N] [--steps S] [--zero-stage Z]
 //                       [--tp N] [--sequence-parallel] [--cp N] [--cp-mode M] [--cp-chunks C] [--ep N] [--vocab V]
 //                       [--activation-checkpointing P]
 //                       [--checkpointing-every K] [--memory-budget-gib G]
+//   ndtrain bench tokenizer [--text FILE] [--threads N]
 //   ndtrain bench checkpoint [--preset NAME] [--dir DIR] [--reps R]
 //   mpirun -np P ndtrain bench pipeline [--layers L] [--seq T] [--micro-batches M] [--schedules S,...]
 //   ndtrain bench recompute [--preset NAME] [--batch B] [--seq T] [--threads N] [--rounds R] [--memory-budget-gib G]
@@ -99,8 +103,29 @@ int main(int argc, char** argv) {
   prepare->add_option("--out", out_dir, "Folder for train.bin and val.bin")->required();
   prepare->add_option("--val-fraction", val_fraction, "Fraction of the bytes (the end) kept for validation");
   prepare->add_flag("--force", force_prepare, "Replace train.bin and val.bin if the folder already holds them");
+  ndt::TokenPrepareOptions token_prepare;
+  prepare->add_option("--tokenizer", token_prepare.tokenizer,
+                      "Encode with this tokenizer (tokenizer.json, encoder.json or *.tiktoken; docs/data.md) into "
+                      "train_NNNNNN.bin / val_NNNNNN.bin shards; without it: byte-level train.bin / val.bin");
+  prepare->add_option("--documents", token_prepare.documents, "With --tokenizer: a document per file, line or jsonl");
+  prepare->add_option("--jsonl-field", token_prepare.jsonl_field, "With --documents jsonl: the text field");
+  prepare->add_option("--shard-tokens", token_prepare.shard_tokens, "With --tokenizer: tokens per shard");
+  prepare->add_option("--separator", token_prepare.separator,
+                      "With --tokenizer: the token before each document (default: the tokenizer's EOS)");
+  prepare->add_option("--threads", token_prepare.threads, "With --tokenizer: encoding threads (0: every core)");
+  prepare->add_flag("--special-in-text", token_prepare.special_in_text,
+                    "With --tokenizer: special tokens written in documents are special (default: plain text)");
 
   auto* config = app.add_subcommand("config", "Print every config key with its default and meaning");
+
+  ndt::TokenizeOptions tokenize_options;
+  auto* tokenize = app.add_subcommand("tokenize", "Standard input to token ids on one line (or --decode: back to text)");
+  tokenize->add_option("--tokenizer", tokenize_options.tokenizer,
+                       "tokenizer.json, GPT-2's encoder.json (vocab.bpe beside it) or a *.tiktoken rank file")
+      ->required();
+  tokenize->add_flag("--decode", tokenize_options.decode, "Read space-separated ids and write the bytes they stand for");
+  tokenize->add_flag("--ordinary", tokenize_options.ordinary,
+                     "Special tokens in the text are plain text, and no template tokens (BOS) are added");
 
   ndt::TrainBenchOptions bench_options;
   auto* bench = app.add_subcommand("bench", "Benchmarks");
@@ -134,6 +159,11 @@ int main(int argc, char** argv) {
                           "Override the preset's vocabulary size (gpt2's 50257 does not split over tp; 50304 does)");
 
   ndt::CheckpointBenchOptions checkpoint_bench;
+  ndt::TokenizerBenchOptions tokenizer_bench;
+  auto* bench_tokenizer = bench->add_subcommand(
+      "tokenizer", "Encode MB/s of GPT-2's and Llama 3's tokenizers, one thread and all, beside the npm references");
+  bench_tokenizer->add_option("--text", tokenizer_bench.text, "Text file (default: Debian's fortunes)");
+  bench_tokenizer->add_option("--threads", tokenizer_bench.threads, "Threads of the parallel run (0: every core)");
   auto* bench_checkpoint = bench->add_subcommand("checkpoint", "Blocked time of sync vs async saves, save/load MB/s");
   bench_checkpoint->add_option("--preset", checkpoint_bench.preset, "Model preset");
   bench_checkpoint->add_option("--dir", checkpoint_bench.dir, "Folder to write checkpoints into");
@@ -250,6 +280,8 @@ int main(int argc, char** argv) {
   generate->add_option("--temperature", generate_options.sample.temperature, "Sampling temperature (0: greedy)");
   generate->add_option("--top-k", generate_options.sample.top_k, "Sample among the k likeliest (0: all)");
   generate->add_option("--seed", generate_options.sample.seed, "Sampling seed");
+  generate->add_option("--tokenizer", generate_options.tokenizer,
+                       "Tokenizer for the prompt and the output (default: the one recorded beside the run's shards)");
   generate->add_flag("--raw-tokens", generate_options.raw_tokens,
                      "Prompt and output as comma-separated token ids (any vocabulary)");
 
@@ -270,9 +302,15 @@ int main(int argc, char** argv) {
       if (overwrite) overrides.push_back("checkpoint.overwrite=true");
       return ndt::run_train(config_path, overrides);
     }
+    if (*prepare && !token_prepare.tokenizer.empty()) {
+      token_prepare.out_dir = out_dir, token_prepare.val_fraction = val_fraction, token_prepare.overwrite = force_prepare;
+      return ndt::run_prepare_tokens(inputs, token_prepare);
+    }
     if (*prepare) return ndt::run_prepare(inputs, out_dir, val_fraction, force_prepare);
     if (*config) return ndt::run_config_doc();
+    if (*tokenize) return ndt::run_tokenize(tokenize_options);
     if (*bench_train) return ndt::run_bench_train(bench_options);
+    if (*bench_tokenizer) return ndt::run_bench_tokenizer(tokenizer_bench);
     if (*bench_checkpoint) return ndt::run_bench_checkpoint(checkpoint_bench);
     if (*bench_recompute) return ndt::run_bench_recompute(recompute_bench);
     if (*bench_pipeline) return ndt::run_bench_pipeline(pipeline_bench);

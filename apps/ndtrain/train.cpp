@@ -68,8 +68,7 @@ bool is_text_file(const fs::path& path) {
 
 }  // namespace
 
-int run_prepare(const std::vector<std::string>& inputs, const std::string& out_dir, double val_fraction,
-                bool force) {
+std::vector<std::string> expand_prepare_inputs(const std::vector<std::string>& inputs) {
   std::vector<std::string> files;
   for (const std::string& input : inputs) {
     NDT_CHECK(fs::exists(input), "prepare input \"{}\" does not exist", input);
@@ -85,6 +84,12 @@ int run_prepare(const std::vector<std::string>& inputs, const std::string& out_d
       files.push_back(input);
     }
   }
+  return files;
+}
+
+int run_prepare(const std::vector<std::string>& inputs, const std::string& out_dir, double val_fraction,
+                bool force) {
+  const std::vector<std::string> files = expand_prepare_inputs(inputs);
   const PrepareResult r = prepare_byte_shards(files, out_dir, val_fraction, force);
   fmt::print("prepared {} files: {} training tokens -> {}, {} validation tokens -> {}\n", r.files,
              r.train_tokens, r.train_path, r.val_tokens, r.val_path);

@@ -2,34 +2,38 @@
 
 #include "core/error.h"
 #include "core/rng.h"
-#include "data/shard.h"
 
 #include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cmath>
 
 namespace ndt {
 
 namespace {
 const uint64_t kTrainBatchStream = hash_name("train-batch");
+const uint64_t kMixChoiceStream = hash_name("mix-choice");
 }  // namespace
 
-TokenDataset::TokenDataset(const std::vector<std::string>& shard_paths) : paths_(shard_paths) {
-  NDT_CHECK(!shard_paths.empty(), "TokenDataset: no shard paths given");
-  for (const std::string& path : shard_paths) {
-    std::vector<uint16_t> shard = read_shard(path);
-    if (tokens_.empty()) {
-      tokens_ = std::move(shard);
-    } else {
-      tokens_.insert(tokens_.end(), shard.begin(), shard.end());
-    }
-  }
-}
-
 BatchLoader::BatchLoader(const TokenDataset& data, int B, int T, uint64_t seed)
-    : data_(data), B_(B), T_(T), seed_(seed) {
+    : BatchLoader(std::vector<MixComponent>{{&data, 1.0, ""}}, B, T, seed) {}
+
+BatchLoader::BatchLoader(std::vector<MixComponent> components, int B, int T, uint64_t seed)
+    : components_(std::move(components)), B_(B), T_(T), seed_(seed) {
   NDT_CHECK(B > 0 && T > 0, "batch size B = {} and sequence length T = {} must be positive", B, T);
-  NDT_CHECK(data.size() >= static_cast<int64_t>(T) + 1,
-            "token shard {} holds {} tokens, fewer than the sequence length + 1 = {} needed for one row",
-            fmt::join(data.paths(), " + "), data.size(), static_cast<int64_t>(T) + 1);
+  NDT_CHECK(!components_.empty(), "a data mix needs at least one dataset");
+  double total = 0;
+  for (const MixComponent& c : components_) {
+    NDT_CHECK(std::isfinite(c.weight) && c.weight > 0, "data.mix: the weight of {} is {}: weights must be positive",
+              c.name, c.weight);
+    NDT_CHECK(c.data->size() >= static_cast<int64_t>(T) + 1,
+              "token shard {} holds {} tokens, fewer than the sequence length + 1 = {} needed for one row",
+              fmt::join(c.data->paths(), " + "), c.data->size(), static_cast<int64_t>(T) + 1);
+    total += c.weight;
+  }
+  double sum = 0;
+  for (const MixComponent& c : components_) cumulative_.push_back((sum += c.weight) / total);
+  cumulative_.back() = 1.0;
 }
 
 static void check_rows(const char* what, int row_begin, int rows, int B) {
@@ -38,27 +42,46 @@ static void check_rows(const char* what, int row_begin, int rows, int B) {
             static_cast<int64_t>(row_begin) + rows, B);
 }
 
-void BatchLoader::copy_window(int64_t start, int32_t* inputs, int32_t* targets) const {
-  const uint16_t* tok = data_.tokens() + start;
-  for (int t = 0; t < T_; ++t) {
-    inputs[t] = tok[t];
-    targets[t] = tok[t + 1];
+void BatchLoader::copy_window(const TokenDataset& data, int64_t start, int32_t* inputs, int32_t* targets) const {
+  thread_local std::vector<int32_t> window;
+  window.resize(static_cast<size_t>(T_) + 1);
+  data.copy(start, T_ + 1, window.data());
+  std::copy(window.begin(), window.end() - 1, inputs);
+  std::copy(window.begin() + 1, window.end(), targets);
+}
+
+size_t BatchLoader::component_of(int64_t step, int b) const {
+  if (components_.size() == 1) return 0;
+  const uint64_t counter = static_cast<uint64_t>(step) * static_cast<uint64_t>(B_) + static_cast<uint64_t>(b);
+  const auto words = philox(seed_, kMixChoiceStream, counter);
+  const double u = static_cast<double>((static_cast<uint64_t>(words[1]) << 32 | words[0]) >> 11) * 0x1.0p-53;
+  return static_cast<size_t>(std::upper_bound(cumulative_.begin(), cumulative_.end(), u) - cumulative_.begin());
+}
+
+std::vector<double> BatchLoader::realised_mix(int64_t steps) const {
+  std::vector<double> counts(components_.size(), 0.0);
+  for (int64_t s = 0; s < steps; ++s) {
+    for (int b = 0; b < B_; ++b) counts[component_of(s, b)] += 1;
   }
+  const double rows = static_cast<double>(std::max<int64_t>(steps, 1)) * B_;
+  for (double& c : counts) c /= rows;
+  return counts;
 }
 
 void BatchLoader::train_batch(int64_t step, int row_begin, int rows, int32_t* inputs,
                               int32_t* targets) const {
   NDT_CHECK(step >= 0, "train_batch: step must be >= 0, got {}", step);
   check_rows("train_batch", row_begin, rows, B_);
-  // Start offsets are uniform in [0, size - T - 1], so the targets' last token exists.
-  const uint64_t range = static_cast<uint64_t>(data_.size() - T_);
   for (int r = 0; r < rows; ++r) {
     const int b = row_begin + r;
+    const TokenDataset& data = *components_[component_of(step, b)].data;
+    // Start offsets are uniform in [0, size - T - 1], so the targets' last token exists.
+    const uint64_t range = static_cast<uint64_t>(data.size() - T_);
     const uint64_t counter = static_cast<uint64_t>(step) * static_cast<uint64_t>(B_) + b;
     const auto words = philox(seed_, kTrainBatchStream, counter);
     const uint64_t value = (static_cast<uint64_t>(words[1]) << 32) | words[0];
     const int64_t start = static_cast<int64_t>(value % range);
-    copy_window(start, inputs + static_cast<int64_t>(r) * T_, targets + static_cast<int64_t>(r) * T_);
+    copy_window(data, start, inputs + static_cast<int64_t>(r) * T_, targets + static_cast<int64_t>(r) * T_);
   }
 }
 
@@ -66,13 +89,14 @@ void BatchLoader::eval_batch(int64_t index, int row_begin, int rows, int32_t* in
                              int32_t* targets) const {
   NDT_CHECK(index >= 0, "eval_batch: index must be >= 0, got {}", index);
   check_rows("eval_batch", row_begin, rows, B_);
-  const unsigned __int128 range = static_cast<uint64_t>(data_.size() - T_);
+  const TokenDataset& data = *components_.front().data;
+  const unsigned __int128 range = static_cast<uint64_t>(data.size() - T_);
   for (int r = 0; r < rows; ++r) {
     // Global window w starts at w * T: windows of T + 1 tokens that share only their edge token
     // (one window's last target is the next window's first input), wrapping modulo size - T.
     const unsigned __int128 w = static_cast<unsigned __int128>(index) * B_ + (row_begin + r);
     const int64_t start = static_cast<int64_t>((w * static_cast<unsigned>(T_)) % range);
-    copy_window(start, inputs + static_cast<int64_t>(r) * T_, targets + static_cast<int64_t>(r) * T_);
+    copy_window(data, start, inputs + static_cast<int64_t>(r) * T_, targets + static_cast<int64_t>(r) * T_);
   }
 }
 

@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/input_file.h"
+#include "data/dataset_spec.h"
 
 #include <fmt/format.h>
 #include <toml++/toml.h>
@@ -19,6 +20,7 @@
 #include <cmath>
 #include <functional>
 #include <map>
+#include <sstream>
 #include <thread>
 
 namespace ndt {
@@ -34,6 +36,11 @@ std::string toml_value_text(const std::string& key, const toml::node& node) {
   if (auto i = node.as_integer()) return std::to_string(i->get());
   if (auto d = node.as_floating_point()) return fmt::format("{}", d->get());
   if (auto b = node.as_boolean()) return b->get() ? "true" : "false";
+  if (auto a = node.as_array()) {  // data.train lists, data.mix: kept as TOML text (data/dataset_spec.h)
+    std::ostringstream text;
+    text << toml::toml_formatter(*a, toml::format_flags::none);
+    return text.str();
+  }
   fail("{} has an unsupported value type (use a string, number or boolean)", key);
 }
 
@@ -137,11 +144,20 @@ void check_data_and_sample(const RunConfig& c) {
             "train.init_from = \"{}\" and checkpoint.resume = \"{}\" are both set: a resumed run continues "
             "from its checkpoint; init_from starts a new one",
             c.init_from, c.resume);
-  NDT_CHECK(!c.train_data.empty(), "data.train is not set: give a token shard (see `ndtrain prepare`)");
+  NDT_CHECK(!c.train_data.empty() || !c.data_mix.empty(),
+            "data.train is not set: give a token shard (see `ndtrain prepare`)");
+  NDT_CHECK(c.train_data.empty() || c.data_mix.empty(),
+            "data.train and data.mix are both set: a blend names its training sets itself (data.train = \"{}\")",
+            c.train_data);
   for (const auto& [key, path] : {std::pair{"data.train", &c.train_data}, {"data.val", &c.val_data}}) {
-    if (path->empty()) continue;
-    const std::string problem = input_file_problem(*path);
-    NDT_CHECK(problem.empty(), "{} = \"{}\" {}", key, *path, problem);
+    if (!path->empty()) resolve_shards(key, *path);
+  }
+  for (const MixSpec& m : c.data_mix.empty() ? std::vector<MixSpec>{} : parse_mix(c.data_mix)) {
+    resolve_shards("data.mix path", m.path);
+  }
+  if (!c.tokenizer.empty()) {
+    const std::string problem = input_file_problem(c.tokenizer);
+    NDT_CHECK(problem.empty(), "data.tokenizer = \"{}\" {}", c.tokenizer, problem);
   }
   NDT_CHECK(c.sample_tokens >= 0, "sample.tokens = {} must not be negative", c.sample_tokens);
   NDT_CHECK(c.sample_tokens == 0 || !c.sample_prompt.empty(),
@@ -174,8 +190,6 @@ void check_runtime_and_checkpoints(const RunConfig& c) {
 
 void RunConfig::validate() const {
   validate_layout();
-  NDT_CHECK(model.vocab_size <= 65536, "model.vocab_size = {} exceeds 65536 (tokens are stored as uint16)",
-            model.vocab_size);
   NDT_CHECK(nonfinite_gradient_step >= 0, "debug.nonfinite_gradient_step = {} must not be negative (0: never)",
             nonfinite_gradient_step);
   NDT_CHECK(nonfinite_gradient_rank >= 0, "debug.nonfinite_gradient_rank = {} must not be negative",

@@ -57,8 +57,10 @@ struct RunConfig {
   ZClipConfig zclip;
 
   // [data]
-  std::string train_data;
+  std::string train_data;  // a shard, a glob or a TOML list of them (data/dataset_spec.h)
   std::string val_data;
+  std::string data_mix;    // a TOML list of { path, weight } (data/dataset_spec.h); empty: data.train
+  std::string tokenizer;   // the tokenizer file for text; empty: the one recorded beside data.train, or bytes
 
   // [sample]
   int sample_tokens = 200;

@@ -201,8 +201,10 @@ void add_optim_keys(std::vector<ConfigKey>& f) {
 }
 
 void add_data_keys(std::vector<ConfigKey>& f) {
-  f.push_back(field<std::string>("data.train", NDT_REF(train_data), "Training token shard (llm.c format, see `ndtrain prepare`)."));
-  f.push_back(field<std::string>("data.val", NDT_REF(val_data), "Validation token shard."));
+  f.push_back(field<std::string>("data.train", NDT_REF(train_data), "Training token shards (docs/data.md; `ndtrain prepare`): a shard, a glob (\"data/fineweb/train_*.bin\", matches sorted) or a list of them ([\"a.bin\", \"b/*.bin\"]), read memory-mapped as one concatenation; uint16 (llm.c version 1) or uint32 (version 2) shards."));
+  f.push_back(field<std::string>("data.val", NDT_REF(val_data), "Validation token shards, as data.train; empty: validate on the training data."));
+  f.push_back(field<std::string>("data.mix", NDT_REF(data_mix), "A blend of training sets instead of data.train: [{ path = \"a/*.bin\", weight = 0.7 }, { path = \"b.bin\", weight = 0.3 }]. Each row of a batch picks its set by the weights from (seed, step, row), so the blend is deterministic and resumes exactly; the realised fractions are reported at the end and in the metrics summary."));
+  f.push_back(field<std::string>("data.tokenizer", NDT_REF(tokenizer), "Tokenizer for the sample's prompt and text (tokenizer.json, encoder.json or *.tiktoken). Empty: the one `ndtrain prepare --tokenizer` recorded beside the first training shard, else bytes. model.vocab_size must cover its vocabulary."));
 }
 
 void add_sample_keys(std::vector<ConfigKey>& f) {

@@ -159,7 +159,8 @@ void MetricsWriter::summary(const RunSummary& summary, DeviceMesh& mesh) {
            {"peak_mem_bytes", MemoryLedger::instance().peak_total()},
            {"peak_mem_by_tag", peak_memory_by_tag()},
            {"peak_rss_bytes", process_peak_rss_bytes()},
-           {"comm", comm_record(mesh)}}}});
+           {"comm", comm_record(mesh)},
+           {"data_mix", summary.data_mix}}}});
 }
 
 void MetricsWriter::pipeline_timeline(const std::string& out_dir,

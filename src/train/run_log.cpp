@@ -57,9 +57,7 @@ void RunLog::model_and_data(const TrainingModel& model, const TrainingData& data
   fmt::print(*out_, "ndtrain: {} model, {} layers, d_model {}, {} heads, vocab {}, output layer {}: {:.2f}M parameters\n",
              arch_name(m.arch), m.n_layer, m.d_model, m.n_head, m.vocab_size,
              m.tied_embeddings ? "tied to the embedding" : "untied", static_cast<double>(count_parameters(m)) / 1e6);
-  fmt::print(*out_, "data: {} training tokens from {}{}\n", data.train().size(), config_.train_data,
-             data.val() ? fmt::format(", {} validation tokens from {}", data.val()->size(), config_.val_data)
-                        : std::string(", validation on training data"));
+  fmt::print(*out_, "{}\n", data.data().describe());
 }
 
 void RunLog::batch_and_mesh(const TrainingModel& model, DeviceMesh& mesh) {
@@ -212,6 +210,10 @@ void RunLog::summary(const RunSummary& summary, DeviceMesh& mesh, const Training
   }
   throughput_and_memory(summary, mesh, model);
   stability(summary, skipped_batches);
+  for (const nlohmann::json& m : summary.data_mix) {
+    fmt::print(*out_, "data mix: {} weight {:.3f}, realised {:.3f} of the rows\n", m["path"].get<std::string>(),
+               m["weight"].get<double>(), m["realised"].get<double>());
+  }
   if (!summary.sample.empty()) {
     fmt::print(*out_, "\n== sample (prompt \"{}\") ==\n{}{}\n", config_.sample_prompt, config_.sample_prompt,
                summary.sample);

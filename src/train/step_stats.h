@@ -2,6 +2,8 @@
 // metrics records (train/metrics_writer.h) and the tests read.
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -72,6 +74,9 @@ struct RunSummary {
   double median_hfu = 0;
   double unigram_entropy = 0;  // nats per token of the training data
   std::string sample;
+  // data.mix: each training set's path, weight and the fraction of rows it gave (empty
+  // without a blend).
+  nlohmann::json data_mix = nlohmann::json::array();
   bool stopped_by_signal = false;  // SIGTERM or SIGINT: stopped (and saved) before train.steps
   int stop_signal = 0;             // which one (0: none)
   int64_t overflow_skipped_steps = 0;  // dynamic loss scaling: steps skipped for overflow

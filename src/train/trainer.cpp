@@ -329,7 +329,7 @@ void Trainer::stop_on_metrics_failure() {
 
 RunSummary Trainer::run() {
   RunSummary summary;
-  summary.unigram_entropy = unigram_entropy(data_.train().tokens(), data_.train().size());
+  summary.unigram_entropy = data_.data().unigram_entropy();
   std::vector<double> rates, mfus, hfus;
   install_stop_handler();
   metrics_->run(config_, mesh_.shape(), mesh_.world().size(), step_, peak_);
@@ -403,6 +403,7 @@ void Trainer::finish_run(RunSummary& summary) {
   summary.skipped_steps = counts_.skipped_steps;
   summary.rollbacks = counts_.rollbacks;
   summary.zclips = counts_.zclips;
+  summary.data_mix = data_.data().mix_record(step_);
   sample(summary);
   metrics_->summary(summary, mesh_);
   log_.summary(summary, mesh_, *model_, data_.skipped_total());
@@ -437,7 +438,7 @@ void Trainer::sample(RunSummary& summary) {
   }
   const SampleOptions options{config_.sample_tokens, config_.temperature, config_.top_k, config_.seed};
   model().store().refresh_compute();
-  summary.sample = tokens_to_bytes(generate(model(), bytes_to_tokens(config_.sample_prompt), options));
+  summary.sample = data_.text().decode(generate(model(), data_.text().encode(config_.sample_prompt), options));
 }
 
 }  // namespace ndt

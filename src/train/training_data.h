@@ -1,17 +1,17 @@
-// A run's data: the training and validation shards, checked before step 1 (every token
-// must index the embedding), and the batches the steps read. The batch of step s is the
-// loader's batch at data position s + offset, where the offset counts the batches a
-// rollback skipped (docs/stability.md): so the data is a function of (seed, position)
-// on any layout and after any resume, and a skipped window stays skipped.
+// A run's data as the steps read it: the [data] settings' shards, blend and text codec
+// (data/run_data.h), checked before step 1 (every token must index the embedding), and
+// the data position of each step. The batch of step s is the loader's batch at data
+// position s + offset, where the offset counts the batches a rollback skipped
+// (docs/stability.md): so the data is a function of (seed, position) on any layout and
+// after any resume, and a skipped window stays skipped.
 #pragma once
 
-#include "data/loader.h"
+#include "data/run_data.h"
 #include "train/config.h"
 
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
-#include <memory>
 #include <utility>
 #include <vector>
 
@@ -19,12 +19,13 @@ namespace ndt {
 
 class TrainingData {
  public:
-  // Reads data.train and data.val (the training data validates when data.val is
-  // empty); throws naming the key, the file and the first bad token.
+  // Maps data.train (or data.mix) and data.val (the training data validates when
+  // data.val is empty) and checks their tokens against model.vocab_size; throws naming
+  // the setting, the file and the first bad token.
   explicit TrainingData(const RunConfig& config);
 
-  const TokenDataset& train() const { return train_; }
-  const TokenDataset* val() const { return val_.get(); }
+  const RunData& data() const { return data_; }
+  const TextCodec& text() const { return data_.text(); }
 
   // The data position of step `step` (0-based).
   int64_t position(int64_t step) const { return step + offset_; }
@@ -44,14 +45,9 @@ class TrainingData {
   void restore(const nlohmann::json& state);
 
  private:
-  TokenDataset train_;
-  std::unique_ptr<TokenDataset> val_;
-  BatchLoader train_loader_, val_loader_;
+  RunData data_;
   int64_t offset_ = 0;
   std::vector<std::pair<int64_t, int64_t>> skipped_;
 };
-
-// Natural-log entropy of the token frequencies (the loss of the best unigram model).
-double unigram_entropy(const uint16_t* tokens, int64_t n);
 
 }  // namespace ndt

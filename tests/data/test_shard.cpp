@@ -105,8 +105,8 @@ TEST(Shard, BadMagic) {
 
 TEST(Shard, UnsupportedVersion) {
   TempDir dir;
-  write_bytes(dir.file("v.bin"), shard_bytes(20240520, 2, 0, ""));
-  expect_read_error(dir.file("v.bin"), {dir.file("v.bin"), "version", "2"});
+  write_bytes(dir.file("v.bin"), shard_bytes(20240520, 3, 0, ""));
+  expect_read_error(dir.file("v.bin"), {dir.file("v.bin"), "version", "3"});
 }
 
 TEST(Shard, CountNotMatchingSize) {
@@ -120,7 +120,7 @@ TEST(Shard, CountNotMatchingSize) {
   expect_read_error(dir.file("long.bin"), {dir.file("long.bin"), "1 tokens", "4 bytes", "trailing"});
   // Odd byte count.
   write_bytes(dir.file("odd.bin"), shard_bytes(20240520, 1, 2, std::string(3, '\1')));
-  expect_read_error(dir.file("odd.bin"), {dir.file("odd.bin"), "3 bytes", "odd"});
+  expect_read_error(dir.file("odd.bin"), {dir.file("odd.bin"), "3 bytes", "not a multiple of 2"});
   // Negative count.
   write_bytes(dir.file("neg.bin"), shard_bytes(20240520, 1, -4, ""));
   expect_read_error(dir.file("neg.bin"), {dir.file("neg.bin"), "-4"});

@@ -25,16 +25,18 @@ const std::map<std::string, std::set<std::string>> kAllowed = {
     {"core", {}},
     {"kernels", {"core"}},
     {"comm", {"core"}},
-    {"data", {"core"}},
+    {"tokenizer", {"core"}},
+    {"data", {"core", "tokenizer"}},
     {"checkpoint", {"core"}},
     {"model", {"core", "kernels"}},
     {"optim", {"core", "kernels", "model"}},
-    {"interchange", {"core", "data", "model"}},
+    {"interchange", {"core", "data", "model"}},  // not tokenizer: model files only
     {"parallel", {"core", "kernels", "comm", "model", "optim"}},
-    {"train", {"core", "kernels", "comm", "data", "checkpoint", "model", "optim", "interchange", "parallel"}},
+    {"train", {"core", "kernels", "comm", "tokenizer", "data", "checkpoint", "model", "optim", "interchange", "parallel"}},
     // The planner predicts what `ndtrain train` would do, so it sits above train.
     {"plan",
-     {"core", "kernels", "comm", "data", "checkpoint", "model", "optim", "interchange", "parallel", "train"}},
+     {"core", "kernels", "comm", "tokenizer", "data", "checkpoint", "model", "optim", "interchange", "parallel",
+      "train"}},
     // The run report reads a run's files; it draws pipeline timelines with parallel's renderer.
     {"report", {"core", "parallel"}},
 };

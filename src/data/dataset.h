@@ -1,0 +1,48 @@
+// A token dataset: one or more shards (shard.h), memory-mapped, never read whole, and
+// seen as the concatenation of their tokens in the order given. Reading a window copies
+// it out of the mapping and then drops those pages from this process (madvise
+// MADV_DONTNEED: the page cache keeps them), so a dataset larger than memory trains with
+// a flat resident set. uint16 and uint32 shards may be mixed; vocabulary sizes recorded
+// in the headers must agree.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace ndt {
+
+class MappedShard;
+
+class TokenDataset {
+ public:
+  // Maps every shard (checking its header against its size). Throws ndt::Error naming the
+  // file for a missing or malformed shard, naming both files for vocabulary sizes that
+  // differ, and for an empty list.
+  explicit TokenDataset(const std::vector<std::string>& shard_paths);
+  ~TokenDataset();
+  TokenDataset(TokenDataset&&) noexcept;
+
+  int64_t size() const { return size_; }
+  const std::vector<std::string>& paths() const { return paths_; }
+  int32_t vocab_size() const { return vocab_size_; }  // recorded in the headers; 0: none recorded
+  bool wide() const;  // some shard holds uint32 tokens
+
+  // Tokens [start, start + n) of the concatenation as int32. Requires 0 <= start and
+  // start + n <= size().
+  void copy(int64_t start, int64_t n, int32_t* out) const;
+  // Calls f(tokens, n, shard index, offset within the shard) over every token in order,
+  // in chunks, dropping each chunk's pages after it.
+  void scan(const std::function<void(const int32_t*, int64_t, size_t, int64_t)>& f) const;
+
+ private:
+  std::vector<std::string> paths_;
+  std::vector<std::unique_ptr<MappedShard>> shards_;
+  std::vector<int64_t> begin_;  // first token of each shard in the concatenation
+  int64_t size_ = 0;
+  int32_t vocab_size_ = 0;
+};
+
+}  // namespace ndt
