@@ -86,6 +86,36 @@ TEST(Layering, NoIncludeGoesUp) {
   EXPECT_GT(checked, 100);  // the walk found the sources
 }
 
+// src/parallel by axis: what each axis's folder may include of parallel/ besides itself.
+// The axes do not know each other, except that the data-parallel strategies read the tp
+// group (the norm counts replicated gradients once) and the pipeline drives the gradient
+// sync; parallelize(), the memory model and the full-parameter gather, at the top of
+// parallel/, compose them and are included by none of them.
+const std::map<std::string, std::set<std::string>> kAxisAllowed = {
+    {"tensor", {}}, {"context", {}}, {"expert", {}}, {"data", {"tensor"}}, {"pipeline", {"data"}},
+};
+
+TEST(Layering, EachParallelAxisIncludesOnlyTheAxesBelowIt) {
+  const std::regex include(R"(#include\s+"parallel/([a-z_]+)(/|\.h))");
+  int checked = 0;
+  for (const auto& entry : fs::directory_iterator(kSource / "parallel")) {
+    if (!entry.is_directory()) continue;
+    const std::string axis = entry.path().filename().string();
+    ASSERT_TRUE(kAxisAllowed.count(axis)) << "src/parallel/" << axis << " has no place in kAxisAllowed";
+    for (const fs::path& file : sources_under(entry.path())) {
+      const std::string text = read(file);
+      for (std::sregex_iterator it(text.begin(), text.end(), include), end; it != end; ++it) {
+        const std::string target = (*it)[1], kind = (*it)[2];
+        ++checked;
+        EXPECT_TRUE(kind == "/" && (target == axis || kAxisAllowed.at(axis).count(target)))
+            << fs::relative(file, kSource).string() << " includes parallel/" << target << kind
+            << " (parallel/" << axis << " may include only itself and the axes kAxisAllowed lists)";
+      }
+    }
+  }
+  EXPECT_GT(checked, 20);
+}
+
 TEST(Layering, ModelAndParallelCallKernelsThroughTheDispatch) {
   const std::regex backend(R"((\bcpu::|#include\s+"kernels/cpu/))");
   int files = 0;

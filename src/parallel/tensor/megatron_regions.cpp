@@ -30,41 +30,6 @@ void reduce_scatter_to_sequence_region_backward(const TensorParallel& tp, const 
   gather_from_sequence_region_forward(tp, dshard, dfull, shard_numel);  // the same all-gather
 }
 
-const float* column_parallel_input_forward(const TensorParallel& tp, const float* x, float* full, int64_t local_rows,
-                                           int64_t C) {
-  if (!tp.splits_rows()) return x;  // copy-to-region: identity
-  gather_from_sequence_region_forward(tp, x, full, local_rows * C);
-  return full;
-}
-
-float* column_parallel_input_backward(const TensorParallel& tp, float* dfull, float* dx, int64_t local_rows,
-                                      int64_t C) {
-  if (!tp.active()) return dfull;
-  if (!tp.sequence_parallel) {
-    copy_to_tp_region_backward(tp, dfull, local_rows * C);
-    return dfull;
-  }
-  gather_from_sequence_region_backward(tp, dfull, dx, local_rows * C);
-  return dx;
-}
-
-float* row_parallel_output_forward(const TensorParallel& tp, float* partial, float* y, int64_t local_rows, int64_t C) {
-  if (!tp.active()) return partial;
-  if (!tp.sequence_parallel) {
-    reduce_from_tp_region_forward(tp, partial, local_rows * C);
-    return partial;
-  }
-  reduce_scatter_to_sequence_region_forward(tp, partial, y, local_rows * C);
-  return y;
-}
-
-const float* row_parallel_output_backward(const TensorParallel& tp, const float* dy, float* dfull,
-                                          int64_t local_rows, int64_t C) {
-  if (!tp.splits_rows()) return dy;  // reduce-from-region: identity
-  reduce_scatter_to_sequence_region_backward(tp, dy, dfull, local_rows * C);
-  return dfull;
-}
-
 void tp_all_reduce(const TensorParallel& tp, float* x, int64_t n, ReduceOp op) {
   if (tp.active()) tp.comm->all_reduce(x, static_cast<size_t>(n), DType::f32, op);
 }

@@ -56,28 +56,6 @@ void reduce_scatter_to_sequence_region_forward(const TensorParallel& tp, const f
 void reduce_scatter_to_sequence_region_backward(const TensorParallel& tp, const float* dshard, float* dfull,
                                                 int64_t shard_numel);
 
-// What a layer calls, as Megatron's layers do: the input of a column-parallel layer
-// goes through copy-to-region (or, with sequence parallel, gather-from-sequence-region),
-// the output of a row-parallel layer through reduce-from-region (or
-// reduce-scatter-to-sequence-region). Rows: [local_rows, C] outside the region (all
-// rows without sequence parallel), [rows, C] inside.
-//
-// Column-parallel input, forward: x [local_rows, C] -> the input for all rows: x
-// itself, or all-gathered into full. Returns where it is.
-const float* column_parallel_input_forward(const TensorParallel& tp, const float* x, float* full, int64_t local_rows,
-                                           int64_t C);
-// Backward: dfull [rows, C] holds this rank's part of the input gradient; the sum over
-// ranks lands in place (all-reduce) or in dx [local_rows, C] (reduce-scatter). Returns where.
-float* column_parallel_input_backward(const TensorParallel& tp, float* dfull, float* dx, int64_t local_rows,
-                                      int64_t C);
-// Row-parallel output, forward: partial [rows, C] (this rank's part of the product) ->
-// the sum over ranks, in place (all-reduce) or in y [local_rows, C] (reduce-scatter).
-float* row_parallel_output_forward(const TensorParallel& tp, float* partial, float* y, int64_t local_rows, int64_t C);
-// Backward: dy [local_rows, C] -> the output gradient for all rows: dy itself, or
-// all-gathered into dfull.
-const float* row_parallel_output_backward(const TensorParallel& tp, const float* dy, float* dfull,
-                                          int64_t local_rows, int64_t C);
-
 // Sum over the tp ranks, in place (the vocab-parallel loss's small reductions).
 void tp_all_reduce(const TensorParallel& tp, float* x, int64_t n, ReduceOp op);
 

@@ -44,20 +44,40 @@ ReduceOp reduce_op(Reduction op) { return op == Reduction::max ? ReduceOp::max :
 
 }  // namespace
 
+// A column-parallel layer's input goes through copy-to-region, or with sequence
+// parallel gather-from-sequence-region; a row-parallel layer's output through
+// reduce-from-region, or reduce-scatter-to-sequence-region (megatron_regions.h).
+
 const float* MegatronRegions::column_input_forward(const float* x, float* full, int64_t local_rows, int64_t C) const {
-  return column_parallel_input_forward(tp_, x, full, local_rows, C);
+  if (!tp_.splits_rows()) return x;  // copy-to-region: identity
+  gather_from_sequence_region_forward(tp_, x, full, local_rows * C);
+  return full;
 }
 
 float* MegatronRegions::column_input_backward(float* dfull, float* dx, int64_t local_rows, int64_t C) const {
-  return column_parallel_input_backward(tp_, dfull, dx, local_rows, C);
+  if (!tp_.active()) return dfull;
+  if (!tp_.sequence_parallel) {
+    copy_to_tp_region_backward(tp_, dfull, local_rows * C);
+    return dfull;
+  }
+  gather_from_sequence_region_backward(tp_, dfull, dx, local_rows * C);
+  return dx;
 }
 
 float* MegatronRegions::row_output_forward(float* partial, float* y, int64_t local_rows, int64_t C) const {
-  return row_parallel_output_forward(tp_, partial, y, local_rows, C);
+  if (!tp_.active()) return partial;
+  if (!tp_.sequence_parallel) {
+    reduce_from_tp_region_forward(tp_, partial, local_rows * C);
+    return partial;
+  }
+  reduce_scatter_to_sequence_region_forward(tp_, partial, y, local_rows * C);
+  return y;
 }
 
 const float* MegatronRegions::row_output_backward(const float* dy, float* dfull, int64_t local_rows, int64_t C) const {
-  return row_parallel_output_backward(tp_, dy, dfull, local_rows, C);
+  if (!tp_.splits_rows()) return dy;  // reduce-from-region: identity
+  reduce_scatter_to_sequence_region_backward(tp_, dy, dfull, local_rows * C);
+  return dfull;
 }
 
 void MegatronRegions::all_reduce(float* x, int64_t n, Reduction op) const { tp_all_reduce(tp_, x, n, reduce_op(op)); }
