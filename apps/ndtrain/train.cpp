@@ -48,7 +48,9 @@ int run_train(const std::string& config_path, const std::vector<std::string>& ov
   }
   set_comm_timeout_seconds(config.comm_timeout_s);
   std::unique_ptr<Communicator> world = mpi_world();
-  DeviceMesh mesh(*world, config.resolve_mesh(world->size()));
+  NodeTopology nodes = detect_node_topology(*world);
+  const MeshShape shape = config.resolve_mesh(world->size(), nodes.ranks_per_node());
+  DeviceMesh mesh(*world, shape, std::move(nodes));
   Trainer trainer(config, mesh, &std::cout);
   const RunSummary summary = trainer.run();
   world->barrier();

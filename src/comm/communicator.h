@@ -129,12 +129,22 @@ class Communicator {
   // A new communicator over the ranks passing the same color, ordered by key, named
   // `axis` (collective over this communicator: every rank must call it).
   virtual std::unique_ptr<Communicator> split(int color, int key, const std::string& axis) = 0;
+  // A new communicator over the ranks of this one that share its node (memory), ordered
+  // as here (collective over this communicator).
+  virtual std::unique_ptr<Communicator> split_by_node(const std::string& axis) = 0;
+
+  // The ranks of this group on other hosts, as the timeout and error messages name them
+  // ("ranks 2, 3 on host-b"): the peers a lost host or a cut link leaves unreachable.
+  // Empty: the group is inside one node. Set by DeviceMesh.
+  void set_peers_on_other_hosts(std::string text) { peers_on_other_hosts_ = std::move(text); }
+  const std::string& peers_on_other_hosts() const { return peers_on_other_hosts_; }
 
   CommStats& stats() { return stats_; }
   const CommStats& stats() const { return stats_; }
 
  protected:
   CommStats stats_;
+  std::string peers_on_other_hosts_;
 };
 
 // The training step shown in timeout messages (set by the trainer each step; -1,

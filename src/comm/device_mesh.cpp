@@ -4,6 +4,11 @@
 #include "core/error.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
 
 namespace ndt {
 
@@ -44,59 +49,123 @@ void MeshShape::validate(int world_size) const {
             dp_shard, cp, dp_shard * cp);
 }
 
-DeviceMesh::DeviceMesh(Communicator& world, const MeshShape& shape) : world_(world), shape_(shape) { build_axes(); }
+DeviceMesh::DeviceMesh(Communicator& world, const MeshShape& shape)
+    : DeviceMesh(world, shape, detect_node_topology(world)) {}
+
+DeviceMesh::DeviceMesh(Communicator& world, const MeshShape& shape, NodeTopology topology)
+    : world_(world), shape_(shape), topology_(std::move(topology)) {
+  build_axes();
+}
 
 DeviceMesh::DeviceMesh() : DeviceMesh(std::make_unique<SelfCommunicator>(), MeshShape{}) {}
 
 DeviceMesh::DeviceMesh(std::unique_ptr<Communicator> world, const MeshShape& shape)
-    : owned_world_(std::move(world)), world_(*owned_world_), shape_(shape) {
+    : owned_world_(std::move(world)),
+      world_(*owned_world_),
+      shape_(shape),
+      topology_(NodeTopology::single_node(1, local_host_name())) {
   build_axes();
+}
+
+std::array<int, 5> DeviceMesh::coords_of(int rank) const {
+  const auto sizes = sizes_of(shape_);
+  std::array<int, 5> c{};
+  for (int i = 4; i >= 0; --i) {
+    c[static_cast<size_t>(i)] = rank % sizes[static_cast<size_t>(i)];
+    rank /= sizes[static_cast<size_t>(i)];
+  }
+  return c;
+}
+
+int DeviceMesh::group_of(Axis axis, const std::array<int, 5>& c) const {
+  const auto sizes = sizes_of(shape_);
+  // Ranks that agree on every coordinate except the dropped ones share a group.
+  auto without = [&](std::initializer_list<int> dropped) {
+    int color = 0;
+    for (int i = 0; i < 5; ++i) {
+      const bool drop = std::find(dropped.begin(), dropped.end(), i) != dropped.end();
+      color = color * sizes[static_cast<size_t>(i)] + (drop ? 0 : c[static_cast<size_t>(i)]);
+    }
+    return color;
+  };
+  const int dsc = c[2] * shape_.cp + c[3];  // the dp_shard_cp coordinate, which ep borrows from
+  switch (axis) {
+    case Axis::pp: return without({0});
+    case Axis::dp_replicate: return without({1});
+    case Axis::dp_shard: return without({2});
+    case Axis::cp: return without({3});
+    case Axis::tp: return without({4});
+    case Axis::dp: return without({1, 2});
+    case Axis::dp_shard_cp: return without({2, 3});
+    case Axis::dp_cp: return without({1, 2, 3});
+    case Axis::ep: return ((c[0] * shape_.dp_replicate + c[1]) * (shape_.size(Axis::dp_shard_cp) / shape_.ep) +
+                           dsc / shape_.ep) * shape_.tp + c[4];
+    case Axis::edp: return (c[0] * shape_.ep + dsc % shape_.ep) * shape_.tp + c[4];
+    case Axis::edp_shard: return ((c[0] * shape_.dp_replicate + c[1]) * shape_.ep + dsc % shape_.ep) * shape_.tp + c[4];
+  }
+  return 0;
 }
 
 void DeviceMesh::build_axes() {
   Communicator& world = world_;
   shape_.validate(world.size());
-  const auto sizes = sizes_of(shape_);
-  int rest = world.rank();
-  for (int i = 4; i >= 0; --i) {
-    coords_[i] = rest % sizes[i];
-    rest /= sizes[i];
-  }
-  // Ranks that agree on every coordinate except the split ones share a communicator.
-  auto color_without = [&](std::initializer_list<int> dropped) {
-    int color = 0;
-    for (int i = 0; i < 5; ++i) {
-      bool drop = false;
-      for (int d : dropped) drop |= d == i;
-      color = color * sizes[i] + (drop ? 0 : coords_[i]);
-    }
-    return color;
+  NDT_CHECK(static_cast<int>(topology_.node_of_rank.size()) == world.size(),
+            "the node topology describes {} ranks but the world has {}", topology_.node_of_rank.size(), world.size());
+  coords_ = coords_of(world.rank());
+  auto split = [&](Axis axis) {
+    axes_[static_cast<size_t>(axis)] = world.split(group_of(axis, coords_), coord(axis), std::string(axis_name(axis)));
   };
-  for (int i = 0; i < 5; ++i) {
-    axes_[i] = world.split(color_without({i}), coords_[i], std::string(axis_name(kMeshAxes[i])));
-  }
-  axes_[static_cast<size_t>(Axis::dp)] = world.split(color_without({1, 2}), coord(Axis::dp), "dp");
+  auto alias = [&](Axis axis, Axis of) { axes_[static_cast<size_t>(axis)] = axes_[static_cast<size_t>(of)]; };
+  for (Axis axis : {Axis::pp, Axis::dp_replicate, Axis::dp_shard, Axis::cp, Axis::tp, Axis::dp}) split(axis);
+  // Without cp, dp_shard_cp and dp_cp are dp_shard and dp; with ep = 1, edp and edp_shard
+  // are dp_cp and dp_shard_cp: the same objects, the same counters.
   if (shape_.cp == 1) {
-    axes_[static_cast<size_t>(Axis::dp_shard_cp)] = axes_[static_cast<size_t>(Axis::dp_shard)];
-    axes_[static_cast<size_t>(Axis::dp_cp)] = axes_[static_cast<size_t>(Axis::dp)];
+    alias(Axis::dp_shard_cp, Axis::dp_shard), alias(Axis::dp_cp, Axis::dp);
   } else {
-    axes_[static_cast<size_t>(Axis::dp_shard_cp)] =
-        world.split(color_without({2, 3}), coord(Axis::dp_shard_cp), "dp_shard_cp");
-    axes_[static_cast<size_t>(Axis::dp_cp)] = world.split(color_without({1, 2, 3}), coord(Axis::dp_cp), "dp_cp");
+    split(Axis::dp_shard_cp), split(Axis::dp_cp);
   }
-  // ep: the ranks sharing pp, dp_replicate, tp and dp_shard_cp's coordinate / ep.
-  const int c = coord(Axis::dp_shard_cp), groups = shape_.size(Axis::dp_shard_cp) / shape_.ep;
-  const int ep_color = ((coords_[0] * shape_.dp_replicate + coords_[1]) * groups + c / shape_.ep) * shape_.tp + coords_[4];
-  axes_[static_cast<size_t>(Axis::ep)] = world.split(ep_color, coord(Axis::ep), "ep");
+  split(Axis::ep);
   if (shape_.ep == 1) {
-    axes_[static_cast<size_t>(Axis::edp)] = axes_[static_cast<size_t>(Axis::dp_cp)];
-    axes_[static_cast<size_t>(Axis::edp_shard)] = axes_[static_cast<size_t>(Axis::dp_shard_cp)];
-  } else {  // edp: the ranks sharing pp, tp and the ep coordinate; edp_shard: also dp_replicate
-    const int edp_color = (coords_[0] * shape_.ep + coord(Axis::ep)) * shape_.tp + coords_[4];
-    axes_[static_cast<size_t>(Axis::edp)] = world.split(edp_color, coord(Axis::edp), "edp");
-    const int edp_shard_color =
-        ((coords_[0] * shape_.dp_replicate + coords_[1]) * shape_.ep + coord(Axis::ep)) * shape_.tp + coords_[4];
-    axes_[static_cast<size_t>(Axis::edp_shard)] = world.split(edp_shard_color, coord(Axis::edp_shard), "edp_shard");
+    alias(Axis::edp, Axis::dp_cp), alias(Axis::edp_shard, Axis::dp_shard_cp);
+  } else {
+    split(Axis::edp), split(Axis::edp_shard);
+  }
+  place_on_nodes();
+}
+
+void DeviceMesh::place_on_nodes() {
+  const std::vector<int>& node = topology_.node_of_rank;
+  const int me = world_.rank();
+  for (size_t a = 0; a < kNumAxes; ++a) {
+    const Axis axis = static_cast<Axis>(a);
+    std::map<int, std::set<int>> nodes_of_group;
+    std::map<int, std::vector<int>> ranks_of_group;
+    std::map<int, std::vector<int>> others;  // this rank's group's ranks on other nodes, by node
+    const int mine = group_of(axis, coords_);
+    for (int r = 0; r < world_.size(); ++r) {
+      const int g = group_of(axis, coords_of(r));
+      nodes_of_group[g].insert(node[static_cast<size_t>(r)]);
+      ranks_of_group[g].push_back(r);
+      if (g == mine && node[static_cast<size_t>(r)] != node[static_cast<size_t>(me)]) {
+        others[node[static_cast<size_t>(r)]].push_back(r);
+      }
+    }
+    int most = 1;
+    for (const auto& [g, nodes] : nodes_of_group) {
+      most = std::max(most, static_cast<int>(nodes.size()));
+      if (nodes.size() > 1 && crossing_group_[a].empty()) {
+        std::vector<std::string> hosts;
+        for (int n : nodes) hosts.push_back(topology_.host_names[static_cast<size_t>(n)]);
+        crossing_group_[a] = fmt::format("ranks {} on {}", fmt::join(ranks_of_group[g], ", "), fmt::join(hosts, ", "));
+      }
+    }
+    nodes_spanned_[a] = most;
+    std::string peers;
+    for (const auto& [n, ranks] : others) {
+      peers += fmt::format("{}rank{} {} on {}", peers.empty() ? "" : "; ", ranks.size() == 1 ? "" : "s",
+                           fmt::join(ranks, ", "), topology_.host_names[static_cast<size_t>(n)]);
+    }
+    axes_[a]->set_peers_on_other_hosts(peers);
   }
 }
 

@@ -9,6 +9,7 @@
 #pragma once
 
 #include "comm/communicator.h"
+#include "comm/node_topology.h"
 #include "core/axis.h"
 
 #include <array>
@@ -41,8 +42,10 @@ struct MeshShape {
 class DeviceMesh {
  public:
   // Collective over `world`: every rank builds the same mesh. World rank r sits at
-  // the row-major coordinates of r in (pp, dp_replicate, dp_shard, cp, tp).
+  // the row-major coordinates of r in (pp, dp_replicate, dp_shard, cp, tp). The node
+  // topology is learned here (comm/node_topology.h) unless given.
   DeviceMesh(Communicator& world, const MeshShape& shape);
+  DeviceMesh(Communicator& world, const MeshShape& shape, NodeTopology topology);
   // One rank alone: every axis of size one over a SelfCommunicator the mesh owns
   // (comm/self_communicator.h), so a single-process run has a mesh like any other.
   DeviceMesh();
@@ -61,13 +64,30 @@ class DeviceMesh {
   int coord(Axis axis) const;
   int size(Axis axis) const { return shape_.size(axis); }
 
+  // Which ranks share a node, and, per axis, the most nodes any of its groups spans (1:
+  // every group stays inside a node).
+  const NodeTopology& topology() const { return topology_; }
+  int nodes_spanned(Axis axis) const { return nodes_spanned_[static_cast<size_t>(axis)]; }
+  // One group of the axis that crosses nodes, by its world ranks and hosts ("ranks 1, 2
+  // on host-a, host-b"); empty when none does.
+  const std::string& crossing_group(Axis axis) const { return crossing_group_[static_cast<size_t>(axis)]; }
+
  private:
   DeviceMesh(std::unique_ptr<Communicator> world, const MeshShape& shape);
   void build_axes();
+  // The mesh coordinates of a world rank, and the group of `axis` holding a rank at
+  // these coordinates (the communicator's split color).
+  std::array<int, 5> coords_of(int rank) const;
+  int group_of(Axis axis, const std::array<int, 5>& c) const;
+  // nodes_spanned_, and each communicator's peers on other hosts (for its messages).
+  void place_on_nodes();
 
   std::unique_ptr<Communicator> owned_world_;  // the single-rank mesh's; null otherwise
   Communicator& world_;
   MeshShape shape_;
+  NodeTopology topology_;
+  std::array<int, kNumAxes> nodes_spanned_{};
+  std::array<std::string, kNumAxes> crossing_group_;
   std::array<int, 5> coords_{};
   std::array<std::shared_ptr<Communicator>, kNumAxes> axes_;  // indexed by Axis
 };

@@ -218,6 +218,14 @@ std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key, const s
   return std::make_unique<MpiCommunicator>(out, axis, true);
 }
 
+std::unique_ptr<Communicator> MpiCommunicator::split_by_node(const std::string& axis) {
+  MPI_Comm out = MPI_COMM_NULL;
+  const int rc = MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &out);
+  NDT_CHECK(rc == MPI_SUCCESS, "split of mesh axis \"{}\" by node into \"{}\" failed with MPI error {}", axis_, axis,
+            rc);
+  return std::make_unique<MpiCommunicator>(out, axis, true);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Each operation is written once, as `start_*(..., blocking)`: the checks and the
 // counters, then run() issues either MPI's blocking call under the watchdog (the fast

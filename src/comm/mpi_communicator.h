@@ -69,6 +69,8 @@ class MpiCommunicator final : public Communicator {
 
   // MPI_Comm_split; color must be >= 0.
   std::unique_ptr<Communicator> split(int color, int key, const std::string& axis) override;
+  // MPI_Comm_split_type with MPI_COMM_TYPE_SHARED.
+  std::unique_ptr<Communicator> split_by_node(const std::string& axis) override;
 
  private:
   // One function per operation for both forms; blocking ones return nullptr.

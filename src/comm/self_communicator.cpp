@@ -116,4 +116,8 @@ std::unique_ptr<Communicator> SelfCommunicator::split(int color, int, const std:
   return std::make_unique<SelfCommunicator>(axis);
 }
 
+std::unique_ptr<Communicator> SelfCommunicator::split_by_node(const std::string& axis) {
+  return std::make_unique<SelfCommunicator>(axis);
+}
+
 }  // namespace ndt

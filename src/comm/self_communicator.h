@@ -42,6 +42,7 @@ class SelfCommunicator final : public Communicator {
   WorkHandle ibarrier() override;
 
   std::unique_ptr<Communicator> split(int color, int key, const std::string& axis) override;
+  std::unique_ptr<Communicator> split_by_node(const std::string& axis) override;
 
  private:
   // Counts the call and copies `bytes` from send to recv (nothing when they coincide).

@@ -284,7 +284,8 @@ LayoutScore LayoutScorer::score(const RunConfig& config, const Cluster& cluster)
             "LayoutScorer: a config of another model or run");
   LayoutScore s;
   config.validate_layout();
-  const RunConfig resolved = config.resolved(cluster.devices());
+  const RunConfig resolved =
+      config.resolved(RunConfig::JobShape{cluster.devices(), cluster.devices_per_node, cluster.devices_per_node});
   const MeshShape& m = resolved.mesh;
   s.layout = Layout::of(config);
   s.layout.mesh = m;

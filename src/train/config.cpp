@@ -263,9 +263,9 @@ void check_data_and_expert_parallel(const RunConfig& c) {
             c.bucket_mb, kLargestBucketMib);
   NDT_CHECK(mesh.dp_replicate >= 0, "parallel.dp_replicate = {} must not be negative (0: automatic)",
             mesh.dp_replicate);
-  NDT_CHECK(mesh.dp_shard >= 1, "parallel.dp_shard = {} must be at least 1", mesh.dp_shard);
+  NDT_CHECK(mesh.dp_shard >= 0, "parallel.dp_shard = {} must not be negative (0: automatic)", mesh.dp_shard);
   NDT_CHECK(c.zero_stage >= 0 && c.zero_stage <= 3, "parallel.zero_stage = {} must be 0, 1, 2 or 3", c.zero_stage);
-  NDT_CHECK(mesh.dp_shard == 1 || c.zero_stage > 0 || mesh.ep > 1,
+  NDT_CHECK(mesh.dp_shard <= 1 || c.zero_stage > 0 || mesh.ep > 1,
             "parallel.dp_shard = {} shards with ZeRO: set parallel.zero_stage to 1, 2 or 3 (or, for expert "
             "parallelism under DDP, parallel.ep > 1)",
             mesh.dp_shard);
@@ -324,12 +324,10 @@ void check_tensor_and_sequence_parallel(const RunConfig& c) {
             "parallel.sequence_parallel = true needs parallel.tp > 1 (it splits tokens over the tp ranks)");
 }
 
-// Threads when runtime.threads = 0: the node's cores divided among the ranks on it.
-int automatic_threads(int world_size) {
-  int local_ranks = world_size;
-  if (const char* env = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE")) local_ranks = std::max(1, std::atoi(env));
+// Threads when runtime.threads = 0: this node's cores divided among the ranks on it.
+int automatic_threads(int ranks_on_this_node) {
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  return std::max(1, cores / local_ranks);
+  return std::max(1, cores / std::max(1, ranks_on_this_node));
 }
 
 }  // namespace
@@ -345,8 +343,33 @@ void RunConfig::validate_layout() const {
   check_tensor_and_sequence_parallel(*this);
 }
 
-MeshShape RunConfig::resolve_mesh(int world_size) const {
+namespace {
+
+// parallel.dp_shard = 0: nothing to shard under DDP; with ZeRO, HSDP's default: the
+// data-parallel ranks of one node (shard inside a node, replicate across nodes) when they
+// split the data-parallel ranks evenly, else every data-parallel rank (on one node: FSDP).
+int automatic_dp_shard(const RunConfig& c, const MeshShape& m, int world_size, int ranks_per_node) {
+  if (c.zero_stage == 0) return 1;
+  const int64_t inner = int64_t{m.cp} * m.tp, others = inner * m.pp;
+  NDT_CHECK(world_size % others == 0, "the world size {} is not a multiple of parallel.pp x cp x tp = {}", world_size,
+            others);
+  const int64_t dp = world_size / others;
+  if (m.dp_replicate > 0) {
+    NDT_CHECK(dp % m.dp_replicate == 0, "parallel.dp_replicate = {} does not divide the {} data-parallel ranks",
+              m.dp_replicate, dp);
+    return static_cast<int>(dp / m.dp_replicate);
+  }
+  const int64_t per_node = ranks_per_node % inner == 0 ? ranks_per_node / inner : 0;
+  return per_node >= 1 && dp % per_node == 0 ? static_cast<int>(per_node) : static_cast<int>(dp);
+}
+
+}  // namespace
+
+MeshShape RunConfig::resolve_mesh(int world_size) const { return resolve_mesh(world_size, world_size); }
+
+MeshShape RunConfig::resolve_mesh(int world_size, int ranks_per_node) const {
   MeshShape m = mesh;
+  if (m.dp_shard == 0) m.dp_shard = automatic_dp_shard(*this, m, world_size, ranks_per_node);
   if (m.dp_replicate == 0) {
     const int64_t others = int64_t{m.pp} * m.dp_shard * m.cp * m.tp;
     NDT_CHECK(world_size % others == 0,
@@ -368,11 +391,13 @@ MeshShape RunConfig::resolve_mesh(int world_size) const {
   return m;
 }
 
-RunConfig RunConfig::resolved(int world_size) const {
+RunConfig RunConfig::resolved(int world_size) const { return resolved({world_size, world_size, world_size}); }
+
+RunConfig RunConfig::resolved(const JobShape& job) const {
   RunConfig r = *this;
-  r.mesh = resolve_mesh(world_size);
+  r.mesh = resolve_mesh(job.world_size, job.ranks_per_node);
   if (r.micro_batch_size == 0) r.micro_batch_size = r.rows_per_rank();
-  if (r.threads == 0) r.threads = automatic_threads(world_size);
+  if (r.threads == 0) r.threads = automatic_threads(job.ranks_on_this_node);
   if (r.schedule.decay_steps == 0) r.schedule.decay_steps = std::max<int64_t>(r.steps, 1);
   return r;
 }

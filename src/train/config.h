@@ -69,12 +69,15 @@ struct RunConfig {
   int top_k = 40;
 
   // [parallel]
-  MeshShape mesh{1, 0, 1, 1, 1};  // dp_replicate 0 (unresolved): every rank the other axes leave
+  // dp_replicate 0 (unresolved): every rank the other axes leave; dp_shard 0: automatic
+  // (1 under DDP; with ZeRO the data-parallel ranks of a node: resolve_mesh).
+  MeshShape mesh{1, 0, 0, 1, 1};
   double bucket_mb = 25;
   int zero_stage = 0;  // 0: DDP; 1, 2: ZeRO over dp_shard; 3: FSDP
   bool reshard_after_forward = true;
   bool prefetch = true;
   bool sequence_parallel = false;  // with tp > 1: norms and residual adds split by tokens
+  bool allow_cross_node_tp = false;  // tp (and Ulysses cp) groups may span nodes
   CpMode cp_mode = CpMode::ring;          // with cp > 1 (model/activation_layout.h)
   CpChunks cp_chunks = CpChunks::zigzag;  // with cp > 1
   PipelineSchedule pp_schedule = PipelineSchedule::one_f_one_b;
@@ -125,12 +128,19 @@ struct RunConfig {
   void validate_layout() const;
   // The mesh for a job of world_size ranks (dp_replicate 0 resolved); throws if it does
   // not fit, naming the sizes.
-  MeshShape resolve_mesh(int world_size) const;
+  MeshShape resolve_mesh(int world_size) const;  // on one node
+  MeshShape resolve_mesh(int world_size, int ranks_per_node) const;
   // This config for a job of world_size ranks with every value that defaults from
   // others filled in: mesh (resolve_mesh), micro_batch_size (0: the rows of a
   // data-parallel rank), threads (0: the node's cores divided among the ranks on it),
   // schedule.decay_steps (0: steps). Throws like resolve_mesh. Idempotent.
-  RunConfig resolved(int world_size) const;
+  RunConfig resolved(int world_size) const;  // on one node
+  struct JobShape {
+    int world_size;
+    int ranks_per_node;      // the fewest ranks a node holds (parallel.dp_shard = 0 under ZeRO)
+    int ranks_on_this_node;  // runtime.threads = 0
+  };
+  RunConfig resolved(const JobShape& job) const;
   // Rows of the global batch each data-parallel rank takes, and the micro-batches it
   // runs them in (a resolved config).
   int rows_per_rank() const { return batch_size / mesh.size(Axis::dp); }

@@ -25,6 +25,22 @@ std::string describe_sync(const RunConfig& config, const GradientSync& sync) {
                      plural(static_cast<int64_t>(n)), config.bucket_mb);
 }
 
+// "nodes: 2 (host-a, host-b) x 2 ranks; dp crosses nodes (2 per group), tp inside a node":
+// the axes of more than one rank, and whether their groups stay inside a node.
+std::string describe_topology(DeviceMesh& mesh) {
+  std::string axes;
+  for (Axis axis : {Axis::pp, Axis::dp_replicate, Axis::dp_shard, Axis::dp, Axis::cp, Axis::tp, Axis::ep}) {
+    if (mesh.size(axis) == 1 || (axis == Axis::dp && mesh.size(Axis::dp) == mesh.size(Axis::dp_shard)) ||
+        (axis == Axis::dp && mesh.size(Axis::dp) == mesh.size(Axis::dp_replicate))) {
+      continue;
+    }
+    const int n = mesh.nodes_spanned(axis);
+    axes += fmt::format("; {} {}", axis_name(axis),
+                        n == 1 ? std::string("inside a node") : fmt::format("crosses nodes ({} per group)", n));
+  }
+  return "nodes: " + mesh.topology().describe() + axes;
+}
+
 }  // namespace
 
 bool RunLog::recomputes(const TrainingModel& model) const {
@@ -68,6 +84,7 @@ void RunLog::batch_and_mesh(const TrainingModel& model, DeviceMesh& mesh) {
   fmt::print(*out_, "mesh: {}; {} thread{} per rank{}\n",
              mesh.world().size() == 1 ? std::string("one rank") : mesh.shape().str(), config_.threads,
              plural(config_.threads), dp > 1 ? "; " + describe_sync(config_, model.sync()) : "");
+  if (mesh.world().size() > 1) fmt::print(*out_, "{}\n", describe_topology(mesh));
   fmt::print(*out_, "matmuls: {}\n", kernels::gemm_library());
 }
 

@@ -18,12 +18,25 @@ namespace ndt {
 
 namespace {
 
-// The config checked and resolved for the mesh, which must be the one it describes.
-RunConfig resolved_for(const RunConfig& config, const DeviceMesh& mesh) {
+// The config checked and resolved for the mesh and its nodes, which must be the mesh
+// it describes.
+RunConfig resolved_for(const RunConfig& config, DeviceMesh& mesh) {
   config.validate();
-  RunConfig resolved = config.resolved(static_cast<int>(mesh.shape().product()));
+  const NodeTopology& nodes = mesh.topology();
+  const int my_node = nodes.node_of_rank[static_cast<size_t>(mesh.world().rank())];
+  RunConfig resolved =
+      config.resolved({mesh.world().size(), nodes.ranks_per_node(), nodes.ranks_on_node(my_node)});
   NDT_CHECK(mesh.shape().str() == resolved.mesh.str(), "the mesh {} does not match the config's {}",
             mesh.shape().str(), resolved.mesh.str());
+  // Tensor parallelism (and Ulysses) communicates in every block: inside a node only.
+  for (const auto& [axis, what] : {std::pair{Axis::tp, "parallel.tp"}, {Axis::cp, "parallel.cp (Ulysses)"}}) {
+    if (axis == Axis::cp && resolved.cp_mode != CpMode::ulysses) continue;
+    NDT_CHECK(resolved.allow_cross_node_tp || mesh.nodes_spanned(axis) == 1,
+              "{} = {}: its groups span {} nodes ({}), but they communicate in every block and need a node's own "
+              "links: give each node a multiple of the group's ranks (the mesh puts tp innermost), or set "
+              "parallel.allow_cross_node_tp = true",
+              what, mesh.size(axis), mesh.nodes_spanned(axis), mesh.crossing_group(axis));
+  }
   return resolved;
 }
 
