@@ -31,6 +31,38 @@ int64_t CommStats::total_wire_bytes() const {
   return total;
 }
 
+int64_t CommStats::total_inter_node_wire_bytes() const {
+  int64_t total = 0;
+  for (const CommCounter& c : ops) total += c.inter_node_wire_bytes;
+  return total;
+}
+
+bool Communicator::crosses_to(int peer) const {
+  if (member_nodes_.empty()) return false;
+  return member_nodes_.at(static_cast<size_t>(peer)) != member_nodes_.at(static_cast<size_t>(rank()));
+}
+
+int64_t Communicator::inter_node_bytes(CommOp op, int64_t wire, int peer) const {
+  if (member_nodes_.empty() || wire == 0) return 0;
+  const int n = size(), me = rank();
+  switch (op) {
+    case CommOp::all_reduce:
+    case CommOp::reduce_scatter:
+    case CommOp::all_gather:
+    case CommOp::broadcast: return crosses_to((me + 1) % n) ? wire : 0;
+    case CommOp::all_to_all: {
+      int others = 0;
+      for (int r = 0; r < n; ++r) others += crosses_to(r);
+      return n > 1 ? wire * others / (n - 1) : 0;
+    }
+    case CommOp::send: return crosses_to(peer) ? wire : 0;
+    case CommOp::all_to_all_v:  // counted by the backend, block by block
+    case CommOp::recv:
+    case CommOp::barrier: return 0;
+  }
+  return 0;
+}
+
 double CommStats::total_wait_seconds() const {
   double total = 0;
   for (const CommCounter& c : ops) total += c.wait_seconds;

@@ -55,6 +55,13 @@ struct CommCounter {
   // to other ranks, send payload, recv 0, broadcast payload (root) / 0, barrier 0.
   // Integer arithmetic, rounded down: wire = factor_numerator * payload / n.
   int64_t wire_bytes = 0;
+  // Of those, the bytes sent to a rank on another node (the group's member nodes set by
+  // DeviceMesh: set_member_nodes). Ring-shaped operations (all_reduce, reduce_scatter,
+  // all_gather, broadcast) send to the next rank of the group, so a rank whose next rank
+  // is on another node sends all of its wire bytes across; all_to_all sends an equal
+  // block to every other rank, all_to_all_v its blocks to the ranks on other nodes, send
+  // to its peer.
+  int64_t inter_node_wire_bytes = 0;
   double wait_seconds = 0;  // time blocked in wait() (or in a blocking call)
 };
 
@@ -63,6 +70,7 @@ struct CommStats {
   const CommCounter& operator[](CommOp op) const { return ops[static_cast<size_t>(op)]; }
   CommCounter& operator[](CommOp op) { return ops[static_cast<size_t>(op)]; }
   int64_t total_wire_bytes() const;
+  int64_t total_inter_node_wire_bytes() const;
   double total_wait_seconds() const;
 };
 
@@ -138,13 +146,21 @@ class Communicator {
   // Empty: the group is inside one node. Set by DeviceMesh.
   void set_peers_on_other_hosts(std::string text) { peers_on_other_hosts_ = std::move(text); }
   const std::string& peers_on_other_hosts() const { return peers_on_other_hosts_; }
+  // The node of each member, in group rank order (set by DeviceMesh; unset: one node).
+  void set_member_nodes(std::vector<int> nodes) { member_nodes_ = std::move(nodes); }
+  bool crosses_to(int peer) const;  // peer is on another node than this rank
 
   CommStats& stats() { return stats_; }
   const CommStats& stats() const { return stats_; }
 
  protected:
+  // The bytes of `wire` (this call's, of operation op) that cross nodes, as CommCounter
+  // says; peer: send's destination.
+  int64_t inter_node_bytes(CommOp op, int64_t wire, int peer = -1) const;
+
   CommStats stats_;
   std::string peers_on_other_hosts_;
+  std::vector<int> member_nodes_;
 };
 
 // The training step shown in timeout messages (set by the trainer each step; -1,

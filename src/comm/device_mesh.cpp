@@ -166,7 +166,11 @@ void DeviceMesh::place_on_nodes() {
                            fmt::join(ranks, ", "), topology_.host_names[static_cast<size_t>(n)]);
     }
     axes_[a]->set_peers_on_other_hosts(peers);
+    std::vector<int> member_nodes;
+    for (int r : ranks_of_group[mine]) member_nodes.push_back(node[static_cast<size_t>(r)]);
+    axes_[a]->set_member_nodes(std::move(member_nodes));
   }
+  world_.set_member_nodes(node);
 }
 
 int DeviceMesh::coord(Axis axis) const {

@@ -96,8 +96,9 @@ void check_received(const MPI_Status& status, MPI_Datatype type, size_t expected
 // what runs after it (finish).
 class MpiWork final : public Work {
  public:
-  MpiWork(CommCounter& counter, CommOp op, const std::string& axis, int64_t bytes, DType dtype)
-      : counter_(counter), op_(op), axis_(axis), bytes_(bytes), dtype_(dtype) {}
+  MpiWork(CommCounter& counter, CommOp op, const std::string& axis, int64_t bytes, DType dtype,
+          const std::string& peers)
+      : counter_(counter), op_(op), axis_(axis), peers_(peers), bytes_(bytes), dtype_(dtype) {}
 
   ~MpiWork() override {
     if (done_ || request == MPI_REQUEST_NULL) return;  // complete, or never started (the MPI_I* call failed)
@@ -125,7 +126,7 @@ class MpiWork final : public Work {
   void wait() override {
     if (done_) return;
     {
-      TimedWait timed(counter_, op_, axis_, bytes_, dtype_);
+      TimedWait timed(counter_, op_, axis_, bytes_, dtype_, peers_);
       const int rc = MPI_Wait(&request, &status_);
       if (rc != MPI_SUCCESS) failed(rc);
     }
@@ -142,7 +143,7 @@ class MpiWork final : public Work {
   // An error completes the request (MPI frees it): the Work is done, with the error.
   [[noreturn]] void failed(int rc) {
     done_ = true;
-    check_mpi(rc, op_, axis_);
+    check_mpi(rc, op_, axis_, peers_);
     fail("{}: MPI error {}", where(op_, axis_), rc);
   }
 
@@ -154,16 +155,18 @@ class MpiWork final : public Work {
   CommCounter& counter_;
   CommOp op_;
   std::string axis_;
+  std::string peers_;  // the group's ranks on other hosts, for messages
   int64_t bytes_;
   DType dtype_;
   MPI_Status status_{};
   bool done_ = false;
 };
 
-void count_call(CommCounter& c, int64_t payload, int64_t wire) {
+void count_call(CommCounter& c, int64_t payload, int64_t wire, int64_t inter_node = 0) {
   c.calls += 1;
   c.payload_bytes += payload;
   c.wire_bytes += wire;
+  c.inter_node_wire_bytes += inter_node;
 }
 
 // all_to_all_v's counts and displacements as MPI ints, checked against INT_MAX.
@@ -244,16 +247,31 @@ WorkHandle MpiCommunicator::run(CommOp op, int64_t bytes, DType dtype, bool bloc
   if (blocking) {
     MPI_Status status{};
     {
-      TimedWait timed(stats_[op], op, axis_, bytes, dtype);
-      check_mpi(call(nullptr), op, axis_);
+      TimedWait timed(stats_[op], op, axis_, bytes, dtype, peers_on_other_hosts());
+      check_mpi(call(nullptr), op, axis_, peers_on_other_hosts());
     }
     if (after) after(status);
     return nullptr;
   }
-  auto work = std::make_unique<MpiWork>(stats_[op], op, axis_, bytes, dtype);
-  check_mpi(call(&work->request), op, axis_);
+  auto work = std::make_unique<MpiWork>(stats_[op], op, axis_, bytes, dtype, peers_on_other_hosts());
+  check_mpi(call(&work->request), op, axis_, peers_on_other_hosts());
   work->finish = std::move(after);
   return work;
+}
+
+void MpiCommunicator::count_op(CommOp op, int64_t payload, int64_t wire, int peer) {
+  count_call(stats_[op], payload, wire, inter_node_bytes(op, wire, peer));
+}
+
+void MpiCommunicator::count_v(CommOp op, int64_t payload, const std::vector<size_t>& send_counts, size_t element) {
+  int64_t wire = 0, inter = 0;
+  for (int j = 0; j < size_; ++j) {
+    if (j == rank_) continue;
+    const auto bytes = static_cast<int64_t>(send_counts[static_cast<size_t>(j)] * element);
+    wire += bytes;
+    if (crosses_to(j)) inter += bytes;
+  }
+  count_call(stats_[op], payload, wire, inter);
 }
 
 // all_reduce, in place.
@@ -262,7 +280,7 @@ WorkHandle MpiCommunicator::start_all_reduce(void* buf, size_t count, DType dtyp
   const MPI_Op mop = reduction(kOp, axis_, dtype, op);
   const int n = mpi_count(kOp, axis_, count);
   const auto bytes = static_cast<int64_t>(count * dtype_size(dtype));
-  count_call(stats_[kOp], bytes, comm_wire_bytes(kOp, bytes, size_));
+  count_op(kOp, bytes, comm_wire_bytes(kOp, bytes, size_));
   const MPI_Datatype type = mpi_datatype(dtype);
   return run(kOp, bytes, dtype, blocking,
              [&](MPI_Request* r) {
@@ -281,7 +299,7 @@ WorkHandle MpiCommunicator::start_reduce_scatter(const void* send, void* recv, s
   const size_t block = recv_count * dtype_size(dtype);
   check_no_overlap(kOp, axis_, send, block * size_, recv, block);
   const auto bytes = static_cast<int64_t>(block * size_);
-  count_call(stats_[kOp], bytes, comm_wire_bytes(kOp, bytes, size_));
+  count_op(kOp, bytes, comm_wire_bytes(kOp, bytes, size_));
   if (use_ring_reduce_scatter(dtype, op, bytes)) {
     auto ring = std::make_unique<RingReduceScatterWork>(stats_[kOp], axis_, comm_, rank_, size_, next_ring_tag(),
                                                         static_cast<const float*>(send), static_cast<float*>(recv),
@@ -313,7 +331,7 @@ WorkHandle MpiCommunicator::start_all_gather(const void* send, void* recv, size_
     src = send;
   }
   const auto bytes = static_cast<int64_t>(block * size_);
-  count_call(stats_[kOp], bytes, comm_wire_bytes(kOp, bytes, size_));
+  count_op(kOp, bytes, comm_wire_bytes(kOp, bytes, size_));
   const MPI_Datatype type = mpi_datatype(dtype);
   const int n = static_cast<int>(send_count);
   return run(kOp, bytes, dtype, blocking, [&](MPI_Request* r) {
@@ -329,7 +347,7 @@ WorkHandle MpiCommunicator::start_all_to_all(const void* send, void* recv, size_
   const size_t total = count_per_rank * dtype_size(dtype) * size_;
   check_no_overlap(kOp, axis_, send, total, recv, total);
   const auto bytes = static_cast<int64_t>(total);
-  count_call(stats_[kOp], bytes, comm_wire_bytes(kOp, bytes, size_));
+  count_op(kOp, bytes, comm_wire_bytes(kOp, bytes, size_));
   const MPI_Datatype type = mpi_datatype(dtype);
   const int n = static_cast<int>(count_per_rank);
   return run(kOp, bytes, dtype, blocking, [&](MPI_Request* r) {
@@ -366,14 +384,14 @@ void MpiCommunicator::all_to_all(const void* send, void* recv, size_t count_per_
 WorkHandle MpiCommunicator::iall_to_all_v(const void* send, const std::vector<size_t>& send_counts, void* recv,
                                           const std::vector<size_t>& recv_counts, DType dtype) {
   constexpr CommOp kOp = CommOp::all_to_all_v;
-  auto work = std::make_unique<MpiWork>(stats_[kOp], kOp, axis_, 0, dtype);
+  auto work = std::make_unique<MpiWork>(stats_[kOp], kOp, axis_, 0, dtype, peers_on_other_hosts());
   size_t send_total = 0, recv_total = 0;
   v_layout(kOp, axis_, "send_counts", send_counts, size_, work->counts[0], work->counts[1], send_total);
   v_layout(kOp, axis_, "recv_counts", recv_counts, size_, work->counts[2], work->counts[3], recv_total);
   const size_t es = dtype_size(dtype);
   check_no_overlap(kOp, axis_, send, send_total * es, recv, recv_total * es);
   const auto bytes = static_cast<int64_t>(send_total * es);
-  count_call(stats_[kOp], bytes, static_cast<int64_t>((send_total - send_counts[rank_]) * es));
+  count_v(kOp, bytes, send_counts, es);
   work->set_size(bytes);
   const MPI_Datatype type = mpi_datatype(dtype);
   check_mpi(MPI_Ialltoallv(send, work->counts[0].data(), work->counts[1].data(), type, recv,
@@ -392,9 +410,9 @@ void MpiCommunicator::all_to_all_v(const void* send, const std::vector<size_t>& 
   const size_t es = dtype_size(dtype);
   check_no_overlap(kOp, axis_, send, send_total * es, recv, recv_total * es);
   const auto bytes = static_cast<int64_t>(send_total * es);
-  count_call(stats_[kOp], bytes, static_cast<int64_t>((send_total - send_counts[rank_]) * es));
+  count_v(kOp, bytes, send_counts, es);
   const MPI_Datatype type = mpi_datatype(dtype);
-  TimedWait timed(stats_[kOp], kOp, axis_, bytes, dtype);
+  TimedWait timed(stats_[kOp], kOp, axis_, bytes, dtype, peers_on_other_hosts());
   check_mpi(MPI_Alltoallv(send, sc.data(), sd.data(), type, recv, rc.data(), rd.data(), type, comm_), kOp, axis_);
 }
 
@@ -407,7 +425,7 @@ WorkHandle MpiCommunicator::start_send(const void* buf, size_t count, DType dtyp
   check_tag(kOp, axis_, tag);
   const int n = mpi_count(kOp, axis_, count);
   const auto bytes = static_cast<int64_t>(count * dtype_size(dtype));
-  count_call(stats_[kOp], bytes, comm_wire_bytes(kOp, bytes, size_));
+  count_op(kOp, bytes, comm_wire_bytes(kOp, bytes, size_), dst);
   const MPI_Datatype type = mpi_datatype(dtype);
   return run(kOp, bytes, dtype, blocking, [&](MPI_Request* r) {
     return r ? MPI_Isend(buf, n, type, dst, tag, comm_, r) : MPI_Send(buf, n, type, dst, tag, comm_);
@@ -439,7 +457,7 @@ WorkHandle MpiCommunicator::start_broadcast(void* buf, size_t count, DType dtype
   check_peer(kOp, axis_, "root", root, size_);
   const int n = mpi_count(kOp, axis_, count);
   const auto bytes = static_cast<int64_t>(count * dtype_size(dtype));
-  count_call(stats_[kOp], bytes, rank_ == root ? bytes : 0);
+  count_op(kOp, bytes, rank_ == root ? bytes : 0);
   const MPI_Datatype type = mpi_datatype(dtype);
   return run(kOp, bytes, dtype, blocking, [&](MPI_Request* r) {
     return r ? MPI_Ibcast(buf, n, type, root, comm_, r) : MPI_Bcast(buf, n, type, root, comm_);

@@ -74,6 +74,9 @@ class MpiCommunicator final : public Communicator {
 
  private:
   // One function per operation for both forms; blocking ones return nullptr.
+  // Counts a call (payload, wire bytes, those crossing nodes: peer is send's destination).
+  void count_op(CommOp op, int64_t payload, int64_t wire, int peer = -1);
+  void count_v(CommOp op, int64_t payload, const std::vector<size_t>& send_counts, size_t element);  // all_to_all_v
   WorkHandle start_all_reduce(void* buf, size_t count, DType dtype, ReduceOp op, bool blocking);
   WorkHandle start_reduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype, ReduceOp op,
                                   bool blocking);

@@ -1,6 +1,7 @@
 // MPI datatypes and reduction ops for ndtrain's DType and ReduceOp, and the helpers
 // MpiCommunicator and the ring reduce-scatter share (see mpi_types.h).
 #include "comm/mpi_types.h"
+#include "comm/watchdog.h"
 
 #include "core/error.h"
 
@@ -99,12 +100,13 @@ MPI_Op reduction(CommOp what, const std::string& axis, DType dtype, ReduceOp op)
        "bf16 or f16", where(what, axis), reduce_op_name(op), dtype_name(dtype), dtype_name(dtype));
 }
 
-void check_mpi(int rc, CommOp what, const std::string& axis) {
+void check_mpi(int rc, CommOp what, const std::string& axis, std::string_view peers) {
   if (rc == MPI_SUCCESS) return;
   char text[MPI_MAX_ERROR_STRING];
   int len = 0;
   MPI_Error_string(rc, text, &len);
-  fail("{}: MPI error {}: {}", where(what, axis), rc, std::string_view(text, static_cast<size_t>(len)));
+  fail("{}: MPI error {}: {}{}", where(what, axis), rc, std::string_view(text, static_cast<size_t>(len)),
+       unreachable_peers_note(peers));
 }
 
 // ReduceOp::avg: the sum divided by the group size, in f32 for the 16-bit types.

@@ -31,7 +31,8 @@ std::string where(CommOp op, const std::string& axis);
 MPI_Op reduction(CommOp what, const std::string& axis, DType dtype, ReduceOp op);
 
 // Throws ndt::Error with MPI's text for `rc` unless it is MPI_SUCCESS.
-void check_mpi(int rc, CommOp what, const std::string& axis);
+// peers: the group's ranks on other hosts (named as possibly unreachable).
+void check_mpi(int rc, CommOp what, const std::string& axis, std::string_view peers = {});
 
 // ReduceOp::avg: the sum divided by the group size, in f32 for the 16-bit types.
 void divide(void* buf, size_t count, DType dtype, int n);
@@ -39,8 +40,9 @@ void divide(void* buf, size_t count, DType dtype, int n);
 // A blocking call's wait: watched by the watchdog and added to the counter's wait time.
 class TimedWait {
  public:
-  TimedWait(CommCounter& counter, CommOp op, std::string_view axis, int64_t bytes, DType dtype)
-      : counter_(counter), guard_(op, axis, bytes, dtype), start_(std::chrono::steady_clock::now()) {}
+  TimedWait(CommCounter& counter, CommOp op, std::string_view axis, int64_t bytes, DType dtype,
+            std::string_view peers = {})
+      : counter_(counter), guard_(op, axis, bytes, dtype, peers), start_(std::chrono::steady_clock::now()) {}
   ~TimedWait() {
     counter_.wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   }

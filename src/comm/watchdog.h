@@ -31,6 +31,13 @@ double comm_timeout_seconds();
 // The rank shown in timeout messages (the world rank; MpiRuntime sets it). -1: unknown.
 void set_comm_log_rank(int rank);
 
+// A stop signal (SIGTERM, SIGINT) that arrives while this process waits on communication:
+// the run cannot reach a step boundary to save, and a launcher that lost a host sends
+// SIGTERM to the survivors just before it kills them. The watchdog prints, once, what the
+// wait was for (the operation, the axis, the step, the group's ranks on other hosts), so
+// the job's output says which peers were lost. Async-signal-safe.
+void note_stop_signal(int signal);
+
 // Exit status of a process ended by the watchdog (the CLI uses 1 for errors and 2 for
 // internal errors; not 124, which timeout(1) and CI runners report for their own kills).
 inline constexpr int kCommTimeoutExitCode = 3;
@@ -39,14 +46,19 @@ inline constexpr int kCommTimeoutExitCode = 3;
 std::string format_bytes(int64_t bytes);
 
 // The one-line message printed on timeout (without the newline). step < 0 omits
-// "at step N"; a barrier has no size and dtype.
+// "at step N"; a barrier has no size and dtype; peers: the group's ranks on other hosts
+// (Communicator::peers_on_other_hosts), named as the ones a lost host or a cut link
+// leaves unreachable (omitted when empty).
 std::string comm_timeout_message(int rank, CommOp op, std::string_view axis, int64_t bytes, DType dtype,
-                                 double timeout_seconds, int64_t step);
+                                 double timeout_seconds, int64_t step, std::string_view peers = {});
+// "; it waits on ranks 2, 3 on host-b, which a lost host or a cut link leaves
+// unreachable", or "" for no peers on other hosts.
+std::string unreachable_peers_note(std::string_view peers);
 
 // Registers a wait for its lifetime. The axis must outlive the guard. Not copyable.
 class CommWaitGuard {
  public:
-  CommWaitGuard(CommOp op, std::string_view axis, int64_t bytes, DType dtype);
+  CommWaitGuard(CommOp op, std::string_view axis, int64_t bytes, DType dtype, std::string_view peers = {});
   ~CommWaitGuard();
   CommWaitGuard(const CommWaitGuard&) = delete;
   CommWaitGuard& operator=(const CommWaitGuard&) = delete;
@@ -55,6 +67,7 @@ class CommWaitGuard {
   friend struct WatchdogAccess;
   CommOp op_;
   std::string_view axis_;
+  std::string_view peers_;
   int64_t bytes_;
   DType dtype_;
   int64_t step_;

@@ -119,8 +119,10 @@ std::unique_ptr<GradientSync> parallelize(Transformer& model, DeviceMesh& mesh, 
   } else if (o.zero_stage == 1) {
     sync = std::make_unique<ZeroStage1>(store, mesh, o.bucket_bytes, o.adamw, o.reduce_dtype);
   } else {
-    sync = std::make_unique<DataParallel>(store, mesh.axis(Axis::dp_cp), o.bucket_bytes, o.adamw, o.reduce_dtype,
-                                          mesh.axis(Axis::edp));
+    auto ddp = std::make_unique<DataParallel>(store, mesh.axis(Axis::dp_cp), o.bucket_bytes, o.adamw, o.reduce_dtype,
+                                              mesh.axis(Axis::edp));
+    if (mesh.nodes_spanned(Axis::dp_cp) > 1) ddp->set_reduction(o.dp_reduction, o.bucket_bytes);
+    sync = std::move(ddp);
   }
   sync->set_tensor_parallel(store, tp);
   if (shape.ep > 1) sync->set_expert_parallel(&mesh.axis(Axis::ep));

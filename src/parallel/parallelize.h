@@ -26,6 +26,7 @@
 #include "model/transformer.h"
 #include "optim/adamw.h"
 #include "parallel/data/gradient_sync.h"
+#include "parallel/data/two_level_reduce.h"
 
 #include <cstddef>
 #include <memory>
@@ -46,6 +47,8 @@ struct ParallelOptions {
   // What data-parallel gradient reductions send (precision.reduce_dtype): f32, or bf16
   // (half the bytes; parallel/data/low_precision_comm.h).
   DType reduce_dtype = DType::f32;
+  // DDP's all-reduce when the data-parallel group crosses nodes (parallel/data/two_level_reduce.h).
+  DpReduction dp_reduction = DpReduction::automatic;
   // Pipeline parallelism (mesh pp > 1): the units this rank runs, one flag per unit
   // (parallel/pipeline/stages.h). Only their parameters exist here, plus a tied
   // embedding on the stage holding the head (a pipeline copy). Empty: every unit.

@@ -19,6 +19,7 @@
 #include "optim/schedule.h"
 #include "optim/zclip.h"
 #include "optim/weight_decay.h"
+#include "parallel/data/two_level_reduce.h"
 #include "parallel/pipeline/schedule.h"
 #include "train/spike_detector.h"
 #include "train/stability_actions.h"
@@ -78,6 +79,7 @@ struct RunConfig {
   bool prefetch = true;
   bool sequence_parallel = false;  // with tp > 1: norms and residual adds split by tokens
   bool allow_cross_node_tp = false;  // tp (and Ulysses cp) groups may span nodes
+  DpReduction dp_reduction = DpReduction::automatic;  // DDP across nodes (parallel/data/two_level_reduce.h)
   CpMode cp_mode = CpMode::ring;          // with cp > 1 (model/activation_layout.h)
   CpChunks cp_chunks = CpChunks::zigzag;  // with cp > 1
   PipelineSchedule pp_schedule = PipelineSchedule::one_f_one_b;

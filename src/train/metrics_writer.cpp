@@ -46,8 +46,9 @@ nlohmann::json comm_record(DeviceMesh& mesh) {
     for (size_t op = 0; op < kNumCommOps; ++op) {
       const CommCounter& c = stats.ops[op];
       if (c.calls == 0) continue;
-      ops[std::string(comm_op_name(static_cast<CommOp>(op)))] = {
-          {"calls", c.calls}, {"wire_bytes", c.wire_bytes}, {"wait_s", c.wait_seconds}};
+      nlohmann::json counters = {{"calls", c.calls}, {"wire_bytes", c.wire_bytes}, {"wait_s", c.wait_seconds}};
+      if (c.inter_node_wire_bytes > 0) counters["inter_node_wire_bytes"] = c.inter_node_wire_bytes;
+      ops[std::string(comm_op_name(static_cast<CommOp>(op)))] = counters;
     }
     if (!ops.empty()) record[std::string(axis_name(axis))] = ops;
   }

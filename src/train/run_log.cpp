@@ -21,8 +21,9 @@ const char* plural(int64_t n) { return n == 1 ? "" : "s"; }
 std::string describe_sync(const RunConfig& config, const GradientSync& sync) {
   const size_t n = sync.bucket_count();
   if (config.zero_stage >= 2) return fmt::format("ZeRO stage {}, {} units (the root and each block)", config.zero_stage, n);
-  return fmt::format("{}{} gradient bucket{} of >= {} MiB", config.zero_stage == 1 ? "ZeRO stage 1, " : "", n,
-                     plural(static_cast<int64_t>(n)), config.bucket_mb);
+  const std::string reduction = sync.describe_reduction();
+  return fmt::format("{}{} gradient bucket{} of >= {} MiB{}", config.zero_stage == 1 ? "ZeRO stage 1, " : "", n,
+                     plural(static_cast<int64_t>(n)), config.bucket_mb, reduction.empty() ? "" : "; " + reduction);
 }
 
 // "nodes: 2 (host-a, host-b) x 2 ranks; dp crosses nodes (2 per group), tp inside a node":
@@ -245,8 +246,11 @@ void RunLog::throughput_and_memory(const RunSummary& summary, DeviceMesh& mesh, 
     for (Axis axis : reported_axes(mesh.shape())) {
       const CommStats& stats = mesh.axis(axis).stats();
       if (stats.total_wire_bytes() == 0) continue;
-      fmt::print(*out_, "communication on {} (rank 0): {:.1f} MiB sent, {:.2f} s waiting\n", axis_name(axis),
-                 mib(static_cast<size_t>(stats.total_wire_bytes())), stats.total_wait_seconds());
+      const int64_t across = stats.total_inter_node_wire_bytes();
+      fmt::print(*out_, "communication on {} (rank 0): {:.1f} MiB sent{}, {:.2f} s waiting\n", axis_name(axis),
+                 mib(static_cast<size_t>(stats.total_wire_bytes())),
+                 across > 0 ? fmt::format(" ({:.1f} MiB to other nodes)", mib(static_cast<size_t>(across))) : "",
+                 stats.total_wait_seconds());
     }
     fmt::print(*out_, "gradient communication backward did not hide: {:.2f} s\n", model.sync().exposed_wait_seconds());
   }

@@ -1,5 +1,7 @@
 #include "train/stop_signal.h"
 
+#include "comm/watchdog.h"
+
 #include <atomic>
 #include <csignal>
 
@@ -10,6 +12,7 @@ namespace {
 std::atomic<int> g_signal{0};
 
 void on_stop_signal(int signal) {
+  note_stop_signal(signal);  // the watchdog says what a wait in progress was for
   int none = 0;
   if (g_signal.compare_exchange_strong(none, signal)) return;
   if (signal == SIGINT) {  // Ctrl-C again: the default action, now

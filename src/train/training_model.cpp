@@ -17,6 +17,7 @@ ParallelOptions parallel_options(const RunConfig& config, std::vector<char> loca
   o.cp_chunks = config.cp_chunks;
   o.adamw = config.adamw;
   o.reduce_dtype = config.reduce_dtype;
+  o.dp_reduction = config.dp_reduction;
   o.local_units = std::move(local_units);
   return o;
 }

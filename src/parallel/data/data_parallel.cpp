@@ -43,6 +43,7 @@ WorkHandle DataParallel::launch(size_t b) {
   float* grads = store_.grads().data<float>() + bucket.begin;
   const int64_t n = bucket.end - bucket.begin;
   if (reduce_dtype_ == DType::f32) {
+    if (two_level_ && bucket.comm == &dp_) return two_level_->start(grads, static_cast<size_t>(n));
     return bucket.comm->iall_reduce(grads, static_cast<size_t>(n), DType::f32, ReduceOp::sum);
   }
   staging_[b] = round_for_sending(reduce_dtype_, grads, n);
@@ -58,6 +59,23 @@ void DataParallel::finish_backward() {
   const auto t0 = std::chrono::steady_clock::now();
   scheduler_.wait_all();
   exposed_wait_seconds_ += seconds_since(t0);
+}
+
+void DataParallel::set_reduction(DpReduction reduction, size_t bucket_bytes) {
+  if (reduction == DpReduction::flat) return;
+  if (reduce_dtype_ != DType::f32) {
+    reduction_note_ = "gradients reduced flat (the hierarchical reduction sums in f32 only)";
+    return;
+  }
+  two_level_ = std::make_unique<TwoLevelAllReduce>(dp_);
+  if (reduction == DpReduction::automatic) {
+    const size_t floats = std::min<size_t>(bucket_bytes / sizeof(float), static_cast<size_t>(store_.numel()));
+    const ReductionTiming timing = time_reductions(dp_, *two_level_, std::max<size_t>(floats, 1));
+    reduction_note_ = "reduction measured at start: " + timing.describe(floats * sizeof(float));
+    if (!timing.hierarchical_faster()) two_level_.reset();
+    return;
+  }
+  reduction_note_ = "hierarchical reduction: inside nodes, then across";
 }
 
 double DataParallel::grad_norm() {

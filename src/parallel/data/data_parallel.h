@@ -19,6 +19,7 @@
 #include "optim/adamw.h"
 #include "parallel/data/buckets.h"
 #include "parallel/data/gradient_sync.h"
+#include "parallel/data/two_level_reduce.h"
 
 #include <cstdint>
 #include <memory>
@@ -54,6 +55,12 @@ class DataParallel : public GradientSync {
 
   const std::vector<GradientBucket>& buckets() const { return scheduler_.buckets(); }
 
+  // parallel.dp_reduction, for a dp group that crosses nodes (f32 reductions only):
+  // hierarchical routes the dp buckets through two levels; auto measures both on a
+  // bucket first. Collective over dp. Describes the choice for the run header.
+  void set_reduction(DpReduction reduction, size_t bucket_bytes);
+  std::string describe_reduction() const override { return reduction_note_; }
+
  protected:
   std::vector<StateSlice> layout_state_slices() override;
 
@@ -72,6 +79,8 @@ class DataParallel : public GradientSync {
   AdamW optimizer_;
   std::vector<Tensor> staging_;  // low-precision reduction: each bucket's rounded gradients in flight
   BucketScheduler scheduler_;
+  std::unique_ptr<TwoLevelAllReduce> two_level_;  // the dp buckets' route when hierarchical
+  std::string reduction_note_;
   double exposed_wait_seconds_ = 0;
 };
 

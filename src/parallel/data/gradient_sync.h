@@ -56,6 +56,9 @@ class GradientSync : public ModelHooks {
   // The optimizer update with learning rate lr, gradients multiplied by grad_scale.
   virtual void step(float lr, float grad_scale) = 0;
   virtual size_t bucket_count() const = 0;
+  // How the data-parallel reduction runs beyond the defaults, for the run header ("" for
+  // nothing to add): e.g. DDP's two-level reduction across nodes.
+  virtual std::string describe_reduction() const { return ""; }
   // Seconds spent in finish_backward() waiting for communication, summed over calls:
   // the communication backward did not hide.
   virtual double exposed_wait_seconds() const = 0;
