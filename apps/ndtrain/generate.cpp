@@ -1,7 +1,8 @@
 // `ndtrain generate`: samples a continuation of a prompt from the model of a checkpoint
 // (train/generate.h), in one process. Text goes through the run's tokenizer (--tokenizer,
 // else the one recorded beside the run's training shards, else bytes: vocab_size 256);
-// with --raw-tokens the prompt and the output are comma-separated token ids.
+// with --raw-tokens the prompt and the output are comma-separated token ids. A run trained
+// with data.document_boundaries generates with them: a separator starts a new document.
 #include "apps/ndtrain/commands.h"
 #include "core/error.h"
 #include "data/dataset_spec.h"
@@ -43,16 +44,31 @@ std::vector<int32_t> parse_token_ids(const std::string& text, int vocab) {
   return ids;
 }
 
-// The run's text codec: --tokenizer, else the record beside the training shards the
-// checkpoint's state names (when they are still there), else bytes.
-TextCodec run_codec(const GenerateOptions& o, const std::filesystem::path& dir) {
-  if (!o.tokenizer.empty()) return TextCodec(o.tokenizer);
+// The checkpoint's state["data"] (null when it has none).
+nlohmann::json run_data_state(const std::filesystem::path& dir) {
   std::ifstream in(dir / "metadata.json");
   const nlohmann::json metadata = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  const nlohmann::json* train = nullptr;
   if (metadata.is_object() && metadata.contains("state") && metadata["state"].contains("data")) {
-    train = &metadata["state"]["data"]["train"];
+    return metadata["state"]["data"];
   }
+  return nullptr;
+}
+
+// The token documents started at in training (data.document_boundaries), which generation
+// applies too; nullopt when the run had none.
+std::optional<int32_t> run_document_separator(const nlohmann::json& data) {
+  if (!data.is_object() || !data.contains("document_separator") || !data["document_separator"].is_number_integer()) {
+    return std::nullopt;
+  }
+  const int32_t separator = data["document_separator"].get<int32_t>();
+  return separator >= 0 ? std::optional<int32_t>(separator) : std::nullopt;
+}
+
+// The run's text codec: --tokenizer, else the record beside the training shards the
+// checkpoint's state names (when they are still there), else bytes.
+TextCodec run_codec(const GenerateOptions& o, const nlohmann::json& data) {
+  if (!o.tokenizer.empty()) return TextCodec(o.tokenizer);
+  const nlohmann::json* train = data.is_object() && data.contains("train") ? &data["train"] : nullptr;
   if (train == nullptr || !train->is_string() || train->get<std::string>().empty()) return TextCodec();
   try {
     const std::vector<std::string> shards = resolve_shards("data.train", train->get<std::string>());
@@ -81,7 +97,8 @@ int run_generate(const GenerateOptions& o) {
               "cannot generate text", dir.string(), name, *bad, bad - values.begin());
   }
   const int vocab = state.config.vocab_size;
-  const TextCodec codec = o.raw_tokens ? TextCodec() : run_codec(o, dir);
+  const nlohmann::json data = run_data_state(dir);
+  const TextCodec codec = o.raw_tokens ? TextCodec() : run_codec(o, data);
   NDT_CHECK(o.raw_tokens || codec.tokenizer() != nullptr || vocab == 256,
             "checkpoint {} has vocab_size {}, but no tokenizer is recorded beside its training shards: pass "
             "--tokenizer FILE, or --raw-tokens to give the prompt and get the output as token ids",
@@ -93,6 +110,7 @@ int run_generate(const GenerateOptions& o) {
   const std::vector<int32_t> prompt = o.raw_tokens ? parse_token_ids(o.prompt, vocab) : codec.encode(o.prompt);
   Transformer model(state.config, 0);
   load_into(model, state);
+  model.set_document_separator(run_document_separator(data));
   const std::vector<int32_t> continuation = generate(model, prompt, o.sample);
   if (o.raw_tokens) {
     std::vector<int32_t> all = prompt;

@@ -8,6 +8,8 @@
 #include <fmt/ranges.h>
 
 #include <cmath>
+#include <filesystem>
+#include <set>
 
 namespace ndt {
 
@@ -81,6 +83,32 @@ void RunData::check_vocab(int model_vocab) const {
       }
     });
   }
+}
+
+int32_t RunData::recorded_separator() const {
+  std::vector<const TokenDataset*> sets;
+  for (const auto& s : train_sets_) sets.push_back(s.get());
+  if (val_set_) sets.push_back(val_set_.get());
+  std::optional<int32_t> separator;
+  std::string first;
+  std::set<std::filesystem::path> folders;  // each read once
+  for (const TokenDataset* set : sets) {
+    for (const std::string& shard : set->paths()) {
+      if (!folders.insert(std::filesystem::path(shard).parent_path()).second) continue;
+      const std::optional<int32_t> recorded = ndt::recorded_separator(shard);
+      NDT_CHECK(recorded.has_value(),
+                "data.document_boundaries = true needs the token that starts a document, and data.document_separator "
+                "= -1 takes the one `ndtrain prepare --tokenizer` records beside the shards, but the folder of {} "
+                "holds no {} (byte-level shards record none): set data.document_separator to the separator's id",
+                shard, kTokenizerRecordFile);
+      NDT_CHECK(!separator || *separator == *recorded,
+                "data.document_boundaries: the shards disagree on the document separator: {} records token {}, {} "
+                "token {}; set data.document_separator",
+                first, *separator, shard, *recorded);
+      if (!separator) separator = recorded, first = shard;
+    }
+  }
+  return *separator;
 }
 
 double RunData::unigram_entropy() const {

@@ -52,6 +52,11 @@ class RunData {
   // setting, the shard, the position and the token), shards' recorded vocabularies and the
   // tokenizer's within it (naming both sizes).
   void check_vocab(int model_vocab) const;
+  // data.document_boundaries with data.document_separator = -1: the separator recorded
+  // beside every training and validation shard (each folder's tokenizer_info.json).
+  // Throws naming both settings when a folder has none, or naming both records when two
+  // record different separators.
+  int32_t recorded_separator() const;
   double unigram_entropy() const;  // nats per token of the training data (one pass over it)
   std::string describe() const;    // the run header's data line(s)
   // data.mix: each dataset's weight and the fraction of rows it gave over `steps` steps.

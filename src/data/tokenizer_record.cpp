@@ -60,4 +60,15 @@ std::optional<std::string> recorded_tokenizer(const std::string& shard) {
   }
 }
 
+std::optional<int32_t> recorded_separator(const std::string& shard) {
+  const fs::path record_path = fs::path(shard).parent_path() / kTokenizerRecordFile;
+  if (!fs::is_regular_file(record_path)) return std::nullopt;
+  try {
+    std::ifstream in(record_path);
+    return nlohmann::json::parse(in).at("separator").at("id").get<int32_t>();
+  } catch (const nlohmann::json::exception& e) {
+    fail("tokenizer record {} is malformed: {}", record_path.string(), e.what());
+  }
+}
+
 }  // namespace ndt

@@ -6,6 +6,7 @@
 
 #include "tokenizer/tokenizer.h"
 
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -20,5 +21,10 @@ void write_tokenizer_record(const std::string& out_dir, const tok::Tokenizer& to
 // The tokenizer file recorded beside `shard` (in its folder), or nullopt when the folder
 // holds no record. Throws naming the file when a copied file's hash does not match.
 std::optional<std::string> recorded_tokenizer(const std::string& shard);
+
+// The document separator token recorded beside `shard` (the one `prepare` wrote before
+// every document), or nullopt when the folder holds no record. Throws naming the file
+// when the record is malformed.
+std::optional<int32_t> recorded_separator(const std::string& shard);
 
 }  // namespace ndt

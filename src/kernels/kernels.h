@@ -66,10 +66,11 @@ using AdamWStep = cpu::AdamWStep;
   X(cast_to_lowp) X(cast_from_lowp) X(round_to_lowp)                                                     \
   /* norm.h */                                                                                           \
   X(layernorm_forward) X(layernorm_backward) X(rmsnorm_forward) X(rmsnorm_backward)                      \
-  /* attention.h; attention_span.h: ring attention's span kernels, merged by log-sum-exp */              \
+  /* attention.h; attention_span.h: ring attention's span kernels, merged by log-sum-exp; causal, or */  \
+  /* restarted at document starts (data.document_boundaries) */                                          \
   X(attention_forward) X(attention_backward) X(attention_span_forward) X(attention_merge)                \
   X(attention_row_dot) X(attention_span_backward_recompute)                                              \
-  /* rope.h */                                                                                           \
+  /* rope.h: the _at forms at each row's own position */                                                 \
   X(rope_forward) X(rope_backward) X(rope_forward_at) X(rope_backward_at)                                \
   /* activation.h */                                                                                     \
   X(gelu_forward) X(gelu_backward) X(swiglu_forward) X(swiglu_backward)                                  \

@@ -121,7 +121,13 @@ struct MicroBatchContext {
   // forward (when there are targets).
   bool forward_only = false;
   std::vector<int32_t> inputs, targets;  // [N]
-  std::vector<int32_t> positions;        // [N] each token's position in its sequence
+  // [N] each token's position: in its sequence, or with document boundaries in its
+  // document (restarting at 0 at each document start).
+  std::vector<int32_t> positions;
+  // Document boundaries (Transformer::set_document_separator; empty when off): for each
+  // position of each whole sequence [B, T x cp], the position where its document begins,
+  // which attention reads (ContextParallelAttention: a query sees its own document only).
+  std::vector<int32_t> document_starts;
   Tensor arena;                          // everything below (ledger tag activations)
   std::vector<float*> stream;            // [n_layer + 1] residual stream [Nl, C]: stream[l] is block l's input
   std::vector<BlockActivations> blocks;  // [n_layer]

@@ -107,6 +107,10 @@ void Block::norm(float* out, float* mean, float* rstd, const float* x, const Par
   tp_->column_input_forward(local, out, d.Nl, d.C);
 }
 
+const int32_t* Block::document_starts(const MicroBatchContext& ctx) {
+  return ctx.document_starts.empty() ? nullptr : ctx.document_starts.data();
+}
+
 const ContextParallelAttention& Block::attention(const MicroBatchContext& ctx) const {
   static const ContextParallelAttention local;
   return ctx.cp.active() ? *attention_ : local;
@@ -115,7 +119,8 @@ const ContextParallelAttention& Block::attention(const MicroBatchContext& ctx) c
 void Block::attention_core(const MicroBatchContext& ctx, const BlockActivations& a, const BlockDims& d) {
   const int B = ctx.B, T = ctx.T;
   attention(ctx).forward({a.att_out, a.lse, a.att, a.q, a.k, a.v, B, T, static_cast<int>(d.NH),
-                          static_cast<int>(d.NKV), static_cast<int>(d.HS), ws_.block.cp_scratch});
+                          static_cast<int>(d.NKV), static_cast<int>(d.HS), ws_.block.cp_scratch,
+                          document_starts(ctx)});
   round_to_compute(a.att, attention_probability_floats(ctx.cp, B, T, d.NH));
 }
 
@@ -170,7 +175,7 @@ void Block::forward_pass(MicroBatchContext& ctx, bool recompute) {
     kernels::rmsnorm_forward(a.q, a.q_rstd, a.q_pre, q_norm_->data(), N * d.NH, d.HS, c_.norm_eps);
     kernels::rmsnorm_forward(a.k, a.k_rstd, a.k_pre, k_norm_->data(), N * d.NKV, d.HS, c_.norm_eps);
   }
-  if (c_.arch == Arch::llama) {  // every sequence's rows have the same positions
+  if (c_.arch == Arch::llama) {  // each row at its own position (ctx.positions, [B, T])
     kernels::rope_forward_at(a.q, a.q, B, T, d.NH, d.HS, ctx.positions.data(), c_.rope_theta);
     kernels::rope_forward_at(a.k, a.k, B, T, d.NKV, d.HS, ctx.positions.data(), c_.rope_theta);
   }
@@ -359,7 +364,8 @@ void Block::backward_pass(MicroBatchContext& ctx, ModelHooks* hooks, std::vector
   kernels::zero(s.dk, d.N * d.KD);
   kernels::zero(s.dv, d.N * d.KD);
   attention(ctx).backward({s.dq, s.dk, s.dv, s.datt_out, a.q, a.k, a.v, a.att, a.att_out, a.lse, B, T,
-                           static_cast<int>(d.NH), static_cast<int>(d.NKV), static_cast<int>(d.HS), s.cp_scratch});
+                           static_cast<int>(d.NH), static_cast<int>(d.NKV), static_cast<int>(d.HS), s.cp_scratch,
+                           document_starts(ctx)});
   poll();
   float *dq = s.dq, *dq2 = s.dq2, *dk = s.dk, *dk2 = s.dk2;
   if (c_.arch == Arch::llama) {

@@ -57,6 +57,8 @@ class Block : public Unit {
   void attention_core(const MicroBatchContext& ctx, const BlockActivations& a, const BlockDims& d);
   // The context's attention: the bound one if the context's sequences are split, else local.
   const ContextParallelAttention& attention(const MicroBatchContext& ctx) const;
+  // The context's document starts for attention (null without document boundaries).
+  static const int32_t* document_starts(const MicroBatchContext& ctx);
   void activation(const BlockActivations& a, const BlockDims& d);
   // The activation's backward: dff_a (its output gradient) -> dff_b (and dff_c, llama's up).
   void activation_backward(const BlockActivations& a, const BlockDims& d);

@@ -7,11 +7,12 @@
 namespace ndt {
 
 void ContextParallelAttention::forward(const AttentionForward& a) const {
-  kernels::attention_forward(a.out, a.lse, a.att, a.q, a.k, a.v, a.B, a.T, a.NH, a.NKV, a.HS);
+  kernels::attention_forward(a.out, a.lse, a.att, a.q, a.k, a.v, a.starts, a.B, a.T, a.NH, a.NKV, a.HS);
 }
 
 void ContextParallelAttention::backward(const AttentionBackward& a) const {
-  kernels::attention_backward(a.dq, a.dk, a.dv, a.dout, a.q, a.k, a.v, a.att, a.B, a.T, a.NH, a.NKV, a.HS);
+  kernels::attention_backward(a.dq, a.dk, a.dv, a.dout, a.q, a.k, a.v, a.att, a.starts, a.B, a.T, a.NH, a.NKV,
+                              a.HS);
 }
 
 int64_t attention_probability_floats(const CpLayout& cp, int64_t B, int64_t T, int64_t NH) {

@@ -23,7 +23,10 @@ namespace ndt {
 //   att: attention_probability_floats floats of kept probabilities (none under context
 //   parallelism: backward recomputes them), lse: B x NH x T floats (their layout is the
 //   implementation's: backward reads what forward wrote);
-//   scratch: context_parallel_scratch_floats floats of the workspace.
+//   scratch: context_parallel_scratch_floats floats of the workspace;
+//   starts: null (the causal mask), or with document boundaries [B, T x cp], for every
+//   position of each whole sequence the position where its document begins
+//   (MicroBatchContext::document_starts): a query sees only the keys of its own document.
 struct AttentionForward {
   float* out;
   float* lse;
@@ -33,10 +36,11 @@ struct AttentionForward {
   const float* v;
   int B, T, NH, NKV, HS;
   float* scratch;
+  const int32_t* starts = nullptr;
 };
 
 // Backward adds (+=) into dq, dk, dv; out and lse are forward's (the recomputed
-// probabilities' normaliser and the row term).
+// probabilities' normaliser and the row term); starts as forward's.
 struct AttentionBackward {
   float* dq;
   float* dk;
@@ -50,6 +54,7 @@ struct AttentionBackward {
   const float* lse;
   int B, T, NH, NKV, HS;
   float* scratch;
+  const int32_t* starts = nullptr;
 };
 
 class ContextParallelAttention {

@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "model/block.h"
+#include "model/document_starts.h"
 #include "model/embedding.h"
 #include "model/head.h"
 
@@ -180,6 +181,13 @@ void Transformer::set_precision(const Precision& precision) {
   workspace_.matmul.fp8 = fp8_.get();
 }
 
+void Transformer::set_document_separator(std::optional<int32_t> separator) {
+  NDT_CHECK(!separator || (*separator >= 0 && *separator < config_.vocab_size),
+            "data.document_separator = {} is outside the vocabulary [0, {}) (model.vocab_size)", separator.value_or(0),
+            config_.vocab_size);
+  separator_ = separator;
+}
+
 void Transformer::set_z_loss(float coefficient) {
   NDT_CHECK(std::isfinite(coefficient) && coefficient >= 0.0f,
             "optim.z_loss = {} must be finite and non-negative (0: no z-loss)", coefficient);
@@ -221,7 +229,14 @@ void Transformer::prepare_split(MicroBatchContext& ctx, const int32_t* inputs, c
   const int local_T = T / cp.size;
   carve_context(ctx, config_, layout, B, local_T, checkpointing_, local_units_, precision_.compute);
   workspace_.fit(ctx);
-  // Each sequence's runs, in local row order: tokens, targets and their positions.
+  // The documents of the whole rows (every rank finds the same), then each sequence's
+  // runs in local row order: tokens, targets and their positions (in the sequence, or
+  // from their document's start).
+  if (separator_) {
+    ctx.document_starts = document_starts(inputs, B, T, *separator_);
+  } else {
+    ctx.document_starts.clear();
+  }
   const int64_t N = ctx.rows();
   ctx.inputs.resize(static_cast<size_t>(N));
   ctx.targets.resize(targets ? static_cast<size_t>(N) : 0);
@@ -232,7 +247,8 @@ void Transformer::prepare_split(MicroBatchContext& ctx, const int32_t* inputs, c
         const int64_t local = int64_t{b} * local_T + run.begin + i, whole = int64_t{b} * T + run.position + i;
         ctx.inputs[static_cast<size_t>(local)] = inputs[whole];
         if (targets) ctx.targets[static_cast<size_t>(local)] = targets[whole];
-        ctx.positions[static_cast<size_t>(local)] = run.position + i;
+        const int32_t start = separator_ ? ctx.document_starts[static_cast<size_t>(whole)] : 0;
+        ctx.positions[static_cast<size_t>(local)] = run.position + i - start;
       }
     }
   }

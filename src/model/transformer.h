@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 namespace ndt {
@@ -60,6 +61,14 @@ class Transformer {
   // How this rank's activations are split over tp and cp.
   ActivationLayout activation_layout() const;
 
+  // Document boundaries (data.document_boundaries, docs/data.md): from now on a token
+  // equal to `separator` starts a document (the separator belongs to the document it
+  // precedes, as `ndtrain prepare` writes it before each one), and prepare() restarts
+  // the causal mask and the positions there. std::nullopt: off (the default). Throws
+  // ndt::Error naming data.document_separator when it is outside the vocabulary.
+  void set_document_separator(std::optional<int32_t> separator);
+  std::optional<int32_t> document_separator() const { return separator_; }
+
   // Pipeline parallelism: the units this rank runs (one flag per unit; empty: all).
   // Contexts prepared from now on hold only their activations.
   void set_local_units(std::vector<char> units) { local_units_ = std::move(units); }
@@ -95,7 +104,9 @@ class Transformer {
   // may be null when no loss is wanted). Backward will compute the gradient of
   // grad_scale x (sum of token losses); forward_only: no backward follows. Under context
   // parallelism the rows are whole sequences and ctx keeps this rank's runs of each
-  // (ctx.T = T / cp, ctx.positions their true positions).
+  // (ctx.T = T / cp, ctx.positions their true positions). With a document separator the
+  // documents of each row are found here, once per micro-batch, from its whole inputs
+  // (ctx.document_starts; positions counted from each token's document start).
   void prepare(MicroBatchContext& ctx, const int32_t* inputs, const int32_t* targets, int B, int T, float grad_scale,
                bool forward_only);
 
@@ -154,6 +165,7 @@ class Transformer {
   Precision precision_;
   std::unique_ptr<Fp8Linears> fp8_;
   std::vector<char> local_units_;
+  std::optional<int32_t> separator_;
   std::vector<std::unique_ptr<Unit>> units_;
   Head* head_ = nullptr;
   ModelHooks* hooks_ = nullptr;

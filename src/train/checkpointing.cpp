@@ -201,7 +201,13 @@ nlohmann::json training_state(const RunConfig& config, int64_t step, const Gradi
           // The loader, the schedule and the RNG keep no state beyond these: a batch is a
           // function of (seed, step), a learning rate of the step, a random draw of
           // (seed, stream, index).
-          {"data", {{"train", config.train_data}, {"seed", config.seed}, {"next_step", step}}},
+          // document_separator: the token documents start at under data.document_boundaries
+          // (-1: off), which `ndtrain generate` applies too.
+          {"data",
+           {{"train", config.train_data},
+            {"seed", config.seed},
+            {"next_step", step},
+            {"document_separator", config.document_boundaries ? config.document_separator : -1}}},
           {"schedule",
            {{"max_lr", config.schedule.max_lr},
             {"min_lr_ratio", config.schedule.min_lr_ratio},

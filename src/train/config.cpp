@@ -159,6 +159,10 @@ void check_data_and_sample(const RunConfig& c) {
     const std::string problem = input_file_problem(c.tokenizer);
     NDT_CHECK(problem.empty(), "data.tokenizer = \"{}\" {}", c.tokenizer, problem);
   }
+  NDT_CHECK(c.document_separator >= -1 && c.document_separator < c.model.vocab_size,
+            "data.document_separator = {} is not a token id in [0, {}) (model.vocab_size), nor -1 (the separator "
+            "recorded beside the shards)",
+            c.document_separator, c.model.vocab_size);
   NDT_CHECK(c.sample_tokens >= 0, "sample.tokens = {} must not be negative", c.sample_tokens);
   NDT_CHECK(c.sample_tokens == 0 || !c.sample_prompt.empty(),
             "sample.tokens = {} needs a sample.prompt to continue, which is empty (sample.tokens = 0: no sample)",

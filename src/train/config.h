@@ -62,6 +62,12 @@ struct RunConfig {
   std::string val_data;
   std::string data_mix;    // a TOML list of { path, weight } (data/dataset_spec.h); empty: data.train
   std::string tokenizer;   // the tokenizer file for text; empty: the one recorded beside data.train, or bytes
+  // Attention and positions restart at each document (docs/data.md); off: plain packed rows.
+  bool document_boundaries = false;
+  // The token that starts a document; -1: the separator `ndtrain prepare --tokenizer`
+  // recorded beside the shards, which the trainer fills in (TrainingData) when
+  // document_boundaries is on.
+  int document_separator = -1;
 
   // [sample]
   int sample_tokens = 200;

@@ -75,6 +75,7 @@ void RunLog::model_and_data(const TrainingModel& model, const TrainingData& data
              arch_name(m.arch), m.n_layer, m.d_model, m.n_head, m.vocab_size,
              m.tied_embeddings ? "tied to the embedding" : "untied", static_cast<double>(count_parameters(m)) / 1e6);
   fmt::print(*out_, "{}\n", data.data().describe());
+  if (data.document_separator()) fmt::print(*out_, "{}\n", data.describe_documents());
 }
 
 void RunLog::batch_and_mesh(const TrainingModel& model, DeviceMesh& mesh) {

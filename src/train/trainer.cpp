@@ -51,6 +51,8 @@ Trainer::Trainer(const RunConfig& config, DeviceMesh& mesh, std::ostream* log)
       faults_(config_, mesh.world().size()),
       data_((kernels::set_num_threads(config_.threads), config_)),
       guard_(config_) {
+  // The separator the data records, resolved once like the config's other defaults.
+  if (data_.document_separator()) config_.document_separator = *data_.document_separator();
   locks_ = own_run_folders(config_, mesh_, rank0(mesh, log));
   checkpoints_ = std::make_unique<TrainingCheckpoints>(config_, mesh_, rank0(mesh, log));
   NDT_CHECK(config_.steps > 0 || checkpoints_->enabled(),

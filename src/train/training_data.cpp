@@ -2,11 +2,27 @@
 
 #include "core/error.h"
 
+#include <fmt/format.h>
+
 namespace ndt {
 
 TrainingData::TrainingData(const RunConfig& c)
     : data_(DataSettings{c.train_data, c.val_data, c.data_mix, c.tokenizer}, c.batch_size, c.seq_len, c.seed) {
   data_.check_vocab(c.model.vocab_size);
+  if (!c.document_boundaries) return;
+  recorded_ = c.document_separator < 0;
+  separator_ = recorded_ ? data_.recorded_separator() : c.document_separator;
+  NDT_CHECK(*separator_ < c.model.vocab_size,
+            "data.document_boundaries: the shards' recorded separator {} is outside model.vocab_size = {}", *separator_,
+            c.model.vocab_size);
+}
+
+std::string TrainingData::describe_documents() const {
+  if (!separator_) return "";
+  return fmt::format("documents: attention and positions restart at each token {} ({:?}; {}), the first token of its "
+                     "document",
+                     *separator_, text().decode({*separator_}),
+                     recorded_ ? "recorded beside the shards" : "data.document_separator");
 }
 
 void TrainingData::train_rows(int64_t position, int row_begin, int rows, int32_t* inputs, int32_t* targets) const {

@@ -12,6 +12,8 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -21,11 +23,17 @@ class TrainingData {
  public:
   // Maps data.train (or data.mix) and data.val (the training data validates when
   // data.val is empty) and checks their tokens against model.vocab_size; throws naming
-  // the setting, the file and the first bad token.
+  // the setting, the file and the first bad token. With data.document_boundaries it
+  // finds the document separator (data.document_separator, else the shards' record;
+  // throws naming both settings when there is none).
   explicit TrainingData(const RunConfig& config);
 
   const RunData& data() const { return data_; }
   const TextCodec& text() const { return data_.text(); }
+  // The token that starts a document under data.document_boundaries; nullopt when off.
+  std::optional<int32_t> document_separator() const { return separator_; }
+  // The run header's line on documents ("" when off).
+  std::string describe_documents() const;
 
   // The data position of step `step` (0-based).
   int64_t position(int64_t step) const { return step + offset_; }
@@ -46,6 +54,8 @@ class TrainingData {
 
  private:
   RunData data_;
+  std::optional<int32_t> separator_;
+  bool recorded_ = false;  // the separator came from the shards' record
   int64_t offset_ = 0;
   std::vector<std::pair<int64_t, int64_t>> skipped_;
 };

@@ -1,5 +1,6 @@
 #include "train/training_model.h"
 
+#include "core/error.h"
 #include "optim/weight_decay.h"
 #include "parallel/full_parameters.h"
 #include "parallel/pipeline/stages.h"
@@ -30,6 +31,13 @@ TrainingModel::TrainingModel(const RunConfig& config, DeviceMesh& mesh) : config
   model_->set_activation_checkpointing(config.activation_checkpointing);
   model_->set_precision(config.precision);
   model_->set_z_loss(config.z_loss);
+  if (config.document_boundaries) {
+    NDT_CHECK(config.document_separator >= 0,
+              "data.document_boundaries = true needs the token that starts a document: data.document_separator = {} "
+              "(the trainer fills it from the shards' record; a model built without the data must be given it)",
+              config.document_separator);
+    model_->set_document_separator(config.document_separator);
+  }
   const int pp = mesh.size(Axis::pp);
   if (pp == 1) {
     sync_ = parallelize(*model_, mesh, parallel_options(config));

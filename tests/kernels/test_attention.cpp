@@ -48,7 +48,7 @@ Outputs run_forward(const Shape& s, const Inputs& in) {
   Outputs o{std::vector<float>(qsize(s), nan), std::vector<float>(lsize(s), nan),
             std::vector<float>(asize(s), nan)};
   ndt::cpu::attention_forward(o.out.data(), o.lse.data(), o.att.data(), in.q.data(), in.k.data(),
-                              in.v.data(), s.B, s.T, s.NH, s.NKV, s.HS);
+                              in.v.data(), nullptr, s.B, s.T, s.NH, s.NKV, s.HS);
   return o;
 }
 
@@ -141,7 +141,7 @@ TEST_P(AttentionBackwardReference, MatchesDoubleReference) {
   const Outputs o = run_forward(s, in);
   std::vector<float> dq(qsize(s), 0.0f), dk(ksize(s), 0.0f), dv(ksize(s), 0.0f);
   ndt::cpu::attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), in.q.data(),
-                               in.k.data(), in.v.data(), o.att.data(), s.B, s.T, s.NH, s.NKV,
+                               in.k.data(), in.v.data(), o.att.data(), nullptr, s.B, s.T, s.NH, s.NKV,
                                s.HS);
 
   std::vector<double> rq(qsize(s), 0.0), rk(ksize(s), 0.0), rv(ksize(s), 0.0), unused, p;
@@ -198,13 +198,13 @@ TEST_P(AttentionBackward, MatchesFiniteDifferences) {
   std::vector<float> out(qsize(s)), lse(lsize(s)), att(asize(s));
   auto loss = [&] {
     ndt::cpu::attention_forward(out.data(), lse.data(), att.data(), in.q.data(), in.k.data(),
-                                in.v.data(), s.B, s.T, s.NH, s.NKV, s.HS);
+                                in.v.data(), nullptr, s.B, s.T, s.NH, s.NKV, s.HS);
     return ndt::testing::weighted_sum(out.data(), w.data(), int64_t(out.size()));
   };
   loss();
   std::vector<float> dq(qsize(s), 0.0f), dk(ksize(s), 0.0f), dv(ksize(s), 0.0f);
   ndt::cpu::attention_backward(dq.data(), dk.data(), dv.data(), w.data(), in.q.data(), in.k.data(),
-                               in.v.data(), att.data(), s.B, s.T, s.NH, s.NKV, s.HS);
+                               in.v.data(), att.data(), nullptr, s.B, s.T, s.NH, s.NKV, s.HS);
   ndt::testing::expect_gradient_matches(loss, in.q.data(), int64_t(in.q.size()), dq.data(), "dq");
   ndt::testing::expect_gradient_matches(loss, in.k.data(), int64_t(in.k.size()), dk.data(), "dk");
   ndt::testing::expect_gradient_matches(loss, in.v.data(), int64_t(in.v.size()), dv.data(), "dv");
@@ -221,7 +221,7 @@ TEST(AttentionBackward, AccumulatesIntoGradients) {
   const std::vector<float> dout = random_vector(qsize(s), 43);
   auto backward = [&](std::vector<float>& dq, std::vector<float>& dk, std::vector<float>& dv) {
     ndt::cpu::attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), in.q.data(),
-                                 in.k.data(), in.v.data(), o.att.data(), s.B, s.T, s.NH, s.NKV,
+                                 in.k.data(), in.v.data(), o.att.data(), nullptr, s.B, s.T, s.NH, s.NKV,
                                  s.HS);
   };
   std::vector<float> gq(qsize(s), 0.0f), gk(ksize(s), 0.0f), gv(ksize(s), 0.0f);
@@ -264,7 +264,7 @@ TEST(AttentionBackward, DeterministicAcrossThreadCounts) {
     const Outputs o = run_forward(s, in);
     std::vector<float> g(qsize(s) + 2 * ksize(s), 0.0f);
     ndt::cpu::attention_backward(g.data(), g.data() + qsize(s), g.data() + qsize(s) + ksize(s),
-                                 dout.data(), in.q.data(), in.k.data(), in.v.data(), o.att.data(),
+                                 dout.data(), in.q.data(), in.k.data(), in.v.data(), o.att.data(), nullptr,
                                  s.B, s.T, s.NH, s.NKV, s.HS);
     g.insert(g.end(), o.out.begin(), o.out.end());
     return g;
@@ -331,7 +331,7 @@ TEST(AttentionForward, RejectsHeadCountsThatDoNotGroup) {
   std::vector<float> out(qsize(s)), lse(lsize(s)), att(asize(s));
   try {
     ndt::cpu::attention_forward(out.data(), lse.data(), att.data(), in.q.data(), in.k.data(),
-                                in.v.data(), s.B, s.T, s.NH, s.NKV, s.HS);
+                                in.v.data(), nullptr, s.B, s.T, s.NH, s.NKV, s.HS);
     ADD_FAILURE() << "NH = 3, NKV = 2 accepted";
   } catch (const ndt::Error& e) {
     EXPECT_NE(std::string(e.what()).find("(3)"), std::string::npos) << e.what();

@@ -10,6 +10,7 @@
 
 #include "../common/errors.h"
 #include "../common/gradcheck.h"
+#include "attention_reference.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/kernels.h"
 
@@ -166,7 +167,7 @@ RingResult run_ring(const RingCase& c, const Ring& ring, const std::vector<float
         for (const AttentionSpan& ks : ring.spans[s]) {
           std::vector<float> out_part(out[r].size(), kNaN), lse_part(lse[r].size(), kNaN);
           ndt::cpu::attention_span_forward(out_part.data(), lse_part.data(), ql[r].data(),
-                                           kl[s].data(), vl[s].data(), B, Tl, Tl, NH, NKV, HS, qs,
+                                           kl[s].data(), vl[s].data(), nullptr, B, Tl, Tl, NH, NKV, HS, qs,
                                            ks);
           ndt::cpu::attention_merge(out[r].data(), lse[r].data(), out_part.data(), lse_part.data(),
                                     B, Tl, NH, HS, qs);
@@ -187,7 +188,7 @@ RingResult run_ring(const RingCase& c, const Ring& ring, const std::vector<float
         for (const AttentionSpan& ks : ring.spans[s]) {
           ndt::cpu::attention_span_backward_recompute(
               dq[r].data(), dk[s].data(), dv[s].data(), dol[r].data(), ql[r].data(), kl[s].data(),
-              vl[s].data(), lse[r].data(), D.data(), B, Tl, Tl, NH, NKV, HS, qs, ks);
+              vl[s].data(), lse[r].data(), D.data(), nullptr, B, Tl, Tl, NH, NKV, HS, qs, ks);
         }
     }
   }
@@ -212,63 +213,7 @@ RingResult run_ring(const RingCase& c, const Ring& ring, const std::vector<float
   return res;
 }
 
-struct RingInputs {
-  std::vector<float> q, k, v, dout;
-};
-
-// Causal attention of a whole sequence, forward and backward, in double from the float
-// inputs: out, lse, dq, dk, dv.
-struct WholeDouble {
-  std::vector<double> out, lse, dq, dk, dv;
-};
-
-WholeDouble whole_reference(const RingInputs& in, int B, int T, int NH, int NKV, int HS) {
-  WholeDouble r{std::vector<double>(in.q.size(), 0.0), std::vector<double>(size_t(B) * NH * T),
-                std::vector<double>(in.q.size(), 0.0), std::vector<double>(in.k.size(), 0.0),
-                std::vector<double>(in.k.size(), 0.0)};
-  const double scale = 1.0 / std::sqrt(double(HS));
-  std::vector<double> p(T), dp(T);
-  for (int b = 0; b < B; ++b)
-    for (int h = 0; h < NH; ++h) {
-      const int kvh = h / (NH / NKV);
-      for (int t = 0; t < T; ++t) {
-        const size_t qi = at(b, t, h, T, NH, HS);
-        double mx = -INFINITY;
-        for (int j = 0; j <= t; ++j) {
-          const size_t kj = at(b, j, kvh, T, NKV, HS);
-          double d = 0;
-          for (int c = 0; c < HS; ++c) d += double(in.q[qi + c]) * in.k[kj + c];
-          p[j] = d * scale;
-          mx = std::max(mx, p[j]);
-        }
-        double sum = 0;
-        for (int j = 0; j <= t; ++j) sum += std::exp(p[j] - mx);
-        const double lse = mx + std::log(sum);
-        r.lse[(size_t(b) * NH + h) * T + t] = lse;
-        double dot = 0;
-        for (int j = 0; j <= t; ++j) {
-          const size_t kj = at(b, j, kvh, T, NKV, HS);
-          p[j] = std::exp(p[j] - lse);
-          dp[j] = 0;
-          for (int c = 0; c < HS; ++c) {
-            r.out[qi + c] += p[j] * in.v[kj + c];
-            dp[j] += double(in.dout[qi + c]) * in.v[kj + c];
-          }
-          dot += dp[j] * p[j];
-        }
-        for (int j = 0; j <= t; ++j) {
-          const size_t kj = at(b, j, kvh, T, NKV, HS);
-          const double ds = p[j] * (dp[j] - dot) * scale;
-          for (int c = 0; c < HS; ++c) {
-            r.dq[qi + c] += ds * in.k[kj + c];
-            r.dk[kj + c] += ds * in.q[qi + c];
-            r.dv[kj + c] += p[j] * in.dout[qi + c];
-          }
-        }
-      }
-    }
-  return r;
-}
+using RingInputs = ndt::testing::AttentionInputs;
 
 RingInputs ring_inputs(const RingCase& c, int T) {
   const size_t qn = size_t(c.B) * T * c.NH * c.HS, kn = size_t(c.B) * T * c.NKV * c.HS;
@@ -297,9 +242,9 @@ TEST_P(AttentionSpanRing, MatchesWholeSequenceKernels) {
              std::vector<float>(in.k.size(), 0.0f)};
   std::vector<float> att(size_t(c.B) * c.NH * T * T);
   ndt::cpu::attention_forward(want.out.data(), want.lse.data(), att.data(), in.q.data(),
-                              in.k.data(), in.v.data(), c.B, T, c.NH, c.NKV, c.HS);
+                              in.k.data(), in.v.data(), nullptr, c.B, T, c.NH, c.NKV, c.HS);
   ndt::cpu::attention_backward(want.dq.data(), want.dk.data(), want.dv.data(), in.dout.data(),
-                               in.q.data(), in.k.data(), in.v.data(), att.data(), c.B, T, c.NH,
+                               in.q.data(), in.k.data(), in.v.data(), att.data(), nullptr, c.B, T, c.NH,
                                c.NKV, c.HS);
 
   const RingResult res = run_ring(c, ring, in.q, in.k, in.v, in.dout);
@@ -307,7 +252,7 @@ TEST_P(AttentionSpanRing, MatchesWholeSequenceKernels) {
   constexpr double kTol = 1e-6;
   expect_close(got.out, want.out, kTol, "out");
   expect_close(got.lse, want.lse, kTol, "lse");
-  const WholeDouble truth = whole_reference(in, c.B, T, c.NH, c.NKV, c.HS);
+  const ndt::testing::AttentionReference truth = ndt::testing::attention_reference(in, c.B, T, c.NH, c.NKV, c.HS);
   expect_close(got.out, truth.out, kTol, "out against double");
   expect_close(got.lse, truth.lse, kTol, "lse against double");
   // Recomputed P = exp(S - lse) rounds differently from attention_forward's softmax
@@ -382,7 +327,7 @@ PairOutputs pair_forward(const Pair& p, const PairInputs& in, float fill) {
   PairOutputs o{std::vector<float>(size_t(p.B) * p.Tq * p.NH * p.HS, fill),
                 std::vector<float>(size_t(p.B) * p.NH * p.Tq, fill)};
   ndt::cpu::attention_span_forward(o.out.data(), o.lse.data(), in.q.data(), in.k.data(),
-                                   in.v.data(), p.B, p.Tq, p.Tk, p.NH, p.NKV, p.HS, p.qs, p.ks);
+                                   in.v.data(), nullptr, p.B, p.Tq, p.Tk, p.NH, p.NKV, p.HS, p.qs, p.ks);
   return o;
 }
 
@@ -394,7 +339,7 @@ struct Grads {
 void pair_backward(const Pair& p, const PairInputs& in, const float* lse,
                    const std::vector<float>& dout, const std::vector<float>& D, Grads& g) {
   ndt::cpu::attention_span_backward_recompute(g.dq.data(), g.dk.data(), g.dv.data(), dout.data(),
-                                              in.q.data(), in.k.data(), in.v.data(), lse, D.data(),
+                                              in.q.data(), in.k.data(), in.v.data(), lse, D.data(), nullptr,
                                               p.B, p.Tq, p.Tk, p.NH, p.NKV, p.HS, p.qs, p.ks);
 }
 
@@ -651,10 +596,10 @@ TEST(AttentionSpanWholeSequence, OnePairMatchesWholeSequenceKernels) {
       PairOutputs want{std::vector<float>(o.out.size()), std::vector<float>(o.lse.size())};
       std::vector<float> att(size_t(p.B) * p.NH * T * T);
       ndt::cpu::attention_forward(want.out.data(), want.lse.data(), att.data(), in.q.data(),
-                                  in.k.data(), in.v.data(), p.B, T, p.NH, NKV, p.HS);
+                                  in.k.data(), in.v.data(), nullptr, p.B, T, p.NH, NKV, p.HS);
       Grads want_g = zero_grads(in);
       ndt::cpu::attention_backward(want_g.dq.data(), want_g.dk.data(), want_g.dv.data(),
-                                   dout.data(), in.q.data(), in.k.data(), in.v.data(), att.data(),
+                                   dout.data(), in.q.data(), in.k.data(), in.v.data(), att.data(), nullptr,
                                    p.B, T, p.NH, NKV, p.HS);
 
       std::vector<float> D(o.lse.size());
@@ -788,11 +733,11 @@ TEST(AttentionSpanArguments, BadArgumentsAreRefusedByValue) {
   float* x = buf.data();
   const AttentionSpan ok{0, 4, 0};
   auto forward = [&](int Tq, int Tk, int NH, int NKV, AttentionSpan qs, AttentionSpan ks) {
-    return [=] { ndt::cpu::attention_span_forward(x, x, x, x, x, 1, Tq, Tk, NH, NKV, 8, qs, ks); };
+    return [=] { ndt::cpu::attention_span_forward(x, x, x, x, x, nullptr, 1, Tq, Tk, NH, NKV, 8, qs, ks); };
   };
   auto backward = [&](int Tq, int Tk, int NH, int NKV, AttentionSpan qs, AttentionSpan ks) {
     return [=] {
-      ndt::cpu::attention_span_backward_recompute(x, x, x, x, x, x, x, x, x, 1, Tq, Tk, NH, NKV, 8,
+      ndt::cpu::attention_span_backward_recompute(x, x, x, x, x, x, x, x, x, nullptr, 1, Tq, Tk, NH, NKV, 8,
                                                   qs, ks);
     };
   };
@@ -833,7 +778,7 @@ TEST(AttentionSpanDispatch, RoutesToCpuBitwise) {
   const PairOutputs a = pair_forward(p, in, 0.0f);
   PairOutputs b{std::vector<float>(a.out.size(), 0.0f), std::vector<float>(a.lse.size(), 0.0f)};
   ndt::kernels::attention_span_forward(b.out.data(), b.lse.data(), in.q.data(), in.k.data(),
-                                       in.v.data(), p.B, p.Tq, p.Tk, p.NH, p.NKV, p.HS, p.qs, p.ks);
+                                       in.v.data(), nullptr, p.B, p.Tq, p.Tk, p.NH, p.NKV, p.HS, p.qs, p.ks);
   EXPECT_TRUE(same_bits(a.out, b.out));
   EXPECT_TRUE(same_bits(a.lse, b.lse));
 
@@ -859,7 +804,7 @@ TEST(AttentionSpanDispatch, RoutesToCpuBitwise) {
     float* dk = dq + in.q.size();
     float* dv = dk + in.k.size();
     auto run = [&](auto kernel) {
-      kernel(dq, dk, dv, dout.data(), in.q.data(), in.k.data(), in.v.data(), a.lse.data(), D1.data(), p.B, p.Tq,
+      kernel(dq, dk, dv, dout.data(), in.q.data(), in.k.data(), in.v.data(), a.lse.data(), D1.data(), nullptr, p.B, p.Tq,
              p.Tk, p.NH, p.NKV, p.HS, p.qs, p.ks);
     };
     if (g == &r1) {

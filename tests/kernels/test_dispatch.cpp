@@ -114,10 +114,10 @@ TEST(Dispatch, KernelsRouteToCpuBitwise) {
   const int B = 1, T = 4, NH = 2, NKV = 1, HS = 8, QN = B * T * NH * HS, KN = B * T * NKV * HS;
   expect_same("attention", {r(QN, 40), r(B * NH * T, 41), r(B * NH * T * T, 42), r(QN, 43), r(KN, 44), r(KN, 45),
                             r(QN, 46), r(KN, 47), r(KN, 48), r(QN, 49)},
-              [&](Bufs& x) { kernels::attention_forward(x[0].data(), x[1].data(), x[2].data(), x[3].data(), x[4].data(), x[5].data(), B, T, NH, NKV, HS);
-                             kernels::attention_backward(x[6].data(), x[7].data(), x[8].data(), x[9].data(), x[3].data(), x[4].data(), x[5].data(), x[2].data(), B, T, NH, NKV, HS); },
-              [&](Bufs& x) { cpu::attention_forward(x[0].data(), x[1].data(), x[2].data(), x[3].data(), x[4].data(), x[5].data(), B, T, NH, NKV, HS);
-                             cpu::attention_backward(x[6].data(), x[7].data(), x[8].data(), x[9].data(), x[3].data(), x[4].data(), x[5].data(), x[2].data(), B, T, NH, NKV, HS); });
+              [&](Bufs& x) { kernels::attention_forward(x[0].data(), x[1].data(), x[2].data(), x[3].data(), x[4].data(), x[5].data(), nullptr, B, T, NH, NKV, HS);
+                             kernels::attention_backward(x[6].data(), x[7].data(), x[8].data(), x[9].data(), x[3].data(), x[4].data(), x[5].data(), x[2].data(), nullptr, B, T, NH, NKV, HS); },
+              [&](Bufs& x) { cpu::attention_forward(x[0].data(), x[1].data(), x[2].data(), x[3].data(), x[4].data(), x[5].data(), nullptr, B, T, NH, NKV, HS);
+                             cpu::attention_backward(x[6].data(), x[7].data(), x[8].data(), x[9].data(), x[3].data(), x[4].data(), x[5].data(), x[2].data(), nullptr, B, T, NH, NKV, HS); });
   expect_same("rope", {r(QN, 50), r(QN, 51), r(QN, 52), r(QN, 53)},
               [&](Bufs& x) { kernels::rope_forward(x[0].data(), x[1].data(), B, T, NH, HS, 3, 10000.0f);
                              kernels::rope_backward(x[2].data(), x[3].data(), B, T, NH, HS, 3, 10000.0f); },

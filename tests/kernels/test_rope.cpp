@@ -1,12 +1,15 @@
 // RoPE ("rotate half", HF Llama): reference values, identity at position 0, position
-// offsets, in-place use, norm preservation, backward as the inverse rotation.
+// offsets, in-place use, norm preservation, backward as the inverse rotation; explicit
+// positions per row (context-parallel runs, documents restarting per sequence).
 #include "kernels/cpu/rope.h"
 
 #include "../common/gradcheck.h"
+#include "core/error.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
 #include <vector>
 
 namespace ndt::cpu {
@@ -102,6 +105,8 @@ TEST(Rope, PositionsPickEachRowsRotation) {
     for (int t = 0; t < chunk; ++t) positions.push_back(c * chunk + t);
   }
   const int Tl = static_cast<int>(positions.size());
+  // The same positions for every sequence, [B, Tl].
+  for (int b = 1; b < B; ++b) positions.insert(positions.end(), positions.begin(), positions.begin() + Tl);
   std::vector<float> local(B * Tl * row), dlocal_in(B * Tl * row);
   for (int b = 0; b < B; ++b) {
     for (int t = 0; t < Tl; ++t) {
@@ -121,6 +126,45 @@ TEST(Rope, PositionsPickEachRowsRotation) {
         EXPECT_EQ(dout[(b * Tl + t) * row + k], dfull[(b * T + positions[t]) * row + k]) << b << "," << t << "," << k;
       }
     }
+  }
+}
+
+// Document boundaries: each sequence's positions restart at its own document starts, so
+// the rows of one call have different positions per sequence. Each row must be rotated
+// exactly as a lone row at its position (rope_forward with that offset), forward and
+// backward, bit for bit (the table entries are computed the same way).
+// Catches: the table indexed by t instead of the row's position, or shared across sequences.
+TEST(Rope, EachSequenceAtItsOwnPositions) {
+  const int B = 3, T = 7, H = 2, D = 6;
+  const int64_t row = static_cast<int64_t>(H) * D;
+  const std::vector<int32_t> positions = {0, 1, 2, 0, 1, 0, 1,   // documents at 0, 3, 5
+                                          0, 1, 2, 3, 4, 5, 6,   // one document
+                                          9, 10, 0, 0, 1, 2, 3};  // a tail from position 9, then documents
+  auto x = random_vector(B * T * row, 7);
+  auto g = random_vector(B * T * row, 8);
+  std::vector<float> out(x.size()), dx(x.size(), 0.0f);
+  rope_forward_at(out.data(), x.data(), B, T, H, D, positions.data(), kTheta);
+  rope_backward_at(dx.data(), g.data(), B, T, H, D, positions.data(), kTheta);
+  for (int64_t r = 0; r < int64_t{B} * T; ++r) {
+    std::vector<float> want(row), dwant(row, 0.0f);
+    rope_forward(want.data(), x.data() + r * row, 1, 1, H, D, positions[r], kTheta);
+    rope_backward(dwant.data(), g.data() + r * row, 1, 1, H, D, positions[r], kTheta);
+    for (int64_t k = 0; k < row; ++k) {
+      EXPECT_EQ(out[r * row + k], want[k]) << "row " << r << " element " << k;
+      EXPECT_EQ(dx[r * row + k], dwant[k]) << "row " << r << " element " << k;
+    }
+  }
+}
+
+TEST(Rope, NegativePositionIsRefused) {
+  const int H = 1, D = 4;
+  std::vector<float> x(2 * H * D, 1.0f), out(x.size());
+  const std::vector<int32_t> positions = {0, -3};
+  try {
+    rope_forward_at(out.data(), x.data(), 1, 2, H, D, positions.data(), kTheta);
+    ADD_FAILURE() << "position -3 accepted";
+  } catch (const ndt::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("position -3 of row 1"), std::string::npos) << e.what();
   }
 }
 

@@ -79,8 +79,8 @@ TEST_P(ContextParallelAttentionTest, EqualsWholeSequenceAttention) {
              v = random_vector(int64_t{B} * T * KD, 3), dout = random_vector(int64_t{B} * T * QD, 4);
   std::vector<float> out(q.size()), lse(size_t(B) * NH * T), att(size_t(B) * NH * T * T);
   std::vector<float> dq(q.size(), 0.0f), dk(k.size(), 0.0f), dv(v.size(), 0.0f);
-  kernels::attention_forward(out.data(), lse.data(), att.data(), q.data(), k.data(), v.data(), B, T, NH, NKV, HS);
-  kernels::attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(), v.data(), att.data(),
+  kernels::attention_forward(out.data(), lse.data(), att.data(), q.data(), k.data(), v.data(), nullptr, B, T, NH, NKV, HS);
+  kernels::attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(), v.data(), att.data(), nullptr,
                               B, T, NH, NKV, HS);
 
   const std::vector<int32_t> positions = layout.positions(world.rank(), T);

@@ -15,6 +15,9 @@
 //
 // Only the lower triangle is computed: rows are processed in blocks of kRowBlock, and
 // the block [r0, r1) needs keys [0, r1) only (about 5/8 of the full work at T = 256).
+// With document starts it needs keys [k0, r1), k0 the smallest start of its rows: the
+// products skip every key before it, and each row's softmax runs over its own document's
+// keys. Without starts k0 = 0 and every call and loop is the causal kernel's as it was.
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/vec_math.h"
 
@@ -55,6 +58,28 @@ void check_heads(int NH, int NKV) {
             "attention: query heads ({}) must be a multiple of key/value heads ({})", NH, NKV);
 }
 
+// Every row's document start lies in [0, t] (checked before any parallel region).
+void check_starts(const int32_t* starts, int B, int T) {
+  if (!starts) return;
+  for (int b = 0; b < B; ++b) {
+    for (int t = 0; t < T; ++t) {
+      const int32_t s = starts[int64_t{b} * T + t];
+      NDT_CHECK(s >= 0 && s <= t, "attention: document start {} of row {} (sequence {}) is outside [0, {}]", s, t, b,
+                t);
+    }
+  }
+}
+
+// The first key rows [r0, r1) of sequence b see: the smallest of their document starts
+// (0 without starts).
+int first_key(const int32_t* starts, int b, int T, int r0, int r1) {
+  if (!starts) return 0;
+  const int32_t* s = starts + int64_t{b} * T;
+  return *std::min_element(s + r0, s + r1);
+}
+
+int row_start(const int32_t* starts, int b, int T, int t) { return starts ? starts[int64_t{b} * T + t] : 0; }
+
 // Row-major C = alpha * op(A) op(B) + beta * C.
 inline void sgemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
                   const float* B, int ldb, float beta, float* C, int ldc) {
@@ -65,8 +90,10 @@ inline void sgemm(bool ta, bool tb, int M, int N, int K, float alpha, const floa
 }  // namespace
 
 void attention_forward(float* out, float* lse, float* att, const float* q, const float* k,
-                       const float* v, int B, int T, int NH, int NKV, int HS) {
+                       const float* v, const int32_t* starts, int B, int T, int NH, int NKV,
+                       int HS) {
   check_heads(NH, NKV);
+  check_starts(starts, B, T);
   const int group = NH / NKV;
   const int ldq = NH * HS, ldk = NKV * HS;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
@@ -85,13 +112,15 @@ void attention_forward(float* out, float* lse, float* att, const float* q, const
 
     for (int r0 = 0; r0 < T; r0 += kRowBlock) {
       const int r1 = std::min(T, r0 + kRowBlock), rows = r1 - r0;
+      const int k0 = first_key(starts, b, T, r0, r1);
       float* ablk = abh + static_cast<int64_t>(r0) * T;
-      // S[r0:r1, 0:r1] = scale * Q[r0:r1] K[0:r1]^T
-      sgemm(false, true, rows, r1, HS, scale, qbh + static_cast<int64_t>(r0) * ldq, ldq, kb, ldk,
-            0.0f, ablk, T);
+      // S[r0:r1, k0:r1] = scale * Q[r0:r1] K[k0:r1]^T
+      sgemm(false, true, rows, r1 - k0, HS, scale, qbh + static_cast<int64_t>(r0) * ldq, ldq,
+            kb + static_cast<int64_t>(k0) * ldk, ldk, 0.0f, ablk + k0, T);
       for (int t = r0; t < r1; ++t) {
-        float* row = abh + static_cast<int64_t>(t) * T;
-        const int n = t + 1;
+        float* whole_row = abh + static_cast<int64_t>(t) * T;
+        const int lo = row_start(starts, b, T, t), n = t + 1 - lo;
+        float* row = whole_row + lo;  // this row's keys lo..t
         // (This form vectorises; std::max from j = 1 stays scalar with GCC 12.)
         float mx = -std::numeric_limits<float>::infinity();
 #pragma omp simd reduction(max : mx)
@@ -106,20 +135,22 @@ void attention_forward(float* out, float* lse, float* att, const float* q, const
         const float inv = 1.0f / sum;
 #pragma omp simd
         for (int j = 0; j < n; ++j) row[j] *= inv;
-        std::fill(row + n, row + T, 0.0f);
+        std::fill(whole_row, row, 0.0f);
+        std::fill(row + n, whole_row + T, 0.0f);
         lbh[t] = mx + std::log(sum);
       }
-      // O[r0:r1] = P[r0:r1, 0:r1] V[0:r1]
-      sgemm(false, false, rows, HS, r1, 1.0f, ablk, T, vb, ldk, 0.0f,
+      // O[r0:r1] = P[r0:r1, k0:r1] V[k0:r1]
+      sgemm(false, false, rows, HS, r1 - k0, 1.0f, ablk + k0, T, vb + static_cast<int64_t>(k0) * ldk, ldk, 0.0f,
             obh + static_cast<int64_t>(r0) * ldq, ldq);
     }
   }
 }
 
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
-                        const float* k, const float* v, const float* att, int B, int T, int NH,
-                        int NKV, int HS) {
+                        const float* k, const float* v, const float* att, const int32_t* starts,
+                        int B, int T, int NH, int NKV, int HS) {
   check_heads(NH, NKV);
+  check_starts(starts, B, T);
   const int group = NH / NKV;
   const int ldq = NH * HS, ldk = NKV * HS;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
@@ -148,30 +179,35 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
 
       for (int r0 = 0; r0 < T; r0 += kRowBlock) {
         const int r1 = std::min(T, r0 + kRowBlock), rows = r1 - r0;
-        const float* pblk = abh + static_cast<int64_t>(r0) * T;
+        // Keys [k0, r1): w of them; every product below starts at key k0.
+        const int k0 = first_key(starts, b, T, r0, r1), w = r1 - k0;
+        const int64_t kofs = static_cast<int64_t>(k0) * ldk;
+        const float* pblk = abh + static_cast<int64_t>(r0) * T + k0;
         const float* doblk = dobh + static_cast<int64_t>(r0) * ldq;
-        // dV[0:r1] += P[r0:r1, 0:r1]^T dO[r0:r1]
-        sgemm(true, false, r1, HS, rows, 1.0f, pblk, T, doblk, ldq, 1.0f, dvb, ldk);
-        // dP[r0:r1, 0:r1] = dO[r0:r1] V[0:r1]^T   (ds has leading dimension r1)
-        sgemm(false, true, rows, r1, HS, 1.0f, doblk, ldq, vb, ldk, 0.0f, ds, r1);
-        // dS = P o (dP - rowsum(dP o P)) * scale; zero above the diagonal.
+        // dV[k0:r1] += P[r0:r1, k0:r1]^T dO[r0:r1]
+        sgemm(true, false, w, HS, rows, 1.0f, pblk, T, doblk, ldq, 1.0f, dvb + kofs, ldk);
+        // dP[r0:r1, k0:r1] = dO[r0:r1] V[k0:r1]^T   (ds has leading dimension w)
+        sgemm(false, true, rows, w, HS, 1.0f, doblk, ldq, vb + kofs, ldk, 0.0f, ds, w);
+        // dS = P o (dP - rowsum(dP o P)) * scale over the row's keys; zero elsewhere.
         for (int i = 0; i < rows; ++i) {
-          const int t = r0 + i, n = t + 1;
-          const float* p = pblk + static_cast<int64_t>(i) * T;
-          float* d = ds + static_cast<int64_t>(i) * r1;
+          const int t = r0 + i, lo = row_start(starts, b, T, t) - k0, n = t + 1 - k0 - lo;
+          const float* p = pblk + static_cast<int64_t>(i) * T + lo;
+          float* drow = ds + static_cast<int64_t>(i) * w;
+          float* d = drow + lo;
           float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
           for (int j = 0; j < n; ++j) dot += d[j] * p[j];
 #pragma omp simd
           for (int j = 0; j < n; ++j) d[j] = p[j] * (d[j] - dot) * scale;
-          std::fill(d + n, d + r1, 0.0f);
+          std::fill(drow, d, 0.0f);
+          std::fill(d + n, drow + w, 0.0f);
         }
-        // dQ[r0:r1] += dS K[0:r1]
-        sgemm(false, false, rows, HS, r1, 1.0f, ds, r1, kb, ldk, 1.0f,
+        // dQ[r0:r1] += dS K[k0:r1]
+        sgemm(false, false, rows, HS, w, 1.0f, ds, w, kb + kofs, ldk, 1.0f,
               dqbh + static_cast<int64_t>(r0) * ldq, ldq);
-        // dK[0:r1] += dS^T Q[r0:r1]
-        sgemm(true, false, r1, HS, rows, 1.0f, ds, r1, qbh + static_cast<int64_t>(r0) * ldq, ldq,
-              1.0f, dkb, ldk);
+        // dK[k0:r1] += dS^T Q[r0:r1]
+        sgemm(true, false, w, HS, rows, 1.0f, ds, w, qbh + static_cast<int64_t>(r0) * ldq, ldq,
+              1.0f, dkb + kofs, ldk);
       }
     }
   }

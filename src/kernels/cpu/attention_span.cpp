@@ -2,10 +2,13 @@
 // matrix products on blocks of kRowBlock query rows, a vectorised softmax in between.
 //
 // Causality across spans. The query at position p sees n(p) = clamp(p - ks.position + 1,
-// 0, ks.count) keys of the key span: its first n(p) rows. A row block computes only the
-// keys its last row sees; a block whose last row sees none is skipped (its outputs are
+// 0, ks.count) keys of the key span: its first n(p) rows. With a document start s it
+// sees rows [clamp(s - ks.position, 0, ks.count), n(p)) (SpanMask: a window per row). A
+// row block computes only the union of its rows' windows, from the smallest start to the
+// last row's n(p); a block none of whose rows sees a key is skipped (its outputs are
 // written as "no key": out 0, lse -inf). A key span wholly before the query span is
-// unmasked, one wholly after it is all skipped.
+// unmasked, one wholly after it is all skipped. Without starts every window begins at 0
+// and every call and loop is the plain causal kernel's.
 //
 // Threading as in attention.cpp: forward one OpenMP task per (b, h); backward one per
 // (b, kv_head) with that KV head's query heads looped inside, so each dK/dV row is
@@ -55,6 +58,43 @@ int visible_keys(int64_t p, const AttentionSpan& ks) {
   return static_cast<int>(std::clamp<int64_t>(p - ks.position + 1, 0, ks.count));
 }
 
+// Rows [lo, hi) of a key span (lo >= hi: none).
+struct KeyWindow {
+  int lo = 0, hi = 0;
+  bool empty() const { return lo >= hi; }
+};
+
+// The keys of span ks that the rows of query span qs see, in one sequence: a row at
+// position p whose document starts at s sees the key rows [s - ks.position, n(p)), clamped.
+struct SpanMask {
+  const int32_t* starts;  // the query span's rows' document starts (null: 0)
+  AttentionSpan qs, ks;
+
+  KeyWindow row(int i) const {
+    const int64_t s = starts ? starts[i] : 0;
+    return {static_cast<int>(std::clamp<int64_t>(s - ks.position, 0, ks.count)),
+            visible_keys(int64_t{qs.position} + i, ks)};
+  }
+  // The union of the windows of rows [r0, r1) that see a key (empty when none does).
+  KeyWindow block(int r0, int r1) const {
+    KeyWindow w{ks.count, 0};
+    for (int i = r0; i < r1; ++i) {
+      const KeyWindow r = row(i);
+      if (!r.empty()) w = {std::min(w.lo, r.lo), std::max(w.hi, r.hi)};
+    }
+    return w;
+  }
+  // Row i's window in the columns of a block computed over `block` ([0, 0) when empty).
+  KeyWindow columns(int i, const KeyWindow& block) const {
+    const KeyWindow r = row(i);
+    return r.empty() ? KeyWindow{} : KeyWindow{r.lo - block.lo, r.hi - block.lo};
+  }
+};
+
+SpanMask span_mask(const int32_t* starts, int b, int Tq, const AttentionSpan& qs, const AttentionSpan& ks) {
+  return {starts ? starts + int64_t{b} * Tq + qs.begin : nullptr, qs, ks};
+}
+
 // Softmax of row[0, n) in place (n >= 1); returns the row's log-sum-exp.
 float softmax_row(float* row, int n) {
   float mx = kNegInf;
@@ -86,14 +126,22 @@ void check_span(const char* kernel, const char* what, const AttentionSpan& s, in
 }
 
 // Everything the forward and backward of a span pair share.
-void check_pair(const char* kernel, int B, int Tq, int Tk, int NH, int NKV, int HS,
-                const AttentionSpan& qs, const AttentionSpan& ks) {
+void check_pair(const char* kernel, const int32_t* starts, int B, int Tq, int Tk, int NH, int NKV,
+                int HS, const AttentionSpan& qs, const AttentionSpan& ks) {
   check_rows(kernel, B, Tq, NH, HS);
   NDT_CHECK(Tk >= 0, "{}: bad key rows Tk {}", kernel, Tk);
   NDT_CHECK(NKV >= 1 && NH % NKV == 0,
             "{}: query heads ({}) must be a multiple of key/value heads ({})", kernel, NH, NKV);
   check_span(kernel, "query", qs, Tq);
   check_span(kernel, "key", ks, Tk);
+  if (!starts) return;
+  for (int b = 0; b < B; ++b) {
+    for (int i = 0; i < qs.count; ++i) {
+      const int64_t s = starts[int64_t{b} * Tq + qs.begin + i], p = int64_t{qs.position} + i;
+      NDT_CHECK(s >= 0 && s <= p, "{}: document start {} of the query at position {} (sequence {}) is outside [0, {}]",
+                kernel, s, p, b, p);
+    }
+  }
 }
 
 int64_t pair_work(int B, int NH, int HS, const AttentionSpan& qs, const AttentionSpan& ks) {
@@ -103,9 +151,9 @@ int64_t pair_work(int B, int NH, int HS, const AttentionSpan& qs, const Attentio
 }  // namespace
 
 void attention_span_forward(float* out, float* lse, const float* q, const float* k,
-                            const float* v, int B, int Tq, int Tk, int NH, int NKV, int HS,
-                            AttentionSpan qs, AttentionSpan ks) {
-  check_pair("attention_span_forward", B, Tq, Tk, NH, NKV, HS, qs, ks);
+                            const float* v, const int32_t* starts, int B, int Tq, int Tk, int NH,
+                            int NKV, int HS, AttentionSpan qs, AttentionSpan ks) {
+  check_pair("attention_span_forward", starts, B, Tq, Tk, NH, NKV, HS, qs, ks);
   const int group = NH / NKV;
   const int ldq = NH * HS, ldk = NKV * HS;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
@@ -120,6 +168,7 @@ void attention_span_forward(float* out, float* lse, const float* q, const float*
 #pragma omp parallel for schedule(static) if (parallel)
   for (int task = 0; task < tasks; ++task) {
     const int b = task / NH, h = task % NH, kvh = h / group;
+    const SpanMask mask = span_mask(starts, b, Tq, qs, ks);
     // Everything from the spans' first rows.
     const float* qbh = q + (static_cast<int64_t>(b) * Tq + qs.begin) * ldq + h * HS;
     const float* kb = k + (static_cast<int64_t>(b) * Tk + ks.begin) * ldk + kvh * HS;
@@ -130,26 +179,29 @@ void attention_span_forward(float* out, float* lse, const float* q, const float*
 
     for (int r0 = 0; r0 < qs.count; r0 += kRowBlock) {
       const int r1 = std::min(qs.count, r0 + kRowBlock), rows = r1 - r0;
-      const int nblk = visible_keys(int64_t{qs.position} + r1 - 1, ks);
+      const KeyWindow keys = mask.block(r0, r1);
       float* oblk = obh + static_cast<int64_t>(r0) * ldq;
-      if (nblk == 0) {  // no row of the block sees a key
+      if (keys.empty()) {  // no row of the block sees a key
         for (int i = 0; i < rows; ++i) {
           std::fill_n(oblk + static_cast<int64_t>(i) * ldq, HS, 0.0f);
           lbh[r0 + i] = kNegInf;
         }
         continue;
       }
-      // S[r0:r1, 0:nblk] = scale * Q[r0:r1] K[0:nblk]^T
-      sgemm(false, true, rows, nblk, HS, scale, qbh + static_cast<int64_t>(r0) * ldq, ldq, kb, ldk,
+      const int nblk = keys.hi - keys.lo;
+      const int64_t kofs = static_cast<int64_t>(keys.lo) * ldk;
+      // S[r0:r1, 0:nblk] = scale * Q[r0:r1] K[keys]^T
+      sgemm(false, true, rows, nblk, HS, scale, qbh + static_cast<int64_t>(r0) * ldq, ldq, kb + kofs, ldk,
             0.0f, ablk, lda);
       for (int i = 0; i < rows; ++i) {
         float* row = ablk + static_cast<int64_t>(i) * lda;
-        const int n = visible_keys(int64_t{qs.position} + r0 + i, ks);
-        lbh[r0 + i] = n > 0 ? softmax_row(row, n) : kNegInf;
-        std::fill(row + n, row + nblk, 0.0f);
+        const KeyWindow c = mask.columns(r0 + i, keys);
+        lbh[r0 + i] = c.empty() ? kNegInf : softmax_row(row + c.lo, c.hi - c.lo);
+        std::fill(row, row + c.lo, 0.0f);
+        std::fill(row + std::max(c.lo, c.hi), row + nblk, 0.0f);
       }
-      // O[r0:r1] = P[r0:r1, 0:nblk] V[0:nblk]   (a row that sees no key: P 0, O 0)
-      sgemm(false, false, rows, HS, nblk, 1.0f, ablk, lda, vb, ldk, 0.0f, oblk, ldq);
+      // O[r0:r1] = P[r0:r1, 0:nblk] V[keys]   (a row that sees no key: P 0, O 0)
+      sgemm(false, false, rows, HS, nblk, 1.0f, ablk, lda, vb + kofs, ldk, 0.0f, oblk, ldq);
     }
   }
 }
@@ -217,9 +269,10 @@ void attention_row_dot(float* D, const float* dout, const float* out, int B, int
 
 void attention_span_backward_recompute(float* dq, float* dk, float* dv, const float* dout,
                                        const float* q, const float* k, const float* v,
-                                       const float* lse, const float* D, int B, int Tq, int Tk,
-                                       int NH, int NKV, int HS, AttentionSpan qs, AttentionSpan ks) {
-  check_pair("attention_span_backward_recompute", B, Tq, Tk, NH, NKV, HS, qs, ks);
+                                       const float* lse, const float* D, const int32_t* starts,
+                                       int B, int Tq, int Tk, int NH, int NKV, int HS,
+                                       AttentionSpan qs, AttentionSpan ks) {
+  check_pair("attention_span_backward_recompute", starts, B, Tq, Tk, NH, NKV, HS, qs, ks);
   const int group = NH / NKV;
   const int ldq = NH * HS, ldk = NKV * HS;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
@@ -234,58 +287,58 @@ void attention_span_backward_recompute(float* dq, float* dk, float* dv, const fl
 #pragma omp parallel for schedule(static) if (parallel)
   for (int task = 0; task < tasks; ++task) {
     const int b = task / NKV, kvh = task % NKV;
+    const SpanMask mask = span_mask(starts, b, Tq, qs, ks);
     float* ds = scratch.data() + (parallel ? omp_get_thread_num() : 0) * tsize;
     float* pbuf = ds + bsize;
     const int64_t koff = (static_cast<int64_t>(b) * Tk + ks.begin) * ldk + kvh * HS;
-    const float* kb = k + koff;
-    const float* vb = v + koff;
-    float* dkb = dk + koff;
-    float* dvb = dv + koff;
 
     for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
       const int64_t off = (static_cast<int64_t>(b) * Tq + qs.begin) * ldq + h * HS;
-      const float* qbh = q + off;
-      const float* dobh = dout + off;
-      float* dqbh = dq + off;
       const int64_t bh = static_cast<int64_t>(b) * NH + h;
       const float* lbh = lse + bh * Tq + qs.begin;
       const float* dbh = D + bh * Tq + qs.begin;
 
       for (int r0 = 0; r0 < qs.count; r0 += kRowBlock) {
         const int r1 = std::min(qs.count, r0 + kRowBlock), rows = r1 - r0;
-        const int nblk = visible_keys(int64_t{qs.position} + r1 - 1, ks);
-        if (nblk == 0) continue;  // no row of the block sees a key: no gradient
-        const float* qblk = qbh + static_cast<int64_t>(r0) * ldq;
-        const float* doblk = dobh + static_cast<int64_t>(r0) * ldq;
-        // S[r0:r1, 0:nblk] = scale * Q[r0:r1] K[0:nblk]^T as in the forward, then
+        const KeyWindow keys = mask.block(r0, r1);
+        if (keys.empty()) continue;  // no row of the block sees a key: no gradient
+        const int nblk = keys.hi - keys.lo;
+        // The block's keys and query rows.
+        const int64_t kofs = koff + static_cast<int64_t>(keys.lo) * ldk;
+        const float *kb = k + kofs, *vb = v + kofs;
+        float *dkb = dk + kofs, *dvb = dv + kofs;
+        const int64_t qofs = off + static_cast<int64_t>(r0) * ldq;
+        const float *qblk = q + qofs, *doblk = dout + qofs;
+        // S[r0:r1, 0:nblk] = scale * Q[r0:r1] K[keys]^T as in the forward, then
         // P = exp(S - lse) on the visible keys (0 where masked or lse is -inf).
         sgemm(false, true, rows, nblk, HS, scale, qblk, ldq, kb, ldk, 0.0f, pbuf, nblk);
         for (int i = 0; i < rows; ++i) {
           const float l = lbh[r0 + i];
-          const int n = l == kNegInf ? 0 : visible_keys(int64_t{qs.position} + r0 + i, ks);
+          const KeyWindow c = l == kNegInf ? KeyWindow{} : mask.columns(r0 + i, keys);
           float* p = pbuf + static_cast<int64_t>(i) * nblk;
 #pragma omp simd
-          for (int j = 0; j < n; ++j) p[j] = exp_vec(p[j] - l);
-          std::fill(p + n, p + nblk, 0.0f);
+          for (int j = c.lo; j < c.hi; ++j) p[j] = exp_vec(p[j] - l);
+          std::fill(p, p + c.lo, 0.0f);
+          std::fill(p + std::max(c.lo, c.hi), p + nblk, 0.0f);
         }
-        // dV[0:nblk] += P[r0:r1, 0:nblk]^T dO[r0:r1]
+        // dV[keys] += P[r0:r1, 0:nblk]^T dO[r0:r1]
         sgemm(true, false, nblk, HS, rows, 1.0f, pbuf, nblk, doblk, ldq, 1.0f, dvb, ldk);
-        // dP[r0:r1, 0:nblk] = dO[r0:r1] V[0:nblk]^T   (ds has leading dimension nblk)
+        // dP[r0:r1, 0:nblk] = dO[r0:r1] V[keys]^T   (ds has leading dimension nblk)
         sgemm(false, true, rows, nblk, HS, 1.0f, doblk, ldq, vb, ldk, 0.0f, ds, nblk);
         // dS = P o (dP - D) * scale; zero where masked.
         for (int i = 0; i < rows; ++i) {
-          const int n = visible_keys(int64_t{qs.position} + r0 + i, ks);
+          const KeyWindow c = mask.columns(r0 + i, keys);
           const float* p = pbuf + static_cast<int64_t>(i) * nblk;
           float* d = ds + static_cast<int64_t>(i) * nblk;
           const float dot = dbh[r0 + i];
 #pragma omp simd
-          for (int j = 0; j < n; ++j) d[j] = p[j] * (d[j] - dot) * scale;
-          std::fill(d + n, d + nblk, 0.0f);
+          for (int j = c.lo; j < c.hi; ++j) d[j] = p[j] * (d[j] - dot) * scale;
+          std::fill(d, d + c.lo, 0.0f);
+          std::fill(d + std::max(c.lo, c.hi), d + nblk, 0.0f);
         }
-        // dQ[r0:r1] += dS K[0:nblk]
-        sgemm(false, false, rows, HS, nblk, 1.0f, ds, nblk, kb, ldk, 1.0f,
-              dqbh + static_cast<int64_t>(r0) * ldq, ldq);
-        // dK[0:nblk] += dS^T Q[r0:r1]
+        // dQ[r0:r1] += dS K[keys]
+        sgemm(false, false, rows, HS, nblk, 1.0f, ds, nblk, kb, ldk, 1.0f, dq + qofs, ldq);
+        // dK[keys] += dS^T Q[r0:r1]
         sgemm(true, false, nblk, HS, rows, 1.0f, ds, nblk, qblk, ldq, 1.0f, dkb, ldk);
       }
     }

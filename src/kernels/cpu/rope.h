@@ -1,10 +1,13 @@
 // Rotary position embedding on x[B, T, H, D] (D even), "rotate half" pairing as in
 // Hugging Face Llama: element i < D/2 pairs with i + D/2, frequency
 // theta^(-2i/D), position pos_offset + t (the offset lets a sequence shard rotate
-// by its global positions). The _at forms take each row's position from positions[T]
-// (the same for every b): a context-parallel rank's rows are runs of the sequence that
-// need not be consecutive (docs/context_parallel.md).
+// by its global positions). The _at forms take each row's position from
+// positions[B, T] (>= 0): a context-parallel rank's rows are runs of the sequence that
+// need not be consecutive (docs/context_parallel.md), and with document boundaries every
+// sequence restarts its positions at its own document starts (docs/data.md). Their
+// (cos, sin) table holds one entry per distinct position of the call.
 // Contract: forward writes out (out == inp allowed); backward adds (+=) into dinp.
+// The _at forms throw ndt::Error for a negative position.
 #pragma once
 
 #include <cstdint>

@@ -29,6 +29,40 @@ struct Transfers {
   }
 };
 
+// Rank-local document starts [B, T] of this rank's runs, from the whole sequences'
+// [B, whole] (empty without document boundaries).
+std::vector<int32_t> local_starts(const int32_t* whole_starts, const std::vector<TokenRun>& runs, int B, int T,
+                                  int whole) {
+  std::vector<int32_t> local;
+  if (!whole_starts) return local;
+  local.resize(static_cast<size_t>(B) * T);
+  for (int b = 0; b < B; ++b) {
+    for (const TokenRun& run : runs) {
+      std::copy_n(whole_starts + int64_t{b} * whole + run.position, run.count,
+                  local.begin() + int64_t{b} * T + run.begin);
+    }
+  }
+  return local;
+}
+
+const int32_t* or_null(const std::vector<int32_t>& v) { return v.empty() ? nullptr : v.data(); }
+
+// Visible (query, key) pairs of a query run against a key run summed over the B
+// sequences: causal, and with document starts (local rows [B, T]) inside each query's
+// document. 0: the pair of runs is skipped.
+int64_t visible_pairs(const TokenRun& queries, const TokenRun& keys, const int32_t* starts, int B, int T) {
+  if (!starts) return B * causal_pairs(queries, keys);
+  int64_t pairs = 0;
+  for (int b = 0; b < B; ++b) {
+    for (int i = 0; i < queries.count; ++i) {
+      const int p = queries.position + i, s = starts[int64_t{b} * T + queries.begin + i];
+      const int first = std::max(s, keys.position), last = std::min(p, keys.position + keys.count - 1);
+      pairs += std::max(0, last - first + 1);
+    }
+  }
+  return pairs;
+}
+
 }  // namespace
 
 int64_t causal_pairs(const TokenRun& queries, const TokenRun& keys) {
@@ -63,6 +97,8 @@ void RingAttention::forward(const AttentionForward& a) const {
   kernels::zero(a.out, N * a.NH * a.HS);
   std::fill(a.lse, a.lse + rows, -std::numeric_limits<float>::infinity());
 
+  const std::vector<int32_t> starts = local_starts(a.starts, mine, a.B, T, whole);
+
   Transfers transfers;
   for (int step = 0; step < n; ++step) {
     const int source = (r + n - step) % n;
@@ -74,13 +110,13 @@ void RingAttention::forward(const AttentionForward& a) const {
     }
     for (const TokenRun& q : mine) {
       for (const TokenRun& key : layout_.runs(source, whole)) {
-        const int64_t pairs = causal_pairs(q, key);
-        if (pairs == 0) continue;  // wholly above the diagonal
+        const int64_t pairs = visible_pairs(q, key, or_null(starts), a.B, T);
+        if (pairs == 0) continue;  // wholly above the diagonal, or in other documents
         // The probabilities are not kept: backward recomputes them from the final lse.
-        kernels::attention_span_forward(out_part, lse_part, a.q, k, v, a.B, T, T, a.NH, a.NKV, a.HS,
-                                        span(q), span(key));
+        kernels::attention_span_forward(out_part, lse_part, a.q, k, v, or_null(starts), a.B, T, T, a.NH, a.NKV,
+                                        a.HS, span(q), span(key));
         kernels::attention_merge(a.out, a.lse, out_part, lse_part, a.B, T, a.NH, a.HS, span(q));
-        score_pairs_ += pairs * a.B * a.NH;
+        score_pairs_ += pairs * a.NH;
         transfers.progress();
       }
     }
@@ -102,6 +138,7 @@ void RingAttention::backward(const AttentionBackward& a) const {
   kernels::copy(kv[0], a.k, N * KD);
   kernels::copy(kv[0] + N * KD, a.v, N * KD);
   kernels::zero(sums[0], static_cast<int64_t>(block));
+  const std::vector<int32_t> starts = local_starts(a.starts, mine, a.B, T, whole);
 
   Transfers key_values, gradients;
   for (int step = 0; step < n; ++step) {
@@ -116,9 +153,9 @@ void RingAttention::backward(const AttentionBackward& a) const {
     gradients.wait();  // the sums of this step's block have arrived (step 0: zeroed above)
     for (const TokenRun& q : mine) {
       for (const TokenRun& key : layout_.runs(source, whole)) {
-        if (causal_pairs(q, key) == 0) continue;
-        kernels::attention_span_backward_recompute(a.dq, dk, dk + N * KD, a.dout, a.q, k, v, a.lse, D, a.B, T, T, a.NH,
-                                                   a.NKV, a.HS, span(q), span(key));
+        if (visible_pairs(q, key, or_null(starts), a.B, T) == 0) continue;
+        kernels::attention_span_backward_recompute(a.dq, dk, dk + N * KD, a.dout, a.q, k, v, a.lse, D,
+                                                   or_null(starts), a.B, T, T, a.NH, a.NKV, a.HS, span(q), span(key));
         key_values.progress();
       }
     }

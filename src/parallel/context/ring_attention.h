@@ -5,7 +5,10 @@
 // send and receive) while the current one computes. Each step computes the local
 // queries against that block's runs (pairs wholly above the causal diagonal skipped,
 // the diagonal ones masked) and merges the result into the running output with the
-// log-sum-exp (online softmax). With grouped heads only the KV heads travel.
+// log-sum-exp (online softmax). With grouped heads only the KV heads travel. With
+// document boundaries each query sees its own document only: this rank's rows' document
+// starts go to the span kernels, and a pair of runs no query of which sees a key of the
+// other (other documents, or above the diagonal) is skipped.
 // Backward sends the keys and values around the ring again, with the dK/dV sums of each
 // block travelling beside them; after a full turn each sum is home. The probabilities
 // are not kept (they would be T^2 / cp floats per head and rank): backward recomputes

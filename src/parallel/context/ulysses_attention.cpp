@@ -100,7 +100,7 @@ void UlyssesAttention::forward(const AttentionForward& a) const {
   // Whole sequences of this rank's heads, as one query-key pair without kept
   // probabilities; lse is kept head-split: [B, NH / cp, cp x T].
   const kernels::AttentionSpan all{0, whole, 0};
-  kernels::attention_span_forward(out, a.lse, q, k, v, a.B, whole, whole, a.NH / n, a.NKV / n, a.HS,
+  kernels::attention_span_forward(out, a.lse, q, k, v, a.starts, a.B, whole, whole, a.NH / n, a.NKV / n, a.HS,
                                   all, all);
   to_tokens(out, a.out, a.B, a.T, a.NH, a.HS, /*accumulate=*/false, at, send, recv);
 }
@@ -130,8 +130,8 @@ void UlyssesAttention::backward(const AttentionBackward& a) const {
   kernels::zero(dk, N * KD);
   kernels::zero(dv, N * KD);
   const kernels::AttentionSpan all{0, whole, 0};
-  kernels::attention_span_backward_recompute(dq, dk, dv, dout, q, k, v, a.lse, D, a.B, whole, whole, a.NH / n,
-                                             a.NKV / n, a.HS, all, all);
+  kernels::attention_span_backward_recompute(dq, dk, dv, dout, q, k, v, a.lse, D, a.starts, a.B, whole, whole,
+                                             a.NH / n, a.NKV / n, a.HS, all, all);
   to_tokens(dq, a.dq, a.B, a.T, a.NH, a.HS, /*accumulate=*/true, at, send, recv);
   to_tokens(dk, a.dk, a.B, a.T, a.NKV, a.HS, /*accumulate=*/true, at, send, recv);
   to_tokens(dv, a.dv, a.B, a.T, a.NKV, a.HS, /*accumulate=*/true, at, send, recv);

@@ -2,12 +2,13 @@
 // activation is split over the cp mesh axis (CpLayout runs, as ring attention), and
 // around attention an all-to-all over cp turns each of q, k and v from [this rank's
 // tokens, all heads] into [all tokens, this rank's heads / cp], in sequence order;
-// attention then runs on whole sequences of those heads, and an all-to-all turns the
-// output back. As in ring attention the probabilities are not kept: backward gathers
-// q, k, v and the output again (rather than keeping head-split copies), sends the
-// output gradient the same way, recomputes the probabilities from the kept log-sum-exp
-// and sends the gradients of q, k and v back. Needs the heads and the KV heads (this
-// rank's, after tensor parallelism) divisible by cp.
+// attention then runs on whole sequences of those heads (with document boundaries, under
+// the whole sequences' document starts), and an all-to-all turns the output back. As in
+// ring attention the probabilities are not kept: backward gathers q, k, v and the output
+// again (rather than keeping head-split copies), sends the output gradient the same way,
+// recomputes the probabilities from the kept log-sum-exp and sends the gradients of q, k
+// and v back. Needs the heads and the KV heads (this rank's, after tensor parallelism)
+// divisible by cp.
 // Communicates, over cp, per block and micro-batch (N = B x T / cp local rows, QD =
 // heads x head size, KD = KV heads x head size; an all-to-all sends (cp - 1) / cp of its
 // buffer): forward all-to-alls of N x (QD + 2 KD) floats in and N x QD out; backward
