@@ -19,10 +19,22 @@ uts_dir=/run/ndt-hosts
 
 host_ip() { echo "10.77.0.$((10 + $1))"; }
 
+kill_host() {  # every process in the namespace, waited for (a namespace lives while they do)
+  for _ in $(seq 50); do
+    local pids; pids=$(ip netns pids "$1" 2>/dev/null || true)
+    [ -z "$pids" ] && return 0
+    kill -9 $pids 2>/dev/null || true
+    sleep 0.1
+  done
+}
+
 down() {
   for ns in $(ip netns list 2>/dev/null | awk '/^ndt-host[0-9]+/ {print $1}'); do
-    for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$pid" 2>/dev/null || true; done
+    kill_host "$ns"
     ip netns del "$ns" 2>/dev/null || true
+  done
+  for link in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | sed 's/@.*//' | grep -E '^ndtv[0-9]+$' || true); do
+    ip link del "$link" 2>/dev/null || true
   done
   ip link del "$bridge" 2>/dev/null || true
   if mountpoint -q "$uts_dir"; then
@@ -77,7 +89,7 @@ case "${1:-}" in
   down) down ;;
   link) ip link set "ndtv${2:?which host}" "${3:?up or down}" ;;
   shape) shape "${2:?rate}" "${3:?delay}" ;;
-  kill) for pid in $(ip netns pids "ndt-host${2:?which host}"); do kill -9 "$pid" 2>/dev/null || true; done ;;
+  kill) kill_host "ndt-host${2:?which host}" ;;
   mpirun-args) mpirun_args "${2:?hosts}" "${3:?ranks per host}" ;;
   *) echo "usage: hosts.sh up N | down | link N up|down | shape RATE DELAY | kill N | mpirun-args N R" >&2; exit 2 ;;
 esac

