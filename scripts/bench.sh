@@ -2,7 +2,7 @@
 # The benchmarks behind docs/performance.md. Builds, then prints, for each model and
 # thread count, training tokens/s and MFU next to the sgemm throughput at the same
 # thread count, and memory (predicted, ledger, process RSS). Slow: the gpt2-124m runs
-# take a few minutes on 2 cores. Usage: scripts/bench.sh [train] [comm] [dp] [zero] [tp] [cp] [moe] [checkpoint]
+# take a few minutes on 2 cores. Usage: scripts/bench.sh [train] [comm] [dp] [zero] [tp] [cp] [moe] [checkpoint] [hosts]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh ndtrain >/dev/null
@@ -60,6 +60,9 @@ for part in $what; do
     checkpoint)
       ./build/ndtrain bench checkpoint --preset gpt2-124m --reps 3
       ;;
-    *) echo "unknown benchmark '$part' (train, comm, dp, zero, tp, cp, moe, checkpoint)" >&2; exit 2 ;;
+    hosts)
+      bash scripts/bench_hosts.sh
+      ;;
+    *) echo "unknown benchmark '$part' (train, comm, dp, zero, tp, cp, moe, checkpoint, hosts)" >&2; exit 2 ;;
   esac
 done

@@ -64,16 +64,22 @@ up() {
   done
 }
 
+# Shapes a link's egress: netem (rate and delay) where the kernel has it, else tbf (the
+# rate only; this says so once).
+shape_dev() {  # ns|"" dev rate delay
+  local in=(); [ -n "$1" ] && in=(ip netns exec "$1")
+  if ! "${in[@]}" tc qdisc replace dev "$2" root netem rate "$3" delay "$4" 2>/dev/null; then
+    [ -n "${warned:-}" ] || echo "hosts.sh: this kernel has no netem: links shaped to $3 by tbf, without the $4 delay" >&2
+    warned=1
+    "${in[@]}" tc qdisc replace dev "$2" root tbf rate "$3" burst 256kb latency 100ms
+  fi
+}
+
 shape() {
   for ns in $(ip netns list | awk '/^ndt-host[0-9]+/ {print $1}'); do
     local i="${ns#ndt-host}"
-    for dev in "ndtv$i" "netns:$ns:eth0"; do
-      if [ "${dev%%:*}" = netns ]; then
-        ip netns exec "$ns" tc qdisc replace dev eth0 root netem rate "$1" delay "$2"
-      else
-        tc qdisc replace dev "$dev" root netem rate "$1" delay "$2"
-      fi
-    done
+    shape_dev "" "ndtv$i" "$1" "$2"
+    shape_dev "$ns" eth0 "$1" "$2"
   done
 }
 

@@ -176,6 +176,9 @@ struct PlanOptions {
   std::vector<std::string> overrides;  // --set section.key=value
   std::string device = "h100-sxm";     // a built-in profile or a TOML file
   int nodes = 0, devices_per_node = 0, devices = 0;  // any two fix the third
+  // The network between nodes, replacing the profile's (the cpu profile knows one machine
+  // only): Gbit/s per device and direction, and latency per message; 0: the profile's.
+  double inter_node_gbps = 0, inter_node_latency_us = 0;
   int seq_len = 0;                     // 0: the config's train.seq_len
   int batch = 0;                       // sequences per step; 0: the config's train.batch_size
   std::string precision;               // fp32, bf16, fp16; empty: the config's

@@ -239,6 +239,11 @@ int main(int argc, char** argv) {
                    "a100-80g, h100-sxm, h200, b200, cpu (this machine, measured) or a TOML file (docs/planner.md)");
   plan->add_option("--nodes", plan_options.nodes, "Nodes");
   plan->add_option("--devices-per-node", plan_options.devices_per_node, "Devices per node (default: the profile's)");
+  plan->add_option("--inter-node-gbps", plan_options.inter_node_gbps,
+                   "The network between nodes, Gbit/s per device and direction (default: the profile's; the cpu "
+                   "profile measures one machine, docs/multinode.md)");
+  plan->add_option("--inter-node-latency-us", plan_options.inter_node_latency_us,
+                   "Latency of a message between nodes, microseconds (default: the profile's)");
   plan->add_option("--devices", plan_options.devices, "Devices in all (any two of the three sizes fix the third)");
   plan->add_option("--seq", plan_options.seq_len, "Tokens per sequence (default: the config's train.seq_len)");
   plan->add_option("--batch", plan_options.batch, "Sequences per step (default: the config's train.batch_size)");

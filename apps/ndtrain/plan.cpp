@@ -10,6 +10,8 @@
 #include "plan/validation.h"
 
 #include <fmt/format.h>
+
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 
@@ -97,7 +99,16 @@ int run_plan(const PlanOptions& o) {
   // This machine is one node: its ranks share its cores, so the profile is measured for
   // as many ranks as the node holds.
   const int cpu_ranks = o.devices_per_node > 0 ? o.devices_per_node : o.devices > 0 ? o.devices / std::max(1, o.nodes) : 1;
-  const DeviceProfile device = o.device == "cpu" ? measure_cpu_device(std::max(1, cpu_ranks)) : resolve_device(o.device);
+  DeviceProfile device = o.device == "cpu" ? measure_cpu_device(std::max(1, cpu_ranks)) : resolve_device(o.device);
+  NDT_CHECK(o.inter_node_gbps >= 0 && std::isfinite(o.inter_node_gbps), "--inter-node-gbps {} must be a positive "
+            "number of Gbit/s (0: the profile's)", o.inter_node_gbps);
+  NDT_CHECK(o.inter_node_latency_us >= 0 && std::isfinite(o.inter_node_latency_us), "--inter-node-latency-us {} must "
+            "not be negative (0: the profile's)", o.inter_node_latency_us);
+  if (o.inter_node_gbps > 0) {
+    device.inter_node.bytes_per_s = o.inter_node_gbps * 1e9 / 8;
+    device.source += fmt::format("; between nodes {:g} Gbit/s per device (--inter-node-gbps)", o.inter_node_gbps);
+  }
+  if (o.inter_node_latency_us > 0) device.inter_node.latency_s = o.inter_node_latency_us * 1e-6;
   const Cluster cluster = make_cluster(device, o.nodes, o.devices_per_node, o.devices);
   const PlanSpace space = search_space(o);
 

@@ -23,6 +23,13 @@ bool launched_by_mpi() {
   for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE"}) {
     if (std::getenv(var) != nullptr) return true;
   }
+  // srun starting several tasks without an MPI process-management interface would start
+  // that many independent one-rank runs: refuse it.
+  const char* tasks = std::getenv("SLURM_NTASKS");
+  NDT_CHECK(tasks == nullptr || std::atoi(tasks) <= 1,
+            "started by srun as one of SLURM_NTASKS = {} tasks, but without an MPI process-management interface "
+            "(no PMIx or PMI variables): launch with `srun --mpi=pmix` (or mpirun), see docs/multinode.md",
+            tasks ? tasks : "");
   return false;
 }
 

@@ -328,8 +328,10 @@ void check_tensor_and_sequence_parallel(const RunConfig& c) {
             "parallel.sequence_parallel = true needs parallel.tp > 1 (it splits tokens over the tp ranks)");
 }
 
-// Threads when runtime.threads = 0: this node's cores divided among the ranks on it.
+// Threads when runtime.threads = 0: the CPUs Slurm gave each task (SLURM_CPUS_PER_TASK),
+// else this node's cores divided among the ranks on it.
 int automatic_threads(int ranks_on_this_node) {
+  if (const char* cpus = std::getenv("SLURM_CPUS_PER_TASK"); cpus && std::atoi(cpus) > 0) return std::atoi(cpus);
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   return std::max(1, cores / std::max(1, ranks_on_this_node));
 }

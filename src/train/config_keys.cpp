@@ -323,7 +323,7 @@ void add_checkpoint_keys(std::vector<ConfigKey>& f) {
 }
 
 void add_runtime_keys(std::vector<ConfigKey>& f) {
-  f.push_back(field<int>("runtime.threads", NDT_REF(threads), "Compute threads of this rank (OpenMP and OpenBLAS); 0: the node's cores divided among its ranks (at least 1)."));
+  f.push_back(field<int>("runtime.threads", NDT_REF(threads), "Compute threads of this rank (OpenMP and OpenBLAS); 0: SLURM_CPUS_PER_TASK under Slurm, else this node's cores divided among the ranks on this node (each node its own count; at least 1)."));
   f.push_back(field<double>("runtime.peak_gflops", NDT_REF(peak_gflops), "Hardware peak for MFU in GFLOP/s; 0: measure it with the built-in FMA calibration."));
   f.push_back(field<double>("runtime.comm_timeout_s", NDT_REF(comm_timeout_s), "A collective not complete after this many seconds aborts the job, naming the operation, mesh axis, size and step."));
   f.push_back(field<std::string>("runtime.out_dir", NDT_REF(out_dir), "Folder for metrics.jsonl (one JSON record per step, validation and summary); empty: no metrics file."));

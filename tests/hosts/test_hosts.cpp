@@ -177,6 +177,22 @@ TEST_F(Hosts, EveryLayoutAcrossTwoHostsMatchesOneRank) {
   }
 }
 
+// Catches: the documented hostfile recipe (scripts/launch.sh) not placing the ranks per
+// node as it says, or not running at all.
+TEST_F(Hosts, TheLaunchScriptRunsAHostfileJobAcrossTheHosts) {
+  std::ofstream(dir_.file("hostfile")) << "# two emulated hosts\n10.77.0.11 slots=2\n10.77.0.12 slots=2\n";
+  const std::string placement = testing::run_command(hosts("mpirun-args 2 2")).output;
+  const std::string agent = placement.substr(0, placement.find(" --host "));  // the rsh agent and the networks
+  const std::string out = dir_.file("launched");
+  const testing::CommandResult r = testing::run_command(
+      "timeout -s KILL 300 bash " + kSource + "/scripts/launch.sh --hostfile " + dir_.file("hostfile") +
+      " --ranks-per-node 2 --mpirun-args \"" + agent + " --oversubscribe -x OMP_NUM_THREADS=1\" -- " + kNdtrain +
+      " train " + dir_.file("run.toml") + " --set runtime.out_dir=" + out);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("nodes: 2 nodes (ndt-host1, ndt-host2) x 2 ranks"), std::string::npos) << r.output;
+  expect_same_losses(one_rank(10), losses_of(out + "/metrics.jsonl"), "launch.sh --hostfile");
+}
+
 // Catches: tensor parallelism silently spread over the hosts' network link.
 TEST_F(Hosts, ATensorParallelGroupAcrossHostsIsRefused) {
   const testing::CommandResult r = across(2, 2, "--set parallel.tp=4 --set runtime.out_dir=" + dir_.file("tp4"));
