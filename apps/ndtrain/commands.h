@@ -179,6 +179,9 @@ struct PlanOptions {
   // The network between nodes, replacing the profile's (the cpu profile knows one machine
   // only): Gbit/s per device and direction, and latency per message; 0: the profile's.
   double inter_node_gbps = 0, inter_node_latency_us = 0;
+  // --device cpu: the ranks sharing this machine's cores (0: a node's devices). Emulated
+  // hosts (scripts/hosts.sh) are nodes that share one machine: give every rank.
+  int cpu_ranks = 0;
   int seq_len = 0;                     // 0: the config's train.seq_len
   int batch = 0;                       // sequences per step; 0: the config's train.batch_size
   std::string precision;               // fp32, bf16, fp16; empty: the config's

@@ -242,6 +242,9 @@ int main(int argc, char** argv) {
   plan->add_option("--inter-node-gbps", plan_options.inter_node_gbps,
                    "The network between nodes, Gbit/s per device and direction (default: the profile's; the cpu "
                    "profile measures one machine, docs/multinode.md)");
+  plan->add_option("--cpu-ranks", plan_options.cpu_ranks,
+                   "--device cpu: the ranks sharing this machine's cores (default: a node's devices; emulated hosts "
+                   "share one machine: give every rank)");
   plan->add_option("--inter-node-latency-us", plan_options.inter_node_latency_us,
                    "Latency of a message between nodes, microseconds (default: the profile's)");
   plan->add_option("--devices", plan_options.devices, "Devices in all (any two of the three sizes fix the third)");

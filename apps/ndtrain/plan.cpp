@@ -98,7 +98,11 @@ int run_plan(const PlanOptions& o) {
             base.seq_len, base.model.max_seq_len);
   // This machine is one node: its ranks share its cores, so the profile is measured for
   // as many ranks as the node holds.
-  const int cpu_ranks = o.devices_per_node > 0 ? o.devices_per_node : o.devices > 0 ? o.devices / std::max(1, o.nodes) : 1;
+  NDT_CHECK(o.cpu_ranks >= 0, "--cpu-ranks {} must not be negative (0: a node's devices)", o.cpu_ranks);
+  const int cpu_ranks = o.cpu_ranks > 0                ? o.cpu_ranks
+                        : o.devices_per_node > 0 ? o.devices_per_node
+                        : o.devices > 0          ? o.devices / std::max(1, o.nodes)
+                                                 : 1;
   DeviceProfile device = o.device == "cpu" ? measure_cpu_device(std::max(1, cpu_ranks)) : resolve_device(o.device);
   NDT_CHECK(o.inter_node_gbps >= 0 && std::isfinite(o.inter_node_gbps), "--inter-node-gbps {} must be a positive "
             "number of Gbit/s (0: the profile's)", o.inter_node_gbps);

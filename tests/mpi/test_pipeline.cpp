@@ -73,6 +73,27 @@ TEST_F(PipelineTest, EveryScheduleMatchesOneRank) {
   }
 }
 
+// Catches: the z-loss term missing from a pipeline run's reports (only the stage with the
+// head computes it; the runner sums it over pp with the loss), or summed wrongly.
+TEST_F(PipelineTest, ZLossIsReportedLikeOneRank) {
+  Communicator& world = testing::world();
+  RunConfig c = run(false);
+  c.steps = 3;
+  c.z_loss = 1e-3f;
+  std::vector<double> reference;
+  {
+    Trainer trainer(c, testing::one_rank_mesh(), nullptr);
+    while (trainer.steps_done() < c.steps) reference.push_back(trainer.step().z_loss);
+  }
+  c.mesh.pp = world.size();
+  DeviceMesh mesh(world, c.resolve_mesh(world.size()));
+  Trainer trainer(c, mesh, nullptr);
+  for (double z : reference) {
+    ASSERT_GT(z, 0);
+    EXPECT_NEAR(trainer.step().z_loss, z, 1e-5 * z) << "pp=" << world.size();
+  }
+}
+
 // Catches: pipeline gradients not reduced over data parallelism (or reduced twice, or
 // reduce-scattered while another micro-batch still adds to them), a tied embedding's
 // copies summed in mismatched shards, tp boundary tensors of the wrong rows under
