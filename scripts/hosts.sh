@@ -6,7 +6,8 @@
 # launches ranks into the hosts through scripts/host-agent.sh (its rsh agent), and since
 # they are different nodes to it, its ranks talk TCP between hosts. Needs root.
 #
-#   hosts.sh up N             create hosts 1..N (removing any earlier ones first)
+#   hosts.sh up N             create hosts 1..N (removing earlier idle ones first; refused
+#                             while a process runs in one: another job is using them)
 #   hosts.sh down             remove everything this script made
 #   hosts.sh link N up|down   restore or cut host N's link
 #   hosts.sh shape RATE DELAY every link at RATE (e.g. 1gbit) with DELAY (e.g. 0.5ms) each way
@@ -45,6 +46,13 @@ down() {
 
 up() {
   local n="$1"
+  for ns in $(ip netns list 2>/dev/null | awk '/^ndt-host[0-9]+/ {print $1}'); do
+    if [ -n "$(ip netns pids "$ns" 2>/dev/null)" ]; then
+      echo "hosts.sh: $ns still runs processes ($(ip netns pids "$ns" | tr '\n' ' ')): another job is using the" \
+           "emulated hosts; wait for it, or end it with hosts.sh down" >&2
+      exit 1
+    fi
+  done
   down
   mkdir -p "$uts_dir"
   mount --bind "$uts_dir" "$uts_dir"

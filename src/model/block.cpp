@@ -246,11 +246,11 @@ void Block::moe_mlp_backward(MicroBatchContext& ctx, const BlockActivations& a, 
     activation_backward(a, d);
     if (c_.arch == Arch::llama) up_.backward(s.dln, s.dff_c, a.ln2, d.N);
     fc_.backward(s.dln, s.dff_b, a.ln2, d.N);
-    if (hooks) hooks->poll();
+    poll(hooks);
   }
   moe_.bind(*experts_, attention(ctx));
   moe_.backward(ctx.moe[static_cast<size_t>(layer_)], moe_batch(ctx), a.ln2, dout, partial_.grad(moe_.router()), s.dln);
-  if (hooks) hooks->poll();
+  poll(hooks);
 }
 
 void Block::recompute(MicroBatchContext& ctx, const BlockActivations& a, const BlockDims& d) {
@@ -291,92 +291,132 @@ void Block::backward_weight(MicroBatchContext& ctx, ModelHooks* hooks) {
   std::vector<DeferredWeightGradient>& deferred = ctx.deferred[static_cast<size_t>(layer_)];
   for (DeferredWeightGradient& w : deferred) {
     w.apply(w.dout.data<float>());
-    if (hooks) hooks->poll();
+    poll(hooks);
   }
   deferred.clear();  // frees the copies
 }
 
+// A linear layer's backward under a fused or split (zero-bubble) pass: fused, both halves
+// in one matmul backward (a low-precision output gradient is then rounded once for both);
+// split, the input half now and the weight half later, from a copy of the output gradient
+// (the workspace is reused before the weight half runs).
+class LinearBackward {
+ public:
+  LinearBackward(const TensorParallelRegions& tp, float* dout_full, int64_t rows,
+                 std::vector<DeferredWeightGradient>* deferred)
+      : tp_(tp), dout_full_(dout_full), rows_(rows), deferred_(deferred) {}
+
+  void column(const ColumnParallelLinear& layer, float* dinp, const float* dout, const float* inp) const {
+    if (!deferred_) return layer.backward(dinp, dout, inp, rows_);
+    layer.backward_input(dinp, dout, rows_);
+    defer([&layer, inp, rows = rows_](const float* dy) { layer.backward_weight(dy, inp, rows); }, dout,
+          rows_ * layer.weight->local_shape[0]);
+  }
+
+  void row(const RowParallelLinear& layer, float* dinp, const float* dout, const float* inp, float* dbias) const {
+    if (!deferred_) return layer.backward(tp_, dinp, dout_full_, dout, inp, rows_, dbias);
+    const float* dy = layer.backward_input(tp_, dinp, dout_full_, dout, rows_, dbias);
+    defer([&layer, inp, rows = rows_](const float* g) { layer.backward_weight(g, inp, rows); }, dy,
+          rows_ * layer.weight->local_shape[0]);
+  }
+
+ private:
+  template <class Apply>
+  void defer(Apply apply, const float* dout, int64_t numel) const {
+    Tensor copy = Tensor::empty({numel}, DType::f32, MemTag::activations);
+    kernels::copy(copy.data<float>(), dout, numel);
+    deferred_->push_back({std::move(copy), apply});
+  }
+
+  const TensorParallelRegions& tp_;
+  float* dout_full_;
+  int64_t rows_;
+  std::vector<DeferredWeightGradient>* deferred_;
+};
+
 void Block::backward_pass(MicroBatchContext& ctx, ModelHooks* hooks, std::vector<DeferredWeightGradient>* deferred) {
-  const int B = ctx.B, T = ctx.T;
   ws_.fit(ctx);
   const TensorParallelRegions& tp = *tp_;
-  const BlockDims d(c_, tp.layout(), B, T, layer_);
+  const BlockDims d(c_, tp.layout(), ctx.B, ctx.T, layer_);
   float* dres = ws_.dstream;
-  const float* x_in = ctx.stream[static_cast<size_t>(layer_)];
   const BlockActivations a = activations(ctx);
   unpack_block_activations(ctx, layer_, ws_.recompute);
   recompute(ctx, a, d);
   BlockScratch& s = ws_.block;
-  const int N = static_cast<int>(d.N);
-  auto poll = [hooks] {
-    if (hooks) hooks->poll();
-  };
+  const LinearBackward linear(tp, s.dout_full, d.N, deferred);
   partial_.begin();
-  // A linear layer's weight gradient: now (fused), or later, from a copy of its output
-  // gradient (split: the workspace is reused before the weight half runs).
-  auto weight_grad = [deferred](auto apply, const float* dout, int64_t numel) {
-    if (!deferred) return apply(dout);
-    Tensor copy = Tensor::empty({numel}, DType::f32, MemTag::activations);
-    kernels::copy(copy.data<float>(), dout, numel);
-    deferred->push_back({std::move(copy), apply});
-  };
-  // Fused, both halves in one matmul backward (a low-precision output gradient is then
-  // rounded once for both).
-  auto column = [&](const ColumnParallelLinear& layer, float* dinp, const float* dout, const float* inp) {
-    if (!deferred) return layer.backward(dinp, dout, inp, d.N);
-    layer.backward_input(dinp, dout, d.N);
-    weight_grad([&layer, inp, rows = d.N](const float* dy) { layer.backward_weight(dy, inp, rows); }, dout,
-                d.N * layer.weight->local_shape[0]);
-  };
-  auto row = [&](const RowParallelLinear& layer, float* dinp, const float* dout, const float* inp, float* dbias) {
-    if (!deferred) return layer.backward(tp, dinp, s.dout_full, dout, inp, d.N, dbias);
-    const float* dy = layer.backward_input(tp, dinp, s.dout_full, dout, d.N, dbias);
-    weight_grad([&layer, inp, rows = d.N](const float* g) { layer.backward_weight(g, inp, rows); }, dy,
-                d.N * layer.weight->local_shape[0]);
-  };
-
   // MLP: dres is dL/dx_out, which is also dL/d(mlp output).
   if (moe_.active()) {
     moe_mlp_backward(ctx, a, d, hooks);
   } else {
-    kernels::zero(s.dff_a, d.N * d.F);
-    row(proj_, s.dff_a, dres, a.ff_act, partial_.grad(proj_.bias));
-    poll();
-    kernels::zero(s.dln, d.N * d.C);
-    activation_backward(a, d);
-    if (c_.arch == Arch::llama) {
-      column(up_, s.dln, s.dff_c, a.ln2);
-      poll();
-    }
-    column(fc_, s.dln, s.dff_b, a.ln2);
-    poll();
+    dense_mlp_backward(a, d, linear, hooks);
   }
   // dres becomes dL/dx_mid: the residual path plus the norm2 path.
   const float* dln2 = tp.column_input_backward(s.dln, s.dln_local, d.Nl, d.C);
   norm_backward(c_, dres, partial_.grad(ln2_w_), partial_.grad(ln2_b_), *ln2_w_, dln2, a.x_mid, a.ln2_mean,
                 a.ln2_rstd, d.Nl);
+  attention_backward(ctx, a, d, linear, hooks);
+  // dres becomes dL/dx_in.
+  const float* dln1 = tp.column_input_backward(s.dln, s.dln_local, d.Nl, d.C);
+  norm_backward(c_, dres, partial_.grad(ln1_w_), partial_.grad(ln1_b_), *ln1_w_, dln1,
+                ctx.stream[static_cast<size_t>(layer_)], a.ln1_mean, a.ln1_rstd, d.Nl);
+  partial_.finish();
+  if (moe_.active()) ctx.moe[static_cast<size_t>(layer_)] = MoeActivations{};  // read for the last time
+}
 
-  // Attention.
+void Block::dense_mlp_backward(const BlockActivations& a, const BlockDims& d, const LinearBackward& linear,
+                               ModelHooks* hooks) {
+  BlockScratch& s = ws_.block;
+  kernels::zero(s.dff_a, d.N * d.F);
+  linear.row(proj_, s.dff_a, ws_.dstream, a.ff_act, partial_.grad(proj_.bias));
+  poll(hooks);
+  kernels::zero(s.dln, d.N * d.C);
+  activation_backward(a, d);
+  if (c_.arch == Arch::llama) {
+    linear.column(up_, s.dln, s.dff_c, a.ln2);
+    poll(hooks);
+  }
+  linear.column(fc_, s.dln, s.dff_b, a.ln2);
+  poll(hooks);
+}
+
+void Block::attention_backward(const MicroBatchContext& ctx, const BlockActivations& a, const BlockDims& d,
+                               const LinearBackward& linear, ModelHooks* hooks) {
+  BlockScratch& s = ws_.block;
   kernels::zero(s.datt_out, d.N * d.QD);
-  row(wo_, s.datt_out, dres, a.att_out, partial_.grad(wo_.bias));
-  poll();
+  linear.row(wo_, s.datt_out, ws_.dstream, a.att_out, partial_.grad(wo_.bias));
+  poll(hooks);
   kernels::zero(s.dq, d.N * d.QD);
   kernels::zero(s.dk, d.N * d.KD);
   kernels::zero(s.dv, d.N * d.KD);
-  attention(ctx).backward({s.dq, s.dk, s.dv, s.datt_out, a.q, a.k, a.v, a.att, a.att_out, a.lse, B, T,
+  attention(ctx).backward({s.dq, s.dk, s.dv, s.datt_out, a.q, a.k, a.v, a.att, a.att_out, a.lse, ctx.B, ctx.T,
                            static_cast<int>(d.NH), static_cast<int>(d.NKV), static_cast<int>(d.HS), s.cp_scratch,
                            document_starts(ctx)});
-  poll();
+  poll(hooks);
+  const auto [dq, dk] = query_key_backward(ctx, a, d);
+  kernels::zero(s.dln, d.N * d.C);
+  linear.column(wq_, s.dln, dq, a.ln1);
+  poll(hooks);
+  linear.column(wk_, s.dln, dk, a.ln1);
+  poll(hooks);
+  linear.column(wv_, s.dln, s.dv, a.ln1);
+  poll(hooks);
+}
+
+std::pair<const float*, const float*> Block::query_key_backward(const MicroBatchContext& ctx,
+                                                                const BlockActivations& a, const BlockDims& d) {
+  BlockScratch& s = ws_.block;
   float *dq = s.dq, *dq2 = s.dq2, *dk = s.dk, *dk2 = s.dk2;
   if (c_.arch == Arch::llama) {
     kernels::zero(dq2, d.N * d.QD);
     kernels::zero(dk2, d.N * d.KD);
-    kernels::rope_backward_at(dq2, dq, B, T, d.NH, d.HS, ctx.positions.data(), c_.rope_theta);
-    kernels::rope_backward_at(dk2, dk, B, T, d.NKV, d.HS, ctx.positions.data(), c_.rope_theta);
+    kernels::rope_backward_at(dq2, dq, ctx.B, ctx.T, d.NH, d.HS, ctx.positions.data(), c_.rope_theta);
+    kernels::rope_backward_at(dk2, dk, ctx.B, ctx.T, d.NKV, d.HS, ctx.positions.data(), c_.rope_theta);
     std::swap(dq, dq2);
     std::swap(dk, dk2);
   }
   if (c_.qk_norm) {
+    const int N = static_cast<int>(d.N);
     kernels::zero(dq2, d.N * d.QD);
     kernels::zero(dk2, d.N * d.KD);
     kernels::rmsnorm_backward(dq2, partial_.grad(q_norm_), dq, a.q_pre, q_norm_->data(), a.q_rstd, N * d.NH, d.HS);
@@ -384,19 +424,7 @@ void Block::backward_pass(MicroBatchContext& ctx, ModelHooks* hooks, std::vector
     std::swap(dq, dq2);
     std::swap(dk, dk2);
   }
-  kernels::zero(s.dln, d.N * d.C);
-  column(wq_, s.dln, dq, a.ln1);
-  poll();
-  column(wk_, s.dln, dk, a.ln1);
-  poll();
-  column(wv_, s.dln, s.dv, a.ln1);
-  poll();
-  // dres becomes dL/dx_in.
-  const float* dln1 = tp.column_input_backward(s.dln, s.dln_local, d.Nl, d.C);
-  norm_backward(c_, dres, partial_.grad(ln1_w_), partial_.grad(ln1_b_), *ln1_w_, dln1, x_in, a.ln1_mean,
-                a.ln1_rstd, d.Nl);
-  partial_.finish();
-  if (moe_.active()) ctx.moe[static_cast<size_t>(layer_)] = MoeActivations{};  // read for the last time
+  return {dq, dk};
 }
 
 }  // namespace ndt

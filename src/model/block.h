@@ -22,9 +22,12 @@
 #include "model/unit.h"
 
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace ndt {
+
+class LinearBackward;  // block.cpp: a linear layer's backward, fused or split
 
 // Parameter specs of block `layer` (unit 1 + layer), in a fixed order.
 std::vector<ParameterSpec> block_parameter_specs(const ModelConfig& c, int layer);
@@ -73,6 +76,18 @@ class Block : public Unit {
   MoeBatch moe_batch(const MicroBatchContext& ctx) const;
   // The backward; deferred == null: fused, else the weight gradients go there.
   void backward_pass(MicroBatchContext& ctx, ModelHooks* hooks, std::vector<DeferredWeightGradient>* deferred);
+  // The dense MLP's backward from dstream (dL/d mlp output) into dln (dL/d ln2).
+  void dense_mlp_backward(const BlockActivations& a, const BlockDims& d, const LinearBackward& linear,
+                          ModelHooks* hooks);
+  // Attention's backward from dstream (dL/d attention output) into dln (dL/d ln1).
+  void attention_backward(const MicroBatchContext& ctx, const BlockActivations& a, const BlockDims& d,
+                          const LinearBackward& linear, ModelHooks* hooks);
+  // dq, dk back through QK-norm and RoPE: the gradients at the projections' outputs.
+  std::pair<const float*, const float*> query_key_backward(const MicroBatchContext& ctx, const BlockActivations& a,
+                                                           const BlockDims& d);
+  static void poll(ModelHooks* hooks) {
+    if (hooks) hooks->poll();
+  }
   // What the context's checkpointing policy left out of this block's saved activations.
   void recompute(MicroBatchContext& ctx, const BlockActivations& a, const BlockDims& d);
   const ModelConfig& c_;
