@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The multi-host benchmark (scripts/bench.sh hosts; docs/multinode.md): gpt2-124m-shaped
+# The multi-host benchmark (scripts/bench.sh hosts; docs/multinode.md): gpt2-124m
 # training across 2 emulated hosts x 2 ranks (scripts/hosts.sh, TCP between them) at two
-# link speeds, DDP flat and hierarchical, HSDP (shard inside a host, replicate across)
+# link speeds, one sequence of 64 tokens per rank (the gradients' 500 MB per step
+# against little compute: the emulated hosts share this machine's cores), DDP flat and hierarchical, HSDP (shard inside a host, replicate across)
 # and FSDP across the hosts, each step time the median of the timed steps beside the
-# planner's prediction for the same layout and link. Needs root. Slow: about 15 minutes.
+# planner's prediction for the same layout and link. Needs root. Slow: about 10 minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=/tmp/ndtrain-bench-hosts
@@ -12,7 +13,7 @@ mkdir -p "$out"
 bash scripts/hosts.sh up 2
 trap 'bash scripts/hosts.sh down' EXIT
 placement=$(bash scripts/hosts.sh mpirun-args 2 2)
-common=(--set model.preset=gpt2-124m --set train.steps=4 --set train.batch_size=8 --set train.seq_len=256
+common=(--set model.preset=gpt2-124m --set train.steps=4 --set train.batch_size=4 --set train.seq_len=64
         --set train.eval_every=0 --set train.eval_batches=1 --set sample.tokens=0 --set runtime.threads=1
         --set data.train="$out/train.bin" --set data.val="$out/val.bin" --set runtime.comm_timeout_s=600)
 median_step() {  # the median step_s of steps 2.. of a metrics file
@@ -23,8 +24,8 @@ print(f"{statistics.median(r['step_s'] for r in steps[1:]):.2f}")
 PY
 }
 planned() {  # the planner's step time for a mesh: DP_REPLICATE DP_SHARD ZERO_STAGE GBIT_S
-  ./build/ndtrain plan --preset gpt2-124m --device cpu --nodes 2 --devices-per-node 2 --seq 256 --batch 8 \
-    --micro-batch-sizes 2 --recompute none --zero-stages "$3" --inter-node-gbps "$4" --json "$out/plan.json" \
+  ./build/ndtrain plan --preset gpt2-124m --device cpu --cpu-ranks 4 --nodes 2 --devices-per-node 2 --seq 64 --batch 4 \
+    --micro-batch-sizes 1 --recompute none --zero-stages "$3" --inter-node-gbps "$4" --json "$out/plan.json" \
     >/dev/null 2>&1 || true
   python3 - "$out/plan.json" "$1" "$2" <<'PY'
 import json, sys

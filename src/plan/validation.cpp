@@ -96,14 +96,8 @@ std::map<std::pair<std::string, std::string>, std::pair<int64_t, int64_t>> step_
   return out;
 }
 
-ValidationRow validate_case(const ValidationCase& c, int index, const fs::path& dir, const std::string& base_config,
-                            std::map<int, Cluster>& clusters) {
-  ValidationRow row;
-  row.name = c.name;
-  row.ranks = c.ranks;
-  const fs::path out = dir / fmt::format("run-{}", index);
-  std::vector<std::string> settings = c.settings;
-  settings.push_back("runtime.out_dir=" + out.string());
+// Runs the case's training job into `out`.
+void run_case(const ValidationCase& c, const fs::path& out, const std::string& base_config) {
   std::string command = c.ranks == 1 ? std::string("/proc/self/exe")
                                      : fmt::format("mpirun -np {} --oversubscribe --bind-to none --allow-run-as-root "
                                                    "/proc/self/exe",
@@ -112,17 +106,16 @@ ValidationRow validate_case(const ValidationCase& c, int index, const fs::path& 
   const std::string self = fs::read_symlink("/proc/self/exe").string();
   command.replace(command.find("/proc/self/exe"), 14, self);
   command += " train " + base_config + " --overwrite";
-  for (const std::string& s : settings) command += " --set " + s;
+  for (const std::string& s : c.settings) command += " --set " + s;
+  command += " --set runtime.out_dir=" + out.string();
   run_command(command);
+}
 
-  const RunConfig config = read_run_config(base_config, settings);
-  if (!clusters.count(c.ranks)) clusters.emplace(c.ranks, make_cluster(measure_cpu_device(c.ranks), 1, c.ranks, 0));
-  const Cluster& cluster = clusters.at(c.ranks);
-  const LayoutScore plan = score_layout(config, cluster);
+// Memory per tag and the median step time against the plan's, with the mismatches.
+void compare_memory_and_time(ValidationRow& row, const RunConfig& config, const LayoutScore& plan,
+                             const std::vector<nlohmann::json>& steps) {
   const MemoryEstimate& predicted = plan.stages.front();  // rank 0 is pipeline stage 0
-  const std::vector<nlohmann::json> steps = step_records(out / "metrics.jsonl");
-  const nlohmann::json& last = steps.back();
-  const nlohmann::json& mem = last.at("mem");
+  const nlohmann::json& mem = steps.back().at("mem");
   const auto tag = [&](const char* name, const char* field) { return mem.at(name).at(field).get<double>(); };
   row.model_states[0] = tag("params", "current") + tag("grads", "current") + tag("optimizer", "current");
   row.model_states[1] = static_cast<double>(predicted.params + predicted.grads + predicted.optimizer);
@@ -159,12 +152,15 @@ ValidationRow validate_case(const ValidationCase& c, int index, const fs::path& 
       row.mismatches.push_back(text);
     }
   }
+}
 
-  // Bytes: every reported axis's counters of one step against the model.
-  const StepCommunication comm = predict_step_communication(config, c.ranks, 0);
-  const auto measured = c.ranks > 1 ? step_counters(steps[steps.size() - 2], last)
-                                    : std::map<std::pair<std::string, std::string>, std::pair<int64_t, int64_t>>{};
-  for (size_t a = 0; a < kNumAxes && c.ranks > 1; ++a) {
+// Bytes: every reported axis's counters of the last step against the model.
+void compare_counters(ValidationRow& row, const RunConfig& config, const LayoutScore& plan,
+                      const std::vector<nlohmann::json>& steps) {
+  if (row.ranks == 1) return;
+  const StepCommunication comm = predict_step_communication(config, row.ranks, 0);
+  const auto measured = step_counters(steps[steps.size() - 2], steps.back());
+  for (size_t a = 0; a < kNumAxes; ++a) {
     const Axis axis = static_cast<Axis>(a);
     // The metrics report each communicator once (the trainer leaves out the aliases).
     if (is_alias_axis(axis, plan.layout.mesh)) continue;
@@ -186,6 +182,23 @@ ValidationRow validate_case(const ValidationCase& c, int index, const fs::path& 
       }
     }
   }
+}
+
+ValidationRow validate_case(const ValidationCase& c, int index, const fs::path& dir, const std::string& base_config,
+                            std::map<int, Cluster>& clusters) {
+  ValidationRow row;
+  row.name = c.name;
+  row.ranks = c.ranks;
+  const fs::path out = dir / fmt::format("run-{}", index);
+  run_case(c, out, base_config);
+  std::vector<std::string> settings = c.settings;
+  settings.push_back("runtime.out_dir=" + out.string());
+  const RunConfig config = read_run_config(base_config, settings);
+  if (!clusters.count(c.ranks)) clusters.emplace(c.ranks, make_cluster(measure_cpu_device(c.ranks), 1, c.ranks, 0));
+  const LayoutScore plan = score_layout(config, clusters.at(c.ranks));
+  const std::vector<nlohmann::json> steps = step_records(out / "metrics.jsonl");
+  compare_memory_and_time(row, config, plan, steps);
+  compare_counters(row, config, plan, steps);
   return row;
 }
 
