@@ -62,6 +62,8 @@ struct ModelConfig {
   bool is_moe() const { return n_experts > 0; }
   bool is_moe_block(int layer) const { return n_experts > 0 && (layer + 1) % moe_every == 0; }
   int expert_d_ff() const { return moe_d_ff > 0 ? moe_d_ff : d_ff; }
+  // Whether some block keeps the dense MLP of width d_ff (a dense model, or moe_every > 1).
+  bool has_dense_block() const { return n_experts == 0 || moe_every > 1; }
   // The dense MLP width of block `layer`: d_ff, or in an MoE block the shared MLP's (0: none).
   int mlp_d_ff(int layer) const { return is_moe_block(layer) ? moe_shared_d_ff : d_ff; }
 

@@ -3,7 +3,9 @@
 
 #include "core/rng.h"
 #include "data/shard.h"
+#include "core/error.h"
 #include "train/config.h"
+#include "train/trainer.h"
 #include "../common/temp_dir.h"
 
 #include <string>
@@ -47,4 +49,17 @@ inline RunConfig small_run(const std::string& train, int64_t steps) {
   return c;
 }
 
+// The error a Trainer built from `c` stops with before step 1; "" when it starts.
+inline std::string trainer_error(const RunConfig& c) {
+  try {
+    Trainer trainer(c, nullptr, nullptr);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
 }  // namespace ndt::testing
+
+#define EXPECT_MENTIONS(message, text) \
+  EXPECT_NE(std::string(message).find(text), std::string::npos) << "message lacks '" << (text) << "': " << (message)
