@@ -189,6 +189,11 @@ void check_pipeline_shape(PipelineSchedule schedule, const PipelineShape& shape)
   NDT_CHECK(shape.pp >= 1, "parallel.pp = {} must be at least 1", shape.pp);
   NDT_CHECK(shape.v >= 1, "parallel.pp_virtual_stages = {} must be at least 1", shape.v);
   NDT_CHECK(shape.m >= 1, "the number of micro-batches per step ({}) must be at least 1", shape.m);
+  const int64_t pairs = int64_t{shape.pp} * shape.v * shape.m;
+  NDT_CHECK(pairs <= kMaxPipelinePairs,
+            "parallel.pp = {} x parallel.pp_virtual_stages = {} x {} micro-batches per step = {} (micro-batch, chunk) "
+            "pairs in one step's schedule: more than {} (use larger micro-batches)",
+            shape.pp, shape.v, shape.m, pairs, kMaxPipelinePairs);
   const std::string_view name = pipeline_schedule_name(schedule);
   if (schedule != PipelineSchedule::interleaved_1f1b) {
     NDT_CHECK(shape.v == 1,

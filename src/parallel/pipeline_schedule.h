@@ -55,6 +55,10 @@ struct PipelineShape {
 // shape: pp, v or m below 1, v != 1 outside interleaved_1f1b, v < 2 or m not a
 // multiple of pp for interleaved_1f1b.
 void check_pipeline_shape(PipelineSchedule schedule, const PipelineShape& shape);
+// The most (micro-batch, chunk) pairs a step's schedule may hold, pp x v x m: the action
+// lists (a few actions per pair on every rank) stay within memory and a step's
+// simulation within a second; a step of 64 stages of 4 chunks runs 4096 micro-batches.
+inline constexpr int64_t kMaxPipelinePairs = int64_t{1} << 20;
 
 enum class PipelineActionKind {
   forward,          // Forward(mb, chunk)

@@ -8,6 +8,7 @@
 #include "core/memory.h"
 #include "core/output_file.h"
 #include "core/rng.h"
+#include "core/system_memory.h"
 #include "core/timing.h"
 #include "kernels/kernels.h"
 #include "optim/clip.h"
@@ -15,6 +16,7 @@
 #include "train/agreed_error.h"
 #include "train/generate.h"
 #include "train/init_from.h"
+#include "train/memory_preflight.h"
 
 #include <fmt/format.h>
 #include <fmt/ostream.h>
@@ -104,6 +106,7 @@ Trainer::Trainer(const RunConfig& config, DeviceMesh* mesh, std::ostream* log)
             fmt::format("{} ranks", world_size()));
   if (config_.scales_loss()) loss_scaler_ = std::make_unique<DynamicLossScaler>(config_.loss_scale);
   if (config_.micro_batch_size == 0) config_.micro_batch_size = rows_per_rank_;
+  check_run_fits_in_memory(config_, config_.resolve_mesh(world_size()), physical_memory_bytes());
   if (config_.threads == 0) config_.threads = automatic_threads(mesh_ ? mesh_->world().size() : 1);
   kernels::set_num_threads(config_.threads);
   check_tokens(train_data_, "data.train", config_.train_data, config_.model.vocab_size);

@@ -194,6 +194,33 @@ TEST(PipelineRendering, TextTimelineShowsEveryActionAtItsTime) {
 
 // Catches: the SVG missing actions, mixing up the colours of the kinds, or breaking on
 // a title with markup characters.
+// Catches: costs far apart (1e-9 against 1e9) drawing a timeline of 1e18 columns, which
+// ended in "internal error: std::bad_alloc"; a step of a billion micro-batches building
+// its action lists until memory ran out.
+TEST(PipelineRendering, CostsFarApartAndHugeStepsAreBounded) {
+  PipelineCosts costs;
+  costs.forward = 1e-9, costs.backward = 1e9;
+  const PipelineSimulation s = simulate_pipeline(PipelineSchedule::one_f_one_b, {4, 1, 8}, costs);
+  const std::string text = render_pipeline_text(s);
+  EXPECT_LT(text.size(), size_t{4} * 65536 * 4 + 4096);  // 4 ranks of at most 65536 columns of 4 characters
+  EXPECT_NE(text.find("rank  3 |"), std::string::npos);
+  const std::string svg = render_pipeline_svg(s, "far apart");
+  const double width = std::stod(svg.substr(svg.find("width=\"") + 7));
+  EXPECT_LE(width, 100000 + 200);
+  try {
+    simulate_pipeline(PipelineSchedule::one_f_one_b, {4, 1, 1000000000});
+    ADD_FAILURE() << "a billion micro-batches were simulated";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("parallel.pp = 4 x parallel.pp_virtual_stages = 1 x 1000000000 micro-batches "
+                                         "per step = 4000000000 (micro-batch, chunk) pairs in one step's schedule: more "
+                                         "than 1048576"),
+              std::string::npos)
+        << e.what();
+  }
+  // The edge itself runs.
+  EXPECT_NO_THROW(check_pipeline_shape(PipelineSchedule::one_f_one_b, {4, 1, int{kMaxPipelinePairs / 4}}));
+}
+
 TEST(PipelineRendering, SvgHasABoxPerComputeActionColouredByKind) {
   const PipelineSimulation s = simulate_pipeline(PipelineSchedule::zb_h1, {4, 1, 8});
   const std::string svg = render_pipeline_svg(s, "zb_h1 <pp = 4> & m = 8");
