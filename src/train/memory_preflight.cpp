@@ -46,6 +46,9 @@ RunMemoryFloor run_memory_floor(const RunConfig& config, const MeshShape& mesh) 
   const double split = static_cast<double>(mesh.cp) * (config.sequence_parallel ? mesh.tp : 1);
   const double units = static_cast<double>(c.n_layer) / mesh.pp + 1;  // stream[u] of every unit of a stage
   f.batch = tokens * 2 * sizeof(int32_t) + units * tokens / split * c.d_model * sizeof(float);
+  // Without context parallelism the attention kernel keeps its probabilities: at least
+  // one block's, seq_len per token and head (a recomputing block's in the workspace).
+  if (mesh.cp == 1) f.batch += tokens * config.seq_len * (static_cast<double>(c.n_head) / mesh.tp) * sizeof(float);
   return f;
 }
 
@@ -61,11 +64,11 @@ void check_run_fits_in_memory(const RunConfig& config, const MeshShape& mesh, do
             mesh.tp, config.zero_stage, bytes_text(machine_bytes));
   NDT_CHECK(f.model_states + f.batch <= machine_bytes,
             "one micro-batch of train.micro_batch_size = {} sequences of train.seq_len = {} tokens (train.batch_size = "
-            "{} over {} data-parallel ranks) needs at least {} on one rank for its tokens and the residual stream of "
-            "each of model.n_layer = {} blocks (model.d_model = {}), and the model states {}: more than this machine's "
-            "{} of memory",
+            "{} over {} data-parallel ranks) needs at least {} on one rank for its tokens, the residual stream of "
+            "each of model.n_layer = {} blocks (model.d_model = {}) and a block's attention probabilities "
+            "(model.n_head = {}, seq_len per token), and the model states {}: more than this machine's {} of memory",
             config.micro_batch_size, config.seq_len, config.batch_size, mesh.size(Axis::dp), bytes_text(f.batch),
-            c.n_layer, c.d_model, bytes_text(f.model_states), bytes_text(machine_bytes));
+            c.n_layer, c.d_model, c.n_head, bytes_text(f.model_states), bytes_text(machine_bytes));
 }
 
 }  // namespace ndt

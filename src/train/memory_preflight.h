@@ -3,7 +3,8 @@
 // ending in "std::bad_alloc" (or in the kernel's out-of-memory killer). The figures are
 // lower bounds in double precision, so no setting can overflow them and nothing that
 // fits is refused: the model states of the largest share of the parameters a rank can
-// hold, and per micro-batch the token buffers and the residual stream every unit keeps.
+// hold, and per micro-batch the token buffers, the residual stream every unit keeps and
+// (without context parallelism) one block's attention probabilities.
 #pragma once
 
 #include "comm/device_mesh.h"
@@ -13,7 +14,7 @@ namespace ndt {
 
 struct RunMemoryFloor {
   double model_states = 0;  // parameters, gradients, AdamW moments of the busiest rank
-  double batch = 0;         // one micro-batch: inputs and targets, the kept residual streams
+  double batch = 0;         // one micro-batch: inputs and targets, residual streams, probabilities
 };
 // `mesh`: the resolved mesh; config.micro_batch_size resolved (not 0).
 RunMemoryFloor run_memory_floor(const RunConfig& config, const MeshShape& mesh);

@@ -69,10 +69,13 @@ TEST(NumbersAtTheEdge, ABatchBeyondTheMachineIsNamedBeforeAllocating) {
   const std::string e = error_of([&] { check_run_fits_in_memory(c, MeshShape{}, 64 * kGiB); });
   EXPECT_MENTIONS(e, "one micro-batch of train.micro_batch_size = 2147483647 sequences of train.seq_len = 16 tokens "
                      "(train.batch_size = 2147483647 over 1 data-parallel ranks) needs at least");
-  EXPECT_MENTIONS(e, "the residual stream of each of model.n_layer = 2 blocks (model.d_model = 32)");
-  // Exactly: 8 bytes of tokens, then 3 unit boundaries of 32 floats per token.
-  EXPECT_DOUBLE_EQ(run_memory_floor(c, MeshShape{}).batch, double{INT_MAX} * 16 * (8 + 3 * 32 * 4));
-  // Context parallel and sequence parallel split the tokens of the residual stream.
+  EXPECT_MENTIONS(e, "the residual stream of each of model.n_layer = 2 blocks (model.d_model = 32) and a block's "
+                     "attention probabilities (model.n_head = 4, seq_len per token)");
+  // Exactly: 8 bytes of tokens, 3 unit boundaries of 32 floats and 16 probabilities of
+  // each of 4 heads per token.
+  EXPECT_DOUBLE_EQ(run_memory_floor(c, MeshShape{}).batch, double{INT_MAX} * 16 * (8 + 3 * 32 * 4 + 16 * 4 * 4));
+  // Context parallel and sequence parallel split the tokens of the residual stream; cp
+  // keeps no probabilities.
   RunConfig split = c;
   split.sequence_parallel = true;
   EXPECT_DOUBLE_EQ(run_memory_floor(split, MeshShape{1, 1, 1, 2, 2}).batch, double{INT_MAX} * 16 * (8 + 3 * 32 * 4 / 4.0));
