@@ -24,6 +24,7 @@
 #include "apps/ndtrain/commands.h"
 #include "comm/mpi_runtime.h"
 #include "core/error.h"
+#include "core/printable.h"
 #include "kernels/cpu/blas_core.h"
 
 #include <CLI/CLI.hpp>
@@ -39,8 +40,12 @@
 // Prints the error (with the rank when several ranks run) and ends the job. Under MPI
 // the whole job is aborted: the other ranks may be inside a collective and would
 // otherwise wait for this one.
-static int fail_job(int code, const char* kind, const char* message) {
+static int fail_job(int code, const char* kind, const char* raw_message) {
   std::fflush(stdout);
+  // Messages quote what users and files gave (a metrics line, a value): their control
+  // characters are shown, never obeyed by the terminal.
+  const std::string text = ndt::printable_text(raw_message, /*keep_newlines=*/true);
+  const char* message = text.c_str();
   if (ndt::launched_by_mpi()) {
     fmt::print(stderr, "ndtrain: rank {}: {}: {}\n", ndt::launched_rank(), kind, message);
   } else {
