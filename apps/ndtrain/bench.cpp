@@ -219,7 +219,7 @@ int run_bench_train(const TrainBenchOptions& o) {
 
   validate_tensor_parallel(config, o.tp, o.sequence_parallel, T);
   Transformer model(config, 1, 256, /*materialize_parameters=*/false);
-  const Precision precision{compute_dtype_from_config_name(o.precision)};
+  const Precision precision{compute_dtype_from_config_name(o.precision, "--precision")};
   model.set_precision(precision);
   ParallelOptions options;
   options.zero_stage = o.zero_stage;
@@ -227,7 +227,7 @@ int run_bench_train(const TrainBenchOptions& o) {
   options.sequence_parallel = o.sequence_parallel;
   options.cp_mode = cp_layout.mode;
   options.cp_chunks = cp_layout.chunks;
-  options.reduce_dtype = compute_dtype_from_config_name(o.reduce_dtype, "--reduce-dtype");
+  options.reduce_dtype = reduce_dtype_from_config_name(o.reduce_dtype, "--reduce-dtype");
   std::unique_ptr<GradientSync> sync = parallelize(model, mesh.get(), options);
   const ActivationCheckpointing checkpointing{checkpoint_mode_from_name(o.activation_checkpointing),
                                               o.checkpointing_every};

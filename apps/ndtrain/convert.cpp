@@ -74,6 +74,11 @@ int run_convert(const ConvertOptions& o) {
     hint->n_head = hint->n_kv_head = o.n_head;
   }
   const ModelState state = read_model_file(o.from, hint);
+  // An option that does nothing is refused, never ignored.
+  NDT_CHECK(o.n_head == 0 || !state.assumed.empty(),
+            "--n-head {} completes a safetensors file without ndtrain metadata, but {} ({}) describes its model "
+            "(n_head = {}): leave --n-head out",
+            o.n_head, o.from, model_format_name(from), state.config.n_head);
   const double read_s = seconds_since(t0);
   const auto t1 = std::chrono::steady_clock::now();
   write_model(state, o.to, to, dtype);

@@ -8,12 +8,14 @@
 
 #include "core/error.h"
 #include "core/input_file.h"
+#include "core/text_list.h"
 
 #include <fmt/format.h>
 #include <toml++/toml.h>
 
 #include <algorithm>
 #include <charconv>
+#include <cstdint>
 #include <cmath>
 #include <functional>
 #include <map>
@@ -227,11 +229,7 @@ const std::vector<Field>& fields() {
                  "fp32, or bf16 (half the bytes; every partial sum is rounded to bf16, so the result depends on the "
                  "number of ranks more than in fp32). Gradients are accumulated and the optimizer runs in fp32 either way. "
                  "HSDP's all-reduce over replicas, tensor and pipeline parallel traffic stay fp32.";
-    reduce.set = [](RunConfig& c, const std::string& v) {
-      c.reduce_dtype = compute_dtype_from_config_name(v, "precision.reduce_dtype");
-      NDT_CHECK(c.reduce_dtype != DType::f16, "precision.reduce_dtype = \"fp16\": gradient sums can overflow fp16's "
-                "range (65504); use bf16 or fp32");
-    };
+    reduce.set = [](RunConfig& c, const std::string& v) { c.reduce_dtype = reduce_dtype_from_config_name(v); };
     reduce.get = [](const RunConfig& c) { return fmt::format("\"{}\"", compute_dtype_config_name(c.reduce_dtype)); };
     f.push_back(reduce);
     f.push_back(field<bool>("precision.fp8", NDT_REF(precision.fp8), "The blocks' linear layers in fp8 (emulated exactly on CPU; docs/precision.md): inputs and weights rounded to e4m3, output gradients to e5m2, each tensor at a power-of-two scale from its amax history (delayed scaling), products summed in fp32. Needs precision.compute = \"bf16\" and widths divisible by 16 per tensor-parallel rank. The output layer stays bf16."));
@@ -588,14 +586,17 @@ MeshShape RunConfig::resolve_mesh(int world_size) const {
 
 std::optional<std::pair<int64_t, int64_t>> parse_batch_window(const std::string& text) {
   if (text.empty()) return std::nullopt;
-  const size_t colon = text.find(':');
+  const std::vector<std::string> parts = split_trimmed(text, ':');  // "40:2" or "40: 2"
   int64_t first = -1, count = -1;
-  const bool parsed = colon != std::string::npos &&
-                      std::from_chars(text.data(), text.data() + colon, first).ptr == text.data() + colon &&
-                      std::from_chars(text.data() + colon + 1, text.data() + text.size(), count).ptr ==
-                          text.data() + text.size();
-  NDT_CHECK(parsed && first >= 0 && count >= 1,
-            "debug.corrupt_batches = \"{}\" is not FIRST:COUNT with FIRST >= 0 and COUNT >= 1 (e.g. \"40:2\")", text);
+  auto whole = [](const std::string& item, int64_t& value) {
+    const auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), value);
+    return ec == std::errc() && ptr == item.data() + item.size();
+  };
+  const bool parsed = parts.size() == 2 && whole(parts[0], first) && whole(parts[1], count);
+  // first + count (the window's end) must not leave 64 bits either.
+  NDT_CHECK(parsed && first >= 0 && count >= 1 && first <= INT64_MAX - count,
+            "debug.corrupt_batches = \"{}\" is not FIRST:COUNT with FIRST >= 0, COUNT >= 1 and FIRST + COUNT below 2^63 "
+            "(e.g. \"40:2\")", text);
   return std::pair{first, count};
 }
 
