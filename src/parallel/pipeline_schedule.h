@@ -95,6 +95,14 @@ std::vector<PipelineAction> pipeline_actions(PipelineSchedule schedule, const Pi
 std::vector<std::vector<PipelineAction>> pipeline_actions_of_all_ranks(PipelineSchedule schedule,
                                                                        const PipelineShape& shape);
 
+// The most micro-batches whose context one rank holds at once running `actions`: a
+// micro-batch's context lives from the first action that touches it to the last, as
+// PipelineRunner takes and returns them. With v = 1 that is the peak of live activations;
+// under interleaving more than (micro-batch, chunk) pairs / v, since one context serves a
+// micro-batch from its first chunk's forward to its last chunk's backward (pp 4, v 2, m 8:
+// 8 contexts on rank 0, not ceil(11 / 2) = 6).
+int peak_live_contexts(const std::vector<PipelineAction>& actions);
+
 // Runs all ranks' lists against each other: sends are eager (never wait), a receive
 // waits until its matching send has run. Calls step(rank, index) for every action in
 // an order that respects this. Throws ndt::Error on a deadlock (no rank can progress

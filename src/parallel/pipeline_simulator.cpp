@@ -157,6 +157,7 @@ PipelineSimulation simulate_pipeline(const std::vector<std::vector<PipelineActio
     s.bubble.push_back(s.makespan > 0 ? (s.makespan - s.busy[r]) / s.makespan : 0);
   }
   s.mean_bubble = std::accumulate(s.bubble.begin(), s.bubble.end(), 0.0) / shape.pp;
+  for (const auto& actions : ranks) s.peak_live_contexts.push_back(peak_live_contexts(actions));
   return s;
 }
 

@@ -45,6 +45,8 @@ struct PipelineSimulation {
   // Per rank: the most (micro-batch, chunk) activations held at once, each live from
   // its Forward until its Backward, or its BackwardWeight after a BackwardInput.
   std::vector<int> peak_live_activations;
+  // Per rank: the most micro-batch contexts held at once (peak_live_contexts).
+  std::vector<int> peak_live_contexts;
 };
 
 // Checks the lists (check_pipeline_actions) and times them.

@@ -106,6 +106,25 @@ TEST(PipelineSimulator, PeakLiveActivationsFollowTheSchedule) {
 // communication time charged to the sender instead of delaying the receiver. pp = 2,
 // m = 1: F on rank 0, message, F and B on rank 1, message, B on rank 0.
 // Catches: per-rank costs ignored or applied to the wrong rank.
+// Catches: contexts in flight counted as (micro-batch, chunk) pairs / v under interleaving,
+// where the two coincide for v = 1 only (the planner's memory was 6 contexts for 8).
+// Interleaved pp 2, v 2, m 8, rank 0: 2 (p - r - 1) + (v - 1) p = 4 warm-up chunk-forwards
+// (micro-batches 0, 1 through chunk 0, then through chunk 1), then F(2, c0) and F(3, c0)
+// each before a chunk-1 backward: 4 contexts, the first freed only by B(0, c0); the pairs
+// peak at 5, and 5 / 2 rounds up to 3. Rank 1 (no warm-up beyond the group): 3 contexts,
+// 3 pairs.
+TEST(PipelineSimulator, ContextsInFlightAreTheRunnersUnderInterleavingToo) {
+  const PipelineSimulation s = simulate_pipeline(PipelineSchedule::interleaved_1f1b, {2, 2, 8});
+  EXPECT_EQ(s.peak_live_contexts, (std::vector<int>{4, 3}));
+  EXPECT_EQ(s.peak_live_activations, (std::vector<int>{5, 3}));
+  for (PipelineSchedule schedule : {PipelineSchedule::gpipe, PipelineSchedule::one_f_one_b, PipelineSchedule::zb_h1}) {
+    const PipelineSimulation one = simulate_pipeline(schedule, {4, 1, 8});
+    EXPECT_EQ(one.peak_live_contexts, one.peak_live_activations) << pipeline_schedule_name(schedule);
+  }
+  // One rank's list alone gives the same.
+  EXPECT_EQ(peak_live_contexts(pipeline_actions(PipelineSchedule::interleaved_1f1b, {4, 2, 8}, 0)), 8);
+}
+
 TEST(PipelineSimulator, EachRankCanHaveItsOwnCosts) {
   const PipelineShape shape{2, 1, 4};
   const auto lists = pipeline_actions_of_all_ranks(PipelineSchedule::one_f_one_b, shape);

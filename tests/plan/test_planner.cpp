@@ -8,6 +8,7 @@
 #include "model/activations.h"
 #include "model/transformer.h"
 #include "parallel/memory_model.h"
+#include "parallel/pipeline_schedule.h"
 #include "parallel/tensor_parallel.h"
 #include "plan/planner.h"
 
@@ -129,11 +130,13 @@ TEST(Planner, PredictionsAreTheSharedFunctions) {
   const Cluster cluster = make_cluster(builtin_device("h100-sxm"), 1, 8, 0);
   for (const Layout& l : {layout_of(1, 2, 4, 1, 1, 3, "1f1b", 1, CheckpointMode::none),
                           layout_of(2, 1, 2, 1, 2, 1, "1f1b", 1, CheckpointMode::selective),
-                          layout_of(2, 1, 1, 2, 2, 0, "gpipe", 1, CheckpointMode::full)}) {
+                          layout_of(2, 1, 1, 2, 2, 0, "gpipe", 1, CheckpointMode::full),
+                          layout_of(2, 1, 4, 1, 1, 1, "interleaved_1f1b", 2, CheckpointMode::none)}) {
     const RunConfig c = run_of(m, 64, 16, l);
     const LayoutScore s = score_layout(c, cluster);
     ASSERT_TRUE(s.rejected.empty()) << l.describe() << ": " << s.rejected;
-    const PipelineStages stages = partition_pipeline(m, c.seq_len, l.mesh.pp);
+    const PipelineStages stages = partition_pipeline(m, c.seq_len, l.mesh.pp * l.pp_virtual_stages);
+    const PipelineShape shape{l.mesh.pp, l.pp_virtual_stages, c.batch_size / l.mesh.size(Axis::dp) / l.micro_batch_size};
     for (int stage = 0; stage < l.mesh.pp; ++stage) {
       const std::vector<char> units = l.mesh.pp > 1 ? stages.local_units(stage, l.mesh.pp) : std::vector<char>{};
       std::vector<ParameterSpec> specs;
@@ -152,6 +155,12 @@ TEST(Planner, PredictionsAreTheSharedFunctions) {
       const int64_t workspace =
           workspace_floats(m, layout, 1, c.seq_len / l.mesh.cp, c.loss_chunk_rows, c.activation_checkpointing, DType::bf16) * 4;
       EXPECT_EQ(got.activations, got.in_flight * (context - workspace) + workspace) << l.describe() << " stage " << stage;
+      // The contexts the runner holds, interleaved or not (tests/mpi/test_pipeline.cpp
+      // holds the runner's ledger to the same rule).
+      const int contexts = l.mesh.pp > 1 ? peak_live_contexts(pipeline_actions(
+                                               pipeline_schedule_from_name(l.pp_schedule), shape, stage))
+                                         : 1;
+      EXPECT_EQ(got.in_flight, contexts) << l.describe() << " stage " << stage;
       EXPECT_EQ(got.comm_buffers, predict_comm_buffer_bytes(c, cluster.devices(), stage));
     }
     const StepCommunication comm = predict_step_communication(c, cluster.devices(), s.worst_stage);
