@@ -21,16 +21,6 @@ namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
-// A token shard for the runs that get as far as the memory check.
-const std::string& shard() {
-  static testing::TempDir dir;
-  static const std::string path = [] {
-    write_shard(dir.file("train.bin"), testing::synthetic_text(4000, 7));
-    return dir.file("train.bin");
-  }();
-  return path;
-}
-
 std::string error_of(const std::function<void()>& f) {
   try {
     f();
@@ -55,7 +45,7 @@ TEST(NumbersAtTheEdge, ModelStatesBeyondTheMachineAreNamedBeforeAllocating) {
   c.zero_stage = 3;
   EXPECT_NEAR(run_memory_floor(c, MeshShape{1, 1, 8, 1, 1}).model_states, floor.model_states / 8, 1e-6 * floor.model_states);
   // And a real run on this machine: any machine has less than 3.7e19 bytes.
-  RunConfig huge = testing::tiny_run(shard(), 4, 0);
+  RunConfig huge = testing::tiny_run(testing::shared_shard(), 4, 0);
   huge.model.n_layer = 4096;
   huge.model.d_ff = 2000000000;  // 4096 x 2 x 32 x 2e9 = 5.2e14 parameters, 7.5 PiB
   EXPECT_MENTIONS(testing::trainer_error(huge), "PiB on one rank (model.n_layer = 4096, model.d_model = 32, model.d_ff = 2000000000");
@@ -80,7 +70,7 @@ TEST(NumbersAtTheEdge, ABatchBeyondTheMachineIsNamedBeforeAllocating) {
   split.sequence_parallel = true;
   EXPECT_DOUBLE_EQ(run_memory_floor(split, MeshShape{1, 1, 1, 2, 2}).batch, double{INT_MAX} * 16 * (8 + 3 * 32 * 4 / 4.0));
   // A run of this machine: INT_MAX sequences of 256 tokens of width 1024 need petabytes.
-  RunConfig huge = testing::tiny_run(shard(), INT_MAX, 0);
+  RunConfig huge = testing::tiny_run(testing::shared_shard(), INT_MAX, 0);
   huge.model.d_model = 1024, huge.model.max_seq_len = 256, huge.seq_len = 256;
   EXPECT_MENTIONS(testing::trainer_error(huge), "one micro-batch of train.micro_batch_size = 2147483647 sequences");
 }

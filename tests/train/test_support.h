@@ -49,6 +49,17 @@ inline RunConfig small_run(const std::string& train, int64_t steps) {
   return c;
 }
 
+// A token shard of synthetic text for tests that only need data.train to exist (made
+// once per process, removed at its end).
+inline const std::string& shared_shard() {
+  static TempDir dir;
+  static const std::string path = [] {
+    write_shard(dir.file("train.bin"), synthetic_text(4000, 7));
+    return dir.file("train.bin");
+  }();
+  return path;
+}
+
 // The error a Trainer built from `c` stops with before step 1; "" when it starts.
 inline std::string trainer_error(const RunConfig& c) {
   try {
