@@ -198,8 +198,8 @@ RunConfig bench_run_config(const TrainBenchOptions& o, const MeshShape& shape) {
   c.sequence_parallel = o.sequence_parallel;
   c.cp_mode = cp_mode_from_name(o.cp_mode);
   c.cp_chunks = cp_chunks_from_name(o.cp_chunks);
-  c.precision.compute = compute_dtype_from_config_name(o.precision);
-  c.reduce_dtype = compute_dtype_from_config_name(o.reduce_dtype, "--reduce-dtype");
+  c.precision.compute = compute_dtype_from_config_name(o.precision, "--precision");
+  c.reduce_dtype = reduce_dtype_from_config_name(o.reduce_dtype, "--reduce-dtype");
   c.activation_checkpointing = {checkpoint_mode_from_name(o.activation_checkpointing), o.checkpointing_every};
   c.threads = o.threads;
   c.validate_layout();

@@ -2,8 +2,9 @@
 // ndt::Error for bad input (caught and printed once in main).
 #pragma once
 
-#include "parallel/pipeline/simulator.h"
+#include "core/text_list.h"
 #include "data/prepare_tokens.h"
+#include "parallel/pipeline/simulator.h"
 #include "train/generate.h"
 
 #include <algorithm>
@@ -13,17 +14,9 @@
 
 namespace ndt {
 
-// "a,b,c" -> {"a", "b", "c"}, empty items kept (the option's own check names them).
-inline std::vector<std::string> split_comma_list(const std::string& text) {
-  std::vector<std::string> items;
-  size_t begin = 0;
-  while (begin <= text.size()) {
-    const size_t end = std::min(text.find(',', begin), text.size());
-    items.push_back(text.substr(begin, end - begin));
-    begin = end + 1;
-  }
-  return items;
-}
+// "a,b,c" or "a, b, c" -> {"a", "b", "c"}, empty items kept (the option's own check
+// names them).
+inline std::vector<std::string> split_comma_list(const std::string& text) { return split_trimmed(text, ','); }
 
 // Whether this process was started by mpirun/srun (then MPI is used), and its rank.
 bool launched_by_mpi();

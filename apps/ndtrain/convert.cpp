@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <optional>
 
 namespace ndt {
 
@@ -67,7 +68,17 @@ int run_convert(const ConvertOptions& o) {
   check_dtype_for(to, dtype);
 
   const auto t0 = std::chrono::steady_clock::now();
-  const ModelState state = read_model_file(o.from, o.n_head);
+  std::optional<ModelConfig> hint;  // for safetensors without ndtrain metadata
+  if (o.n_head > 0) {
+    hint.emplace();
+    hint->n_head = hint->n_kv_head = o.n_head;
+  }
+  const ModelState state = read_model_file(o.from, hint);
+  // An option that does nothing is refused, never ignored.
+  NDT_CHECK(o.n_head == 0 || !state.assumed.empty(),
+            "--n-head {} completes a safetensors file without ndtrain metadata, but {} ({}) describes its model "
+            "(n_head = {}): leave --n-head out",
+            o.n_head, o.from, model_format_name(from), state.config.n_head);
   const double read_s = seconds_since(t0);
   const auto t1 = std::chrono::steady_clock::now();
   write_model(state, o.to, to, dtype);
@@ -79,9 +90,20 @@ int run_convert(const ConvertOptions& o) {
   const ModelConfig& c = state.config;
   fmt::print("converted {} ({}) -> {} ({}, {})\n", o.from, model_format_name(from), o.to, model_format_name(to),
              dtype_name(dtype));
-  fmt::print("model: {}, {} layers, d_model {}, {} heads ({} kv), d_ff {}, vocab {}, max_seq_len {}\n",
-             arch_name(c.arch), c.n_layer, c.d_model, c.n_head, c.kv_heads(), c.d_ff, c.vocab_size,
-             c.max_seq_len);
+  fmt::print("model: {}, {} layers, d_model {}, {} heads ({} kv), {}vocab {}, max_seq_len {}{}\n",
+             arch_name(c.arch), c.n_layer, c.d_model, c.n_head, c.kv_heads(),
+             c.has_dense_block() ? fmt::format("d_ff {}, ", c.d_ff) : "", c.vocab_size, c.max_seq_len,
+             c.is_moe() ? fmt::format("; {} experts of width {}, top-{}, every {} block{}", c.n_experts, c.expert_d_ff(),
+                                      c.moe_top_k, c.moe_every, c.moe_every == 1 ? "" : "s")
+                        : "");
+  if (!state.assumed.empty()) {
+    std::string assumed;
+    for (const std::string& key : state.assumed) {
+      assumed += fmt::format("{}model.{} = {}", assumed.empty() ? "" : ", ", key, config_fields(c).count(key) ? config_fields(c).at(key) : "-");
+    }
+    fmt::print("note: {} does not say {}: written as {} (--n-head and ModelConfig defaults)\n", o.from,
+               state.assumed.size() == 1 ? "this field" : "these fields", assumed);
+  }
   fmt::print("{} tensors, {} parameters, {:.1f} MB as f32; read {:.3f} s ({:.0f} MB/s), write {:.3f} s "
              "({:.0f} MB/s)\n",
              state.tensors.size(), params, mb, read_s, mb / std::max(read_s, 1e-9), write_s,

@@ -5,6 +5,7 @@
 // with data.document_boundaries generates with them: a separator starts a new document.
 #include "apps/ndtrain/commands.h"
 #include "core/error.h"
+#include "core/text_list.h"
 #include "data/dataset_spec.h"
 #include "data/run_data.h"
 #include "data/tokenizer_record.h"
@@ -28,18 +29,12 @@ namespace {
 // "1, 2,3" -> {1, 2, 3}; every id must lie in [0, vocab).
 std::vector<int32_t> parse_token_ids(const std::string& text, int vocab) {
   std::vector<int32_t> ids;
-  size_t begin = 0;
-  while (begin <= text.size()) {
-    size_t end = std::min(text.find(',', begin), text.size());
-    std::string item = text.substr(begin, end - begin);
-    item.erase(0, item.find_first_not_of(' '));
-    item.erase(item.find_last_not_of(' ') + 1);
+  for (const std::string& item : split_trimmed(text)) {
     int32_t id = -1;
     auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), id);
     NDT_CHECK(ec == std::errc() && ptr == item.data() + item.size() && id >= 0 && id < vocab,
               "--prompt item '{}' is not a token id in [0, {})", item, vocab);
     ids.push_back(id);
-    begin = end + 1;
   }
   return ids;
 }

@@ -28,6 +28,7 @@
 #include "apps/ndtrain/commands.h"
 #include "comm/mpi_runtime.h"
 #include "core/error.h"
+#include "core/printable.h"
 #include "kernels/cpu/blas_core.h"
 
 #include <CLI/CLI.hpp>
@@ -43,8 +44,12 @@
 // Prints the error (with the rank when several ranks run) and ends the job. Under MPI
 // the whole job is aborted: the other ranks may be inside a collective and would
 // otherwise wait for this one.
-static int fail_job(int code, const char* kind, const char* message) {
+static int fail_job(int code, const char* kind, const char* raw_message) {
   std::fflush(stdout);
+  // Messages quote what users and files gave (a metrics line, a value): their control
+  // characters are shown, never obeyed by the terminal.
+  const std::string text = ndt::printable_text(raw_message, /*keep_newlines=*/true);
+  const char* message = text.c_str();
   if (ndt::launched_by_mpi()) {
     fmt::print(stderr, "ndtrain: rank {}: {}: {}\n", ndt::launched_rank(), kind, message);
   } else {
@@ -140,15 +145,17 @@ int main(int argc, char** argv) {
                           "Under mpirun: 0 DDP, 1-2 ZeRO, 3 FSDP (every rank on dp_shard)");
   bench_train->add_flag("!--no-prefetch", bench_options.prefetch, "FSDP: do not prefetch the next block's all-gather");
   bench_train->add_option("--tp", bench_options.tp, "Under mpirun: tensor-parallel ranks per group");
-  bench_train->add_flag("--sequence-parallel", bench_options.sequence_parallel, "With --tp: sequence parallel");
+  bench_train->add_flag("--sequence-parallel", bench_options.sequence_parallel, "With --tp: sequence parallel")
+      ->needs("--tp");
   bench_train->add_option("--cp", bench_options.cp, "Under mpirun: context-parallel ranks per group (docs/context_parallel.md)");
-  bench_train->add_option("--cp-mode", bench_options.cp_mode, "With --cp: ring or ulysses");
+  bench_train->add_option("--cp-mode", bench_options.cp_mode, "With --cp: ring or ulysses")->needs("--cp");
   bench_train->add_option("--ep", bench_options.ep, "Under mpirun, with an MoE preset (gpt2-moe-tiny, llama-moe-tiny): expert-parallel ranks, borrowed from the data-parallel ranks (docs/moe.md)");
-  bench_train->add_option("--cp-chunks", bench_options.cp_chunks, "With --cp: zigzag or contiguous");
+  bench_train->add_option("--cp-chunks", bench_options.cp_chunks, "With --cp: zigzag or contiguous")->needs("--cp");
   bench_train->add_option("--activation-checkpointing", bench_options.activation_checkpointing,
                           "none, full or selective (train.activation_checkpointing)");
   bench_train->add_option("--checkpointing-every", bench_options.checkpointing_every,
-                          "With full: recompute every k-th block (train.activation_checkpointing_every)");
+                          "With full: recompute every k-th block (train.activation_checkpointing_every)")
+      ->needs("--activation-checkpointing");
   bench_train->add_option("--memory-budget-gib", bench_options.memory_budget_gib,
                           "Report the largest batch whose predicted memory fits this budget (GiB per rank)");
   bench_train->add_option("--precision", bench_options.precision,
@@ -262,10 +269,19 @@ int main(int argc, char** argv) {
   plan->add_option("--top", plan_options.top, "Rows of the table");
   plan->add_option("--json", plan_options.json, "Write every layout scored (and why the others were rejected) as JSON");
   plan->add_option("--csv", plan_options.csv, "The same as CSV");
-  plan->add_flag("--validate", plan_options.validate,
-                 "Instead: train small layouts on this machine (1, 2, 4 ranks) and hold the planner to them");
-  plan->add_option("--validate-dir", plan_options.validate_dir, "With --validate: the folder for the runs (kept)");
-  plan->add_flag("--keep-runs", plan_options.keep_runs, "With --validate: keep the temporary folder");
+  auto* validate = plan->add_flag("--validate", plan_options.validate,
+                                  "Instead: train small layouts on this machine (1, 2, 4 ranks) and hold the planner to them");
+  // An option that does nothing is refused, never ignored: the validation's own options
+  // need --validate, and --validate plans nothing else.
+  plan->add_option("--validate-dir", plan_options.validate_dir, "With --validate: the folder for the runs (kept)")
+      ->needs(validate);
+  plan->add_flag("--keep-runs", plan_options.keep_runs, "With --validate: keep the temporary folder")->needs(validate);
+  for (CLI::Option* option : plan->get_options()) {
+    const std::string name = option->get_name();
+    if (name != "--validate" && name != "--validate-dir" && name != "--keep-runs" && name != "--help") {
+      option->excludes(validate);
+    }
+  }
 
   ndt::ConvertOptions convert_options;
   auto* convert = app.add_subcommand("convert", "Convert a model between safetensors, llm.c and checkpoints");

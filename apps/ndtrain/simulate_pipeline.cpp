@@ -22,10 +22,11 @@ int run_simulate_pipeline(const SimulatePipelineOptions& o) {
              o.costs.backward_weight, o.costs.communication);
   fmt::print("{}", render_pipeline_text(s));
   fmt::print("makespan {:g}\n", s.makespan);
-  fmt::print("rank  busy      bubble   peak live activations{}\n", shape.v > 1 ? " (chunks; / v = stages)" : "");
+  fmt::print("rank  busy      bubble   peak live activations{}\n",
+             shape.v > 1 ? " ((micro-batch, chunk) pairs; micro-batch contexts)" : "");
   for (int r = 0; r < shape.pp; ++r) {
     fmt::print("{:>4}  {:<8g}  {:>5.1f}%   {}", r, s.busy[r], 100 * s.bubble[r], s.peak_live_activations[r]);
-    if (shape.v > 1) fmt::print(" ({:.2f})", double(s.peak_live_activations[r]) / shape.v);
+    if (shape.v > 1) fmt::print("; {} contexts", s.peak_live_contexts[static_cast<size_t>(r)]);
     fmt::print("\n");
   }
   fmt::print("mean bubble {:.2f}%; theory {:.2f}% from {}", 100 * s.mean_bubble, 100 * theory.fraction,

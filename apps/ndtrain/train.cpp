@@ -66,13 +66,40 @@ int run_train(const std::string& config_path, const std::vector<std::string>& ov
 
 namespace {
 
+// Where the first NUL byte of the file's first 64 KiB is (-1: none, text).
+int64_t first_nul_byte(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::vector<char> buffer(65536);
+  in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
+  const auto end = buffer.begin() + in.gcount();
+  const auto nul = std::find(buffer.begin(), end, '\0');
+  return nul == end ? -1 : nul - buffer.begin();
+}
+
 // A text file: a regular file (not a link to one) whose first 64 KiB hold no NUL byte.
 bool is_text_file(const fs::path& path) {
-  if (fs::is_symlink(path) || !fs::is_regular_file(path)) return false;
-  std::ifstream in(path, std::ios::binary);
-  char buffer[65536];
-  in.read(buffer, sizeof buffer);
-  return std::find(buffer, buffer + in.gcount(), '\0') == buffer + in.gcount();
+  return !fs::is_symlink(path) && fs::is_regular_file(path) && first_nul_byte(path) < 0;
+}
+
+// A folder's text files, sorted; the regular files left out (not text) are said.
+std::vector<std::string> text_files_in(const std::string& folder) {
+  std::vector<std::string> found, left_out;
+  for (const auto& entry : fs::recursive_directory_iterator(folder)) {
+    if (is_text_file(entry.path())) {
+      found.push_back(entry.path().string());
+    } else if (!entry.is_symlink() && entry.is_regular_file()) {
+      left_out.push_back(entry.path().string());
+    }
+  }
+  std::sort(found.begin(), found.end());
+  std::sort(left_out.begin(), left_out.end());
+  NDT_CHECK(!found.empty(), "prepare input folder \"{}\" holds no text files", folder);
+  if (!left_out.empty()) {
+    fmt::print("prepare: left out {} file{} of {} that {} not text (a NUL byte in the first 64 KiB): {}{}\n",
+               left_out.size(), left_out.size() == 1 ? "" : "s", folder, left_out.size() == 1 ? "is" : "are",
+               left_out.front(), left_out.size() > 1 ? fmt::format(" and {} more", left_out.size() - 1) : "");
+  }
+  return found;
 }
 
 }  // namespace
@@ -82,14 +109,12 @@ std::vector<std::string> expand_prepare_inputs(const std::vector<std::string>& i
   for (const std::string& input : inputs) {
     NDT_CHECK(fs::exists(input), "prepare input \"{}\" does not exist", input);
     if (fs::is_directory(input)) {
-      std::vector<std::string> found;
-      for (const auto& entry : fs::recursive_directory_iterator(input)) {
-        if (is_text_file(entry.path())) found.push_back(entry.path().string());
-      }
-      std::sort(found.begin(), found.end());
-      NDT_CHECK(!found.empty(), "prepare input folder \"{}\" holds no text files", input);
+      const std::vector<std::string> found = text_files_in(input);
       files.insert(files.end(), found.begin(), found.end());
     } else {
+      const int64_t nul = fs::is_regular_file(input) ? first_nul_byte(input) : -1;
+      NDT_CHECK(nul < 0, "prepare input \"{}\" is not text: it holds a NUL byte at offset {}. prepare makes byte-level "
+                "shards of text files (a folder's other files are left out and said)", input, nul);
       files.push_back(input);
     }
   }

@@ -1,5 +1,9 @@
 #include "core/tensor.h"
 
+#include "core/error.h"
+#include "core/memory.h"
+#include "core/system_memory.h"
+
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -10,7 +14,10 @@ namespace ndt {
 
 int64_t shape_numel(const Shape& shape) {
   int64_t n = 1;
-  for (int64_t d : shape) n *= d;
+  for (int64_t d : shape) {
+    NDT_CHECK(!__builtin_mul_overflow(n, d, &n), "tensor shape {} has more elements than a 64-bit count holds",
+              shape_str(shape));
+  }
   return n;
 }
 
@@ -100,7 +107,11 @@ size_t storage_cached_bytes() { return block_cache().cached(); }
 
 Storage::Storage(size_t bytes, MemTag tag) : bytes_(bytes), tag_(tag) {
   data_ = block_cache().take(rounded_bytes(bytes), &block_bytes_);
-  if (!data_) throw std::bad_alloc();
+  // The last line of defence (runs check what they need before allocating): the bytes
+  // and what they were for, never a bare std::bad_alloc.
+  NDT_CHECK(data_ != nullptr, "cannot allocate {} ({} bytes) of {} memory: the system refused it (this machine has "
+            "{} in all)", bytes_text(static_cast<double>(bytes)), bytes, mem_tag_name(tag),
+            bytes_text(physical_memory_bytes()));
   MemoryLedger::instance().on_alloc(tag_, bytes_);
 }
 

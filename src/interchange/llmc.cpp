@@ -99,7 +99,7 @@ ModelState load_llmc(const std::string& path) {
             "file holds {} bytes after the header",
             path, params, params * width, dtype_name(dtype), h[1], data_bytes);
 
-  ModelState state{c, {}};
+  ModelState state{c, {}, {}};
   for (const ParameterSpec& spec : model_parameter_specs(c)) {
     state.tensors[spec.name].resize(static_cast<size_t>(shape_numel(spec.logical_shape)));
   }
@@ -125,14 +125,17 @@ void save_llmc(const ModelState& state, const std::string& path, int padded_voca
   const int32_t version = llmc_version(dtype);
   check_model_state(state);
   const ModelConfig& c = state.config;
+  NDT_CHECK(!c.is_moe(), "llm.c checkpoints hold dense GPT-2 models, not a mixture of experts (model.n_experts = {}): "
+            "export it as *.safetensors (docs/interchange.md)", c.n_experts);
   NDT_CHECK(c.arch == Arch::gpt2, "llm.c checkpoints hold GPT-2 models, not model.arch = {}",
             arch_name(c.arch));
   NDT_CHECK(c.tied_embeddings, "llm.c checkpoints need model.tied_embeddings = true");
-  NDT_CHECK(c.d_ff == 4 * c.d_model, "llm.c checkpoints need model.d_ff = 4 x model.d_model = {}, not {}",
-            4 * c.d_model, c.d_ff);
+  NDT_CHECK(c.d_ff == int64_t{4} * c.d_model, "llm.c checkpoints need model.d_ff = 4 x model.d_model = {}, not {}",
+            int64_t{4} * c.d_model, c.d_ff);
   NDT_CHECK(!c.qk_norm, "llm.c checkpoints have no QK-norm (model.qk_norm = true)");
   NDT_CHECK(c.norm_eps == 1e-5f, "llm.c checkpoints have LayerNorm epsilon 1e-5, not model.norm_eps = {}",
             c.norm_eps);
+  for (const auto& [name, values] : state.tensors) check_storable(path, name, values, dtype);
   if (padded_vocab == 0) padded_vocab = (c.vocab_size + 127) / 128 * 128;
   NDT_CHECK(padded_vocab >= c.vocab_size, "llm.c padded vocab size {} is below model.vocab_size = {}",
             padded_vocab, c.vocab_size);

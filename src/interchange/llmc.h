@@ -31,8 +31,9 @@ ModelState load_llmc(const std::string& path);
 
 // padded_vocab = 0: vocab_size rounded up to a multiple of 128. dtype f32 writes
 // version 3, bf16 version 5 (values rounded to nearest even). Throws for another dtype,
-// for a config llm.c cannot express (not gpt2, untied, d_ff != 4 d_model, qk_norm,
-// norm_eps != 1e-5), or naming the file and the reason if it cannot be written; written
+// for a config llm.c cannot express (a mixture of experts, not gpt2, untied,
+// d_ff != 4 d_model, qk_norm, norm_eps != 1e-5), for a value that is not finite or that
+// bf16 cannot hold, or naming the file and the reason if it cannot be written; written
 // atomically, so the path holds the whole file or nothing.
 void save_llmc(const ModelState& state, const std::string& path, int padded_vocab = 0,
                DType dtype = DType::f32);

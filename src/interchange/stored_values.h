@@ -21,6 +21,12 @@ bool is_stored_dtype(DType dtype);
 // "f32, bf16, f16": the names of kStoredDTypes, for error messages.
 std::string stored_dtype_names();
 
+// Throws naming `destination`, the tensor, the element and its value when a value is not
+// finite or would not be once stored as `dtype` (f16 above 65504 rounds to inf): a file
+// never holds weights that no reader can use.
+void check_storable(const std::string& destination, const std::string& tensor, const std::vector<float>& values,
+                    DType dtype);
+
 // Appends `values` to `out` as `dtype` (one of kStoredDTypes; throws otherwise).
 void write_values(AtomicFile& out, const std::vector<float>& values, DType dtype);
 // Reads values.size() elements stored as `dtype` from `in` into `values`; false when

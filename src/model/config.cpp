@@ -2,6 +2,9 @@
 
 #include "core/error.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include <fmt/ranges.h>
 
 namespace ndt {
@@ -27,6 +30,19 @@ void ModelConfig::set_arch(Arch family) {
   tied_embeddings = family == Arch::gpt2;
 }
 
+namespace {
+
+// An upper bound of the parameter count, in double so that no field can overflow it:
+// every block counted with the widest MLP it could have and every bias and norm.
+double parameter_count_bound(const ModelConfig& c) {
+  const double C = c.d_model, F = std::max(c.d_ff, c.moe_shared_d_ff), E = std::max(c.n_experts, 0);
+  const double Fe = c.moe_d_ff > 0 ? c.moe_d_ff : c.d_ff;
+  const double block = 4 * C * C + 3 * C * F + E * (3 * Fe * C + C) + 3 * F + 9 * C;
+  return c.n_layer * block + (2.0 * c.vocab_size + c.max_seq_len + 2) * C;
+}
+
+}  // namespace
+
 void ModelConfig::validate() const {
   auto positive = [](const char* key, int value) {
     NDT_CHECK(value > 0, "model.{} = {} must be positive", key, value);
@@ -39,6 +55,8 @@ void ModelConfig::validate() const {
   positive("d_ff", d_ff);
   NDT_CHECK(d_model % n_head == 0, "model.n_head = {} does not divide model.d_model = {}", n_head,
             d_model);
+  NDT_CHECK(n_layer <= kMaxLayers, "model.n_layer = {} exceeds {} blocks (the deepest published models have about a "
+            "hundred)", n_layer, kMaxLayers);
   if (arch == Arch::llama) {
     positive("n_kv_head", n_kv_head);
     NDT_CHECK(n_head % n_kv_head == 0, "model.n_kv_head = {} does not divide model.n_head = {}",
@@ -57,11 +75,20 @@ void ModelConfig::validate() const {
     NDT_CHECK(moe_d_ff >= 0, "model.moe_d_ff = {} must be positive (or 0: model.d_ff)", moe_d_ff);
     NDT_CHECK(moe_shared_d_ff >= 0, "model.moe_shared_d_ff = {} must be positive (or 0: no shared MLP)",
               moe_shared_d_ff);
-    NDT_CHECK(moe_capacity_factor == 0 || moe_capacity_factor > 0,
+    NDT_CHECK(std::isfinite(moe_capacity_factor) && moe_capacity_factor >= 0,
               "model.moe_capacity_factor = {} must be positive (or 0: dropless)", moe_capacity_factor);
-    NDT_CHECK(moe_aux_loss >= 0, "model.moe_aux_loss = {} must be >= 0", moe_aux_loss);
-    NDT_CHECK(moe_z_loss >= 0, "model.moe_z_loss = {} must be >= 0", moe_z_loss);
+    NDT_CHECK(std::isfinite(moe_aux_loss) && moe_aux_loss >= 0, "model.moe_aux_loss = {} must be >= 0",
+              moe_aux_loss);
+    NDT_CHECK(std::isfinite(moe_z_loss) && moe_z_loss >= 0, "model.moe_z_loss = {} must be >= 0", moe_z_loss);
   }
+  // Every count derived from the fields (parameters, their bytes, FLOPs) stays exact in
+  // 64 bits and in double far below this.
+  const double params = parameter_count_bound(*this);
+  NDT_CHECK(params <= kMaxParameters,
+            "the model would have about {:.3g} parameters (model.n_layer = {}, model.d_model = {}, model.d_ff = {}, "
+            "model.vocab_size = {}, model.max_seq_len = {}, model.n_experts = {}, model.moe_d_ff = {}): more than "
+            "2^50 = {:.3g}, which ndtrain does not count or plan",
+            params, n_layer, d_model, d_ff, vocab_size, max_seq_len, n_experts, moe_d_ff, kMaxParameters);
   NDT_CHECK(norm_eps > 0, "model.norm_eps = {} must be positive", norm_eps);
   NDT_CHECK(init_std > 0, "model.init_std = {} must be positive", init_std);
 }

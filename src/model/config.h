@@ -27,6 +27,12 @@ enum class MoeScore { softmax, sigmoid };
 std::string_view moe_score_name(MoeScore score);
 MoeScore moe_score_from_name(std::string_view name);  // throws naming the value
 
+// Bounds ModelConfig::validate keeps every model within, so that the counts derived from
+// its fields (parameters, bytes, FLOPs) cannot overflow: 2^50 parameters (about 1.1e15,
+// 500 times the largest models trained) and 65536 blocks.
+inline constexpr double kMaxParameters = 1125899906842624.0;  // 2^50
+inline constexpr int kMaxLayers = 65536;
+
 struct ModelConfig {
   Arch arch = Arch::gpt2;
   int vocab_size = 256;
@@ -62,6 +68,8 @@ struct ModelConfig {
   bool is_moe() const { return n_experts > 0; }
   bool is_moe_block(int layer) const { return n_experts > 0 && (layer + 1) % moe_every == 0; }
   int expert_d_ff() const { return moe_d_ff > 0 ? moe_d_ff : d_ff; }
+  // Whether some block keeps the dense MLP of width d_ff (a dense model, or moe_every > 1).
+  bool has_dense_block() const { return n_experts == 0 || moe_every > 1; }
   // The dense MLP width of block `layer`: d_ff, or in an MoE block the shared MLP's (0: none).
   int mlp_d_ff(int layer) const { return is_moe_block(layer) ? moe_shared_d_ff : d_ff; }
 
@@ -69,7 +77,8 @@ struct ModelConfig {
   // (tied_embeddings: gpt2 tied, llama untied); a config sets explicit keys after it.
   void set_arch(Arch family);
 
-  // Throws ndt::Error naming the first invalid field and its value.
+  // Throws ndt::Error naming the first invalid field and its value (and the fields of a
+  // model beyond kMaxParameters or kMaxLayers).
   void validate() const;
 
   // Named presets: gpt2-124m, gpt2-350m, llama-small, llama-tiny, gpt2-tiny, and the MoE

@@ -36,6 +36,13 @@ void append_moe_parameter_specs(std::vector<ParameterSpec>& specs, const ModelCo
   expert(gpt2 ? "proj" : "down", {E, C, F}, residual_std, 2);  // row-parallel
 }
 
+int64_t moe_expert_capacity(const ModelConfig& c, int64_t seq_len) {
+  if (c.moe_capacity_factor <= 0) return seq_len;
+  const double capacity =
+      std::ceil(static_cast<double>(c.moe_capacity_factor) * static_cast<double>(seq_len) * c.moe_top_k / c.n_experts);
+  return capacity >= static_cast<double>(seq_len) ? seq_len : static_cast<int64_t>(capacity);
+}
+
 int64_t moe_idle_expert_params(const ModelConfig& c) {
   const int64_t matrices = c.arch == Arch::gpt2 ? 2 : 3;  // fc, proj / gate, up, down
   return int64_t{c.n_experts - c.moe_top_k} * matrices * c.expert_d_ff() * c.d_model;
@@ -133,10 +140,7 @@ void MoeLayer::route(MoeActivations& a, const MoeBatch& batch, const float* x, d
 
   // Capacity: admitted in position order, per sequence (the local rows of a sequence are
   // in position order without cp).
-  const int64_t capacity =
-      c.moe_capacity_factor > 0
-          ? static_cast<int64_t>(std::ceil(static_cast<double>(c.moe_capacity_factor) * whole_T * k / E))
-          : N * k;
+  const int64_t capacity = moe_expert_capacity(c, whole_T);
   std::vector<int64_t> kept(static_cast<size_t>(E), 0), in_sequence(static_cast<size_t>(E), 0);
   a.row.assign(static_cast<size_t>(N * k), -1);
   int64_t dropped = 0;

@@ -122,6 +122,13 @@ class MoeLayer {
 // Parameter specs of block `layer`'s routed experts (appended to the block's).
 void append_moe_parameter_specs(std::vector<ParameterSpec>& specs, const ModelConfig& c, int layer);
 
+// Assignments expert takes of each sequence of seq_len tokens:
+// ceil(moe_capacity_factor x seq_len x moe_top_k / n_experts), computed in double and
+// capped at seq_len (a token chooses an expert at most once, so seq_len never drops a
+// token; a factor large enough to mean "never drop" cannot overflow into dropping all);
+// dropless (factor 0): seq_len.
+int64_t moe_expert_capacity(const ModelConfig& c, int64_t seq_len);
+
 // Expert parameters of one MoE block a token does not use: those of all but top_k
 // experts (what the active-parameter count leaves out).
 int64_t moe_idle_expert_params(const ModelConfig& c);

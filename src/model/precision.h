@@ -24,5 +24,8 @@ struct Precision {
 std::string_view compute_dtype_config_name(DType dtype);
 // Throws naming the setting (key) and the choices.
 DType compute_dtype_from_config_name(std::string_view name, std::string_view key = "precision.compute");
+// The dtype gradient reductions send (precision.reduce_dtype): fp32 or bf16. Throws naming
+// the key, the value and those two; fp16 with why (gradient sums overflow its range).
+DType reduce_dtype_from_config_name(std::string_view name, std::string_view key = "precision.reduce_dtype");
 
 }  // namespace ndt

@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "core/input_file.h"
+#include "core/system_memory.h"
 #include "kernels/kernels.h"
 #include "train/peak_flops.h"
 
@@ -13,7 +14,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <thread>
 #include <vector>
@@ -90,17 +90,6 @@ double measure_copy_bandwidth() {
   return rates[2];
 }
 
-double meminfo_total_bytes() {
-  std::ifstream in("/proc/meminfo");
-  std::string key;
-  double kib = 0;
-  while (in >> key >> kib) {
-    if (key == "MemTotal:") return kib * 1024.0;
-    in.ignore(1 << 10, '\n');
-  }
-  return 0;
-}
-
 }  // namespace
 
 double DeviceProfile::peak_flops(DType compute, bool fp8) const {
@@ -155,7 +144,7 @@ DeviceProfile measure_cpu_device(int devices_per_node) {
   const double copy = measure_copy_bandwidth();
   DeviceProfile d;
   d.name = "cpu";
-  d.memory_bytes = meminfo_total_bytes() / devices_per_node;
+  d.memory_bytes = physical_memory_bytes() / devices_per_node;
   d.peak_fp32 = fma * share;
   d.peak_bf16 = d.peak_fp32;  // the planner's CPU runs compute in fp32
   d.gemm_efficiency = std::min(1.0, sgemm / fma);
@@ -181,7 +170,9 @@ DeviceProfile load_device_profile(const std::string& path) {
   } catch (const toml::parse_error& e) {
     fail("device file \"{}\": {} (line {})", path, e.description(), e.source().begin.line);
   }
-  // key -> (target, scale to SI units, required)
+  // key -> (target, scale to SI units, required, the range in the file's units). The
+  // ranges reach far past any device built, and keep every product the planner forms
+  // with the cluster's devices finite.
   DeviceProfile d;
   d.name = path;
   d.source = "device file " + path;
@@ -189,21 +180,23 @@ DeviceProfile load_device_profile(const std::string& path) {
     double* target;
     double scale;
     bool required;
+    double min, max;
+    bool min_allowed;  // min itself is valid (0 for optional figures), else only above it
   };
   double devices_per_node = 8, overlap = 1;
   const std::map<std::string, Key> keys = {
-      {"memory_gib", {&d.memory_bytes, kGiB, true}},
-      {"peak_tflops_fp32", {&d.peak_fp32, 1e12, true}},
-      {"peak_tflops_bf16", {&d.peak_bf16, 1e12, true}},
-      {"peak_tflops_fp8", {&d.peak_fp8, 1e12, false}},
-      {"memory_bandwidth_gb_s", {&d.memory_bytes_per_s, 1e9, true}},
-      {"gemm_efficiency", {&d.gemm_efficiency, 1, false}},
-      {"devices_per_node", {&devices_per_node, 1, false}},
-      {"intra_node_gb_s", {&d.intra_node.bytes_per_s, 1e9, true}},
-      {"intra_node_latency_us", {&d.intra_node.latency_s, 1e-6, false}},
-      {"inter_node_gb_s", {&d.inter_node.bytes_per_s, 1e9, true}},
-      {"inter_node_latency_us", {&d.inter_node.latency_s, 1e-6, false}},
-      {"overlaps_communication", {&overlap, 1, false}},
+      {"memory_gib", {&d.memory_bytes, kGiB, true, 0, 1e6, false}},
+      {"peak_tflops_fp32", {&d.peak_fp32, 1e12, true, 0, 1e6, false}},
+      {"peak_tflops_bf16", {&d.peak_bf16, 1e12, true, 0, 1e6, false}},
+      {"peak_tflops_fp8", {&d.peak_fp8, 1e12, false, 0, 1e6, true}},
+      {"memory_bandwidth_gb_s", {&d.memory_bytes_per_s, 1e9, true, 0, 1e6, false}},
+      {"gemm_efficiency", {&d.gemm_efficiency, 1, false, 0, 1, false}},
+      {"devices_per_node", {&devices_per_node, 1, false, 1, 65536, true}},
+      {"intra_node_gb_s", {&d.intra_node.bytes_per_s, 1e9, true, 0, 1e6, false}},
+      {"intra_node_latency_us", {&d.intra_node.latency_s, 1e-6, false, 0, 1e6, true}},
+      {"inter_node_gb_s", {&d.inter_node.bytes_per_s, 1e9, true, 0, 1e6, false}},
+      {"inter_node_latency_us", {&d.inter_node.latency_s, 1e-6, false, 0, 1e6, true}},
+      {"overlaps_communication", {&overlap, 1, false, 0, 1, true}},
   };
   std::vector<std::string> known;
   for (const auto& [key, k] : keys) known.push_back(key);
@@ -219,15 +212,19 @@ DeviceProfile load_device_profile(const std::string& path) {
     const std::optional<double> v = node.is_boolean() ? std::optional<double>(node.value<bool>().value_or(false))
                                                       : node.value<double>();
     NDT_CHECK(v.has_value(), "device file \"{}\": {} must be a number", path, k);
-    *it->second.target = *v * it->second.scale;
+    const Key& r = it->second;
+    // Checked in the file's own units, under the file's own key, before any scaling.
+    NDT_CHECK(std::isfinite(*v) && (r.min_allowed ? *v >= r.min : *v > r.min) && *v <= r.max,
+              "device file \"{}\": {} = {} must lie in {}{}, {}]", path, k, *v, r.min_allowed ? "[" : "(", r.min, r.max);
+    *r.target = *v * r.scale;
   }
   for (const auto& [key, k] : keys) {
     NDT_CHECK(!k.required || table.contains(key), "device file \"{}\" does not give {} (required: memory_gib, "
               "peak_tflops_fp32, peak_tflops_bf16, memory_bandwidth_gb_s, intra_node_gb_s, inter_node_gb_s)",
               path, key);
   }
-  NDT_CHECK(devices_per_node >= 1 && devices_per_node == std::floor(devices_per_node),
-            "device file \"{}\": devices_per_node = {} must be a positive whole number", path, devices_per_node);
+  NDT_CHECK(devices_per_node == std::floor(devices_per_node),
+            "device file \"{}\": devices_per_node = {} must be a whole number", path, devices_per_node);
   d.devices_per_node = static_cast<int>(devices_per_node);
   d.overlaps_communication = overlap != 0;
   d.validate();
@@ -260,9 +257,14 @@ Cluster make_cluster(const DeviceProfile& device, int nodes, int devices_per_nod
               devices, devices_per_node, device.devices_per_node);
     nodes = devices / devices_per_node;
   }
-  NDT_CHECK(devices == 0 || int64_t{nodes} * devices_per_node == devices,
+  const int64_t product = int64_t{nodes} * devices_per_node;  // 64-bit: two ints' product
+  NDT_CHECK(devices == 0 || product == devices,
             "contradictory cluster sizes: --nodes {} x --devices-per-node {} = {} devices, but --devices {}", nodes,
-            devices_per_node, int64_t{nodes} * devices_per_node, devices);
+            devices_per_node, product, devices);
+  NDT_CHECK(product <= kMaxClusterDevices,
+            "--nodes {} x --devices-per-node {} = {} devices: more than the planner's {} (ten times the largest "
+            "clusters built)",
+            nodes, devices_per_node, product, kMaxClusterDevices);
   c.nodes = nodes;
   c.devices_per_node = devices_per_node;
   c.device.validate();

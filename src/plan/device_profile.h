@@ -55,16 +55,21 @@ DeviceProfile load_device_profile(const std::string& path);
 // ending in .toml).
 DeviceProfile resolve_device(const std::string& name_or_file);
 
+// The most devices a cluster may have (2^21 = 2097152, ten times the largest clusters
+// built): device counts and their products with per-device figures stay exact.
+inline constexpr int64_t kMaxClusterDevices = int64_t{1} << 21;
+
 struct Cluster {
   DeviceProfile device;
   int nodes = 1;
   int devices_per_node = 1;
-  int devices() const { return nodes * devices_per_node; }
+  int devices() const { return nodes * devices_per_node; }  // at most kMaxClusterDevices (make_cluster)
 };
 
 // nodes, devices_per_node and devices: any two fix the third (0: not given; none given:
 // one node of the profile's devices_per_node). Throws when the sizes contradict each
-// other (nodes x devices_per_node != devices) or do not divide.
+// other (nodes x devices_per_node != devices, computed in 64 bits), do not divide, or
+// make more than kMaxClusterDevices.
 Cluster make_cluster(const DeviceProfile& device, int nodes, int devices_per_node, int devices);
 
 }  // namespace ndt

@@ -102,7 +102,7 @@ bool is_gradient_axis(Axis a) {
 // forward), per (schedule, pp, v, m): the planner's layouts share a few shapes.
 struct PipelineFacts {
   double bubble = 0;
-  std::vector<int> peak_live;  // per rank
+  std::vector<int> contexts;  // per rank: micro-batch contexts held at once
 };
 
 const PipelineFacts& pipeline_facts(PipelineSchedule schedule, const PipelineShape& shape) {
@@ -111,7 +111,7 @@ const PipelineFacts& pipeline_facts(PipelineSchedule schedule, const PipelineSha
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
   const PipelineSimulation s = simulate_pipeline(schedule, shape);
-  return cache.emplace(key, PipelineFacts{s.mean_bubble, s.peak_live_activations}).first->second;
+  return cache.emplace(key, PipelineFacts{s.mean_bubble, s.peak_live_contexts}).first->second;
 }
 
 std::string gib(double bytes) { return fmt::format("{:.2f} GiB", bytes / kGiB); }
@@ -331,11 +331,10 @@ LayoutScore LayoutScorer::score(const RunConfig& config, const Cluster& cluster)
     mem.params = states.params, mem.grads = states.grads, mem.optimizer = states.optimizer;
     const int64_t one_context = activation_bytes(config, layout, mb, m, stage, local_units, config.activation_checkpointing);
     contexts[static_cast<size_t>(stage)] = one_context;
-    // A context per micro-batch in flight (all of the rank's chunks: under interleaving
-    // the simulator counts (micro-batch, chunk) pairs, so about 1/v of them are contexts),
-    // and one workspace they share.
-    const int live_pairs = facts ? facts->peak_live[static_cast<size_t>(stage)] : 1;
-    mem.in_flight = (live_pairs + config.pp_virtual_stages - 1) / config.pp_virtual_stages;
+    // A context per micro-batch in flight (all of the rank's chunks: one context serves
+    // a micro-batch from its first chunk's forward to its last chunk's backward), and one
+    // workspace they share.
+    mem.in_flight = facts ? facts->contexts[static_cast<size_t>(stage)] : 1;
     const int64_t workspace = workspace_floats(model, layout, mb, T / m.cp, config.loss_chunk_rows,
                                                config.activation_checkpointing, compute) * 4;
     mem.activations = mem.in_flight * (one_context - workspace) + workspace;

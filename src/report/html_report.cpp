@@ -100,7 +100,14 @@ std::string config_section(const RunMetrics& m) {
 
 std::string events_section(const RunMetrics& m) {
   if (m.events.empty()) return "<p>No events.</p>\n";
-  std::string html = "<table class=\"events\">\n<tr><th>step</th><th>kind</th><th>what</th></tr>\n";
+  std::string html;
+  for (const auto& [kind, count] : m.event_counts) {
+    if (count > kMaxEventsPerKind) {
+      html += fmt::format("<p class=\"events-cut\">{} {} events: the first {} are listed and marked; every one is in "
+                          "{}.</p>\n", count, xml_text(kind), kMaxEventsPerKind, xml_text(m.path.string()));
+    }
+  }
+  html += "<table class=\"events\">\n<tr><th>step</th><th>kind</th><th>what</th></tr>\n";
   for (const RunEvent& e : m.events) {
     html += fmt::format("<tr data-kind=\"{}\"><td>{}</td><td>{}</td><td>{}</td></tr>\n", xml_text(e.kind), e.step,
                         xml_text(e.kind), xml_text(e.text));

@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "core/input_file.h"
+#include "core/printable.h"
 
 #include <fmt/format.h>
 
@@ -9,7 +10,6 @@
 #include <fstream>
 #include <limits>
 #include <set>
-#include <sstream>
 
 namespace ndt {
 
@@ -33,6 +33,10 @@ double number(const nlohmann::json& value, const Line& line, const std::string& 
   }
   fail("{}: {} = {} is not a number", line.where(), key, value.dump());
 }
+
+// The start of a line the reader cannot take, for a message: at most 120 bytes, every
+// control character written as \xNN so the terminal shows it instead of obeying it.
+std::string excerpt(const std::string& content) { return printable_text(content.substr(0, 120)); }
 
 int64_t step_of(const nlohmann::json& record, const Line& line) {
   const auto it = record.find("step");
@@ -148,15 +152,20 @@ class Reader {
     }
   }
 
-  // The trainer writes an intervention twice (in the step record and as an event record).
+  // The trainer writes an intervention twice (in the step record and as an event record,
+  // at the same step): duplicates are looked for among the events of the step at hand.
+  // Every event is counted; kMaxEventsPerKind of each kind are kept.
   void event(int64_t step, const std::string& kind, const std::string& text) {
-    if (seen_.insert({step, text}).second) m_.events.push_back({step, kind, text});
+    if (step != seen_step_) seen_.clear(), seen_step_ = step;
+    if (!seen_.insert(text).second) return;
+    if (++m_.event_counts[kind] <= kMaxEventsPerKind) m_.events.push_back({step, kind, text});
   }
 
   RunMetrics& m_;
   std::map<std::string, std::pair<double, double>> previous_comm_;  // axis -> (bytes, wait)
   double grad_clip_ = 0;  // the current part's optim.grad_clip under clip_mode norm; 0: none
-  std::set<std::pair<int64_t, std::string>> seen_;
+  int64_t seen_step_ = -1;
+  std::set<std::string> seen_;  // the texts of this step's events
 };
 
 }  // namespace
@@ -164,21 +173,16 @@ class Reader {
 RunMetrics read_run_metrics(const std::filesystem::path& file) {
   const std::string problem = input_file_problem(file);
   NDT_CHECK(problem.empty(), "metrics file \"{}\" {}", file.string(), problem);
+  NDT_CHECK(std::filesystem::file_size(file) > 0, "metrics file \"{}\" is empty: the run wrote no records",
+            file.string());
+  // Line by line: memory holds the series, never the file.
   std::ifstream in(file, std::ios::binary);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  const std::string text = buffer.str();
-  NDT_CHECK(!text.empty(), "metrics file \"{}\" is empty: the run wrote no records", file.string());
-
   RunMetrics m;
   m.path = file;
   Reader reader(m);
-  size_t begin = 0;
-  while (begin < text.size()) {
-    const size_t end = text.find('\n', begin);
-    const bool complete = end != std::string::npos;
-    const std::string content = text.substr(begin, complete ? end - begin : std::string::npos);
-    begin = complete ? end + 1 : text.size();
+  std::string content;
+  while (std::getline(in, content)) {
+    const bool complete = !in.eof();  // getline stopped at a newline, not at the end of the file
     const Line line{file, ++m.lines};
     if (content.find_first_not_of(" \t\r") == std::string::npos) continue;
     nlohmann::json record;
@@ -191,10 +195,17 @@ RunMetrics read_run_metrics(const std::filesystem::path& file) {
         m.skipped.push_back(fmt::format("line {}: cut short (the run stopped while writing it), skipped", line.number));
         break;
       }
-      fail("{}: not a JSON record ({}): {}", line.where(), e.what(), content.substr(0, 120));
+      fail("{}: not a JSON record ({}): {}", line.where(), printable_text(e.what()), excerpt(content));
     }
-    NDT_CHECK(record.is_object(), "{}: not a JSON object: {}", line.where(), content.substr(0, 120));
+    NDT_CHECK(record.is_object(), "{}: not a JSON object: {}", line.where(), excerpt(content));
     reader.record(record, line);
+  }
+  for (Series* s : {&m.loss, &m.val_loss, &m.lr, &m.grad_norm, &m.step_s, &m.tokens_per_s, &m.mfu, &m.hfu,
+                    &m.peak_mem_bytes}) {
+    s->shrink_to_fit();
+  }
+  for (auto* by_key : {&m.mem_current, &m.mem_peak, &m.comm_bytes, &m.comm_wait_s}) {
+    for (auto& [key, s] : *by_key) s.shrink_to_fit();
   }
   return m;
 }

@@ -14,6 +14,8 @@
 //     starts a new process; the evaluation between two steps counts in the later one).
 #pragma once
 
+#include "report/series.h"
+
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
@@ -24,8 +26,6 @@
 
 namespace ndt {
 
-// Value by step (the 1-based step a record names), in step order.
-using Series = std::map<int64_t, double>;
 
 // Something that happened to a step: kind is clip (optim.grad_clip bounded the norm, or
 // ZClip), spike (detected, update applied), skip (update skipped), rollback, overflow
@@ -43,14 +43,20 @@ struct RunMetrics {
   Series loss, val_loss, lr, grad_norm, step_s, tokens_per_s, mfu, hfu, peak_mem_bytes;
   std::map<std::string, Series> mem_current, mem_peak;  // bytes by ledger tag (params, grads, ...)
   std::map<std::string, Series> comm_bytes, comm_wait_s;  // per step, by mesh axis (rank 0's counters)
-  std::vector<RunEvent> events;  // in file order
+  std::vector<RunEvent> events;  // in file order, the first kMaxEventsPerKind of each kind
+  std::map<std::string, int64_t> event_counts;  // every event, by kind
   std::vector<nlohmann::json> runs;  // the "run" records' contents, in file order: the latest last
   nlohmann::json summary;  // the last "summary" record's contents; null if the run did not finish
   std::vector<std::string> skipped;  // "line N: why", for each line left out
 };
 
-// Throws ndt::Error naming the file (and the line) when it is missing, unreadable,
-// empty or malformed as above.
+// Events kept of each kind (a long run clips at most of its 200,000 steps): the rest are
+// counted in event_counts, and every one is in metrics.jsonl.
+inline constexpr int64_t kMaxEventsPerKind = 1000;
+
+// Reads the file line by line (memory holds the series, never the file). Throws
+// ndt::Error naming the file (and the line) when it is missing, unreadable, empty or
+// malformed as above; a quoted line shows its control characters as \xNN.
 RunMetrics read_run_metrics(const std::filesystem::path& file);
 
 // The events of one kind.

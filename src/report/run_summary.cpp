@@ -24,7 +24,7 @@ double median_after_first(const Series& series) {
 // The last value and the lowest finite one with its step.
 void final_and_best(const Series& series, std::optional<double>& final, std::optional<double>& best, int64_t& at) {
   if (series.empty()) return;
-  final = series.rbegin()->second;
+  final = series.back().second;
   for (const auto& [step, value] : series) {
     if (std::isfinite(value) && (!best || value < *best)) best = value, at = step;
   }
@@ -42,14 +42,14 @@ std::string loss_text(const std::optional<double>& final, const std::optional<do
 RunDigest digest_run(const RunMetrics& m) {
   RunDigest d;
   d.steps = static_cast<int64_t>(m.loss.size());
-  d.last_step = m.loss.empty() ? 0 : m.loss.rbegin()->first;
+  d.last_step = m.loss.empty() ? 0 : m.loss.back().first;
   final_and_best(m.loss, d.final_loss, d.best_loss, d.best_loss_step);
   final_and_best(m.val_loss, d.final_val_loss, d.best_val_loss, d.best_val_loss_step);
   d.median_tokens_per_s = median_after_first(m.tokens_per_s);
   d.median_mfu = median_after_first(m.mfu);
   if (!m.hfu.empty()) d.median_hfu = median_after_first(m.hfu);
   for (const auto& [step, bytes] : m.peak_mem_bytes) d.peak_mem_bytes = std::max(d.peak_mem_bytes, bytes);
-  for (const RunEvent& e : m.events) ++d.events[e.kind];
+  for (const auto& [kind, count] : m.event_counts) d.events[kind] = static_cast<int>(count);
   for (const auto& [axis, series] : m.comm_bytes) {
     for (const auto& [step, bytes] : series) d.comm_bytes[axis] += bytes;
   }

@@ -4,13 +4,17 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <set>
+#include <vector>
 
 namespace ndt {
 
 namespace {
 
 constexpr double kLeft = 70, kRight = 20, kTop = 48, kBottom = 42;
+// A line with more points than this per pixel column of the plot is drawn downsampled.
+constexpr double kMaxPointsPerColumn = 4;
 
 // A tick step of 1, 2 or 5 times a power of ten giving about `ticks` intervals.
 double nice_step(double span, int ticks) {
@@ -47,7 +51,15 @@ std::string xml_text(const std::string& text) {
       case '>': out += "&gt;"; break;
       case '"': out += "&quot;"; break;
       case '\'': out += "&#39;"; break;
-      default: out += c;
+      default: {
+        // XML 1.0 has no place for most control characters, even as references.
+        const auto byte = static_cast<unsigned char>(c);
+        if ((byte < 0x20 && c != '\t' && c != '\n' && c != '\r') || byte == 0x7f) {
+          out += fmt::format("\\x{:02x}", byte);
+        } else {
+          out += c;
+        }
+      }
     }
   }
   return out;
@@ -88,17 +100,47 @@ ChartFrame chart_frame(const LineChart& chart) {
   return f;
 }
 
-std::string render_line_chart(const LineChart& chart) {
-  const ChartFrame f = chart_frame(chart);
-  std::string svg = fmt::format(
-      "<svg xmlns=\"http://www.w3.org/2000/svg\" id=\"{}\" class=\"chart\" width=\"{:g}\" height=\"{:g}\" "
-      "viewBox=\"0 0 {:g} {:g}\" font-family=\"sans-serif\" font-size=\"12\" data-x-range=\"{} {}\" "
-      "data-y-range=\"{} {}\" data-plot=\"{:g} {:g} {:g} {:g}\">\n",
-      xml_text(chart.id), chart.width, chart.height, chart.width, chart.height, f.x0, f.x1, f.y0, f.y1, f.left, f.top,
-      f.width, f.height);
-  svg += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
-  svg += fmt::format("<text x=\"{:g}\" y=\"18\" font-size=\"14\" font-weight=\"bold\">{}</text>\n", f.left,
-                     xml_text(chart.title));
+namespace {
+
+// The points of `line` a chart draws: all of them up to kMaxPointsPerColumn per pixel
+// column of the plot; beyond, for each column the first, last, lowest and highest finite
+// points (M4: the line looks the same, and a spike stays a spike) and its first
+// non-finite one, in step order.
+std::vector<size_t> drawn_points(const ChartLine& line, const ChartFrame& f) {
+  std::vector<size_t> all(line.x.size());
+  for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+  if (static_cast<double>(line.x.size()) <= kMaxPointsPerColumn * f.width) return all;
+  std::vector<size_t> kept;
+  size_t begin = 0;
+  while (begin < line.x.size()) {
+    const auto column = static_cast<int64_t>(std::floor(f.px(line.x[begin])));
+    size_t end = begin, first = SIZE_MAX, last = 0, low = SIZE_MAX, high = SIZE_MAX, nonfinite = SIZE_MAX;
+    for (; end < line.x.size() && static_cast<int64_t>(std::floor(f.px(line.x[end]))) == column; ++end) {
+      const double y = line.y[end];
+      if (!std::isfinite(y)) {
+        if (nonfinite == SIZE_MAX) nonfinite = end;
+        continue;
+      }
+      if (first == SIZE_MAX) first = end;
+      last = end;
+      if (low == SIZE_MAX || y < line.y[low]) low = end;
+      if (high == SIZE_MAX || y > line.y[high]) high = end;
+    }
+    std::vector<size_t> column_points;
+    for (size_t i : {first, low, high, last, nonfinite}) {
+      if (i != SIZE_MAX) column_points.push_back(i);
+    }
+    std::sort(column_points.begin(), column_points.end());
+    column_points.erase(std::unique(column_points.begin(), column_points.end()), column_points.end());
+    kept.insert(kept.end(), column_points.begin(), column_points.end());
+    begin = end;
+  }
+  return kept;
+}
+
+std::string axes_svg(const LineChart& chart, const ChartFrame& f) {
+  std::string svg = fmt::format("<text x=\"{:g}\" y=\"18\" font-size=\"14\" font-weight=\"bold\">{}</text>\n", f.left,
+                                xml_text(chart.title));
   // Grid and tick labels.
   const double ystep = nice_step(f.y1 - f.y0, 5);
   for (double k = std::round(f.y0 / ystep); k * ystep <= f.y1 + ystep * 1e-9; ++k) {
@@ -130,65 +172,54 @@ std::string render_line_chart(const LineChart& chart) {
     svg += fmt::format("<text x=\"{:g}\" y=\"{:.2f}\" text-anchor=\"end\" fill=\"#ff7f0e\">{}</text>\n",
                        f.left + f.width - 4, y - 4, xml_text(chart.threshold_label));
   }
-  for (const ChartMarker& m : chart.markers) {
-    if (m.y) continue;
-    const double x = f.px(m.x);
-    svg += fmt::format("<line class=\"marker\" data-kind=\"{}\" data-x=\"{}\" x1=\"{:.2f}\" y1=\"{:g}\" x2=\"{:.2f}\" "
-                       "y2=\"{:g}\" stroke=\"{}\" stroke-width=\"1.5\" stroke-dasharray=\"3 3\"><title>step {}: {}"
-                       "</title></line>\n",
-                       xml_text(m.kind), m.x, x, f.top, x, f.top + f.height, event_colour(m.kind), m.x, xml_text(m.text));
-  }
-  bool any_point = false;
-  for (const ChartLine& line : chart.lines) {
-    svg += fmt::format("<g class=\"series\" data-series=\"{}\" data-x=\"{}\" data-y=\"{}\">\n", xml_text(line.name),
-                       value_list(line.x), value_list(line.y));
-    // One polyline per run of finite values; a non-finite value breaks the line and
-    // gets a triangle at the top edge.
-    std::string points;
-    int in_run = 0;
-    const auto flush = [&] {
-      if (in_run > 1) {
-        svg += fmt::format("<polyline points=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"1.5\"{}/>\n", points,
-                           line.colour, line.dashed ? " stroke-dasharray=\"5 3\"" : "");
-      }
-      points.clear();
-      in_run = 0;
-    };
-    for (size_t i = 0; i < line.x.size(); ++i) {
-      const double x = f.px(line.x[i]);
-      if (!std::isfinite(line.y[i])) {
-        flush();
-        svg += fmt::format("<path class=\"nonfinite\" data-x=\"{}\" d=\"M{:.2f} {:g}l-5 -9h10z\" fill=\"#d62728\">"
-                           "<title>{} = {} at step {}</title></path>\n",
-                           line.x[i], x, f.top, xml_text(line.name), line.y[i], line.x[i]);
-        continue;
-      }
-      const double y = f.py(line.y[i]);
-      any_point = true;
-      points += fmt::format("{}{:.2f},{:.2f}", points.empty() ? "" : " ", x, y);
-      ++in_run;
-      // A lone point (or a sparse series) is drawn as a dot.
-      const bool alone = (i == 0 || !std::isfinite(line.y[i - 1])) && (i + 1 == line.x.size() || !std::isfinite(line.y[i + 1]));
-      if (line.dots || alone) {
-        svg += fmt::format("<circle cx=\"{:.2f}\" cy=\"{:.2f}\" r=\"2.5\" fill=\"{}\"/>\n", x, y, line.colour);
-      }
+  return svg;
+}
+
+// One line's group: its drawn points' exact values, polylines through runs of finite
+// values, a triangle at the top edge for each non-finite value, dots where asked or alone.
+std::string series_svg(const ChartLine& line, const ChartFrame& f, bool& any_point) {
+  const std::vector<size_t> drawn = drawn_points(line, f);
+  std::vector<double> xs, ys;
+  for (size_t i : drawn) xs.push_back(line.x[i]), ys.push_back(line.y[i]);
+  std::string svg = fmt::format("<g class=\"series\" data-series=\"{}\" data-x=\"{}\" data-y=\"{}\"", xml_text(line.name),
+                                value_list(xs), value_list(ys));
+  if (drawn.size() < line.x.size()) svg += fmt::format(" data-points=\"{} of {}\"", drawn.size(), line.x.size());
+  svg += ">\n";
+  std::string points;
+  int in_run = 0;
+  const auto flush = [&] {
+    if (in_run > 1) {
+      svg += fmt::format("<polyline points=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"1.5\"{}/>\n", points,
+                         line.colour, line.dashed ? " stroke-dasharray=\"5 3\"" : "");
     }
-    flush();
-    svg += "</g>\n";
+    points.clear();
+    in_run = 0;
+  };
+  for (size_t k = 0; k < xs.size(); ++k) {
+    const double x = f.px(xs[k]);
+    if (!std::isfinite(ys[k])) {
+      flush();
+      svg += fmt::format("<path class=\"nonfinite\" data-x=\"{}\" d=\"M{:.2f} {:g}l-5 -9h10z\" fill=\"#d62728\">"
+                         "<title>{} = {} at step {}</title></path>\n",
+                         xs[k], x, f.top, xml_text(line.name), ys[k], xs[k]);
+      continue;
+    }
+    const double y = f.py(ys[k]);
+    any_point = true;
+    points += fmt::format("{}{:.2f},{:.2f}", points.empty() ? "" : " ", x, y);
+    ++in_run;
+    // A lone point (or a sparse series) is drawn as a dot.
+    const bool alone = (k == 0 || !std::isfinite(ys[k - 1])) && (k + 1 == xs.size() || !std::isfinite(ys[k + 1]));
+    if (line.dots || alone) {
+      svg += fmt::format("<circle cx=\"{:.2f}\" cy=\"{:.2f}\" r=\"2.5\" fill=\"{}\"/>\n", x, y, line.colour);
+    }
   }
-  for (const ChartMarker& m : chart.markers) {
-    if (!m.y || !std::isfinite(*m.y)) continue;
-    svg += fmt::format("<circle class=\"marker\" data-kind=\"{}\" data-x=\"{}\" data-y=\"{}\" cx=\"{:.2f}\" "
-                       "cy=\"{:.2f}\" r=\"5\" fill=\"none\" stroke=\"{}\" stroke-width=\"1.5\"><title>step {}: {}"
-                       "</title></circle>\n",
-                       xml_text(m.kind), m.x, *m.y, f.px(m.x), f.py(*m.y), event_colour(m.kind), m.x,
-                       xml_text(m.text));
-  }
-  if (!any_point) {
-    svg += fmt::format("<text x=\"{:g}\" y=\"{:g}\" text-anchor=\"middle\" fill=\"#888\">no data</text>\n",
-                       f.left + f.width / 2, f.top + f.height / 2);
-  }
-  // Legend: the lines, then the kinds of markers present.
+  flush();
+  return svg + "</g>\n";
+}
+
+std::string legend_svg(const LineChart& chart, const ChartFrame& f) {
+  std::string svg;
   double x = f.left;
   for (const ChartLine& line : chart.lines) {
     svg += fmt::format("<line x1=\"{:g}\" y1=\"34\" x2=\"{:g}\" y2=\"34\" stroke=\"{}\" stroke-width=\"2\"{}/>\n", x,
@@ -204,7 +235,44 @@ std::string render_line_chart(const LineChart& chart) {
     svg += fmt::format("<text x=\"{:g}\" y=\"38\">{}</text>\n", x + 14, xml_text(m.kind));
     x += 28 + 7.5 * static_cast<double>(m.kind.size());
   }
-  return svg + "</svg>\n";
+  return svg;
+}
+
+}  // namespace
+
+std::string render_line_chart(const LineChart& chart) {
+  const ChartFrame f = chart_frame(chart);
+  std::string svg = fmt::format(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" id=\"{}\" class=\"chart\" width=\"{:g}\" height=\"{:g}\" "
+      "viewBox=\"0 0 {:g} {:g}\" font-family=\"sans-serif\" font-size=\"12\" data-x-range=\"{} {}\" "
+      "data-y-range=\"{} {}\" data-plot=\"{:g} {:g} {:g} {:g}\">\n",
+      xml_text(chart.id), chart.width, chart.height, chart.width, chart.height, f.x0, f.x1, f.y0, f.y1, f.left, f.top,
+      f.width, f.height);
+  svg += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  svg += axes_svg(chart, f);
+  for (const ChartMarker& m : chart.markers) {
+    if (m.y) continue;
+    const double x = f.px(m.x);
+    svg += fmt::format("<line class=\"marker\" data-kind=\"{}\" data-x=\"{}\" x1=\"{:.2f}\" y1=\"{:g}\" x2=\"{:.2f}\" "
+                       "y2=\"{:g}\" stroke=\"{}\" stroke-width=\"1.5\" stroke-dasharray=\"3 3\"><title>step {}: {}"
+                       "</title></line>\n",
+                       xml_text(m.kind), m.x, x, f.top, x, f.top + f.height, event_colour(m.kind), m.x, xml_text(m.text));
+  }
+  bool any_point = false;
+  for (const ChartLine& line : chart.lines) svg += series_svg(line, f, any_point);
+  for (const ChartMarker& m : chart.markers) {
+    if (!m.y || !std::isfinite(*m.y)) continue;
+    svg += fmt::format("<circle class=\"marker\" data-kind=\"{}\" data-x=\"{}\" data-y=\"{}\" cx=\"{:.2f}\" "
+                       "cy=\"{:.2f}\" r=\"5\" fill=\"none\" stroke=\"{}\" stroke-width=\"1.5\"><title>step {}: {}"
+                       "</title></circle>\n",
+                       xml_text(m.kind), m.x, *m.y, f.px(m.x), f.py(*m.y), event_colour(m.kind), m.x,
+                       xml_text(m.text));
+  }
+  if (!any_point) {
+    svg += fmt::format("<text x=\"{:g}\" y=\"{:g}\" text-anchor=\"middle\" fill=\"#888\">no data</text>\n",
+                       f.left + f.width / 2, f.top + f.height / 2);
+  }
+  return svg + legend_svg(chart, f) + "</svg>\n";
 }
 
 }  // namespace ndt

@@ -255,8 +255,7 @@ nlohmann::json load_training_checkpoint(const std::filesystem::path& dir, Gradie
               "weights with train.init_from)",
               dir.string(), state.value("kind", ""));
     check_state_consistency(dir, state);
-    const std::string differences = config_differences(
-        state.at("model").get<std::map<std::string, std::string>>(), config.model, "in the checkpoint");
+    const std::string differences = config_differences(saved_model_config(reader, dir), config.model, "in the checkpoint");
     NDT_CHECK(differences.empty(), "checkpoint {} does not match the model{}", dir.string(), differences);
     for (size_t i = 0; i < slices.size(); ++i) {
       const Shape shape = slices[i].shape();

@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/input_file.h"
+#include "core/text_list.h"
 #include "data/dataset_spec.h"
 
 #include <fmt/format.h>
@@ -17,6 +18,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdint>
 #include <cmath>
 #include <functional>
 #include <map>
@@ -410,14 +412,17 @@ RunConfig RunConfig::resolved(const JobShape& job) const {
 
 std::optional<std::pair<int64_t, int64_t>> parse_batch_window(const std::string& text) {
   if (text.empty()) return std::nullopt;
-  const size_t colon = text.find(':');
+  const std::vector<std::string> parts = split_trimmed(text, ':');  // "40:2" or "40: 2"
   int64_t first = -1, count = -1;
-  const bool parsed = colon != std::string::npos &&
-                      std::from_chars(text.data(), text.data() + colon, first).ptr == text.data() + colon &&
-                      std::from_chars(text.data() + colon + 1, text.data() + text.size(), count).ptr ==
-                          text.data() + text.size();
-  NDT_CHECK(parsed && first >= 0 && count >= 1,
-            "debug.corrupt_batches = \"{}\" is not FIRST:COUNT with FIRST >= 0 and COUNT >= 1 (e.g. \"40:2\")", text);
+  auto whole = [](const std::string& item, int64_t& value) {
+    const auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), value);
+    return ec == std::errc() && ptr == item.data() + item.size();
+  };
+  const bool parsed = parts.size() == 2 && whole(parts[0], first) && whole(parts[1], count);
+  // first + count (the window's end) must not leave 64 bits either.
+  NDT_CHECK(parsed && first >= 0 && count >= 1 && first <= INT64_MAX - count,
+            "debug.corrupt_batches = \"{}\" is not FIRST:COUNT with FIRST >= 0, COUNT >= 1 and FIRST + COUNT below 2^63 "
+            "(e.g. \"40:2\")", text);
   return std::pair{first, count};
 }
 

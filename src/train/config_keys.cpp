@@ -233,11 +233,7 @@ void add_precision_keys(std::vector<ConfigKey>& f) {
                "fp32, or bf16 (half the bytes; every partial sum is rounded to bf16, so the result depends on the "
                "number of ranks more than in fp32). Gradients are accumulated and the optimizer runs in fp32 either way. "
                "HSDP's all-reduce over replicas, tensor and pipeline parallel traffic stay fp32.";
-  reduce.set = [](RunConfig& c, const std::string& v) {
-    c.reduce_dtype = compute_dtype_from_config_name(v, "precision.reduce_dtype");
-    NDT_CHECK(c.reduce_dtype != DType::f16, "precision.reduce_dtype = \"fp16\": gradient sums can overflow fp16's "
-              "range (65504); use bf16 or fp32");
-  };
+  reduce.set = [](RunConfig& c, const std::string& v) { c.reduce_dtype = reduce_dtype_from_config_name(v); };
   reduce.get = [](const RunConfig& c) { return fmt::format("\"{}\"", compute_dtype_config_name(c.reduce_dtype)); };
   f.push_back(reduce);
   f.push_back(field<bool>("precision.fp8", NDT_REF(precision.fp8), "The blocks' linear layers in fp8 (emulated exactly on CPU; docs/precision.md): inputs and weights rounded to e4m3, output gradients to e5m2, each tensor at a power-of-two scale from its amax history (delayed scaling), products summed in fp32. Needs precision.compute = \"bf16\" and widths divisible by 16 per tensor-parallel rank. The output layer stays bf16."));

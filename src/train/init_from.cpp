@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 
 namespace ndt {
 
@@ -20,12 +21,14 @@ void load_initial_weights(const std::string& path, const ModelConfig& model, Gra
   std::vector<std::vector<float>> buffers(slices.size());
   std::string error;
   try {
-    const ModelState source = read_model_file(path, model.n_head);
-    // The shapes and the structure must agree; norm_eps and rope_theta are the run's
-    // (safetensors without ndtrain metadata cannot carry them).
-    std::vector<std::string> ignored = {"norm_eps", "rope_theta"};
-    if (model.arch == Arch::llama) ignored.push_back("max_seq_len");  // no position table to size
-    const std::string differences = config_differences(config_fields(source.config), model, "there", ignored);
+    // The run's model is the hint for what a file without ndtrain metadata cannot carry
+    // (n_head, norm_eps, ...: source.assumed); every field the file carries must agree,
+    // except those that change only the training objective, which a new run chooses.
+    const ModelState source = read_model_file(path, model);
+    std::set<std::string> ignored = source.assumed;
+    ignored.insert(objective_only_fields().begin(), objective_only_fields().end());
+    if (model.arch == Arch::llama) ignored.insert("max_seq_len");  // no position table to size
+    const std::string differences = config_differences(source.config, model, "there", ignored);
     NDT_CHECK(differences.empty(), "train.init_from = \"{}\" does not match the model{}", path,
               differences);
     for (size_t i = 0; i < slices.size(); ++i) {

@@ -12,8 +12,10 @@ namespace ndt {
 
 // Reads the model at `path` (train/model_source.h: safetensors, llm.c or a checkpoint)
 // and copies into every parameter slice `sync` holds its box of the whole tensors. The
-// model keys must describe the same model (every difference is named); norm_eps and
-// rope_theta are the run's, since files without ndtrain metadata cannot carry them.
+// model keys must describe the same model: every field of its description the file
+// carries (train/model_source.h; ModelState::assumed are the run's), except moe_aux_loss
+// and moe_z_loss (the new run's objective) and a llama model's max_seq_len (no position
+// table); every difference is named.
 // Collective: applies nothing unless every rank read all of its slices.
 void load_initial_weights(const std::string& path, const ModelConfig& model, GradientSync& sync, DeviceMesh& mesh);
 

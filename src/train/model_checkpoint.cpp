@@ -5,13 +5,13 @@
 #include "checkpoint/reader.h"
 #include "checkpoint/writer.h"
 #include "core/error.h"
+#include "interchange/stored_values.h"
 
 namespace ndt {
 
 namespace fs = std::filesystem;
 
-ModelState read_model_checkpoint(const fs::path& dir) {
-  ckpt::CheckpointReader reader(dir);
+ModelConfig saved_model_config(const ckpt::CheckpointReader& reader, const fs::path& dir) {
   const nlohmann::json& state = reader.state();
   NDT_CHECK(state.is_object() && state.contains("model") && state["model"].is_object(),
             "checkpoint {} holds no model config (metadata.json state.model): not written by ndtrain's "
@@ -23,7 +23,22 @@ ModelState read_model_checkpoint(const fs::path& dir) {
               key, value.dump());
     fields[key] = value.get<std::string>();
   }
-  ModelState model{config_from_fields(fields, "checkpoint " + dir.string()), {}};
+  const ModelConfig config = config_from_fields(fields, "checkpoint " + dir.string());
+  if (!fields.count("n_experts")) {
+    for (const std::string& name : reader.tensor_names()) {
+      NDT_CHECK(name.find(".moe.") == std::string::npos,
+                "checkpoint {} holds mixture-of-experts parameters ({}) but its model description has no "
+                "model.n_experts (it was written before ndtrain saved MoE settings): the experts and routing it "
+                "was trained with are unknown",
+                dir.string(), name);
+    }
+  }
+  return config;
+}
+
+ModelState read_model_checkpoint(const fs::path& dir) {
+  ckpt::CheckpointReader reader(dir);
+  ModelState model{saved_model_config(reader, dir), {}, {}};
   for (const ParameterSpec& spec : model_parameter_specs(model.config)) {
     NDT_CHECK(reader.has(spec.name), "checkpoint {} lacks parameter {} of its model", dir.string(), spec.name);
     NDT_CHECK(reader.logical_shape(spec.name) == spec.logical_shape,
@@ -39,6 +54,7 @@ ModelState read_model_checkpoint(const fs::path& dir) {
 
 void write_model_checkpoint(const ModelState& state, const fs::path& dir, int64_t step) {
   check_model_state(state);
+  for (const auto& [name, values] : state.tensors) check_storable(dir.string(), name, values, DType::f32);
   fs::path target = dir.lexically_normal();
   if (!target.has_filename()) target = target.parent_path();  // "out/" -> "out"
   NDT_CHECK(!target.empty(), "cannot write a model checkpoint to an empty path");

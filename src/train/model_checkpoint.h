@@ -8,6 +8,7 @@
 // "model": config_fields(config).
 #pragma once
 
+#include "checkpoint/reader.h"
 #include "interchange/model_state.h"
 
 #include <cstdint>
@@ -16,6 +17,11 @@
 
 namespace ndt {
 
+// The model a checkpoint describes (its state "model", config_from_fields). A
+// description without n_experts (written before MoE settings were saved) that sits
+// beside MoE parameters is refused naming model.n_experts, rather than read as dense.
+ModelConfig saved_model_config(const ckpt::CheckpointReader& reader, const std::filesystem::path& dir);
+
 // The config from state "model" and every parameter whole. Throws ndt::Error naming
 // the directory and what is missing (metadata.json, the model config or a field of
 // it, a parameter), or a parameter saved with another shape.
@@ -23,7 +29,8 @@ ModelState read_model_checkpoint(const std::filesystem::path& dir);
 
 // Writes `state` as a committed checkpoint at `dir` (rank 0 holds every tensor as one
 // block), staged in `dir`.tmp, with state {"kind": "model", "step": step, "model": ...}.
-// Throws if `dir` already exists or the state does not match its config.
+// Throws if `dir` already exists, the state does not match its config, or a value is
+// not finite (naming the tensor and element).
 void write_model_checkpoint(const ModelState& state, const std::filesystem::path& dir, int64_t step = 0);
 
 // `path` itself when it holds metadata.json; else the latest committed checkpoint in

@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <optional>
+#include <set>
 
 namespace ndt {
 
@@ -20,6 +21,17 @@ ModelFormat model_format_of(const std::string& path) {
   if (p.extension() == ".bin") return ModelFormat::llmc;
   NDT_CHECK(!fs::exists(p), "cannot tell the format of {}: expected *.safetensors, *.bin (llm.c) or a "
             "checkpoint directory", path);
+  // A new path with another extension is a checkpoint folder to create, unless the
+  // extension names a model file format: "model.pt" is not a folder (a dotted folder name
+  // such as "gpt2-1.5b" is).
+  static const std::set<std::string> other_formats = {".pt",  ".pth", ".ckpt", ".gguf",  ".ggml", ".onnx",
+                                                      ".h5",  ".hdf5", ".keras", ".pb",   ".tflite", ".npz",
+                                                      ".npy", ".pkl", ".pickle", ".msgpack", ".json", ".txt",
+                                                      ".tar", ".zip", ".gz"};
+  NDT_CHECK(!other_formats.count(p.extension().string()),
+            "cannot write {}: {} files are not a format ndtrain writes (*.safetensors: Hugging Face names; *.bin: "
+            "llm.c; a checkpoint folder: any other path)",
+            path, p.extension().string());
   return ModelFormat::checkpoint;
 }
 
@@ -41,17 +53,11 @@ void check_model_file(const std::string& path) {
 
 }  // namespace
 
-ModelState read_model_file(const std::string& path, int n_head) {
+ModelState read_model_file(const std::string& path, const std::optional<ModelConfig>& hint) {
   switch (model_format_of(path)) {
-    case ModelFormat::safetensors: {
+    case ModelFormat::safetensors:
       check_model_file(path);
-      std::optional<ModelConfig> hint;
-      if (n_head > 0) {
-        hint.emplace();
-        hint->n_head = hint->n_kv_head = n_head;
-      }
       return load_safetensors_hf(path, hint);
-    }
     case ModelFormat::llmc:
       check_model_file(path);
       return load_llmc(path);

@@ -7,6 +7,7 @@
 
 #include "interchange/model_state.h"
 
+#include <optional>
 #include <string>
 
 namespace ndt {
@@ -14,13 +15,15 @@ namespace ndt {
 enum class ModelFormat { safetensors, llmc, checkpoint };
 
 // The format a path names: a directory is a checkpoint, else by extension. A path
-// that does not exist yet (a destination) is a checkpoint unless its extension says
-// otherwise. Throws for an existing file of another kind.
+// that does not exist yet (a destination) is a checkpoint folder unless its extension
+// names another model file format (.pt, .pth, .ckpt, .gguf, .onnx, ...: model.pt is not
+// a folder to create). Throws for an existing file of another kind and for those.
 ModelFormat model_format_of(const std::string& path);
 const char* model_format_name(ModelFormat format);
 
-// Reads the whole model at `path` (n_head > 0: the number of heads, for safetensors
-// without ndtrain metadata). Throws naming the path and what is wrong.
-ModelState read_model_file(const std::string& path, int n_head = 0);
+// Reads the whole model at `path`. `hint` supplies what a safetensors file without
+// ndtrain metadata cannot carry (n_head, norm_eps, ...; listed in the state's
+// `assumed`); none: such a file is refused. Throws naming the path and what is wrong.
+ModelState read_model_file(const std::string& path, const std::optional<ModelConfig>& hint = std::nullopt);
 
 }  // namespace ndt

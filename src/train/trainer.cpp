@@ -2,11 +2,13 @@
 
 #include "checkpoint/directory.h"
 #include "core/memory.h"
+#include "core/system_memory.h"
 #include "core/timing.h"
 #include "kernels/kernels.h"
 #include "parallel/expert/moe_totals.h"
 #include "train/generate.h"
 #include "train/init_from.h"
+#include "train/memory_preflight.h"
 
 #include <fmt/format.h>
 
@@ -28,6 +30,7 @@ RunConfig resolved_for(const RunConfig& config, DeviceMesh& mesh) {
       config.resolved({mesh.world().size(), nodes.ranks_per_node(), nodes.ranks_on_node(my_node)});
   NDT_CHECK(mesh.shape().str() == resolved.mesh.str(), "the mesh {} does not match the config's {}",
             mesh.shape().str(), resolved.mesh.str());
+  check_run_fits_in_memory(resolved, resolved.mesh, physical_memory_bytes());  // before anything allocates
   // Tensor parallelism (and Ulysses) communicates in every block: inside a node only.
   for (const auto& [axis, what] : {std::pair{Axis::tp, "parallel.tp"}, {Axis::cp, "parallel.cp (Ulysses)"}}) {
     if (axis == Axis::cp && resolved.cp_mode != CpMode::ulysses) continue;

@@ -55,6 +55,20 @@ CommandResult ndtrain(const std::string& args, bool with_stderr = true) {
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
+// `state` as a checkpoint written elsewhere (or by an ndtrain from before the guards)
+// would hold it: write_model_checkpoint refuses non-finite weights.
+void write_unchecked_checkpoint(const ModelState& state, const fs::path& dir) {
+  std::vector<ckpt::TensorBlock> blocks;
+  for (const ParameterSpec& spec : model_parameter_specs(state.config)) {
+    blocks.push_back({spec.name, spec.logical_shape, Shape(spec.logical_shape.size(), 0), spec.logical_shape,
+                      state.tensors.at(spec.name)});
+  }
+  fs::path tmp = dir;
+  tmp += ".tmp";
+  ckpt::write_rank_file(tmp, 0, blocks);
+  ckpt::commit_checkpoint(tmp, dir, 1, {{"model", config_fields(state.config)}});
+}
+
 TEST(ModelCheckpoint, RoundTripIsBitExact) {
   for (const ModelConfig& config :
        {ModelConfig::preset("gpt2-tiny"), ModelConfig::preset("llama-tiny"), testing::llama_qk_norm()}) {
@@ -318,13 +332,46 @@ TEST(GenerateCommand, ErrorsExitNonZero) {
   EXPECT_TRUE(contains(r.output, "'300' is not a token id in [0, 300)")) << r.output;
 }
 
+// Catches: convert writing what no reader can use without a word: a ".pt" destination
+// made a checkpoint folder, NaN weights copied into a checkpoint, f16 overflow stored as
+// inf. Nothing is written in each case.
+TEST(ConvertCommand, RefusesToWriteWhatNoReaderCouldUse) {
+  TempDir dir;
+  ModelState state = testing::perturbed_state(ModelConfig::preset("gpt2-tiny"));
+  write_model_checkpoint(state, dir.path() / "model");
+  CommandResult r = ndtrain("convert --from " + dir.file("model") + " --to " + dir.file("model.pt"));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(contains(r.output, "cannot write " + dir.file("model.pt") + ": .pt files are not a format ndtrain "
+                                  "writes")) << r.output;
+  EXPECT_FALSE(fs::exists(dir.path() / "model.pt"));
+
+  state.tensors.at("blocks.1.attn.wo.weight")[5] = 70000.0f;  // finite in f32 and bf16, beyond f16's 65504
+  write_model_checkpoint(state, dir.path() / "large");
+  r = ndtrain("convert --from " + dir.file("large") + " --to " + dir.file("large.safetensors") + " --dtype f16");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(contains(r.output, "as f16: tensor blocks.1.attn.wo.weight element 5 = 70000 is beyond f16's range and "
+                                  "would be stored as inf (store it as f32 or bf16)")) << r.output;
+  EXPECT_FALSE(fs::exists(dir.path() / "large.safetensors"));
+  r = ndtrain("convert --from " + dir.file("large") + " --to " + dir.file("large.safetensors") + " --dtype bf16");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+
+  state.tensors.at("blocks.0.mlp.proj.weight")[2] = std::numeric_limits<float>::quiet_NaN();
+  write_unchecked_checkpoint(state, dir.path() / "broken");
+  for (const std::string to : {"broken-copy", "broken.safetensors", "broken.bin"}) {
+    r = ndtrain("convert --from " + dir.file("broken") + " --to " + dir.file(to));
+    EXPECT_EQ(r.exit_code, 1) << to;
+    EXPECT_TRUE(contains(r.output, "tensor blocks.0.mlp.proj.weight holds nan at element 2")) << r.output;
+    EXPECT_FALSE(fs::exists(dir.path() / to)) << to;
+  }
+}
+
 // Catches: generate printing noise from a checkpoint with non-finite weights (one
 // written elsewhere, or by an ndtrain from before the non-finite guard) without a word.
 TEST(GenerateCommand, NonFiniteWeightsAreAnError) {
   TempDir dir;
   ModelState state = testing::perturbed_state(ModelConfig::preset("gpt2-tiny"));
   state.tensors.at("blocks.0.mlp.fc.weight")[3] = std::numeric_limits<float>::quiet_NaN();
-  write_model_checkpoint(state, dir.path() / "model");
+  write_unchecked_checkpoint(state, dir.path() / "model");
   const CommandResult r = ndtrain("generate --checkpoint " + dir.file("model") + " --prompt hi");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_TRUE(contains(r.output, "tensor blocks.0.mlp.fc.weight holds nan at element 3")) << r.output;

@@ -28,7 +28,7 @@ TEST(ModelState, ChecksTensorsAndConfig) {
   expect_error([&] { save_safetensors_hf(extra, "/nonexistent"); }, {"not parameters", "lm_head.weight"});
   ModelState other_eps = state;
   other_eps.config.norm_eps = 1e-6f;
-  expect_error([&] { load_into(model, other_eps); }, {"model.norm_eps = 1e-06", "Transformer has 1e-05"});
+  expect_error([&] { load_into(model, other_eps); }, {"model.norm_eps = 1e-06 in the state, 1e-05 in the Transformer"});
 
   Transformer unmaterialized(config, 1, 256, /*materialize_parameters=*/false);
   expect_error([&] { state_of(unmaterialized); }, {"wte.weight", "not held whole", "one rank"});

@@ -10,6 +10,9 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+#include <tuple>
+
 #include <cmath>
 #include <string>
 #include <vector>
@@ -140,6 +143,35 @@ TEST(MoeRouting, AZeroRouterGivesTheHandComputedCountsDropsAndLosses) {
     // sequence; lse = log E per token.
     EXPECT_NEAR(r.totals.aux_sum / (B * T), 0.01 * 1.0, 1e-7);
     EXPECT_NEAR(r.totals.z_sum / (B * T), 0.001 * std::log(4.0) * std::log(4.0), 1e-7);
+  }
+}
+
+// Catches: capacity rounded down where factor x T x k / E is not whole (a ceil turned
+// floor, which whole numbers cannot show), and a factor large enough to mean "never drop"
+// overflowing an integer and dropping every token (the MoE blocks training as identity).
+TEST(MoeRouting, CapacityRoundsUpAndAHugeFactorDropsNothing) {
+  ModelConfig c = tiny_moe(Arch::llama);
+  c.n_layer = 1;
+  // Not whole: 0.9 x 8 x k / 4 = 1.8 k.
+  for (auto [factor, k, expected] : {std::tuple{0.9f, 1, 2}, {0.9f, 2, 4}, {0.3f, 1, 1}, {1e30f, 2, 8},
+                                     {std::numeric_limits<float>::max(), 1, 8}, {0.0f, 2, 8}}) {
+    c.moe_capacity_factor = factor;
+    c.moe_top_k = k;
+    EXPECT_EQ(moe_expert_capacity(c, 8), expected) << "factor " << factor << ", k " << k;
+  }
+  for (auto [factor, k] : {std::pair{0.9f, 1}, {0.9f, 2}, {1e30f, 2}}) {
+    c.moe_capacity_factor = factor;
+    c.moe_top_k = k;
+    Transformer model(c, 5);
+    const Parameter& router = model.store().get("blocks.0.moe.router.weight");
+    std::fill(router.data(), router.data() + router.numel(), 0.0f);  // every token chooses experts 0 .. k-1
+    const int B = 3, T = 8;
+    const Routed r = run_once(model, B, T);
+    const int64_t capacity = factor > 1 ? T : static_cast<int64_t>(std::ceil(0.9 * T * k / c.n_experts));
+    std::vector<int64_t> kept(static_cast<size_t>(c.n_experts), 0);
+    for (int e = 0; e < k; ++e) kept[static_cast<size_t>(e)] = B * capacity;
+    EXPECT_EQ(r.totals.stats.tokens_per_expert, kept) << "factor " << factor << ", k " << k;
+    EXPECT_EQ(r.totals.stats.dropped, int64_t{B} * (T - capacity) * k) << "factor " << factor << ", k " << k;
   }
 }
 

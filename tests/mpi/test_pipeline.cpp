@@ -9,6 +9,8 @@
 #include "../common/temp_dir.h"
 #include "../train/test_support.h"
 #include "core/memory.h"
+#include "parallel/pipeline/runner.h"
+#include "parallel/pipeline/schedule.h"
 #include "mpi_env.h"
 #include "parity.h"
 
@@ -161,15 +163,22 @@ TEST_F(PipelineTest, ActivationsFollowTheSchedule) {
   RunConfig c = run(false);
   c.mesh.pp = pp;
   const int m = 8;
-  for (const char* schedule : {"gpipe", "1f1b"}) {
+  for (const auto& [schedule, v] : {std::pair{"gpipe", 1}, {"1f1b", 1}, {"interleaved_1f1b", 2}}) {
     c.pp_schedule = pipeline_schedule_from_name(schedule);
+    c.pp_virtual_stages = v;
     DeviceMesh mesh(world, c.resolve_mesh(pp));
     MemoryLedger& ledger = MemoryLedger::instance();
     const size_t before = ledger.current(MemTag::activations);
     Trainer trainer(c, mesh, nullptr);
     trainer.step();
     const int rank = mesh.coord(Axis::pp);
-    const int live = std::string(schedule) == "gpipe" ? m : std::min(m, pp - rank);
+    // GPipe m, 1F1B pp - rank; interleaved: the rule the planner uses (a micro-batch's
+    // context from its first chunk's forward to its last backward), more than pairs / v.
+    const int live = std::string(schedule) == "gpipe"  ? m
+                     : std::string(schedule) == "1f1b" ? std::min(m, pp - rank)
+                                                       : peak_live_contexts(pipeline_actions(
+                                                             PipelineSchedule::interleaved_1f1b, {pp, v, m}, rank));
+    EXPECT_EQ(trainer.pipeline()->peak_live_contexts(), live) << schedule << " on pp rank " << rank;
     const std::vector<char>& units = trainer.model().local_units();
     const ActivationLayout tp;
     const int64_t context = context_floats(c.model, tp, 1, c.seq_len, {}, units) * 4;

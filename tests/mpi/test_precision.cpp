@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <cstdio>
 
 namespace ndt {
@@ -71,6 +72,18 @@ TEST(PrecisionParity, Bf16OnEveryLayoutMatchesBf16OnOneRank) {
                             {"fp8 tp+sp", 0, 1, 2, false, true},     {"pp 1f1b", 0, 1, 1, false, false, 2},
                             {"cp ring", 0, 1, 1, false, false, 1, 2}, {"cp ulysses llama", 3, 1, 1, true, false, 1, 2,
                                                                        "ulysses"}};
+  // bf16's own distance: the one-rank fp32 run against the one-rank bf16 one, per model.
+  // (An fp8 layout is held to bf16's too, not to fp8's own distance from fp32, which is
+  // ten times larger and would hide amaxes not reduced over the ranks.)
+  std::map<bool, Difference> rounding;
+  auto own_rounding = [&](bool llama, RunConfig single, const testing::TrainedRun& reference, bool fp8) {
+    const auto it = rounding.find(llama);
+    if (it != rounding.end()) return it->second;
+    single.precision.fp8 = false;
+    RunConfig fp32 = single;
+    fp32.precision.compute = DType::f32;
+    return rounding[llama] = compare(train(fp32, testing::one_rank_mesh()), fp8 ? train(single, testing::one_rank_mesh()) : reference);
+  };
   for (const Layout& l : layouts) {
     const int ranks = l.dp_shard * l.tp * l.pp * l.cp;
     if (ranks > n || n % ranks != 0) continue;
@@ -96,34 +109,31 @@ TEST(PrecisionParity, Bf16OnEveryLayoutMatchesBf16OnOneRank) {
                   "gradient norm %.1e, final parameters %.1e\n",
                   l.fp8 ? "fp8 linears," : "bf16", l.name, n, d.losses, d.norms, d.params);
     }
-    // A layout differs from one rank only where an fp32 sum in another order rounds a
-    // linear output to the other neighbouring bf16 value (a relative step of 2^-8).
-    // Measured on 2 and 4 ranks: losses <= 2.3e-5, gradient norms <= 1.8e-4, final
-    // parameters <= 2.4e-4 (AdamW moves an element whose gradient is at rounding level by
-    // up to lr whatever its sign; fp32 layouts agree to 1e-5 on all three). fp8's scales
-    // are the same on every layout (amaxes reduced over all ranks), but its coarser grids
-    // flip more roundings: losses <= 6.2e-5, norms <= 4.1e-4, parameters <= 6.4e-4.
-    // Context parallelism is held to a band of its own: it recomputes the attention
-    // probabilities in fp32 where one rank keeps them packed in bf16, a difference of
-    // bf16's own size, not of the order of sums. So cp against one rank (both in bf16)
-    // must stay within twice bf16's own distance from the fp32 run. Measured on 2 ranks
-    // (gpt2 ring; llama Ulysses): against one rank, losses 5.8e-5 / 3.5e-5, norms 6.6e-5 /
-    // 3.8e-4, parameters 5.4e-3 / 4.5e-4; bf16 against fp32, losses 9.6e-5 / 1.7e-4, norms
-    // 1.2e-3 / 9.1e-4, parameters 3.8e-3 / 2.4e-3. (The large parameter figures come from
-    // gpt2's key bias, whose true gradient is zero: AdamW turns its rounding noise into
-    // steps of lr.) A wrong position or a missing reduction moves the losses by 1e-2.
-    if (l.cp > 1) {
-      RunConfig fp32 = single;
-      fp32.precision.compute = DType::f32;
-      const Difference band = compare(train(fp32, testing::one_rank_mesh()), reference);
-      EXPECT_LT(d.losses, 2 * band.losses) << l.name;
-      EXPECT_LT(d.norms, 2 * band.norms) << l.name;
-      EXPECT_LT(d.params, 2 * band.params) << l.name;
-      continue;
+    // The bound is the run's own rounding, not a figure one machine produced: the same
+    // one-rank run in fp32 against the one-rank run in bf16, which moves every linear
+    // output by a bf16 rounding. A layout differs from one rank only where an fp32 sum in
+    // another order rounds an output to the other neighbouring value: a fraction of those
+    // roundings, so less than that distance on every figure. fp8 layouts too: their scales
+    // are the same on every layout and their products summed in fp32 as bf16's. AdamW turns
+    // rounding-level gradients into steps of up to lr in both runs, which is why a fixed
+    // 5e-4 on the final parameters failed on another backend (2.4e-4 on the AMX machine,
+    // 5.4e-4 with the fallback for pp 1f1b). Measured with the fallback, oneDNN's
+    // AVX512-BF16 kernel and its jit gemm on 2 and 4 ranks (the ratios are printed): at
+    // most 0.52 of the distance, fp8 at most 0.4 (1.4 with amaxes not reduced over the
+    // ranks: caught). Context parallelism recomputes the attention probabilities in fp32
+    // where one rank keeps them packed in bf16, a difference of bf16's own size: cp is held
+    // to twice the distance (measured at most 1.42, gpt2's key bias, whose true gradient
+    // is zero). A wrong position, a missing reduction or a stale compute copy moves the
+    // losses by 1e-2, a hundred times the distance.
+    const Difference band = own_rounding(l.llama, single, reference, l.fp8);
+    const double allowed = l.cp > 1 ? 2 : 1;
+    if (world.rank() == 0) {
+      std::printf("  against bf16's own distance from fp32 (%.1e, %.1e, %.1e): %.2f, %.2f, %.2f of it\n", band.losses,
+                  band.norms, band.params, d.losses / band.losses, d.norms / band.norms, d.params / band.params);
     }
-    EXPECT_LT(d.losses, 1e-4) << l.name;
-    EXPECT_LT(d.norms, 5e-4 * (l.fp8 ? 2 : 1)) << l.name;
-    EXPECT_LT(d.params, 5e-4 * (l.fp8 ? 3 : 1)) << l.name;
+    EXPECT_LT(d.losses, allowed * band.losses) << l.name;
+    EXPECT_LT(d.norms, allowed * band.norms) << l.name;
+    EXPECT_LT(d.params, allowed * band.params) << l.name;
   }
 }
 

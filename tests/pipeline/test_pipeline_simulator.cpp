@@ -106,6 +106,25 @@ TEST(PipelineSimulator, PeakLiveActivationsFollowTheSchedule) {
 // communication time charged to the sender instead of delaying the receiver. pp = 2,
 // m = 1: F on rank 0, message, F and B on rank 1, message, B on rank 0.
 // Catches: per-rank costs ignored or applied to the wrong rank.
+// Catches: contexts in flight counted as (micro-batch, chunk) pairs / v under interleaving,
+// where the two coincide for v = 1 only (the planner's memory was 6 contexts for 8).
+// Interleaved pp 2, v 2, m 8, rank 0: 2 (p - r - 1) + (v - 1) p = 4 warm-up chunk-forwards
+// (micro-batches 0, 1 through chunk 0, then through chunk 1), then F(2, c0) and F(3, c0)
+// each before a chunk-1 backward: 4 contexts, the first freed only by B(0, c0); the pairs
+// peak at 5, and 5 / 2 rounds up to 3. Rank 1 (no warm-up beyond the group): 3 contexts,
+// 3 pairs.
+TEST(PipelineSimulator, ContextsInFlightAreTheRunnersUnderInterleavingToo) {
+  const PipelineSimulation s = simulate_pipeline(PipelineSchedule::interleaved_1f1b, {2, 2, 8});
+  EXPECT_EQ(s.peak_live_contexts, (std::vector<int>{4, 3}));
+  EXPECT_EQ(s.peak_live_activations, (std::vector<int>{5, 3}));
+  for (PipelineSchedule schedule : {PipelineSchedule::gpipe, PipelineSchedule::one_f_one_b, PipelineSchedule::zb_h1}) {
+    const PipelineSimulation one = simulate_pipeline(schedule, {4, 1, 8});
+    EXPECT_EQ(one.peak_live_contexts, one.peak_live_activations) << pipeline_schedule_name(schedule);
+  }
+  // One rank's list alone gives the same.
+  EXPECT_EQ(peak_live_contexts(pipeline_actions(PipelineSchedule::interleaved_1f1b, {4, 2, 8}, 0)), 8);
+}
+
 TEST(PipelineSimulator, EachRankCanHaveItsOwnCosts) {
   const PipelineShape shape{2, 1, 4};
   const auto lists = pipeline_actions_of_all_ranks(PipelineSchedule::one_f_one_b, shape);
@@ -194,6 +213,33 @@ TEST(PipelineRendering, TextTimelineShowsEveryActionAtItsTime) {
 
 // Catches: the SVG missing actions, mixing up the colours of the kinds, or breaking on
 // a title with markup characters.
+// Catches: costs far apart (1e-9 against 1e9) drawing a timeline of 1e18 columns, which
+// ended in "internal error: std::bad_alloc"; a step of a billion micro-batches building
+// its action lists until memory ran out.
+TEST(PipelineRendering, CostsFarApartAndHugeStepsAreBounded) {
+  PipelineCosts costs;
+  costs.forward = 1e-9, costs.backward = 1e9;
+  const PipelineSimulation s = simulate_pipeline(PipelineSchedule::one_f_one_b, {4, 1, 8}, costs);
+  const std::string text = render_pipeline_text(s);
+  EXPECT_LT(text.size(), size_t{4} * 65536 * 4 + 4096);  // 4 ranks of at most 65536 columns of 4 characters
+  EXPECT_NE(text.find("rank  3 |"), std::string::npos);
+  const std::string svg = render_pipeline_svg(s, "far apart");
+  const double width = std::stod(svg.substr(svg.find("width=\"") + 7));
+  EXPECT_LE(width, 100000 + 200);
+  try {
+    simulate_pipeline(PipelineSchedule::one_f_one_b, {4, 1, 1000000000});
+    ADD_FAILURE() << "a billion micro-batches were simulated";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("parallel.pp = 4 x parallel.pp_virtual_stages = 1 x 1000000000 micro-batches "
+                                         "per step = 4000000000 (micro-batch, chunk) pairs in one step's schedule: more "
+                                         "than 1048576"),
+              std::string::npos)
+        << e.what();
+  }
+  // The edge itself runs.
+  EXPECT_NO_THROW(check_pipeline_shape(PipelineSchedule::one_f_one_b, {4, 1, int{kMaxPipelinePairs / 4}}));
+}
+
 TEST(PipelineRendering, SvgHasABoxPerComputeActionColouredByKind) {
   const PipelineSimulation s = simulate_pipeline(PipelineSchedule::zb_h1, {4, 1, 8});
   const std::string svg = render_pipeline_svg(s, "zb_h1 <pp = 4> & m = 8");

@@ -8,6 +8,7 @@
 #include "model/activations.h"
 #include "model/transformer.h"
 #include "parallel/memory_model.h"
+#include "parallel/pipeline/schedule.h"
 #include "parallel/tensor/tensor_parallel.h"
 #include "plan/planner.h"
 
@@ -129,11 +130,13 @@ TEST(Planner, PredictionsAreTheSharedFunctions) {
   const Cluster cluster = make_cluster(builtin_device("h100-sxm"), 1, 8, 0);
   for (const Layout& l : {layout_of(1, 2, 4, 1, 1, 3, "1f1b", 1, CheckpointMode::none),
                           layout_of(2, 1, 2, 1, 2, 1, "1f1b", 1, CheckpointMode::selective),
-                          layout_of(2, 1, 1, 2, 2, 0, "gpipe", 1, CheckpointMode::full)}) {
+                          layout_of(2, 1, 1, 2, 2, 0, "gpipe", 1, CheckpointMode::full),
+                          layout_of(2, 1, 4, 1, 1, 1, "interleaved_1f1b", 2, CheckpointMode::none)}) {
     const RunConfig c = run_of(m, 64, 16, l);
     const LayoutScore s = score_layout(c, cluster);
     ASSERT_TRUE(s.rejected.empty()) << l.describe() << ": " << s.rejected;
-    const PipelineStages stages = partition_pipeline(m, c.seq_len, l.mesh.pp);
+    const PipelineStages stages = partition_pipeline(m, c.seq_len, l.mesh.pp * l.pp_virtual_stages);
+    const PipelineShape shape{l.mesh.pp, l.pp_virtual_stages, c.batch_size / l.mesh.size(Axis::dp) / l.micro_batch_size};
     for (int stage = 0; stage < l.mesh.pp; ++stage) {
       const std::vector<char> units = l.mesh.pp > 1 ? stages.local_units(stage, l.mesh.pp) : std::vector<char>{};
       std::vector<ParameterSpec> specs;
@@ -152,6 +155,12 @@ TEST(Planner, PredictionsAreTheSharedFunctions) {
       const int64_t workspace =
           workspace_floats(m, layout, 1, c.seq_len / l.mesh.cp, c.loss_chunk_rows, c.activation_checkpointing, DType::bf16) * 4;
       EXPECT_EQ(got.activations, got.in_flight * (context - workspace) + workspace) << l.describe() << " stage " << stage;
+      // The contexts the runner holds, interleaved or not (tests/mpi/test_pipeline.cpp
+      // holds the runner's ledger to the same rule).
+      const int contexts = l.mesh.pp > 1 ? peak_live_contexts(pipeline_actions(
+                                               l.pp_schedule, shape, stage))
+                                         : 1;
+      EXPECT_EQ(got.in_flight, contexts) << l.describe() << " stage " << stage;
       EXPECT_EQ(got.comm_buffers, predict_comm_buffer_bytes(c, cluster.devices(), stage));
     }
     const StepCommunication comm = predict_step_communication(c, cluster.devices(), s.worst_stage);
@@ -242,6 +251,51 @@ TEST(Planner, DeviceFile) {
   testing::expect_error([&] { resolve_device(dir.file("short.toml")); },
                         {"short.toml\" does not give inter_node_gb_s (required: memory_gib, peak_tflops_fp32"});
   testing::expect_error([&] { resolve_device(dir.file("missing.toml")); }, {"missing.toml"});
+}
+
+// Catches: a device file's value checked after scaling, under another key's name and in
+// other units (memory_gib = -80 reported as "memory = -8.6e+10"), a huge one as "inf",
+// and a bound that refuses its own edge or accepts the value past it.
+TEST(Planner, DeviceFileValuesAreCheckedInTheFilesUnitsUnderTheirKeys) {
+  testing::TempDir dir;
+  // A valid file with `line` in place of the line of its key (or added).
+  auto device_with = [&](const std::string& line) {
+    const std::string path = dir.file("d.toml");
+    std::ofstream file(path);
+    for (const std::string base : {"memory_gib = 96", "peak_tflops_fp32 = 60", "peak_tflops_bf16 = 800",
+                                   "memory_bandwidth_gb_s = 4000", "intra_node_gb_s = 400", "inter_node_gb_s = 50"}) {
+      if (base.substr(0, base.find(' ')) != line.substr(0, line.find(' '))) file << base << "\n";
+    }
+    file << line << "\n";
+    file.close();
+    return resolve_device(path);
+  };
+  auto refused = [&](const std::string& line, const std::string& message) {
+    testing::expect_error([&] { device_with(line); }, {"d.toml\": " + message});
+  };
+  refused("memory_gib = -80", "memory_gib = -80 must lie in (0, 1000000]");
+  refused("peak_tflops_fp8 = 1e300", "peak_tflops_fp8 = 1e+300 must lie in [0, 1000000]");
+  refused("gemm_efficiency = 0", "gemm_efficiency = 0 must lie in (0, 1]");
+  refused("devices_per_node = 65537", "devices_per_node = 65537 must lie in [1, 65536]");
+  refused("inter_node_latency_us = -1", "inter_node_latency_us = -1 must lie in [0, 1000000]");
+  refused("devices_per_node = 2.5", "devices_per_node = 2.5 must be a whole number");
+  // The edges themselves are accepted.
+  EXPECT_DOUBLE_EQ(device_with("gemm_efficiency = 1").gemm_efficiency, 1);
+  EXPECT_EQ(device_with("devices_per_node = 65536").devices_per_node, 65536);
+  EXPECT_DOUBLE_EQ(device_with("peak_tflops_fp8 = 0").peak_fp8, 0);
+}
+
+// Catches: a cluster size product wrapping in 32 bits (100000 x 100000 planned as
+// 1410065408 devices), and the largest cluster refused or one past it accepted.
+TEST(Planner, ClusterSizesAreMultipliedIn64BitsAndBounded) {
+  const DeviceProfile h100 = builtin_device("h100-sxm");
+  testing::expect_error([&] { make_cluster(h100, 100000, 100000, 0); },
+                        {"--nodes 100000 x --devices-per-node 100000 = 10000000000 devices: more than the planner's "
+                         "2097152"});
+  testing::expect_error([&] { make_cluster(h100, 0, 0, 2000000000); }, {"= 2000000000 devices: more than"});
+  EXPECT_EQ(make_cluster(h100, int{kMaxClusterDevices / 8}, 8, 0).devices(), kMaxClusterDevices);
+  testing::expect_error([&] { make_cluster(h100, int{kMaxClusterDevices / 8} + 1, 8, 0); },
+                        {"= 2097160 devices: more than the planner's 2097152"});
 }
 
 // Catches: bad input accepted, or refused without naming the setting and value.

@@ -186,6 +186,12 @@ TEST_F(ReportTest, BadInputNamesTheFileAndTheLine) {
   EXPECT_EQ(error_of(step_line(1, "5", 1, 0, 0) + "{\"loss\":4,\"lr\":1}\n"),
             path + ":2: the record has no integer \"step\": {\"loss\":4,\"lr\":1}");
   EXPECT_EQ(error_of("{\"step\":1,\"loss\":4,\"lr\":1}\n"), path + ":1: the step record has no \"grad_norm\"");
+  // A line of terminal escapes (clear the screen, ring the bell) is quoted, not obeyed.
+  const std::string escapes = error_of(step_line(1, "5", 1, 0, 0) + "\x1b[2J\x07{\"step\":2}\n");
+  EXPECT_EQ(escapes.find('\x1b'), std::string::npos) << escapes;
+  EXPECT_EQ(escapes.find('\x07'), std::string::npos) << escapes;
+  EXPECT_NE(escapes.find(path + ":2: not a JSON record ("), std::string::npos) << escapes;
+  EXPECT_NE(escapes.find("): \\x1b[2J\\x07{\"step\":2}"), std::string::npos) << escapes;
 }
 
 // Catches: points drawn where their values do not map (a flipped or offset axis, a range
@@ -245,6 +251,8 @@ TEST_F(ReportTest, TextFromTheRunIsEscaped) {
   EXPECT_NE(html.find("&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; &amp; &quot;q&quot;"), std::string::npos);
   EXPECT_NE(html.find("&lt;b&gt;bold&lt;/b&gt; &amp; more"), std::string::npos);
   EXPECT_NE(html.find("<title>ndtrain report: run &lt;dir&gt; &amp; co</title>"), std::string::npos);
+  // Control characters have no place in XML, even escaped: shown as \xNN.
+  EXPECT_EQ(xml_text("a\x1b[31mb\x07\tc"), "a\\x1b[31mb\\x07\tc");
 }
 
 // Catches: the digest's medians including the first (page-faulting) step, a best loss

@@ -1,5 +1,6 @@
 // Mixed-precision training end to end (docs/precision.md): bf16, fp16 and fp8 runs of
-// a small model on the fortunes corpus follow the fp32 loss curve step by step and end
+// a small model on the fortunes corpus, on every GEMM backend this CPU offers, follow
+// the fp32 loss curve (step by step in warmup, then smoothed up to a time shift) and end
 // within 2% (fp8: 3%) of it; fp16's dynamic loss scaler skips exactly a step whose gradients
 // overflow (parameters and AdamW moments bitwise unchanged), halves its scale, grows it
 // after its interval of clean steps, and resumes from a checkpoint with its state;
@@ -8,6 +9,7 @@
 #include "../common/temp_dir.h"
 #include "data/prepare.h"
 #include "data/shard.h"
+#include "kernels/cpu/gemm_lowp.h"
 #include "parallel/data/gradient_sync.h"
 #include "test_support.h"
 #include "train/config.h"
@@ -18,7 +20,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <numeric>
+#include <tuple>
 #include <sstream>
 #include <vector>
 
@@ -27,10 +32,83 @@ namespace {
 
 using testing::small_run;
 
+// The GEMM backends low-precision runs can use on this CPU (kernels/cpu/gemm_lowp.h):
+// oneDNN's native kernel where it has one for the dtype (AMX, AVX512-BF16, or its jit gemm
+// when ONEDNN_MAX_CPU_ISA caps it: CTest runs the curves test a second time so), and the
+// fallback, which the uncapped run covers: the capped run takes oneDNN's only.
+std::vector<cpu::LowpGemmBackend> lowp_backends(DType dtype) {
+  std::vector<cpu::LowpGemmBackend> backends;
+  if (!cpu::onednn_lowp_impl(dtype).empty()) backends.push_back(cpu::LowpGemmBackend::onednn);
+  if (std::getenv("ONEDNN_MAX_CPU_ISA") == nullptr) backends.push_back(cpu::LowpGemmBackend::fallback);
+  return backends;
+}
+
+// Puts both 16-bit dtypes on `backend` (where it has no kernel for one: the fallback)
+// until destroyed, then back to the choice of the environment.
+class ForcedLowpBackend {
+ public:
+  explicit ForcedLowpBackend(cpu::LowpGemmBackend backend) {
+    for (DType d : {DType::bf16, DType::f16}) {
+      const bool native = !cpu::onednn_lowp_impl(d).empty();
+      cpu::set_lowp_gemm_backend(d, native ? backend : cpu::LowpGemmBackend::fallback);
+    }
+  }
+  ~ForcedLowpBackend() {
+    for (DType d : {DType::bf16, DType::f16}) {
+      cpu::set_lowp_gemm_backend(d, cpu::choose_lowp_gemm_backend(d, std::getenv("NDT_LOWP_GEMM")));
+    }
+  }
+};
+
+// The mean of curve[i - h .. i + h] (clipped at the ends): a step's loss is one batch's,
+// and batches differ by several percent.
+std::vector<double> moving_mean(const std::vector<double>& curve, int h) {
+  std::vector<double> out(curve.size());
+  const int n = static_cast<int>(curve.size());
+  for (int i = 0; i < n; ++i) {
+    const int a = std::max(0, i - h), b = std::min(n, i + h + 1);
+    out[static_cast<size_t>(i)] = std::accumulate(curve.begin() + a, curve.begin() + b, 0.0) / (b - a);
+  }
+  return out;
+}
+
+// How far (relative) the smoothed curve `low` leaves the band the smoothed reference
+// spans within `shift` steps of each step: 0 when `low` is the reference up to a time
+// shift of at most `shift` steps.
+double outside_shifted_band(const std::vector<double>& low, const std::vector<double>& reference, int shift) {
+  double worst = 0;
+  const int n = static_cast<int>(reference.size());
+  for (int i = 0; i < n; ++i) {
+    const int a = std::max(0, i - shift), b = std::min(n, i + shift + 1);
+    const double lo = *std::min_element(reference.begin() + a, reference.begin() + b);
+    const double hi = *std::max_element(reference.begin() + a, reference.begin() + b);
+    const double v = low[static_cast<size_t>(i)];
+    worst = std::max({worst, (lo - v) / lo, (v - hi) / hi});
+  }
+  return worst;
+}
+
 // Catches: a low-precision path that trains worse than rounding explains (a gradient
 // with a wrong scale, activations packed from the wrong block, a stale compute copy
-// after the step), which drifts from the fp32 curve over hundreds of steps.
+// after the step), on any GEMM backend the code can pick.
+//
+// What is asserted, and why each bound holds for any correct build on any CPU:
+//  - the warmup steps (1-20) within 1% at every step: from the same initial weights the
+//    loss falls by several percent a step, and rounding changes a step's loss by about
+//    1e-4 of it (measured: fp8 0.016%, bf16 0.002%, fp16 below 0.001%, on AVX512-BF16,
+//    oneDNN's jit gemm and the fallback alike) - a 60-fold margin that a wrong scale still breaks at once;
+//  - after that, the curves smoothed over 21 steps agree up to a time shift of 30 steps,
+//    within 3%: rounding moves the step at which the loss leaves its plateau (steps 30-60)
+//    by tens of steps either way, which no bound on one step survives (fp8 was 10.6%
+//    below fp32 at one step on an AMX Xeon and 16.7% above it at step 46 on an AMD EPYC
+//    with AVX512-BF16: each run's plateau exit at another step). Shifted by up to 30 steps
+//    the smoothed curves agree within 0.5% on AVX512-BF16 and oneDNN's jit gemm, and the
+//    fallback's fp8 run (ahead by about ten steps for a hundred) within 0.4%;
+//  - the mean of the last 20 steps within 2% (fp8: 3%): where the runs end (measured:
+//    bf16 -0.08%, fp16 0.00%, fp8 between -0.69% on AMX and +0.52% on the jit gemm).
 TEST(PrecisionTraining, Bf16Fp16AndFp8FollowTheFp32CurveOnFortunes) {
+  if (lowp_backends(DType::bf16).empty()) GTEST_SKIP() << "ONEDNN_MAX_CPU_ISA leaves oneDNN no native bf16 kernel: the "
+                                                           "fallback is tested by the run without it";
   const std::string corpus = "/usr/share/games/fortunes";
   ASSERT_TRUE(std::filesystem::is_directory(corpus))
       << "Debian's fortunes package is missing: scripts/setup.sh installs it";
@@ -42,37 +120,34 @@ TEST(PrecisionTraining, Bf16Fp16AndFp8FollowTheFp32CurveOnFortunes) {
   c.seq_len = 64;
   c.schedule.max_lr = 2e-3f;  // 3e-3 spikes at step 30 in fp32 too: the curves part there
   c.schedule.warmup_steps = 20;
-  std::vector<std::vector<double>> curves;
-  for (DType compute : {DType::f32, DType::bf16, DType::f16, DType::e4m3}) {
-    c.precision.compute = compute == DType::e4m3 ? DType::bf16 : compute;
-    c.precision.fp8 = compute == DType::e4m3;
+  auto losses_of = [&](DType compute, bool fp8) {
+    c.precision.compute = compute;
+    c.precision.fp8 = fp8;
     Trainer trainer(c, testing::one_rank_mesh(), nullptr);
     std::vector<double> losses;
     for (int64_t s = 0; s < c.steps; ++s) losses.push_back(trainer.step().loss);
-    curves.push_back(losses);
-  }
-  // The mean loss of the last 20 steps (one step's loss is one batch's: noisy).
-  auto tail = [](const std::vector<double>& l) {
-    double sum = 0;
-    for (size_t i = l.size() - 20; i < l.size(); ++i) sum += l[i];
-    return sum / 20;
+    return losses;
   };
-  const char* names[] = {"fp32", "bf16", "fp16", "fp8 (bf16 + fp8 linears)"};
-  for (size_t p = 1; p < curves.size(); ++p) {
-    double worst = 0;
-    for (size_t i = 0; i < curves[0].size(); ++i) {
-      worst = std::max(worst, std::fabs(curves[p][i] - curves[0][i]) / curves[0][i]);
-    }
-    std::printf("%s: mean of the last 20 losses %.4f against fp32 %.4f (%.2f%%); largest difference at one step %.2f%%\n",
-                names[p], tail(curves[p]), tail(curves[0]), 100 * (tail(curves[p]) / tail(curves[0]) - 1), 100 * worst);
-    const bool fp8 = p == 3;
-    EXPECT_NEAR(tail(curves[p]), tail(curves[0]), (fp8 ? 0.03 : 0.02) * tail(curves[0])) << names[p];
-    // Every step, within 3% for bf16 and fp16 (measured on the development machine: at
-    // most 0.99% and 0.03%; the mean of the last 20 steps -0.08% and 0.00%). fp8 leaves
-    // the plateau of steps 30-60 earlier than fp32 (its loss up to 10.6% lower there,
-    // then within 1%: -0.69% over the last 20 steps), so its per-step bound is 12%.
-    for (size_t i = 0; i < curves[0].size(); ++i) {
-      EXPECT_NEAR(curves[p][i], curves[0][i], (fp8 ? 0.12 : 0.03) * curves[0][i]) << names[p] << " step " << i + 1;
+  const std::vector<double> fp32 = losses_of(DType::f32, false);
+  const std::vector<double> fp32_smooth = moving_mean(fp32, 10);
+  auto tail = [](const std::vector<double>& l) { return std::accumulate(l.end() - 20, l.end(), 0.0) / 20; };
+  for (const cpu::LowpGemmBackend backend : lowp_backends(DType::bf16)) {
+    const ForcedLowpBackend forced(backend);
+    for (const auto& [name, compute, fp8] : {std::tuple{"bf16", DType::bf16, false}, {"fp16", DType::f16, false},
+                                             {"fp8 (bf16 + fp8 linears)", DType::bf16, true}}) {
+      const bool f16_fallback_only = compute == DType::f16 && cpu::onednn_lowp_impl(DType::f16).empty();
+      if (f16_fallback_only && backend == cpu::LowpGemmBackend::onednn) continue;  // fp16: the fallback's run
+      const std::string run = std::string(name) + " on " + cpu::lowp_gemm_backend(compute);
+      const std::vector<double> low = losses_of(compute, fp8);
+      double warmup = 0;
+      for (int i = 0; i < 20; ++i) warmup = std::max(warmup, std::fabs(low[i] - fp32[i]) / fp32[i]);
+      const double band = outside_shifted_band(moving_mean(low, 10), fp32_smooth, 30);
+      std::printf("%s: warmup steps within %.3f%%; smoothed curve %.2f%% outside fp32's (shifted up to 30 steps); "
+                  "mean of the last 20 losses %.4f against fp32 %.4f (%+.2f%%)\n",
+                  run.c_str(), 100 * warmup, 100 * band, tail(low), tail(fp32), 100 * (tail(low) / tail(fp32) - 1));
+      EXPECT_LE(warmup, 0.01) << run;
+      EXPECT_LE(band, 0.03) << run;
+      EXPECT_NEAR(tail(low), tail(fp32), (fp8 ? 0.03 : 0.02) * tail(fp32)) << run;
     }
   }
 }

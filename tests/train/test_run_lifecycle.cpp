@@ -36,9 +36,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-#define EXPECT_MENTIONS(message, text) \
-  EXPECT_NE(std::string(message).find(text), std::string::npos) << "message lacks '" << (text) << "': " << (message)
-
 class RunLifecycle : public ::testing::Test {
  protected:
   RunLifecycle() { write_shard(dir_.file("train.bin"), testing::synthetic_text(20000, 7)); }
@@ -56,14 +53,7 @@ class RunLifecycle : public ::testing::Test {
     Trainer trainer(c, testing::one_rank_mesh(), nullptr);
     trainer.run();
   }
-  std::string error_of(const RunConfig& c) const {
-    try {
-      Trainer trainer(c, testing::one_rank_mesh(), nullptr);
-    } catch (const Error& e) {
-      return e.what();
-    }
-    return "";
-  }
+  std::string error_of(const RunConfig& c) const { return testing::trainer_error(c); }
   fs::path ckpt(int64_t step) const { return fs::path(dir_.file("ckpt")) / ckpt::checkpoint_dir_name(step); }
   testing::TempDir dir_;
 };

@@ -3,7 +3,10 @@
 
 #include "core/rng.h"
 #include "data/shard.h"
+#include "core/error.h"
 #include "train/config.h"
+#include "train/trainer.h"
+#include "../common/one_rank_mesh.h"
 #include "../common/temp_dir.h"
 
 #include <string>
@@ -47,4 +50,28 @@ inline RunConfig small_run(const std::string& train, int64_t steps) {
   return c;
 }
 
+// A token shard of synthetic text for tests that only need data.train to exist (made
+// once per process, removed at its end).
+inline const std::string& shared_shard() {
+  static TempDir dir;
+  static const std::string path = [] {
+    write_shard(dir.file("train.bin"), synthetic_text(4000, 7));
+    return dir.file("train.bin");
+  }();
+  return path;
+}
+
+// The error a Trainer built from `c` stops with before step 1; "" when it starts.
+inline std::string trainer_error(const RunConfig& c) {
+  try {
+    Trainer trainer(c, one_rank_mesh(), nullptr);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
 }  // namespace ndt::testing
+
+#define EXPECT_MENTIONS(message, text) \
+  EXPECT_NE(std::string(message).find(text), std::string::npos) << "message lacks '" << (text) << "': " << (message)

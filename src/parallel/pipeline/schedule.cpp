@@ -6,6 +6,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <map>
 #include <deque>
 
 namespace ndt {
@@ -189,6 +190,11 @@ void check_pipeline_shape(PipelineSchedule schedule, const PipelineShape& shape)
   NDT_CHECK(shape.pp >= 1, "parallel.pp = {} must be at least 1", shape.pp);
   NDT_CHECK(shape.v >= 1, "parallel.pp_virtual_stages = {} must be at least 1", shape.v);
   NDT_CHECK(shape.m >= 1, "the number of micro-batches per step ({}) must be at least 1", shape.m);
+  const int64_t pairs = int64_t{shape.pp} * shape.v * shape.m;
+  NDT_CHECK(pairs <= kMaxPipelinePairs,
+            "parallel.pp = {} x parallel.pp_virtual_stages = {} x {} micro-batches per step = {} (micro-batch, chunk) "
+            "pairs in one step's schedule: more than {} (use larger micro-batches)",
+            shape.pp, shape.v, shape.m, pairs, kMaxPipelinePairs);
   const std::string_view name = pipeline_schedule_name(schedule);
   if (schedule != PipelineSchedule::interleaved_1f1b) {
     NDT_CHECK(shape.v == 1,
@@ -246,6 +252,19 @@ std::vector<std::vector<PipelineAction>> pipeline_actions_of_all_ranks(PipelineS
   std::vector<std::vector<PipelineAction>> ranks;
   for (int r = 0; r < shape.pp; ++r) ranks.push_back(pipeline_actions(schedule, shape, r));
   return ranks;
+}
+
+int peak_live_contexts(const std::vector<PipelineAction>& actions) {
+  std::map<int, std::pair<size_t, size_t>> span;  // micro-batch -> (first, last) action
+  for (size_t i = 0; i < actions.size(); ++i) {
+    const auto [it, fresh] = span.try_emplace(actions[i].micro_batch, i, i);
+    it->second.second = i;
+  }
+  std::vector<int> change(actions.size() + 1, 0);  // +1 where a context is taken, -1 after its last use
+  for (const auto& [mb, first_last] : span) ++change[first_last.first], --change[first_last.second + 1];
+  int live = 0, peak = 0;
+  for (int c : change) peak = std::max(peak, live += c);
+  return peak;
 }
 
 void replay_pipeline_actions(const std::vector<std::vector<PipelineAction>>& ranks, const PipelineShape& shape,

@@ -55,6 +55,10 @@ struct PipelineShape {
 // shape: pp, v or m below 1, v != 1 outside interleaved_1f1b, v < 2 or m not a
 // multiple of pp for interleaved_1f1b.
 void check_pipeline_shape(PipelineSchedule schedule, const PipelineShape& shape);
+// The most (micro-batch, chunk) pairs a step's schedule may hold, pp x v x m: the action
+// lists (a few actions per pair on every rank) stay within memory and a step's
+// simulation within a second; a step of 64 stages of 4 chunks runs 4096 micro-batches.
+inline constexpr int64_t kMaxPipelinePairs = int64_t{1} << 20;
 
 enum class PipelineActionKind {
   forward,          // Forward(mb, chunk)
@@ -90,6 +94,14 @@ int pipeline_message_id(const PipelineAction& action, const PipelineShape& shape
 std::vector<PipelineAction> pipeline_actions(PipelineSchedule schedule, const PipelineShape& shape, int rank);
 std::vector<std::vector<PipelineAction>> pipeline_actions_of_all_ranks(PipelineSchedule schedule,
                                                                        const PipelineShape& shape);
+
+// The most micro-batches whose context one rank holds at once running `actions`: a
+// micro-batch's context lives from the first action that touches it to the last, as
+// PipelineRunner takes and returns them. With v = 1 that is the peak of live activations;
+// under interleaving more than (micro-batch, chunk) pairs / v, since one context serves a
+// micro-batch from its first chunk's forward to its last chunk's backward (pp 4, v 2, m 8:
+// 8 contexts on rank 0, not ceil(11 / 2) = 6).
+int peak_live_contexts(const std::vector<PipelineAction>& actions);
 
 // Runs all ranks' lists against each other: sends are eager (never wait), a receive
 // waits until its matching send has run. Calls step(rank, index) for every action in

@@ -57,6 +57,11 @@ const char* kind_legend(Kind kind) {
 constexpr Kind kComputeKinds[] = {Kind::forward, Kind::backward, Kind::backward_input, Kind::backward_weight};
 
 // The shortest compute action: the time one text column stands for.
+// Bounds of the drawings, whatever the costs' ratio: a text line of at most this many
+// columns per rank, an SVG at most this many pixels wide.
+constexpr double kMaxTextColumns = 65536;
+constexpr double kMaxSvgWidth = 100000;
+
 double shortest_compute(const PipelineSimulation& s) {
   double shortest = s.makespan;
   for (const auto& rank : s.timeline) {
@@ -152,6 +157,7 @@ PipelineSimulation simulate_pipeline(const std::vector<std::vector<PipelineActio
     s.bubble.push_back(s.makespan > 0 ? (s.makespan - s.busy[r]) / s.makespan : 0);
   }
   s.mean_bubble = std::accumulate(s.bubble.begin(), s.bubble.end(), 0.0) / shape.pp;
+  for (const auto& actions : ranks) s.peak_live_contexts.push_back(peak_live_contexts(actions));
   return s;
 }
 
@@ -180,7 +186,9 @@ PipelineBubbleTheory pipeline_bubble_theory(PipelineSchedule schedule, const Pip
 }
 
 std::string render_pipeline_text(const PipelineSimulation& s) {
-  const double column_time = shortest_compute(s);
+  // A column is the shortest action's time, unless the costs are so far apart that the
+  // lines would pass kMaxTextColumns: then shorter actions share columns.
+  const double column_time = std::max(shortest_compute(s), s.makespan / kMaxTextColumns);
   size_t width = 1;
   for (const auto& rank : s.timeline) {
     for (const TimedPipelineAction& t : rank) {
@@ -209,8 +217,10 @@ std::string render_pipeline_text(const PipelineSimulation& s) {
 
 std::string render_pipeline_svg(const PipelineSimulation& s, const std::string& title) {
   const double left = 70, top = 40, row_height = 28, row_gap = 6, right = 20;
-  // The shortest box at least 18 px wide, the whole chart at least 900 px.
-  const double unit = std::max(18 / shortest_compute(s), 900 / std::max(s.makespan, 1e-9));
+  // The shortest box at least 18 px wide (while the chart stays within kMaxSvgWidth px),
+  // the whole chart at least 900 px.
+  const double makespan = std::max(s.makespan, 1e-9);
+  const double unit = std::max(std::min(18 / shortest_compute(s), kMaxSvgWidth / makespan), 900 / makespan);
   const double chart_width = s.makespan * unit;
   const int ranks = static_cast<int>(s.timeline.size());
   const double axis_y = top + ranks * (row_height + row_gap);

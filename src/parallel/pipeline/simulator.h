@@ -45,6 +45,8 @@ struct PipelineSimulation {
   // Per rank: the most (micro-batch, chunk) activations held at once, each live from
   // its Forward until its Backward, or its BackwardWeight after a BackwardInput.
   std::vector<int> peak_live_activations;
+  // Per rank: the most micro-batch contexts held at once (peak_live_contexts).
+  std::vector<int> peak_live_contexts;
 };
 
 // Checks the lists (check_pipeline_actions) and times them.
@@ -72,11 +74,12 @@ PipelineBubbleTheory pipeline_bubble_theory(PipelineSchedule schedule, const Pip
 // One line per rank, time running left to right: each compute action as its kind
 // (F, B, I for BackwardInput, W for BackwardWeight) and micro-batch, with the rank's
 // chunk index (a, b, ...) when v > 1, padded to its length; '.' where the rank waits.
-// Preceded by the scale (time per column).
+// Preceded by the scale (time per column). A line has at most 65536 columns whatever
+// the costs' ratio: beyond that actions shorter than a column share columns.
 std::string render_pipeline_text(const PipelineSimulation& simulation);
 // An SVG document: one row per rank, a box per compute action coloured by kind (and
 // shaded by chunk when v > 1) labelled with its micro-batch, a time axis, a legend and
-// the title given.
+// the title given; at most 100000 px wide whatever the costs' ratio.
 std::string render_pipeline_svg(const PipelineSimulation& simulation, const std::string& title);
 
 }  // namespace ndt

@@ -1,6 +1,7 @@
 #include "parallel/pipeline/stages.h"
 
 #include "core/error.h"
+#include "core/text_list.h"
 #include "model/block.h"
 
 #include <fmt/format.h>
@@ -40,16 +41,12 @@ std::string PipelineStages::describe() const {
 std::vector<int> parse_pipeline_layers(const std::string& text) {
   std::vector<int> counts;
   if (text.empty()) return counts;
-  size_t begin = 0;
-  while (begin <= text.size()) {
-    const size_t end = std::min(text.find(',', begin), text.size());
-    const std::string item = text.substr(begin, end - begin);
+  for (const std::string& item : split_trimmed(text)) {  // "2,2" or "2, 2"
     int value = -1;
     const auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), value);
     NDT_CHECK(ec == std::errc() && ptr == item.data() + item.size() && value >= 0,
               "parallel.pp_layers = \"{}\": \"{}\" is not a number of blocks", text, item);
     counts.push_back(value);
-    begin = end + 1;
   }
   return counts;
 }
