@@ -174,6 +174,13 @@ void check_data_and_sample(const RunConfig& c) {
   NDT_CHECK(c.top_k >= 0, "sample.top_k = {} must not be negative", c.top_k);
 }
 
+void check_offload_folder(const RunConfig& c) {
+  if (!c.offloads()) return;
+  NDT_CHECK(!c.offload_folder().empty(),
+            "offload.optimizer = \"disk\" needs a folder for its swap files: set offload.dir (or runtime.out_dir, "
+            "whose offload/ it then uses)");
+}
+
 void check_runtime_and_checkpoints(const RunConfig& c) {
   NDT_CHECK(c.threads >= 0, "runtime.threads = {} must not be negative (0: automatic)", c.threads);
   NDT_CHECK(c.comm_timeout_s > 0, "runtime.comm_timeout_s = {} must be positive", c.comm_timeout_s);
@@ -203,6 +210,12 @@ void RunConfig::validate() const {
   check_optimizer(*this);
   check_data_and_sample(*this);
   check_runtime_and_checkpoints(*this);
+  check_offload_folder(*this);
+}
+
+std::string RunConfig::offload_folder() const {
+  if (!offload_dir.empty()) return offload_dir;
+  return out_dir.empty() ? std::string() : out_dir + "/offload";
 }
 
 namespace {
@@ -324,6 +337,34 @@ void check_tensor_and_sequence_parallel(const RunConfig& c) {
             "parallel.sequence_parallel = true needs parallel.tp > 1 (it splits tokens over the tp ranks)");
 }
 
+// offload.*: what each tier needs of the layout, and the chunk and read-ahead sizes.
+void check_offload(const RunConfig& c) {
+  constexpr double kSmallestChunkMib = 4096.0 / (1024.0 * 1024.0);
+  NDT_CHECK(c.offload_chunk_mb >= kSmallestChunkMib && c.offload_chunk_mb <= 1024,
+            "offload.chunk_mb = {} must lie in [{}, 1024] (4 KiB to 1 GiB)", c.offload_chunk_mb, kSmallestChunkMib);
+  const double bytes = c.offload_chunk_mb * 1024 * 1024;
+  NDT_CHECK(std::fmod(bytes, 4096.0) == 0,
+            "offload.chunk_mb = {} is not a whole number of 4 KiB pages ({} bytes): direct I/O moves whole pages",
+            c.offload_chunk_mb, bytes);
+  NDT_CHECK(c.offload_prefetch >= 0 && c.offload_prefetch <= 64, "offload.prefetch = {} must lie in [0, 64]",
+            c.offload_prefetch);
+  NDT_CHECK(!c.offload_params || c.offload_optimizer,
+            "offload.params = \"disk\" needs offload.optimizer = \"disk\" too (the step streams the moments beside "
+            "the parameter shards)");
+  NDT_CHECK(!c.offload_optimizer || c.zero_stage >= 1,
+            "offload.optimizer = \"disk\" needs parallel.zero_stage >= 1, not {}: each rank offloads its ZeRO shard of "
+            "the optimizer state (on one rank ZeRO-1 shards nothing and trains as DDP does)",
+            c.zero_stage);
+  NDT_CHECK(!c.offload_params || c.zero_stage == 3,
+            "offload.params = \"disk\" needs parallel.zero_stage = 3 (FSDP: parameters sharded and gathered per "
+            "block), not {}",
+            c.zero_stage);
+  NDT_CHECK(!c.offload_params || c.mesh.dp_replicate <= 1,
+            "offload.params = \"disk\" with parallel.dp_replicate = {} (HSDP) is not supported: the gradient shards on "
+            "disk would have to be all-reduced over the replicas",
+            c.mesh.dp_replicate);
+}
+
 // Threads when runtime.threads = 0: the node's cores divided among the ranks on it.
 int automatic_threads(int world_size) {
   int local_ranks = world_size;
@@ -343,6 +384,7 @@ void RunConfig::validate_layout() const {
   check_data_and_expert_parallel(*this);
   check_context_and_pipeline(*this);
   check_tensor_and_sequence_parallel(*this);
+  check_offload(*this);
 }
 
 MeshShape RunConfig::resolve_mesh(int world_size) const {
@@ -355,6 +397,10 @@ MeshShape RunConfig::resolve_mesh(int world_size) const {
     m.dp_replicate = static_cast<int>(world_size / others);
   }
   m.validate(world_size);
+  NDT_CHECK(!offload_params || m.dp_replicate == 1,
+            "offload.params = \"disk\" with {} data-parallel replicas (parallel.dp_replicate, HSDP) is not supported: "
+            "set parallel.dp_shard to the ranks left by pp x cp x tp",
+            m.dp_replicate);
   const int dp = m.size(Axis::dp);
   NDT_CHECK(batch_size % dp == 0, "train.batch_size = {} does not split over the data-parallel size {}",
             batch_size, dp);

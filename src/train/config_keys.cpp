@@ -317,6 +317,29 @@ void add_checkpoint_keys(std::vector<ConfigKey>& f) {
   f.push_back(field<bool>("checkpoint.overwrite", NDT_REF(overwrite), "Allow this run to delete checkpoints it does not continue from: those of an earlier run when starting afresh in a folder that holds some, or those newer than the step it resumes from (`ndtrain train --overwrite`). Without it such a run stops before step 1 and names both ways forward."));
 }
 
+// offload.optimizer and offload.params: "none" or "disk".
+ConfigKey tier_field(const std::string& key, bool RunConfig::*member, std::string doc) {
+  ConfigKey f;
+  f.key = key;
+  f.doc = std::move(doc);
+  f.set = [key, member](RunConfig& c, const std::string& v) {
+    NDT_CHECK(v == "none" || v == "disk", "{} = \"{}\" is not none or disk", key, v);
+    c.*member = v == "disk";
+  };
+  f.get = [member](const RunConfig& c) { return std::string(c.*member ? "\"disk\"" : "\"none\""); };
+  return f;
+}
+
+void add_offload_keys(std::vector<ConfigKey>& f) {
+  f.push_back(tier_field("offload.optimizer", &RunConfig::offload_optimizer, "ZeRO-Offload with the disk as the capacity tier (docs/offload.md): none, or disk: each rank's AdamW moments (its ZeRO shard: needs parallel.zero_stage >= 1) live in swap files under offload.dir and the optimizer step streams them chunk by chunk, reading ahead and writing behind while it updates. The same numbers as in memory, bit for bit; 8 bytes a parameter (/ dp_shard) leave memory."));
+  f.push_back(tier_field("offload.params", &RunConfig::offload_params, "ZeRO-Infinity's parameter offload: none, or disk: with FSDP (parallel.zero_stage = 3) and offload.optimizer = \"disk\", each rank's parameter shards (the fp32 master) and gradient shards live in swap files too: a block's shards are read offload.prefetch units ahead of its all-gather and freed after it, its gradient shards written after its reduce-scatter, so only the blocks in flight are in memory. Not with dp_replicate > 1 (HSDP)."));
+  f.push_back(field<std::string>("offload.dir", NDT_REF(offload_dir), "Folder of the swap files (a fast local disk); each rank uses and locks rank-NNNNN in it, and the files are removed when the run ends. Empty: <runtime.out_dir>/offload. A run checks before step 1 that the disk has room for its swap files."));
+  f.push_back(field<double>("offload.chunk_mb", NDT_REF(offload_chunk_mb), "Size of the chunks swap files are read and written in (MiB; a multiple of 4 KiB, from 4 KiB to 1 GiB). The optimizer step holds (offload.prefetch + 2) chunks per streamed file in memory."));
+  f.push_back(field<int>("offload.prefetch", NDT_REF(offload_prefetch), "How far reads run ahead: chunks of the optimizer step's stream, and with offload.params = \"disk\" units whose parameter shards are read ahead of their all-gather (0 to 64)."));
+  f.push_back(enum_field("offload.io", NDT_REF(offload_io), offload::io_backend_from_name, offload::io_backend_name,
+                         "How swap files are read and written: io_uring (Linux's asynchronous I/O rings, liburing) or threads (a pool of threads running blocking pread/pwrite); both with O_DIRECT where the filesystem allows it. docs/offload.md has the measurements."));
+}
+
 void add_runtime_keys(std::vector<ConfigKey>& f) {
   f.push_back(field<int>("runtime.threads", NDT_REF(threads), "Compute threads of this rank (OpenMP and OpenBLAS); 0: the node's cores divided among its ranks (at least 1)."));
   f.push_back(field<double>("runtime.peak_gflops", NDT_REF(peak_gflops), "Hardware peak for MFU in GFLOP/s; 0: measure it with the built-in FMA calibration."));
@@ -339,6 +362,7 @@ const std::vector<ConfigKey>& config_keys() {
     add_stability_keys(f);
     add_parallel_keys(f);
     add_checkpoint_keys(f);
+    add_offload_keys(f);
     add_runtime_keys(f);
     return f;
   }();
