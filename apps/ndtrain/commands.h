@@ -180,7 +180,8 @@ struct PlanOptions {
   int batch = 0;                       // sequences per step; 0: the config's train.batch_size
   std::string precision;               // fp32, bf16, fp16; empty: the config's
   bool fp8 = false;
-  std::string zero_stages, micro_batches, recompute, schedules, cp_modes;  // comma lists; empty: all
+  std::string zero_stages, micro_batches, recompute, schedules, cp_modes, offloads;  // comma lists; empty: all
+  std::string disk_dir = "/tmp";       // --device cpu: where the disk bandwidth is measured
   int max_tp = 0;                      // 0: one node's devices
   int top = 10;                        // table rows
   std::string json, csv;               // write every layout

@@ -250,6 +250,11 @@ int main(int argc, char** argv) {
   plan->add_option("--schedules", plan_options.schedules,
                    "Comma list of pipeline schedules to search (default 1f1b,interleaved_1f1b,zb_h1,gpipe)");
   plan->add_option("--cp-modes", plan_options.cp_modes, "Comma list to search (default ring,ulysses)");
+  plan->add_option("--offload", plan_options.offloads,
+                   "Comma list of offload choices to search, where the device has a disk bandwidth (--device cpu "
+                   "measures one; default none,optimizer,params; docs/offload.md)");
+  plan->add_option("--disk-dir", plan_options.disk_dir,
+                   "With --device cpu: the folder whose disk is measured for offload (default /tmp)");
   plan->add_option("--max-tp", plan_options.max_tp, "Largest tp searched (default: one node's devices)");
   plan->add_option("--top", plan_options.top, "Rows of the table");
   plan->add_option("--json", plan_options.json, "Write every layout scored (and why the others were rejected) as JSON");

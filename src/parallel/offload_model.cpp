@@ -155,6 +155,7 @@ TieredStates predict_tiered_states(const std::vector<ParameterSpec>& specs, int 
   }
 
   if (o.optimizer) t.read_bytes = t.write_bytes = 8 * chunked;
+  t.stream_bytes = t.read_bytes + t.write_bytes + (o.params ? 4 * 4 * chunked : 0);  // + norm and step: G, P, G, P
   if (o.params) {
     int64_t gathered = 4 * (rounded.front() + rounded.back());  // the root, once per micro-batch
     for (size_t u = 1; u + 1 < rounded.size(); ++u) gathered += 4 * rounded[u] * (o.reshard_after_forward ? 2 : 1);

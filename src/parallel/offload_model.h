@@ -50,6 +50,7 @@ struct TieredStates {
   ModelStateBytes disk;      // swap files at their full size
   ModelStateBytes peak;      // in memory at most during a step (model states and their staging)
   int64_t read_bytes = 0, write_bytes = 0;  // swap-file I/O of a step after the first
+  int64_t stream_bytes = 0;  // of those read and written, what the norm and the optimizer step stream
 };
 
 // specs: as predict_model_states takes them (one tp rank's blocks, every unit present).

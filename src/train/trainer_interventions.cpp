@@ -114,7 +114,7 @@ void Trainer::stop_on_swap_failure(const Error& e) {
   // committed (TrainingCheckpoints' destructor), so the newest committed one stays newest.
   const std::optional<std::filesystem::path> latest =
       checkpoints_->enabled() ? ckpt::latest_checkpoint(checkpoints_->root()) : std::nullopt;
-  fail("step {} of {}: {}. The run stops: its model states on disk are partly updated, so nothing is saved; {}",
+  fail("step {} of {}: {}. The run stops without saving (the states on disk may hold part of this step's update); {}",
        step_ + 1, config_.steps, e.what(),
        latest ? fmt::format("the last checkpoint, {}, is intact: continue with --resume once offload.dir (\"{}\") "
                             "is fixed (the swap files are recreated from the checkpoint)",
