@@ -3,6 +3,7 @@
 // nothing saved from the half-updated state, and the last checkpoint intact and
 // resumable; checkpoints are the same bytes with and without offload, so a run resumes
 // across the two either way exactly; a swap folder belongs to one run.
+#include "../train/run_error.h"
 #include "../common/temp_dir.h"
 #include "../common/tmpfs.h"
 #include "checkpoint/directory.h"
@@ -21,17 +22,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-#define EXPECT_MENTIONS(message, text) \
-  EXPECT_NE(std::string(message).find(text), std::string::npos) << "message lacks '" << (text) << "': " << (message)
-
-std::string run_error(Trainer& trainer) {
-  try {
-    trainer.run();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::run_error;
 
 class OffloadSafety : public ::testing::Test {
  protected:
