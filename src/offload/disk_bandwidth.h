@@ -1,8 +1,9 @@
-// The disk's speed as offload sees it: a swap file written and read back in chunks
-// through the same path training uses (O_DIRECT where allowed, an I/O backend, `depth`
-// requests in flight, every read's checksum verified), then removed. The planner's CPU
+// The disk's speed as offload sees it: a swap file written (once to allocate it, as a
+// run's first step does, then timed as every later step rewrites it) and read back in
+// chunks through the same path training uses (O_DIRECT where allowed, an I/O backend,
+// `depth` requests in flight, every read's checksum verified), then removed. The planner's CPU
 // profile (plan/device_profile.h) and `ndtrain bench offload` measure with it.
-// Writes: `bytes` into <dir>/bandwidth-probe.swap, removed before it returns. Memory:
+// Writes: 2 x `bytes` into <dir>/bandwidth-probe.swap, removed before it returns. Memory:
 // depth x chunk_bytes.
 #pragma once
 
