@@ -155,6 +155,23 @@ TEST_F(OffloadSafety, CheckpointsAreTheSameBytesSoRunsResumeAcrossOffload) {
   EXPECT_EQ(t.full_parameters(), reference.params);
 }
 
+// Catches: train.init_from writing the weights into memory the offloaded run no longer
+// reads (its parameter shards live on disk).
+TEST_F(OffloadSafety, InitFromWritesTheWeightsIntoTheSwapFiles) {
+  const RunConfig source = run("source", false, "");
+  std::vector<float> weights;
+  {
+    Trainer t(source, testing::one_rank_mesh(), nullptr);
+    t.step(), t.step();
+    t.save_checkpoint(/*async=*/false);
+    weights = t.full_parameters();
+  }
+  RunConfig c = run("fine-tune", true, dir_.file("swap"));
+  c.init_from = source.out_dir;
+  Trainer t(c, testing::one_rank_mesh(), nullptr);
+  EXPECT_EQ(t.full_parameters(), weights);
+}
+
 // Catches: two runs sharing swap files (each would read the other's chunks as damaged, or
 // worse, as its own).
 TEST_F(OffloadSafety, ASwapFolderBelongsToOneRun) {
