@@ -1,6 +1,7 @@
 // `ndtrain bench offload --part capacity` (apps/ndtrain/bench_offload.cpp): the largest
-// Llama-shaped model (d_model a multiple of 256, heads of 128, a quarter of them K/V
-// heads, SwiGLU of 8/3 d_model, a 32000-token vocabulary, untied) whose predicted memory
+// Llama-shaped model (d_model a multiple of 512, heads of 128, a quarter of them K/V
+// heads, SwiGLU of 8/3 d_model, a 32000-token vocabulary, untied, d_model / 256 to
+// d_model / 64 layers: Llama's d_model / 128 within a factor 2) whose predicted memory
 // fits --memory-gib in memory (DDP on one rank: 16 bytes a parameter and the
 // activations), and with offload (FSDP on one rank, optimizer, parameters and gradients
 // on disk: the offload model's resident peak, the activations and FSDP's communication
@@ -76,8 +77,8 @@ Candidate predict(const ModelConfig& m, bool offloaded, int batch, int seq) {
 
 Candidate largest(bool offloaded, int batch, int seq, double memory, double disk) {
   Candidate best;
-  for (int d = 1024; d <= 8192; d += 256) {
-    for (int layers = 1; layers <= 96; ++layers) {
+  for (int d = 1024; d <= 8192; d += 512) {  // heads of 128, a multiple of 4 of them
+    for (int layers = std::max(1, d / 256); layers <= d / 64; ++layers) {  // Llama's depths: d_model / 128 +- 2x
       const Candidate c = predict(llama_shape(d, layers, seq), offloaded, batch, seq);
       if (c.memory > memory || c.disk > disk) break;
       if (c.params > best.params) best = c;
