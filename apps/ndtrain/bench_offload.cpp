@@ -18,10 +18,12 @@
 #include "kernels/cpu/threads.h"
 #include "offload/disk_bandwidth.h"
 #include "offload/io_stats.h"
+#include "parallel/data/offloaded_moments.h"
 #include "parallel/offload_model.h"
 #include "train/training_model.h"
 
 #include <fmt/format.h>
+#include <sys/resource.h>
 #include <sys/statvfs.h>
 
 #include <chrono>
@@ -36,33 +38,68 @@ namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
+// Seconds of CPU this process (all its threads, io_uring's workers included) has used.
+double cpu_seconds() {
+  rusage u {};
+  ::getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + 1e-6 * (u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
+// The optimizer step's stream alone (offload/chunk_stream.h through OffloadedMoments):
+// `elements` moments in 4 MiB chunks, 2 read ahead, parameters and gradients in memory.
+// Seconds per step after a first one that writes the moments.
+double streamed_step(const OffloadBenchOptions& o, offload::IoBackend backend, int64_t elements) {
+  offload::OffloadOptions opts;
+  opts.optimizer = true, opts.dir = o.dir, opts.backend = backend;
+  offload::SwapSpace space(opts);
+  OffloadedMoments moments(space, offload::SwapLayout({{0, elements}}, opts.chunk_elements()));
+  std::vector<float> params(static_cast<size_t>(elements), 0.1f), grads(static_cast<size_t>(elements), 0.01f);
+  const std::vector<AdamWSegment> segments = {{0, 0, elements, 0.1f}};
+  const OffloadedMoments::Sources sources{[&](size_t) { return params.data(); }, grads.data(), nullptr, nullptr};
+  kernels::AdamWStep step{1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 1};
+  moments.step(segments, sources, step);
+  const auto t0 = std::chrono::steady_clock::now();
+  step.t = 2;
+  moments.step(segments, sources, step);
+  return seconds_since(t0);
+}
+
 void bench_io(const OffloadBenchOptions& o) {
   const int64_t bytes = static_cast<int64_t>(o.probe_gib * kGiB);
   const std::vector<std::pair<int64_t, int>> shapes = {{64 << 10, 32}, {1 << 20, 8}, {4 << 20, 8}, {16 << 20, 4}};
   const std::vector<offload::IoBackend> backends = {offload::IoBackend::io_uring, offload::IoBackend::threads};
-  std::map<std::pair<size_t, size_t>, std::vector<double>> writes, reads;
-  fmt::print("io: {:.2f} GiB written and read back per probe under {} (O_DIRECT where allowed), {} rounds\n",
-             o.probe_gib, o.dir, o.rounds);
+  std::map<std::pair<size_t, size_t>, std::vector<double>> writes, reads, cpu;
+  std::vector<std::vector<double>> stream(backends.size());
+  const int64_t moments = bytes / 8;  // the stream moves as many bytes each way as a probe
+  fmt::print("io: {:.2f} GiB written, rewritten and read back per probe under {} (O_DIRECT where allowed), and the "
+             "optimizer's stream of {:.0f}M moments each way; backends alternating, {} rounds\n",
+             o.probe_gib, o.dir, static_cast<double>(moments) / 1e6, o.rounds);
   bool direct = false;
   for (int r = 0; r < o.rounds; ++r) {
-    for (size_t s = 0; s < shapes.size(); ++s) {
-      for (size_t k = 0; k < backends.size(); ++k) {
-        const size_t b = (k + static_cast<size_t>(r)) % backends.size();  // alternate which goes first
+    for (size_t k = 0; k < backends.size(); ++k) {
+      const size_t b = (k + static_cast<size_t>(r)) % backends.size();  // alternate which goes first
+      for (size_t s = 0; s < shapes.size(); ++s) {
+        const double c0 = cpu_seconds();
         const offload::DiskBandwidth d =
             offload::measure_disk_bandwidth(o.dir, bytes, shapes[s].first, backends[b], shapes[s].second);
+        cpu[{s, b}].push_back((cpu_seconds() - c0) / (3.0 * static_cast<double>(bytes) / 1e9));
         direct = d.direct;
         writes[{s, b}].push_back(d.write_bytes_per_s / 1e9);
         reads[{s, b}].push_back(d.read_bytes_per_s / 1e9);
       }
+      stream[b].push_back(streamed_step(o, backends[b], moments));
     }
   }
-  fmt::print("  {:<22} {:>22} {:>22}{}\n", "chunk, in flight", "io_uring write / read", "threads write / read",
-             direct ? "" : "   (page cache: the filesystem refused O_DIRECT)");
+  fmt::print("  {:<18} {:>34} {:>34}{}\n", "chunk, in flight", "io_uring write / read, CPU s per GB",
+             "threads write / read, CPU s per GB", direct ? "" : "   (page cache: the filesystem refused O_DIRECT)");
   for (size_t s = 0; s < shapes.size(); ++s) {
-    fmt::print("  {:>7} KiB, {:>2} {:>12.2f} / {:5.2f} GB/s {:>12.2f} / {:5.2f} GB/s\n", shapes[s].first / 1024,
-               shapes[s].second, median(writes[{s, 0}]), median(reads[{s, 0}]), median(writes[{s, 1}]),
-               median(reads[{s, 1}]));
+    fmt::print("  {:>7} KiB, {:>2} {:>15.2f} / {:5.2f} GB/s, {:.3f} {:>15.2f} / {:5.2f} GB/s, {:.3f}\n",
+               shapes[s].first / 1024, shapes[s].second, median(writes[{s, 0}]), median(reads[{s, 0}]),
+               median(cpu[{s, 0}]), median(writes[{s, 1}]), median(reads[{s, 1}]), median(cpu[{s, 1}]));
   }
+  fmt::print("  the optimizer's stream ({:.2f} GB read and as much written): io_uring {:.3f} s, threads {:.3f} s "
+             "(medians)\n",
+             static_cast<double>(bytes) / 1e9, median(stream[0]), median(stream[1]));
   std::fflush(stdout);
 }
 

@@ -57,48 +57,11 @@ FullyShardedDataParallel::FullyShardedDataParallel(ParameterStore& store, Device
     group.arena.offsets.push_back(params[p].arena_offset);
     group.numel += params[p].numel();
   }
-  for (Group& g : groups_) {
-    const std::vector<ParamSlots> by_group = layout_.by_group(g.slots);
-    for (int sg = 0; sg < static_cast<int>(by_group.size()); ++sg) {
-      const ParamSlots& slots = by_group[static_cast<size_t>(sg)];
-      if (slots.params.empty()) continue;
-      Group::ReducePart reduce;
-      reduce.slots = slots;
-      reduce.segment = layout_.segment_numel(slots);
-      reduce.shard_group = sg;
-      g.reduces.push_back(std::move(reduce));
-      // Weights only matmuls read travel in the gather dtype (their compute copy is all
-      // the model reads of them); the rest in fp32.
-      Group::GatherPart wide, low;
-      low.dtype = gather_dtype;
-      for (size_t i = 0; i < slots.params.size(); ++i) {
-        const size_t p = slots.params[i];
-        Group::GatherPart& part = gather_dtype != DType::f32 && used_only_in_matmuls(params[p]) ? low : wide;
-        part.slots.params.push_back(p);
-        part.slots.offsets.push_back(slots.offsets[i]);
-      }
-      for (Group::GatherPart* part : {&wide, &low}) {
-        if (part->slots.params.empty()) continue;
-        part->segment = layout_.segment_numel(part->slots);
-        part->shard_group = sg;
-        g.parts.push_back(std::move(*part));
-      }
-    }
-  }
+  for (Group& g : groups_) plan_collectives(g, gather_dtype);
   NDT_CHECK(stage == 2 || stage == 3, "parallel.zero_stage = {}: this class implements stages 2 and 3", stage);
   store.release_grads();  // gradients live in per-unit buffers during backward
   if (swap && swap->options().params) {
-    NDT_CHECK(stage == 3, "offload.params = \"disk\" needs parallel.zero_stage = 3 (FSDP), not {}", stage);
-    NDT_CHECK(optimizer_.offloaded(), "offload.params = \"disk\" needs offload.optimizer = \"disk\"");
-    NDT_CHECK(replicate_comm_.size() == 1,
-              "offload.params = \"disk\" with parallel.dp_replicate = {} (HSDP) is not supported: the gradient shards "
-              "on disk would have to be all-reduced over the replicas",
-              replicate_comm_.size());
-    std::vector<std::vector<int>> units;
-    for (const Group& g : groups_) units.push_back(g.units);
-    offloaded_ = std::make_unique<OffloadedShards>(*swap, optimizer_.offloaded()->layout(), units);
-    prefetch_units_ = swap->options().prefetch;
-    initialise_offloaded_shards(store);
+    offload_shards(store, *swap);
     return;
   }
   grad_shards_ = Tensor::zeros({layout_.arena_numel()}, DType::f32, MemTag::grads);
@@ -107,6 +70,50 @@ FullyShardedDataParallel::FullyShardedDataParallel(ParameterStore& store, Device
     return;
   }
   initialise_shards(store);
+}
+
+void FullyShardedDataParallel::plan_collectives(Group& g, DType gather_dtype) {
+  const auto& params = store_.params();
+  const std::vector<ParamSlots> by_group = layout_.by_group(g.slots);
+  for (int sg = 0; sg < static_cast<int>(by_group.size()); ++sg) {
+    const ParamSlots& slots = by_group[static_cast<size_t>(sg)];
+    if (slots.params.empty()) continue;
+    Group::ReducePart reduce;
+    reduce.slots = slots;
+    reduce.segment = layout_.segment_numel(slots);
+    reduce.shard_group = sg;
+    g.reduces.push_back(std::move(reduce));
+    // Weights only matmuls read travel in the gather dtype (their compute copy is all
+    // the model reads of them); the rest in fp32.
+    Group::GatherPart wide, low;
+    low.dtype = gather_dtype;
+    for (size_t i = 0; i < slots.params.size(); ++i) {
+      const size_t p = slots.params[i];
+      Group::GatherPart& part = gather_dtype != DType::f32 && used_only_in_matmuls(params[p]) ? low : wide;
+      part.slots.params.push_back(p);
+      part.slots.offsets.push_back(slots.offsets[i]);
+    }
+    for (Group::GatherPart* part : {&wide, &low}) {
+      if (part->slots.params.empty()) continue;
+      part->segment = layout_.segment_numel(part->slots);
+      part->shard_group = sg;
+      g.parts.push_back(std::move(*part));
+    }
+  }
+}
+
+void FullyShardedDataParallel::offload_shards(ParameterStore& store, offload::SwapSpace& swap) {
+  NDT_CHECK(stage_ == 3, "offload.params = \"disk\" needs parallel.zero_stage = 3 (FSDP), not {}", stage_);
+  NDT_CHECK(optimizer_.offloaded(), "offload.params = \"disk\" needs offload.optimizer = \"disk\"");
+  NDT_CHECK(replicate_comm_.size() == 1,
+            "offload.params = \"disk\" with parallel.dp_replicate = {} (HSDP) is not supported: the gradient shards "
+            "on disk would have to be all-reduced over the replicas",
+            replicate_comm_.size());
+  std::vector<std::vector<int>> units;
+  for (const Group& g : groups_) units.push_back(g.units);
+  offloaded_ = std::make_unique<OffloadedShards>(swap, optimizer_.offloaded()->layout(), units);
+  prefetch_units_ = swap.options().prefetch;
+  initialise_offloaded_shards(store);
 }
 
 void FullyShardedDataParallel::initialise_shards(ParameterStore& store) {

@@ -158,7 +158,12 @@ class FullyShardedDataParallel : public GradientSync {
   const float* param_shard(Group& g, size_t p);
   float* grad_shard(Group& g, size_t p);
   void read_ahead(int unit, int direction);
+  // The group's reduce-scatter and all-gather parts (per shard group; the gathers also
+  // per dtype: matmul-only weights in gather_dtype).
+  void plan_collectives(Group& g, DType gather_dtype);
   void initialise_shards(ParameterStore& store);
+  // Parameter offload: the shards in swap files (offloaded_shards.h), initialised there.
+  void offload_shards(ParameterStore& store, offload::SwapSpace& swap);
   void initialise_offloaded_shards(ParameterStore& store);
   // The communicator of a shard group: dp_shard_cp, or edp_shard for the experts.
   Communicator& comm_of(int shard_group) { return shard_group == ShardLayout::experts ? expert_shard_comm_ : shard_comm_; }
