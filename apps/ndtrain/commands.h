@@ -98,6 +98,25 @@ struct CheckpointBenchOptions {
 };
 int run_bench_checkpoint(const CheckpointBenchOptions& options);
 
+// `ndtrain bench offload` (apps/ndtrain/bench_offload.cpp): the I/O backends, the
+// overhead of optimizer offload, the largest model with and without offload.
+struct OffloadBenchOptions {
+  std::string part = "all";  // io, overhead, capacity or all
+  std::string dir = "/tmp/ndtrain-bench-offload";
+  int threads = 2;
+  int rounds = 3;
+  double probe_gib = 1;        // io: bytes of each probe
+  std::string preset = "gpt2-124m";  // overhead: the model
+  int batch = 8, seq_len = 256;      // overhead: the batch
+  double memory_gib = 0;       // capacity: the memory budget (0: 90% of MemAvailable)
+  double disk_gib = 0;         // capacity: the disk budget (0: half the free space under dir)
+  int capacity_batch = 1, capacity_seq = 64, capacity_steps = 3;
+  int compute_batch = 4;       // capacity: the offloaded model again, at a batch whose compute outweighs its I/O
+  std::string capacity_runs = "memory,offload";  // which to train (the choice is printed either way)
+};
+int run_bench_offload(const OffloadBenchOptions& options);
+void bench_offload_capacity(const OffloadBenchOptions& options);
+
 // `ndtrain bench recompute` (apps/ndtrain/bench_recompute.cpp): activation checkpointing
 // policies interleaved step by step in one process.
 struct RecomputeBenchOptions {
@@ -179,7 +198,8 @@ struct PlanOptions {
   int batch = 0;                       // sequences per step; 0: the config's train.batch_size
   std::string precision;               // fp32, bf16, fp16; empty: the config's
   bool fp8 = false;
-  std::string zero_stages, micro_batches, recompute, schedules, cp_modes;  // comma lists; empty: all
+  std::string zero_stages, micro_batches, recompute, schedules, cp_modes, offloads;  // comma lists; empty: all
+  std::string disk_dir = "/tmp";       // --device cpu: where the disk bandwidth is measured
   int max_tp = 0;                      // 0: one node's devices
   int top = 10;                        // table rows
   std::string json, csv;               // write every layout

@@ -10,6 +10,7 @@
 //                       [--checkpointing-every K] [--memory-budget-gib G]
 //   ndtrain bench tokenizer [--text FILE] [--threads N]
 //   ndtrain bench checkpoint [--preset NAME] [--dir DIR] [--reps R]
+//   ndtrain bench offload [--part io|overhead|capacity|all] [--dir DIR] [--rounds R] [--memory-gib G] [--disk-gib D]
 //   mpirun -np P ndtrain bench pipeline [--layers L] [--seq T] [--micro-batches M] [--schedules S,...]
 //   ndtrain bench recompute [--preset NAME] [--batch B] [--seq T] [--threads N] [--rounds R] [--memory-budget-gib G]
 //   mpirun -np N ndtrain bench comm [--max-bytes B] [--iters I] [--async]
@@ -179,6 +180,27 @@ int main(int argc, char** argv) {
   bench_checkpoint->add_option("--threads", checkpoint_bench.threads, "Compute threads");
   bench_checkpoint->add_option("--reps", checkpoint_bench.reps, "Repetitions (medians reported)");
 
+  ndt::OffloadBenchOptions offload_bench;
+  auto* bench_offload = bench->add_subcommand(
+      "offload", "Offload (docs/offload.md): I/O backends, optimizer-offload overhead, the largest model with and without");
+  bench_offload->add_option("--part", offload_bench.part, "io, overhead, capacity or all");
+  bench_offload->add_option("--dir", offload_bench.dir, "Folder for the swap files and disk probes");
+  bench_offload->add_option("--threads", offload_bench.threads, "Compute threads");
+  bench_offload->add_option("--rounds", offload_bench.rounds, "Rounds (medians reported)");
+  bench_offload->add_option("--probe-gib", offload_bench.probe_gib, "io: GiB written and read per probe");
+  bench_offload->add_option("--preset", offload_bench.preset, "overhead: the model (one that fits in memory)");
+  bench_offload->add_option("--batch", offload_bench.batch, "overhead: sequences per step");
+  bench_offload->add_option("--seq", offload_bench.seq_len, "overhead: tokens per sequence");
+  bench_offload->add_option("--memory-gib", offload_bench.memory_gib, "capacity: memory budget (default 90% of available)");
+  bench_offload->add_option("--disk-gib", offload_bench.disk_gib, "capacity: disk budget (default half the free space)");
+  bench_offload->add_option("--capacity-batch", offload_bench.capacity_batch, "capacity: sequences per step");
+  bench_offload->add_option("--capacity-seq", offload_bench.capacity_seq, "capacity: tokens per sequence");
+  bench_offload->add_option("--capacity-steps", offload_bench.capacity_steps, "capacity: steps trained per model");
+  bench_offload->add_option("--compute-batch", offload_bench.compute_batch,
+                            "capacity: the offloaded model again at this batch (compute above its I/O)");
+  bench_offload->add_option("--capacity-runs", offload_bench.capacity_runs,
+                            "capacity: which models to train: memory, offload or memory,offload (none: only choose)");
+
   ndt::RecomputeBenchOptions recompute_bench;
   auto* bench_recompute =
       bench->add_subcommand("recompute", "Activation checkpointing policies interleaved: step time, memory, FLOPs");
@@ -265,6 +287,11 @@ int main(int argc, char** argv) {
   plan->add_option("--schedules", plan_options.schedules,
                    "Comma list of pipeline schedules to search (default 1f1b,interleaved_1f1b,zb_h1,gpipe)");
   plan->add_option("--cp-modes", plan_options.cp_modes, "Comma list to search (default ring,ulysses)");
+  plan->add_option("--offload", plan_options.offloads,
+                   "Comma list of offload choices to search, where the device has a disk bandwidth (--device cpu "
+                   "measures one; default none,optimizer,params; docs/offload.md)");
+  plan->add_option("--disk-dir", plan_options.disk_dir,
+                   "With --device cpu: the folder whose disk is measured for offload (default /tmp)");
   plan->add_option("--max-tp", plan_options.max_tp, "Largest tp searched (default: one node's devices)");
   plan->add_option("--top", plan_options.top, "Rows of the table");
   plan->add_option("--json", plan_options.json, "Write every layout scored (and why the others were rejected) as JSON");
@@ -336,6 +363,7 @@ int main(int argc, char** argv) {
     if (*bench_train) return ndt::run_bench_train(bench_options);
     if (*bench_tokenizer) return ndt::run_bench_tokenizer(tokenizer_bench);
     if (*bench_checkpoint) return ndt::run_bench_checkpoint(checkpoint_bench);
+    if (*bench_offload) return ndt::run_bench_offload(offload_bench);
     if (*bench_recompute) return ndt::run_bench_recompute(recompute_bench);
     if (*bench_pipeline) return ndt::run_bench_pipeline(pipeline_bench);
     if (*bench_comm) return ndt::run_bench_comm(comm_bench);

@@ -52,6 +52,10 @@ PlanSpace search_space(const PlanOptions& o) {
     space.cp_modes.clear();
     for (const std::string& name : split_comma_list(o.cp_modes)) space.cp_modes.push_back(cp_mode_from_name(name));
   }
+  if (!o.offloads.empty()) {
+    space.offloads.clear();
+    for (const std::string& name : split_comma_list(o.offloads)) space.offloads.push_back(offload_choice_from_name(name));
+  }
   NDT_CHECK(o.max_tp >= 0, "--max-tp {} must not be negative (0: one node's devices)", o.max_tp);
   space.max_tp = o.max_tp;
   return space;
@@ -67,9 +71,16 @@ void print_best(const LayoutScore& s, const Cluster& cluster) {
              memory_text(cluster.device.memory_bytes), bytes(m.params), bytes(m.grads), bytes(m.optimizer),
              bytes(m.activations), m.in_flight, m.in_flight == 1 ? "" : "es", bytes(m.comm_buffers));
   fmt::print("  step {:.4g} s: compute {:.4g} s, exposed communication {:.4g} s, pipeline bubble {:.4g} s ({:.1f}%), "
-             "optimizer {:.4g} s; MFU {:.1f}%, HFU {:.1f}%, {:.4g} tokens/s\n",
+             "optimizer {:.4g} s{}; MFU {:.1f}%, HFU {:.1f}%, {:.4g} tokens/s\n",
              s.time.step_s, s.time.compute_s, s.time.exposed_comm_s, s.time.bubble_s, 100 * s.bubble, s.time.optimizer_s,
+             s.layout.offload == OffloadChoice::none ? std::string()
+                                                     : fmt::format(", offload I/O waited for {:.4g} s", s.time.offload_io_s),
              100 * s.mfu, 100 * s.hfu, s.tokens_per_s);
+  if (s.layout.offload != OffloadChoice::none) {
+    fmt::print("  offload: {} per device in swap files at {:.2f} GB/s (the profile's disk); the memory above is what "
+               "stays resident\n",
+               bytes(m.disk), cluster.device.disk_bytes_per_s / 1e9);
+  }
   fmt::print("  communication per step and device:\n");
   for (size_t a = 0; a < kNumAxes; ++a) {
     const OpVolume& v = s.comm[a];
@@ -103,7 +114,7 @@ int run_plan(const PlanOptions& o) {
                         : o.devices_per_node > 0 ? o.devices_per_node
                         : o.devices > 0          ? o.devices / std::max(1, o.nodes)
                                                  : 1;
-  DeviceProfile device = o.device == "cpu" ? measure_cpu_device(std::max(1, cpu_ranks)) : resolve_device(o.device);
+  DeviceProfile device = o.device == "cpu" ? measure_cpu_device(std::max(1, cpu_ranks), o.disk_dir) : resolve_device(o.device);
   NDT_CHECK(o.inter_node_gbps >= 0 && std::isfinite(o.inter_node_gbps), "--inter-node-gbps {} must be a positive "
             "number of Gbit/s (0: the profile's)", o.inter_node_gbps);
   NDT_CHECK(o.inter_node_latency_us >= 0 && std::isfinite(o.inter_node_latency_us), "--inter-node-latency-us {} must "

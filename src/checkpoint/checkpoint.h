@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -29,13 +30,19 @@ inline constexpr const char* kMetadataFile = "metadata.json";
 // JSON text (nlohmann::json orders keys, so the text is canonical), as 8 hex digits.
 std::string metadata_checksum(const nlohmann::json& metadata);
 
-// One rank's block of a logical tensor: a host snapshot, row-major contiguous f32.
+// Fills out[0 .. count) with elements [first, first + count) of a block (row-major).
+using BlockSource = std::function<void(int64_t first, int64_t count, float* out)>;
+
+// One rank's block of a logical tensor: a host snapshot, row-major contiguous f32, or,
+// for state that does not fit in memory (offload's swap files), a source the writer
+// reads piece by piece (data then empty). The bytes on disk are the same either way.
 struct TensorBlock {
   std::string name;      // "blocks.0.attn.wq.weight", "optim.exp_avg.blocks.0.attn.wq.weight"
   Shape logical_shape;   // the whole tensor
   Shape offset;          // where the block starts, per dim
   Shape shape;           // block extent per dim; 0 in a dim makes an empty block (no bytes written)
-  std::vector<float> data;  // shape_numel(shape) floats
+  std::vector<float> data;  // shape_numel(shape) floats, or empty with a source
+  BlockSource source = nullptr;
 };
 
 // Where one saved block lies: its box in the logical tensor and its bytes on disk.

@@ -5,6 +5,7 @@
 #include "checkpoint/file_io.h"
 #include "core/error.h"
 
+#include <algorithm>
 #include <bit>
 #include <chrono>
 #include <cstdlib>
@@ -54,9 +55,30 @@ void check_block(const TensorBlock& b) {
   NDT_CHECK(contains(whole, Box{b.offset, b.shape}),
             "tensor {}: block at {} does not fit its logical shape {}", b.name,
             box_str(Box{b.offset, b.shape}), shape_str(b.logical_shape));
-  NDT_CHECK(static_cast<int64_t>(b.data.size()) == shape_numel(b.shape),
+  NDT_CHECK(static_cast<int64_t>(b.data.size()) == shape_numel(b.shape) || (b.data.empty() && b.source),
             "tensor {}: block shape {} holds {} floats but its data has {}", b.name,
             shape_str(b.shape), shape_numel(b.shape), b.data.size());
+}
+
+// Writes a block's floats from its source through a bounded buffer; their CRC32C.
+uint32_t write_from_source(PosixFile& data, const TensorBlock& b, std::optional<int64_t> abort_after, int64_t pos) {
+  constexpr int64_t kPiece = int64_t{1} << 20;  // floats
+  const int64_t n = shape_numel(b.shape);
+  std::vector<float> piece(static_cast<size_t>(std::min(n, kPiece)));
+  uint32_t crc = 0;
+  for (int64_t first = 0; first < n; first += kPiece) {
+    const int64_t count = std::min(kPiece, n - first);
+    b.source(first, count, piece.data());
+    const auto bytes = static_cast<size_t>(count) * sizeof(float);
+    if (abort_after && pos + static_cast<int64_t>(bytes) > *abort_after) {
+      data.write_all(piece.data(), static_cast<size_t>(*abort_after - pos));
+      std::_Exit(kAbortHookExitCode);
+    }
+    data.write_all(piece.data(), bytes);
+    crc = crc32c(piece.data(), bytes, crc);
+    pos += static_cast<int64_t>(bytes);
+  }
+  return crc;
 }
 
 }  // namespace
@@ -76,14 +98,19 @@ WriteStats write_rank_file(const std::filesystem::path& dir, int rank,
   nlohmann::json index = nlohmann::json::array();
   int64_t pos = 0;
   for (const TensorBlock& b : blocks) {
-    const auto bytes = static_cast<int64_t>(b.data.size() * sizeof(float));
-    if (abort_after && pos + bytes > *abort_after) {
-      data.write_all(b.data.data(), static_cast<size_t>(*abort_after - pos));
-      std::_Exit(kAbortHookExitCode);
+    const auto bytes = static_cast<int64_t>(shape_numel(b.shape) * sizeof(float));
+    uint32_t crc = 0;
+    if (b.data.empty() && b.source) {
+      crc = write_from_source(data, b, abort_after, pos);
+    } else {
+      if (abort_after && pos + bytes > *abort_after) {
+        data.write_all(b.data.data(), static_cast<size_t>(*abort_after - pos));
+        std::_Exit(kAbortHookExitCode);
+      }
+      data.write_all(b.data.data(), static_cast<size_t>(bytes));
+      crc = crc32c(b.data.data(), static_cast<size_t>(bytes));
     }
-    data.write_all(b.data.data(), static_cast<size_t>(bytes));
-    nlohmann::json entry = Chunk{b.offset, b.shape, file_name, pos, bytes,
-                                 crc32c(b.data.data(), static_cast<size_t>(bytes))};
+    nlohmann::json entry = Chunk{b.offset, b.shape, file_name, pos, bytes, crc};
     entry["name"] = b.name;
     entry["logical_shape"] = b.logical_shape;
     entry["dtype"] = kDType;

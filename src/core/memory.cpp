@@ -39,8 +39,23 @@ void MemoryLedger::on_free(MemTag tag, size_t bytes) {
 }
 
 void MemoryLedger::reset_peaks() {
-  for (size_t i = 0; i < kNumMemTags; ++i) peak_[i].store(current_[i].load());
+  for (size_t i = 0; i < kNumMemTags; ++i) {
+    peak_[i].store(current_[i].load());
+    disk_peak_[i].store(disk_current_[i].load());
+  }
   peak_total_.store(total_.load());
+}
+
+void MemoryLedger::on_disk_alloc(MemTag tag, size_t bytes) {
+  raise_to(disk_peak_[index(tag)], disk_current_[index(tag)].fetch_add(bytes) + bytes);
+}
+
+void MemoryLedger::on_disk_free(MemTag tag, size_t bytes) { disk_current_[index(tag)].fetch_sub(bytes); }
+
+size_t MemoryLedger::disk_current_total() const {
+  size_t total = 0;
+  for (const auto& bytes : disk_current_) total += bytes.load();
+  return total;
 }
 
 static size_t read_status_kb(const char* key) {

@@ -54,8 +54,16 @@ std::vector<FsdpGroup> fsdp_groups(int units, bool reshard_after_forward) {
 
 }  // namespace
 
-std::unique_ptr<GradientSync> parallelize(Transformer& model, DeviceMesh& mesh, const ParallelOptions& o) {
+std::unique_ptr<GradientSync> parallelize(Transformer& model, DeviceMesh& mesh, const ParallelOptions& o,
+                                          offload::SwapSpace* swap) {
   NDT_CHECK(o.zero_stage >= 0 && o.zero_stage <= 3, "parallel.zero_stage = {} must be 0, 1, 2 or 3", o.zero_stage);
+  NDT_CHECK(!o.offload.active() || swap != nullptr, "parallelize: offload needs the rank's swap space");
+  NDT_CHECK(!o.offload.active() || o.zero_stage >= 1,
+            "offload.optimizer = \"disk\" needs parallel.zero_stage >= 1 (each rank offloads its shard of the "
+            "optimizer state; on one rank ZeRO-1 shards nothing and trains as DDP)");
+  NDT_CHECK(!o.offload.params || o.zero_stage == 3, "offload.params = \"disk\" needs parallel.zero_stage = 3 (FSDP), "
+            "not {}", o.zero_stage);
+  if (!o.offload.active()) swap = nullptr;
   const MeshShape& shape = mesh.shape();
   validate_tensor_parallel(model.config(), shape.tp, false, 1);
   if (shape.cp > 1 && o.cp_mode == CpMode::ulysses) {
@@ -115,9 +123,9 @@ std::unique_ptr<GradientSync> parallelize(Transformer& model, DeviceMesh& mesh, 
   if (o.zero_stage >= 2) {
     sync = std::make_unique<FullyShardedDataParallel>(store, mesh, o.zero_stage, o.adamw,
                                                       fsdp_groups(model.num_units(), o.reshard_after_forward),
-                                                      o.prefetch, o.local_units, o.reduce_dtype, gather_dtype);
+                                                      o.prefetch, o.local_units, o.reduce_dtype, gather_dtype, swap);
   } else if (o.zero_stage == 1) {
-    sync = std::make_unique<ZeroStage1>(store, mesh, o.bucket_bytes, o.adamw, o.reduce_dtype);
+    sync = std::make_unique<ZeroStage1>(store, mesh, o.bucket_bytes, o.adamw, o.reduce_dtype, swap);
   } else {
     auto ddp = std::make_unique<DataParallel>(store, mesh.axis(Axis::dp_cp), o.bucket_bytes, o.adamw, o.reduce_dtype,
                                               mesh.axis(Axis::edp));

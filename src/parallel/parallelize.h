@@ -24,6 +24,7 @@
 
 #include "comm/device_mesh.h"
 #include "model/transformer.h"
+#include "offload/swap_space.h"
 #include "optim/adamw.h"
 #include "parallel/data/gradient_sync.h"
 #include "parallel/data/two_level_reduce.h"
@@ -53,13 +54,19 @@ struct ParallelOptions {
   // (parallel/pipeline/stages.h). Only their parameters exist here, plus a tied
   // embedding on the stage holding the head (a pipeline copy). Empty: every unit.
   std::vector<char> local_units;
+  // Offload (docs/offload.md): the optimizer states, and with FSDP the parameter and
+  // gradient shards, in swap files in offload.dir (this rank's folder, which the caller
+  // creates and locks). Needs zero_stage >= 1 (parameters: 3).
+  offload::OffloadOptions offload;
 };
 
 // A one-rank job passes a one-rank mesh (DeviceMesh()). The model must be built without
 // materialising its parameters when the mesh has tp > 1 (its blocks change). The
 // returned strategy is also installed as the model's hooks (Transformer::set_hooks);
 // it must outlive the model's use. Set the model's precision first: FSDP gathers the
-// matmul-only weights in its compute dtype.
-std::unique_ptr<GradientSync> parallelize(Transformer& model, DeviceMesh& mesh, const ParallelOptions& options);
+// matmul-only weights in its compute dtype. With options.offload active, `swap` is the
+// rank's swap space (offload/swap_space.h), which must outlive the strategy.
+std::unique_ptr<GradientSync> parallelize(Transformer& model, DeviceMesh& mesh, const ParallelOptions& options,
+                                          offload::SwapSpace* swap = nullptr);
 
 }  // namespace ndt

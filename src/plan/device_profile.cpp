@@ -4,6 +4,7 @@
 #include "core/input_file.h"
 #include "core/system_memory.h"
 #include "kernels/kernels.h"
+#include "offload/disk_bandwidth.h"
 #include "train/peak_flops.h"
 
 #include <fmt/format.h>
@@ -114,6 +115,8 @@ void DeviceProfile::validate() const {
             devices_per_node);
   NDT_CHECK(intra_node.latency_s >= 0 && inter_node.latency_s >= 0, "device profile \"{}\": latencies must not be negative",
             name);
+  NDT_CHECK(std::isfinite(disk_bytes_per_s) && disk_bytes_per_s >= 0,
+            "device profile \"{}\": disk bandwidth = {} must not be negative (0: no disk tier)", name, disk_bytes_per_s);
 }
 
 std::vector<std::string> builtin_device_names() {
@@ -132,7 +135,7 @@ DeviceProfile builtin_device(const std::string& name) {
   return it->second;
 }
 
-DeviceProfile measure_cpu_device(int devices_per_node) {
+DeviceProfile measure_cpu_device(int devices_per_node, const std::string& disk_dir) {
   NDT_CHECK(devices_per_node >= 1, "devices per node = {} must be at least 1", devices_per_node);
   const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   const double share = static_cast<double>(cores) / devices_per_node;  // cores per rank (below 1: oversubscribed)
@@ -142,6 +145,8 @@ DeviceProfile measure_cpu_device(int devices_per_node) {
   const double sgemm = measure_sgemm_flops(512, 512, 512, 5);
   kernels::set_num_threads(previous_threads);
   const double copy = measure_copy_bandwidth();
+  const offload::DiskBandwidth disk =
+      offload::measure_disk_bandwidth(disk_dir, int64_t{256} << 20, int64_t{4} << 20, offload::IoBackend::io_uring, 8);
   DeviceProfile d;
   d.name = "cpu";
   d.memory_bytes = physical_memory_bytes() / devices_per_node;
@@ -154,10 +159,13 @@ DeviceProfile measure_cpu_device(int devices_per_node) {
   d.intra_node = {copy / 2 * std::min(1.0, share), 2e-6};
   d.inter_node = d.intra_node;  // one machine: no network
   d.overlaps_communication = false;
+  d.disk_bytes_per_s = disk.mixed_bytes_per_s() / devices_per_node;  // the ranks share the disk
   d.source = fmt::format("measured on this machine ({} cores, {} rank{} sharing them): FMA peak {:.1f} GFLOP/s per core, "
-                         "sgemm 512^3 at {:.0f}% of it, memory copy {:.1f} GB/s",
+                         "sgemm 512^3 at {:.0f}% of it, memory copy {:.1f} GB/s, disk ({}{}) write {:.2f} GB/s, read "
+                         "{:.2f} GB/s",
                          cores, devices_per_node, devices_per_node == 1 ? "" : "s", fma / 1e9, 100 * sgemm / fma,
-                         copy / 1e9);
+                         copy / 1e9, disk_dir, disk.direct ? ", O_DIRECT" : ", page cache", disk.write_bytes_per_s / 1e9,
+                         disk.read_bytes_per_s / 1e9);
   return d;
 }
 
@@ -197,6 +205,7 @@ DeviceProfile load_device_profile(const std::string& path) {
       {"inter_node_gb_s", {&d.inter_node.bytes_per_s, 1e9, true, 0, 1e6, false}},
       {"inter_node_latency_us", {&d.inter_node.latency_s, 1e-6, false, 0, 1e6, true}},
       {"overlaps_communication", {&overlap, 1, false, 0, 1, true}},
+      {"disk_gb_s", {&d.disk_bytes_per_s, 1e9, false, 0, 1e6, true}},
   };
   std::vector<std::string> known;
   for (const auto& [key, k] : keys) known.push_back(key);

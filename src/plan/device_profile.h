@@ -34,6 +34,9 @@ struct DeviceProfile {
   // Whether collectives run beside compute (GPUs: copy engines and NVLink, NCCL) or take
   // the compute's own cores (a CPU's ranks copy through shared memory themselves).
   bool overlaps_communication = true;
+  // The offload tier (docs/offload.md): each device's share of the disk's bandwidth for
+  // swap files, mixed reads and writes; 0: no disk tier known (offload is not planned).
+  double disk_bytes_per_s = 0;
 
   // The matmul peak of a run computing in `compute` (fp8: its linear layers in fp8).
   double peak_flops(DType compute, bool fp8) const;
@@ -45,9 +48,10 @@ std::vector<std::string> builtin_device_names();
 // Throws naming the unknown profile and the known ones.
 DeviceProfile builtin_device(const std::string& name);
 // This machine's CPU as `devices_per_node` ranks sharing its cores: per rank, the FMA
-// peak and the share of it sgemm reaches, memory bandwidth, and the shared-memory link
-// MPI uses between ranks, each measured.
-DeviceProfile measure_cpu_device(int devices_per_node);
+// peak and the share of it sgemm reaches, memory bandwidth, the shared-memory link MPI
+// uses between ranks, and the disk under `disk_dir` as offload moves swap files
+// (offload/disk_bandwidth.h: 256 MiB written and read back there), each measured.
+DeviceProfile measure_cpu_device(int devices_per_node, const std::string& disk_dir = "/tmp");
 // A profile from a TOML file (keys in docs/planner.md); unknown keys and missing
 // required ones are errors naming them.
 DeviceProfile load_device_profile(const std::string& path);

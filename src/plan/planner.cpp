@@ -5,6 +5,7 @@
 #include "model/activations.h"
 #include "model/transformer.h"
 #include "parallel/memory_model.h"
+#include "parallel/offload_model.h"
 #include "parallel/pipeline/schedule.h"
 #include "parallel/pipeline/simulator.h"
 #include "parallel/pipeline/stages.h"
@@ -146,6 +147,21 @@ std::string memory_text(double bytes) {
   return bytes >= kGiB ? fmt::format("{:.1f}G", bytes / kGiB) : fmt::format("{:.1f}M", bytes / (1024.0 * 1024.0));
 }
 
+std::string_view offload_choice_name(OffloadChoice choice) {
+  switch (choice) {
+    case OffloadChoice::optimizer: return "optimizer";
+    case OffloadChoice::params: return "params";
+    default: return "none";
+  }
+}
+
+OffloadChoice offload_choice_from_name(std::string_view name) {
+  for (OffloadChoice c : {OffloadChoice::none, OffloadChoice::optimizer, OffloadChoice::params}) {
+    if (name == offload_choice_name(c)) return c;
+  }
+  fail("--offload: \"{}\" is not an offload choice: none, optimizer or params", name);
+}
+
 Layout Layout::of(const RunConfig& c) {
   Layout l;
   l.mesh = c.mesh;
@@ -156,6 +172,7 @@ Layout Layout::of(const RunConfig& c) {
   l.recompute = c.activation_checkpointing.mode;
   l.pp_schedule = c.pp_schedule;
   l.pp_virtual_stages = c.pp_virtual_stages;
+  l.offload = c.offload_params ? OffloadChoice::params : c.offload_optimizer ? OffloadChoice::optimizer : OffloadChoice::none;
   return l;
 }
 
@@ -169,6 +186,8 @@ RunConfig Layout::apply(RunConfig c) const {
   c.pp_schedule = pp_schedule;
   c.pp_virtual_stages = pp_virtual_stages;
   c.pp_layers.clear();
+  c.offload_optimizer = offload != OffloadChoice::none;
+  c.offload_params = offload == OffloadChoice::params;
   return c;
 }
 
@@ -187,7 +206,8 @@ std::string Layout::describe() const {
     pipeline = fmt::format(" | {}{}", pipeline_schedule_name(pp_schedule),
                            pp_virtual_stages > 1 ? fmt::format(" v{}", pp_virtual_stages) : "");
   }
-  return fmt::format("{} | {} | mb{} | {}{}", axes, sharding, micro_batch_size, checkpoint_mode_name(recompute), pipeline);
+  return fmt::format("{} | {} | mb{} | {}{}{}", axes, sharding, micro_batch_size, checkpoint_mode_name(recompute),
+                     pipeline, offload == OffloadChoice::none ? "" : fmt::format(" | offload {}", offload_choice_name(offload)));
 }
 
 // What scoring layouts of one model and run shares, computed once: the parameter specs
@@ -240,14 +260,27 @@ class LayoutScorer {
 
   // predict_model_states and Transformer::predict_activation_bytes of a stage, remembered:
   // layouts differing only in other axes share them.
-  ModelStateBytes model_states(const RunConfig& c, const MeshShape& m, int stage, const std::vector<char>& local_units) {
-    const auto key = std::make_tuple(m.tp, m.pp, c.pp_virtual_stages, stage, m.size(Axis::dp_shard_cp), c.zero_stage,
-                                     static_cast<int>(c.precision.compute), m.ep);
+  // Offloaded: each state's resident peak (the offload model's), with what is on disk and moved.
+  TieredStates model_states(const RunConfig& c, const MeshShape& m, int stage, const std::vector<char>& local_units) {
+    const int offload = c.offload_params ? 2 : c.offload_optimizer ? 1 : 0;
+    const auto key = std::make_tuple(m.tp, m.pp * 64 + offload, c.pp_virtual_stages * 4096 + c.micro_batches(), stage,
+                                     m.size(Axis::dp_shard_cp), c.zero_stage, static_cast<int>(c.precision.compute), m.ep);
     auto it = states_.find(key);
     if (it == states_.end()) {
       const std::vector<ParameterSpec>& specs = stage_specs(m.tp, m.pp, c.pp_virtual_stages, stage, local_units);
-      it = states_.emplace(key, predict_model_states(specs, m.size(Axis::dp_shard_cp), c.zero_stage, c.precision.compute,
-                                                     m.ep)).first;
+      TieredStates t;
+      if (offload == 0) {
+        t.resident = predict_model_states(specs, m.size(Axis::dp_shard_cp), c.zero_stage, c.precision.compute, m.ep);
+      } else {
+        OffloadSettings o;
+        o.optimizer = true, o.params = offload == 2;
+        o.chunk_bytes = static_cast<int64_t>(c.offload_chunk_mb * 1024 * 1024);
+        o.prefetch = c.offload_prefetch, o.gather_prefetch = c.prefetch;
+        o.reshard_after_forward = c.reshard_after_forward, o.micro_batches = c.micro_batches();
+        t = predict_tiered_states(specs, m.size(Axis::dp_shard_cp), c.zero_stage, o, c.precision.compute, m.ep);
+        t.resident = t.peak;
+      }
+      it = states_.emplace(key, t).first;
     }
     return it->second;
   }
@@ -267,7 +300,7 @@ class LayoutScorer {
 
   ModelConfig model_;
   int seq_len_, loss_chunk_rows_;
-  std::map<std::tuple<int, int, int, int, int, int, int, int>, ModelStateBytes> states_;
+  std::map<std::tuple<int, int, int, int, int, int, int, int>, TieredStates> states_;
   std::map<std::tuple<int, bool, int, int, int, int, int, int, int, int>, int64_t> activations_;
   std::vector<ParameterSpec> specs_;
   std::vector<double> unit_flops_;
@@ -327,8 +360,10 @@ LayoutScore LayoutScorer::score(const RunConfig& config, const Cluster& cluster)
     std::vector<char>& local_units = stage_units[static_cast<size_t>(stage)];
     if (split) local_units = stage_local_units(m.pp, config.pp_virtual_stages, stage, *split);
     MemoryEstimate mem;
-    const ModelStateBytes states = model_states(config, m, stage, local_units);
+    const TieredStates& tiers = model_states(resolved, m, stage, local_units);
+    const ModelStateBytes& states = tiers.resident;
     mem.params = states.params, mem.grads = states.grads, mem.optimizer = states.optimizer;
+    mem.disk = tiers.disk.total();
     const int64_t one_context = activation_bytes(config, layout, mb, m, stage, local_units, config.activation_checkpointing);
     contexts[static_cast<size_t>(stage)] = one_context;
     // A context per micro-batch in flight (all of the rank's chunks: one context serves
@@ -454,11 +489,22 @@ LayoutScore LayoutScorer::score(const RunConfig& config, const Cluster& cluster)
     } else {
       exposed_dp = std::max(0.0, reduce_s - B) + gather_s;
     }
-    const double shard_params = static_cast<double>(states.optimizer) / 8;
+    const TieredStates& tiers = model_states(resolved, m, stage, local_units);
+    const double shard_params = static_cast<double>(tiers.disk.optimizer > 0 ? tiers.disk.optimizer : states.optimizer) / 8;
     t.optimizer_s = shard_params * (28.0 + (compute == DType::f32 ? 0 : dtype_size(compute))) / device.memory_bytes_per_s;
     t.compute_s = micro_batches * (forward_s + backward_s);
     t.exposed_comm_s = micro_batches * per_micro_batch_s + exposed_dp + after_backward_s;
-    const double tail = exposed_dp + after_backward_s + t.optimizer_s;
+    if (tiers.read_bytes + tiers.write_bytes > 0) {
+      // The optimizer's stream runs behind its update, parameter reads behind forward and
+      // backward (read ahead); what they do not cover, the step waits for.
+      NDT_CHECK(device.disk_bytes_per_s > 0, "device profile \"{}\" has no disk bandwidth: offload is not planned on it",
+                device.name);
+      const double stream_s = static_cast<double>(tiers.stream_bytes) / device.disk_bytes_per_s;
+      const double rest_s = static_cast<double>(tiers.read_bytes + tiers.write_bytes - tiers.stream_bytes) /
+                            device.disk_bytes_per_s;
+      t.offload_io_s = std::max(0.0, stream_s - t.optimizer_s) + std::max(0.0, rest_s - micro_batches * (F + B));
+    }
+    const double tail = exposed_dp + after_backward_s + t.optimizer_s + t.offload_io_s;
     t.step_s = pipeline_s + tail;
     slowest_stage = std::max(slowest_stage, pipeline_s);
     worst_tail = std::max(worst_tail, tail);
@@ -496,6 +542,9 @@ PlanResult plan_layouts(const RunConfig& base, const Cluster& cluster, const Pla
   const ModelConfig& model = base.model;
   model.validate();
   std::vector<Layout> candidates;
+  // Offload is planned where the profile knows the disk; elsewhere only in memory.
+  const std::vector<OffloadChoice> offloads =
+      cluster.device.disk_bytes_per_s > 0 ? space.offloads : std::vector<OffloadChoice>{OffloadChoice::none};
   const std::vector<int> experts = model.is_moe() ? divisors(model.n_experts) : std::vector<int>{1};
   // The enumeration leaves out what ndtrain's checks refuse whatever the other settings:
   // more pipeline ranks than chunks the blocks fill, Ulysses where the heads on a tp rank
@@ -510,8 +559,6 @@ PlanResult plan_layouts(const RunConfig& base, const Cluster& cluster, const Pla
           for (int ep : experts) {
             if ((dp_shard * cp) % ep != 0) continue;
             for (int zero : space.zero_stages) {
-              // ZeRO without ranks to shard over is DDP: not a layout of its own.
-              if (zero > 0 && dp_shard * cp == 1) continue;
               if (zero == 0 && dp_shard > 1 && ep == 1) continue;
               for (bool sp : {false, true}) {
                 if (sp && tp == 1) continue;
@@ -526,6 +573,13 @@ PlanResult plan_layouts(const RunConfig& base, const Cluster& cluster, const Pla
                       for (PipelineSchedule schedule : space.pp_schedules) {
                         if (pp == 1 && schedule != space.pp_schedules.front()) continue;
                         if (schedule == PipelineSchedule::zb_h1 && (recompute != CheckpointMode::none || base.precision.low())) continue;
+                        for (OffloadChoice offload : offloads) {
+                        // ZeRO without ranks to shard over is DDP, not a layout of its own, unless it
+                        // offloads; offload needs ZeRO (the optimizer) or FSDP without replicas
+                        // (parameters).
+                        if (zero > 0 && dp_shard * cp == 1 && offload == OffloadChoice::none) continue;
+                        if (offload != OffloadChoice::none && zero == 0) continue;
+                        if (offload == OffloadChoice::params && (zero != 3 || dp_replicate > 1)) continue;
                         Layout l;
                         l.mesh = MeshShape{pp, dp_replicate, dp_shard, cp, tp, ep};
                         l.zero_stage = zero;
@@ -535,7 +589,9 @@ PlanResult plan_layouts(const RunConfig& base, const Cluster& cluster, const Pla
                         l.recompute = recompute;
                         l.pp_schedule = pp == 1 ? base.pp_schedule : schedule;
                         l.pp_virtual_stages = pp > 1 && schedule == PipelineSchedule::interleaved_1f1b ? space.interleaved_stages : 1;
+                        l.offload = offload;
                         candidates.push_back(std::move(l));
+                        }
                       }
                     }
                   }
@@ -599,13 +655,15 @@ nlohmann::json layout_json(const LayoutScore& s) {
                       {"activation_checkpointing", checkpoint_mode_name(s.layout.recompute)},
                       {"pp_schedule", pipeline_schedule_name(s.layout.pp_schedule)},
                       {"pp_virtual_stages", s.layout.pp_virtual_stages},
+                      {"offload", offload_choice_name(s.layout.offload)},
                       {"fits", s.rejected.empty()}};
   if (!s.rejected.empty()) j["rejected"] = s.rejected;
   if (s.invalid) return j;
   j["memory_bytes"] = {{"params", s.memory.params},       {"grads", s.memory.grads},
                        {"optimizer", s.memory.optimizer}, {"activations", s.memory.activations},
                        {"comm_buffers", s.memory.comm_buffers}, {"total", s.memory.total()},
-                       {"in_flight_micro_batches", s.memory.in_flight}, {"pp_stage", s.worst_stage}};
+                       {"in_flight_micro_batches", s.memory.in_flight}, {"pp_stage", s.worst_stage},
+                       {"disk", s.memory.disk}};
   nlohmann::json comm = nlohmann::json::object();
   for (size_t a = 0; a < kNumAxes; ++a) {
     const OpVolume& v = s.comm[a];
@@ -616,7 +674,8 @@ nlohmann::json layout_json(const LayoutScore& s) {
   }
   j["comm_per_step"] = comm;
   j["time_s"] = {{"step", s.time.step_s},         {"compute", s.time.compute_s}, {"exposed_comm", s.time.exposed_comm_s},
-                 {"bubble", s.time.bubble_s},     {"optimizer", s.time.optimizer_s}};
+                 {"bubble", s.time.bubble_s},     {"optimizer", s.time.optimizer_s},
+                 {"offload_io", s.time.offload_io_s}};
   j["bubble_fraction"] = s.bubble;
   j["mfu"] = s.mfu;
   j["hfu"] = s.hfu;
@@ -627,8 +686,9 @@ nlohmann::json layout_json(const LayoutScore& s) {
 std::string plan_csv(const PlanResult& result) {
   std::string out =
       "layout,pp,dp_replicate,dp_shard,cp,tp,ep,zero_stage,sequence_parallel,cp_mode,micro_batch_size,"
-      "activation_checkpointing,pp_schedule,pp_virtual_stages,fits,memory_gib,params_gib,grads_gib,optimizer_gib,"
-      "activations_gib,comm_buffers_gib,step_s,compute_s,exposed_comm_s,bubble_s,mfu,hfu,tokens_per_s,rejected\n";
+      "activation_checkpointing,pp_schedule,pp_virtual_stages,offload,fits,memory_gib,params_gib,grads_gib,optimizer_gib,"
+      "activations_gib,comm_buffers_gib,disk_gib,step_s,compute_s,exposed_comm_s,bubble_s,offload_io_s,mfu,hfu,tokens_per_s,"
+      "rejected\n";
   const auto quoted = [](std::string text) {
     std::string q = "\"";
     for (char ch : text) q += ch == '"' ? std::string("\"\"") : std::string(1, ch);
@@ -636,19 +696,20 @@ std::string plan_csv(const PlanResult& result) {
   };
   for (const LayoutScore& s : result.layouts) {
     const MemoryEstimate& m = s.memory;
-    out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},", quoted(s.layout.describe()), s.layout.mesh.pp,
+    out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},", quoted(s.layout.describe()), s.layout.mesh.pp,
                        s.layout.mesh.dp_replicate, s.layout.mesh.dp_shard, s.layout.mesh.cp, s.layout.mesh.tp, s.layout.mesh.ep, s.layout.zero_stage,
                        s.layout.sequence_parallel, cp_mode_name(s.layout.cp_mode), s.layout.micro_batch_size,
                        checkpoint_mode_name(s.layout.recompute), pipeline_schedule_name(s.layout.pp_schedule),
-                       s.layout.pp_virtual_stages, s.rejected.empty());
+                       s.layout.pp_virtual_stages, offload_choice_name(s.layout.offload), s.rejected.empty());
     if (s.invalid) {
-      out += fmt::format(",,,,,,,,,,,,,{}\n", quoted(s.rejected));
+      out += fmt::format(",,,,,,,,,,,,,,,{}\n", quoted(s.rejected));
       continue;
     }
-    out += fmt::format("{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.6g},{:.6g},{:.6g},{:.6g},{:.4f},{:.4f},{:.6g},{}\n",
+    out += fmt::format("{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.4f},{:.4f},"
+                       "{:.6g},{}\n",
                        m.total() / kGiB, m.params / kGiB, m.grads / kGiB, m.optimizer / kGiB, m.activations / kGiB,
-                       m.comm_buffers / kGiB, s.time.step_s, s.time.compute_s, s.time.exposed_comm_s, s.time.bubble_s,
-                       s.mfu, s.hfu, s.tokens_per_s, quoted(s.rejected));
+                       m.comm_buffers / kGiB, m.disk / kGiB, s.time.step_s, s.time.compute_s, s.time.exposed_comm_s,
+                       s.time.bubble_s, s.time.offload_io_s, s.mfu, s.hfu, s.tokens_per_s, quoted(s.rejected));
   }
   return out;
 }

@@ -11,6 +11,7 @@
 //   activations       Transformer::predict_activation_bytes x the micro-batches the
 //                     schedule keeps in flight (pipeline simulator's peak_live_activations)
 //   comm buffers      predict_comm_buffer_bytes (plan/comm_model.h)
+//   offload           predict_tiered_states (parallel/offload_model.h): resident peaks, disk, I/O
 //   bytes per axis    predict_step_communication (plan/comm_model.h)
 //   FLOPs             unit_flops_per_token, unit_recompute_flops_per_token (model/transformer.h)
 //   bubble            simulate_pipeline (parallel/pipeline/simulator.h) at the textbook costs
@@ -19,7 +20,9 @@
 // memory bandwidth), an alpha-beta time per collective on the link its group spans,
 // and the overlap each axis has in ndtrain: tp, cp (Ulysses) and ep on the critical path;
 // the ring's cp exchange behind the attention; gradient reductions behind the last
-// backward; FSDP gathers behind compute; ZeRO-1/2's parameter all-gather after the step.
+// backward; FSDP gathers behind compute; ZeRO-1/2's parameter all-gather after the step;
+// offload's swap-file I/O at the profile's disk bandwidth, the optimizer's stream behind
+// the update and parameter reads behind forward and backward (read ahead).
 #pragma once
 
 #include "comm/communicator.h"
@@ -36,8 +39,15 @@
 
 namespace ndt {
 
+// Offload (docs/offload.md): nothing, the optimizer states, or FSDP's parameter and
+// gradient shards too on disk. Planned where the device profile has a disk bandwidth.
+enum class OffloadChoice { none, optimizer, params };
+std::string_view offload_choice_name(OffloadChoice choice);     // "none", "optimizer", "params"
+OffloadChoice offload_choice_from_name(std::string_view name);  // throws naming --offload and the choices
+
 // What the search tries besides the mesh (each a list of choices).
 struct PlanSpace {
+  std::vector<OffloadChoice> offloads = {OffloadChoice::none, OffloadChoice::optimizer, OffloadChoice::params};
   std::vector<int> zero_stages = {0, 1, 2, 3};
   std::vector<CheckpointMode> recompute = {CheckpointMode::none, CheckpointMode::selective, CheckpointMode::full};
   std::vector<int> micro_batch_sizes = {1, 2, 4, 8};  // sequences per micro-batch and rank
@@ -51,6 +61,7 @@ struct PlanSpace {
 struct MemoryEstimate {
   int64_t params = 0, grads = 0, optimizer = 0, activations = 0, comm_buffers = 0;
   int in_flight = 1;  // micro-batches whose activations are held at once
+  int64_t disk = 0;   // offload: swap files (not memory; not in total())
   int64_t total() const { return params + grads + optimizer + activations + comm_buffers; }
 };
 
@@ -60,6 +71,7 @@ struct TimeEstimate {
   std::array<double, kNumAxes> comm_s{};     // each axis's collectives at their alpha-beta time
   double bubble_s = 0;
   double optimizer_s = 0;
+  double offload_io_s = 0;  // swap-file transfers the step waits for (what compute does not hide)
   double step_s = 0;
 };
 
@@ -73,10 +85,11 @@ struct Layout {
   CheckpointMode recompute = CheckpointMode::none;
   PipelineSchedule pp_schedule = PipelineSchedule::one_f_one_b;
   int pp_virtual_stages = 1;
+  OffloadChoice offload = OffloadChoice::none;
 
   static Layout of(const RunConfig& config);  // config.mesh as given
   RunConfig apply(RunConfig base) const;      // base with these settings (pp_layers: balanced)
-  std::string describe() const;  // "pp4 dp_shard16 tp8 +sp | zero1 | mb1 | selective | 1f1b"
+  std::string describe() const;  // "pp4 dp_shard16 tp8 +sp | zero1 | mb1 | selective | 1f1b | offload optimizer"
 };
 
 struct LayoutScore {

@@ -9,6 +9,8 @@
 #include "train/agreed_error.h"
 #include "train/model_checkpoint.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 #include <fmt/ostream.h>
 
@@ -23,19 +25,65 @@ namespace ndt {
 namespace {
 
 
+// Rows a slice on disk is read or written in at a time (bounded memory for offload).
+constexpr int64_t kPieceElements = int64_t{1} << 22;
+
 // "parameter NAME (its value | AdamW moment) holds NaN at element I", for the first
-// non-finite number among the state this rank holds; empty when all are finite.
+// non-finite number among the state this rank holds; empty when all are finite. A slice
+// on disk (offload) is read piece by piece.
 std::string first_non_finite(const std::vector<StateSlice>& slices) {
+  std::vector<float> piece;
   for (const StateSlice& s : slices) {
-    const int64_t n = shape_numel(s.shape());
-    for (int64_t i = 0; i < n; ++i) {
-      if (!std::isfinite(s.data[i])) {
-        return fmt::format("{} holds {} at element {} of its rows [{}, {})", s.tensor_name(), s.data[i], i,
-                           s.row_begin, s.row_end);
+    const int64_t n = s.numel();
+    for (int64_t first = 0; first < n; first += kPieceElements) {
+      const int64_t count = std::min(kPieceElements, n - first);
+      const float* values = s.data + first;
+      if (s.on_disk()) {
+        piece.resize(static_cast<size_t>(count));
+        s.read(first, count, piece.data());
+        values = piece.data();
+      }
+      for (int64_t i = 0; i < count; ++i) {
+        if (!std::isfinite(values[i])) {
+          return fmt::format("{} holds {} at element {} of its rows [{}, {})", s.tensor_name(), values[i], first + i,
+                             s.row_begin, s.row_end);
+        }
       }
     }
   }
   return "";
+}
+
+// Reads slice s from the checkpoint into `out` (in memory), or, for a slice on disk,
+// piece by piece (whole rows) into its swap file's restore copy.
+void read_slice(ckpt::CheckpointReader& reader, const StateSlice& s, std::vector<float>& out) {
+  const Shape shape = s.shape();
+  if (!s.on_disk()) {
+    out.resize(static_cast<size_t>(shape_numel(shape)));
+    reader.read_block(s.tensor_name(), s.param->spec.logical_shape, s.offset(), shape, out.data());
+    return;
+  }
+  const int64_t rows = shape.empty() ? 1 : shape[0];
+  const int64_t row_numel = rows == 0 ? 0 : shape_numel(shape) / rows;
+  const int64_t rows_per_piece = std::max<int64_t>(1, kPieceElements / std::max<int64_t>(1, row_numel));
+  std::vector<float> piece;
+  for (int64_t r = 0; r < rows; r += rows_per_piece) {
+    Shape offset = s.offset(), box = shape;
+    const int64_t n = std::min(rows_per_piece, rows - r);
+    if (!box.empty()) offset[0] += r, box[0] = n;
+    piece.resize(static_cast<size_t>(shape_numel(box)));
+    reader.read_block(s.tensor_name(), s.param->spec.logical_shape, offset, box, piece.data());
+    s.write(r * row_numel, static_cast<int64_t>(piece.size()), piece.data());
+  }
+}
+
+// The swap files some slices live in, each once.
+std::vector<offload::SwapFile*> swap_files(const std::vector<StateSlice>& slices) {
+  std::vector<offload::SwapFile*> files;
+  for (const StateSlice& s : slices) {
+    if (s.on_disk() && std::find(files.begin(), files.end(), s.swap) == files.end()) files.push_back(s.swap);
+  }
+  return files;
 }
 
 }  // namespace
@@ -117,7 +165,9 @@ void TrainingCheckpoints::save(int64_t step, GradientSync& sync, const nlohmann:
     }
   }
   throw_if_any_rank_failed(mesh_, error);  // also the barrier before the writes
-  // The previous save's buffers are refilled: the same slices, so no allocation.
+  // The previous save's buffers are refilled: the same slices, so no allocation. A slice
+  // on disk (offload) is not copied: the writer streams it from its swap file, so that
+  // save is written at once (training must not change the file while it is read).
   std::vector<ckpt::TensorBlock> snapshot = saver_.take_snapshot();
   size_t i = 0;
   for (const StateSlice& s : slices) {
@@ -128,7 +178,14 @@ void TrainingCheckpoints::save(int64_t step, GradientSync& sync, const nlohmann:
     block.logical_shape = s.param->spec.logical_shape;
     block.offset = s.offset();
     block.shape = s.shape();
-    block.data.assign(s.data, s.data + shape_numel(block.shape));
+    if (s.on_disk()) {
+      block.data.clear();
+      block.source = [s](int64_t first, int64_t count, float* out) { s.read(first, count, out); };
+      async = false;
+    } else {
+      block.data.assign(s.data, s.data + shape_numel(block.shape));
+      block.source = nullptr;
+    }
   }
   snapshot.resize(i);
   in_flight_tmp_ = root_ / (ckpt::checkpoint_dir_name(step) + ".tmp");
@@ -245,9 +302,11 @@ nlohmann::json load_training_checkpoint(const std::filesystem::path& dir, Gradie
   // Read and check everything first; apply only if every rank read all of its slices.
   std::vector<StateSlice> slices = sync.state_slices();
   std::vector<std::vector<float>> buffers(slices.size());
+  const std::vector<offload::SwapFile*> swaps = swap_files(slices);  // restored beside, put in place at the end
   nlohmann::json state;
   std::string error;
   try {
+    for (offload::SwapFile* f : swaps) f->begin_restore();
     ckpt::CheckpointReader reader(dir);
     state = reader.state();
     NDT_CHECK(state.value("kind", "") == "training",
@@ -257,21 +316,20 @@ nlohmann::json load_training_checkpoint(const std::filesystem::path& dir, Gradie
     check_state_consistency(dir, state);
     const std::string differences = config_differences(saved_model_config(reader, dir), config.model, "in the checkpoint");
     NDT_CHECK(differences.empty(), "checkpoint {} does not match the model{}", dir.string(), differences);
-    for (size_t i = 0; i < slices.size(); ++i) {
-      const Shape shape = slices[i].shape();
-      buffers[i].resize(static_cast<size_t>(shape_numel(shape)));
-      reader.read_block(slices[i].tensor_name(), slices[i].param->spec.logical_shape, slices[i].offset(), shape,
-                        buffers[i].data());
-    }
+    for (size_t i = 0; i < slices.size(); ++i) read_slice(reader, slices[i], buffers[i]);
   } catch (const Error& e) {
     error = std::string(e.what()) + "; nothing was loaded";
   } catch (const nlohmann::json::exception& e) {
     error = fmt::format("checkpoint {}: its state is malformed ({}); nothing was loaded", dir.string(), e.what());
   }
+  if (!error.empty()) {
+    for (offload::SwapFile* f : swaps) f->abort_restore();
+  }
   throw_if_any_rank_failed(mesh, error);
   for (size_t i = 0; i < slices.size(); ++i) {
-    std::memcpy(slices[i].data, buffers[i].data(), buffers[i].size() * sizeof(float));
+    if (!slices[i].on_disk()) std::memcpy(slices[i].data, buffers[i].data(), buffers[i].size() * sizeof(float));
   }
+  for (offload::SwapFile* f : swaps) f->commit_restore();
   sync.set_optimizer_steps(state.at("optimizer_steps").get<int64_t>());
   return state;
 }

@@ -180,6 +180,13 @@ void check_data_and_sample(const RunConfig& c) {
   NDT_CHECK(c.top_k >= 0, "sample.top_k = {} must not be negative", c.top_k);
 }
 
+void check_offload_folder(const RunConfig& c) {
+  if (!c.offloads()) return;
+  NDT_CHECK(!c.offload_folder().empty(),
+            "offload.optimizer = \"disk\" needs a folder for its swap files: set offload.dir (or runtime.out_dir, "
+            "whose offload/ it then uses)");
+}
+
 void check_runtime_and_checkpoints(const RunConfig& c) {
   NDT_CHECK(c.threads >= 0, "runtime.threads = {} must not be negative (0: automatic)", c.threads);
   NDT_CHECK(c.comm_timeout_s > 0, "runtime.comm_timeout_s = {} must be positive", c.comm_timeout_s);
@@ -209,6 +216,12 @@ void RunConfig::validate() const {
   check_optimizer(*this);
   check_data_and_sample(*this);
   check_runtime_and_checkpoints(*this);
+  check_offload_folder(*this);
+}
+
+std::string RunConfig::offload_folder() const {
+  if (!offload_dir.empty()) return offload_dir;
+  return out_dir.empty() ? std::string() : out_dir + "/offload";
 }
 
 namespace {
@@ -330,6 +343,34 @@ void check_tensor_and_sequence_parallel(const RunConfig& c) {
             "parallel.sequence_parallel = true needs parallel.tp > 1 (it splits tokens over the tp ranks)");
 }
 
+// offload.*: what each tier needs of the layout, and the chunk and read-ahead sizes.
+void check_offload(const RunConfig& c) {
+  constexpr double kSmallestChunkMib = 4096.0 / (1024.0 * 1024.0);
+  NDT_CHECK(c.offload_chunk_mb >= kSmallestChunkMib && c.offload_chunk_mb <= 1024,
+            "offload.chunk_mb = {} must lie in [{}, 1024] (4 KiB to 1 GiB)", c.offload_chunk_mb, kSmallestChunkMib);
+  const double bytes = c.offload_chunk_mb * 1024 * 1024;
+  NDT_CHECK(std::fmod(bytes, 4096.0) == 0,
+            "offload.chunk_mb = {} is not a whole number of 4 KiB pages ({} bytes): direct I/O moves whole pages",
+            c.offload_chunk_mb, bytes);
+  NDT_CHECK(c.offload_prefetch >= 0 && c.offload_prefetch <= 64, "offload.prefetch = {} must lie in [0, 64]",
+            c.offload_prefetch);
+  NDT_CHECK(!c.offload_params || c.offload_optimizer,
+            "offload.params = \"disk\" needs offload.optimizer = \"disk\" too (the step streams the moments beside "
+            "the parameter shards)");
+  NDT_CHECK(!c.offload_optimizer || c.zero_stage >= 1,
+            "offload.optimizer = \"disk\" needs parallel.zero_stage >= 1, not {}: each rank offloads its ZeRO shard of "
+            "the optimizer state (on one rank ZeRO-1 shards nothing and trains as DDP does)",
+            c.zero_stage);
+  NDT_CHECK(!c.offload_params || c.zero_stage == 3,
+            "offload.params = \"disk\" needs parallel.zero_stage = 3 (FSDP: parameters sharded and gathered per "
+            "block), not {}",
+            c.zero_stage);
+  NDT_CHECK(!c.offload_params || c.mesh.dp_replicate <= 1,
+            "offload.params = \"disk\" with parallel.dp_replicate = {} (HSDP) is not supported: the gradient shards on "
+            "disk would have to be all-reduced over the replicas",
+            c.mesh.dp_replicate);
+}
+
 // Threads when runtime.threads = 0: the CPUs Slurm gave each task (SLURM_CPUS_PER_TASK),
 // else this node's cores divided among the ranks on it.
 int automatic_threads(int ranks_on_this_node) {
@@ -349,13 +390,15 @@ void RunConfig::validate_layout() const {
   check_data_and_expert_parallel(*this);
   check_context_and_pipeline(*this);
   check_tensor_and_sequence_parallel(*this);
+  check_offload(*this);
 }
 
 namespace {
 
 // parallel.dp_shard = 0: nothing to shard under DDP; with ZeRO, HSDP's default: the
 // data-parallel ranks of one node (shard inside a node, replicate across nodes) when they
-// split the data-parallel ranks evenly, else every data-parallel rank (on one node: FSDP).
+// split the data-parallel ranks evenly, else (and with offload.params = "disk") every
+// data-parallel rank (on one node: FSDP).
 int automatic_dp_shard(const RunConfig& c, const MeshShape& m, int world_size, int ranks_per_node) {
   if (c.zero_stage == 0) return 1;
   const int64_t inner = int64_t{m.cp} * m.tp, others = inner * m.pp;
@@ -367,6 +410,7 @@ int automatic_dp_shard(const RunConfig& c, const MeshShape& m, int world_size, i
               m.dp_replicate, dp);
     return static_cast<int>(dp / m.dp_replicate);
   }
+  if (c.offload_params) return static_cast<int>(dp);  // disk-offloaded shards cannot be replicated (HSDP)
   const int64_t per_node = ranks_per_node % inner == 0 ? ranks_per_node / inner : 0;
   return per_node >= 1 && dp % per_node == 0 ? static_cast<int>(per_node) : static_cast<int>(dp);
 }
@@ -386,6 +430,10 @@ MeshShape RunConfig::resolve_mesh(int world_size, int ranks_per_node) const {
     m.dp_replicate = static_cast<int>(world_size / others);
   }
   m.validate(world_size);
+  NDT_CHECK(!offload_params || m.dp_replicate == 1,
+            "offload.params = \"disk\" with {} data-parallel replicas (parallel.dp_replicate, HSDP) is not supported: "
+            "set parallel.dp_shard to the ranks left by pp x cp x tp",
+            m.dp_replicate);
   const int dp = m.size(Axis::dp);
   NDT_CHECK(batch_size % dp == 0, "train.batch_size = {} does not split over the data-parallel size {}",
             batch_size, dp);

@@ -1,5 +1,5 @@
 // Run configuration: a TOML file of sections [model], [train], [optim], [data],
-// [sample], [parallel], [precision], [stability], [checkpoint], [runtime], [debug],
+// [sample], [parallel], [precision], [stability], [checkpoint], [offload], [runtime], [debug],
 // overridden by `--set section.key=value`. Every key is declared once in a table
 // (train/config_keys.h: key, meaning, default) that drives parsing, printing and
 // docs/config.md; unknown keys and bad values are errors naming the key and value.
@@ -13,6 +13,7 @@
 #include "model/activations.h"
 #include "model/config.h"
 #include "model/precision.h"
+#include "offload/async_io.h"
 #include "optim/clip.h"
 #include "optim/adamw.h"
 #include "optim/loss_scaler.h"
@@ -123,6 +124,17 @@ struct RunConfig {
   bool save_on_exit = true;  // at the end of the run and on SIGTERM
   std::string resume;        // a checkpoint directory, or "latest"
   bool overwrite = false;    // may delete checkpoints this run does not continue from
+
+  // [offload] (docs/offload.md): model states on disk, streamed through memory
+  bool offload_optimizer = false;  // offload.optimizer = "disk": AdamW moments in swap files
+  bool offload_params = false;     // offload.params = "disk": FSDP's parameter and gradient shards too
+  std::string offload_dir;         // empty: <runtime.out_dir>/offload; each rank uses rank-NNNNN in it
+  double offload_chunk_mb = 4;
+  int offload_prefetch = 2;
+  offload::IoBackend offload_io = offload::IoBackend::io_uring;
+  bool offloads() const { return offload_optimizer || offload_params; }
+  // The swap folder (offload.dir, or <runtime.out_dir>/offload); empty when neither is set.
+  std::string offload_folder() const;
 
   // [runtime]
   int threads = 0;  // 0 (unresolved): the cores of this node divided among its ranks

@@ -290,7 +290,7 @@ void add_parallel_keys(std::vector<ConfigKey>& f) {
   f.push_back(field<int>("parallel.pp_virtual_stages", NDT_REF(pp_virtual_stages), "Chunks of the model per pp rank (interleaved_1f1b: 2 or more; the other schedules: 1)."));
   f.push_back(field<std::string>("parallel.pp_layers", NDT_REF(pp_layers), "Blocks of each pipeline chunk, comma-separated (e.g. \"3,3\"); the first chunk also holds the embedding, the last the final norm, output layer and loss. Empty: balanced by a cost model (the training FLOPs of each block and of the output layer)."));
   f.push_back(field<int>("parallel.dp_replicate", NDT_REF(mesh.dp_replicate), "Data-parallel replicas (mesh axis dp_replicate); 0: all ranks the other axes leave."));
-  f.push_back(field<int>("parallel.dp_shard", NDT_REF(mesh.dp_shard), "Sharded data-parallel ranks (mesh axis dp_shard): ZeRO shards over them (needs parallel.zero_stage >= 1); with dp_replicate > 1 too, that is HSDP. 0: automatic: 1 under DDP; with ZeRO, the data-parallel ranks of one node (shard inside a node, replicate across nodes: HSDP), or every data-parallel rank when the nodes do not split them evenly (on one node: FSDP over all)."));
+  f.push_back(field<int>("parallel.dp_shard", NDT_REF(mesh.dp_shard), "Sharded data-parallel ranks (mesh axis dp_shard): ZeRO shards over them (needs parallel.zero_stage >= 1); with dp_replicate > 1 too, that is HSDP. 0: automatic: 1 under DDP; with ZeRO, the data-parallel ranks of one node (shard inside a node, replicate across nodes: HSDP), or every data-parallel rank when the nodes do not split them evenly or offload.params = \"disk\" (on one node: FSDP over all)."));
   f.push_back(field<int>("parallel.cp", NDT_REF(mesh.cp), "Context-parallel ranks (mesh axis cp): every sequence split over them (parallel.cp_chunks), only attention communicating (parallel.cp_mode); parameters replicated over cp, gradients reduced (and ZeRO/FSDP sharded) over dp_shard x cp. train.seq_len must divide into 2 x cp chunks (zigzag) or cp (contiguous). Composes with DDP, ZeRO-1/2/3, tensor and sequence parallel and pipeline parallel (docs/context_parallel.md)."));
   f.push_back(field<int>("parallel.ep", NDT_REF(mesh.ep), "Expert-parallel ranks (docs/moe.md): an MoE model's routed experts split over ep ranks borrowed from the data-parallel ranks parallel.dp_shard x cp (which it must divide; with zero_stage 0 set parallel.dp_shard to the ranks ep may use), tokens sent to their experts and back by all-to-all. Expert weights are reduced over the other data-parallel ranks (edp), everything else over all of them; ZeRO/FSDP shard the experts over the dp_shard x cp / ep ranks holding the same experts (edp_shard). Needs model.n_experts divisible by ep."));
   f.push_back(enum_field("parallel.cp_mode", NDT_REF(cp_mode), cp_mode_from_name, cp_mode_name,
@@ -318,6 +318,29 @@ void add_checkpoint_keys(std::vector<ConfigKey>& f) {
   f.push_back(field<bool>("checkpoint.overwrite", NDT_REF(overwrite), "Allow this run to delete checkpoints it does not continue from: those of an earlier run when starting afresh in a folder that holds some, or those newer than the step it resumes from (`ndtrain train --overwrite`). Without it such a run stops before step 1 and names both ways forward."));
 }
 
+// offload.optimizer and offload.params: "none" or "disk".
+ConfigKey tier_field(const std::string& key, bool RunConfig::*member, std::string doc) {
+  ConfigKey f;
+  f.key = key;
+  f.doc = std::move(doc);
+  f.set = [key, member](RunConfig& c, const std::string& v) {
+    NDT_CHECK(v == "none" || v == "disk", "{} = \"{}\" is not none or disk", key, v);
+    c.*member = v == "disk";
+  };
+  f.get = [member](const RunConfig& c) { return std::string(c.*member ? "\"disk\"" : "\"none\""); };
+  return f;
+}
+
+void add_offload_keys(std::vector<ConfigKey>& f) {
+  f.push_back(tier_field("offload.optimizer", &RunConfig::offload_optimizer, "ZeRO-Offload with the disk as the capacity tier (docs/offload.md): none, or disk: each rank's AdamW moments (its ZeRO shard: needs parallel.zero_stage >= 1) live in swap files under offload.dir and the optimizer step streams them chunk by chunk, reading ahead and writing behind while it updates. The same numbers as in memory, bit for bit; 8 bytes a parameter (/ dp_shard) leave memory."));
+  f.push_back(tier_field("offload.params", &RunConfig::offload_params, "ZeRO-Infinity's parameter offload: none, or disk: with FSDP (parallel.zero_stage = 3) and offload.optimizer = \"disk\", each rank's parameter shards (the fp32 master) and gradient shards live in swap files too: a block's shards are read offload.prefetch units ahead of its all-gather and freed after it, its gradient shards written after its reduce-scatter, so only the blocks in flight are in memory. Not with dp_replicate > 1 (HSDP)."));
+  f.push_back(field<std::string>("offload.dir", NDT_REF(offload_dir), "Folder of the swap files (a fast local disk); each rank uses and locks rank-NNNNN in it, and the files are removed when the run ends. Empty: <runtime.out_dir>/offload. A run checks before step 1 that the disk has room for its swap files."));
+  f.push_back(field<double>("offload.chunk_mb", NDT_REF(offload_chunk_mb), "Size of the chunks swap files are read and written in (MiB; a multiple of 4 KiB, from 4 KiB to 1 GiB). The optimizer step holds (offload.prefetch + 2) chunks per streamed file in memory."));
+  f.push_back(field<int>("offload.prefetch", NDT_REF(offload_prefetch), "How far reads run ahead: chunks of the optimizer step's stream, and with offload.params = \"disk\" units whose parameter shards are read ahead of their all-gather (0 to 64)."));
+  f.push_back(enum_field("offload.io", NDT_REF(offload_io), offload::io_backend_from_name, offload::io_backend_name,
+                         "How swap files are read and written: io_uring (Linux's asynchronous I/O rings, liburing) or threads (a pool of threads running blocking pread/pwrite); both with O_DIRECT where the filesystem allows it. docs/offload.md has the measurements."));
+}
+
 void add_runtime_keys(std::vector<ConfigKey>& f) {
   f.push_back(field<int>("runtime.threads", NDT_REF(threads), "Compute threads of this rank (OpenMP and OpenBLAS); 0: SLURM_CPUS_PER_TASK under Slurm, else this node's cores divided among the ranks on this node (each node its own count; at least 1)."));
   f.push_back(field<double>("runtime.peak_gflops", NDT_REF(peak_gflops), "Hardware peak for MFU in GFLOP/s; 0: measure it with the built-in FMA calibration."));
@@ -340,6 +363,7 @@ const std::vector<ConfigKey>& config_keys() {
     add_stability_keys(f);
     add_parallel_keys(f);
     add_checkpoint_keys(f);
+    add_offload_keys(f);
     add_runtime_keys(f);
     return f;
   }();

@@ -40,10 +40,14 @@ std::optional<std::string> FaultInjection::corrupt_gradient(int64_t step, int ra
                                                             GradientSync& sync) const {
   if (step != gradient_step_ || rank != gradient_rank_) return std::nullopt;
   for (size_t p = 0; p < store.params().size(); ++p) {
-    const auto [grad, numel] = sync.reduced_gradient(p);
-    if (numel == 0) continue;
-    grad[0] = std::numeric_limits<float>::infinity();
-    return fmt::format("debug: gradient of {} set to +inf on rank {} at step {}", store.params()[p].name(), rank, step);
+    bool set = false;
+    sync.update_reduced_gradient(p, [&](float* grad, int64_t numel) {
+      if (numel > 0) grad[0] = std::numeric_limits<float>::infinity(), set = true;
+    });
+    if (set) {
+      return fmt::format("debug: gradient of {} set to +inf on rank {} at step {}", store.params()[p].name(), rank,
+                         step);
+    }
   }
   return std::nullopt;
 }

@@ -53,7 +53,7 @@ void load_initial_weights(const std::string& path, const ModelConfig& model, Gra
   }
   throw_if_any_rank_failed(mesh, error);
   for (size_t i = 0; i < slices.size(); ++i) {
-    if (!buffers[i].empty()) std::copy(buffers[i].begin(), buffers[i].end(), slices[i].data);
+    if (!buffers[i].empty()) slices[i].write(0, static_cast<int64_t>(buffers[i].size()), buffers[i].data());
   }
 }
 

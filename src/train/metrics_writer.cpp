@@ -29,6 +29,17 @@ nlohmann::json memory_record() {
   return mem;
 }
 
+// Offload: each tag's bytes in swap files (the ledger's disk tier), beside memory_record.
+nlohmann::json disk_record() {
+  const MemoryLedger& ledger = MemoryLedger::instance();
+  nlohmann::json disk = nlohmann::json::object();
+  for (size_t t = 0; t < kNumMemTags; ++t) {
+    const MemTag tag = static_cast<MemTag>(t);
+    if (ledger.disk_peak(tag) > 0) disk[std::string(mem_tag_name(tag))] = ledger.disk_current(tag);
+  }
+  return disk;
+}
+
 nlohmann::json peak_memory_by_tag() {
   const MemoryLedger& ledger = MemoryLedger::instance();
   nlohmann::json mem;
@@ -113,6 +124,10 @@ void MetricsWriter::step(const StepStats& s, const RunConfig& config, DeviceMesh
                            {"grad_norm", number(s.grad_norm)}, {"step_s", s.seconds}, {"tokens_per_s", s.tokens_per_s},
                            {"mfu", s.mfu},            {"hfu", s.hfu},                  {"peak_mem_bytes", s.peak_bytes},
                            {"mem", memory_record()}};
+  if (config.offloads()) {
+    record["io"] = {{"read_bytes", s.io_read_bytes}, {"write_bytes", s.io_write_bytes}, {"wait_s", s.io_wait_seconds}};
+    record["disk"] = disk_record();
+  }
   if (config.scales_loss()) record["loss_scale"] = s.loss_scale;
   if (config.z_loss > 0) record["z_loss"] = number(s.z_loss);
   if (config.model.is_moe()) {

@@ -4,6 +4,7 @@
 #include "core/memory.h"
 #include "kernels/kernels.h"
 #include "parallel/memory_model.h"
+#include "parallel/offload_model.h"
 #include "parallel/tensor/tensor_parallel.h"
 #include "train/metrics_writer.h"
 
@@ -179,6 +180,29 @@ void RunLog::predicted_memory(const TrainingModel& model, DeviceMesh& mesh) {
              "activations {:.1f} MiB{}\n",
              mib(states.params), mib(states.grads), mib(states.optimizer), mib(activations),
              model.pipeline() ? " per micro-batch in flight" : "");
+  if (config_.offloads()) offload(local_parameter_specs(specs, layout.tp), mesh, activations);
+}
+
+void RunLog::offload(const std::vector<ParameterSpec>& specs, DeviceMesh& mesh, int64_t activations) {
+  OffloadSettings o;
+  o.optimizer = config_.offload_optimizer;
+  o.params = config_.offload_params;
+  o.chunk_bytes = static_cast<int64_t>(config_.offload_chunk_mb * 1024 * 1024);
+  o.prefetch = config_.offload_prefetch;
+  o.gather_prefetch = config_.prefetch;
+  o.reshard_after_forward = config_.reshard_after_forward;
+  o.micro_batches = config_.micro_batches();
+  const TieredStates t = predict_tiered_states(specs, mesh.size(Axis::dp_shard_cp), config_.zero_stage, o,
+                                               config_.precision.compute, mesh.size(Axis::ep));
+  fmt::print(*out_, "offload: {} on disk in {}/rank-NNNNN ({}, chunks of {} KiB, {} read ahead)\n",
+             o.params ? "optimizer states, parameter and gradient shards" : "optimizer states",
+             config_.offload_folder(), offload::io_backend_name(config_.offload_io), o.chunk_bytes / 1024, o.prefetch);
+  fmt::print(*out_, "offload predicted per rank: resident peak {:.1f} MiB (params {:.1f}, grads {:.1f}, optimizer {:.1f}, "
+             "activations {:.1f}; communication buffers come on top), disk {:.1f} MiB (params {:.1f}, grads {:.1f}, "
+             "optimizer {:.1f}), I/O per step: read {:.1f} MiB, write {:.1f} MiB\n",
+             mib(static_cast<size_t>(t.peak.total() + activations)), mib(t.peak.params), mib(t.peak.grads),
+             mib(t.peak.optimizer), mib(activations), mib(t.disk.total()), mib(t.disk.params), mib(t.disk.grads),
+             mib(t.disk.optimizer), mib(t.read_bytes), mib(t.write_bytes));
 }
 
 void RunLog::step(const StepStats& s) {
@@ -189,8 +213,12 @@ void RunLog::step(const StepStats& s) {
              s.step + 1, config_.steps, s.loss, s.z_loss > 0 ? fmt::format(" (z-loss {:.2e})", s.z_loss) : "", s.lr,
              s.grad_norm, s.tokens_per_s, 100.0 * s.mfu, hfu_ ? fmt::format(" HFU {:5.1f}%", 100.0 * s.hfu) : "",
              mib(s.peak_bytes), 1e3 * s.seconds,
-             config_.rows_per_rank() < config_.batch_size ? fmt::format(" (comm wait {:.0f} ms)", 1e3 * s.comm_wait_seconds)
-                                                          : "",
+             (config_.rows_per_rank() < config_.batch_size ? fmt::format(" (comm wait {:.0f} ms)", 1e3 * s.comm_wait_seconds)
+                                                           : "") +
+                 (config_.offloads() ? fmt::format(" | disk read {:.1f} MiB, write {:.1f} MiB, I/O wait {:.0f} ms",
+                                                   mib(static_cast<size_t>(s.io_read_bytes)),
+                                                   mib(static_cast<size_t>(s.io_write_bytes)), 1e3 * s.io_wait_seconds)
+                                     : ""),
              config_.model.is_moe() ? fmt::format(" | moe aux {:.3e} drop {:.1f}%", s.moe_aux_loss, 100.0 * s.moe_drop_rate)
                                     : "");
   out_->flush();

@@ -1,5 +1,6 @@
 // What a run prints (rank 0): the header before step 1 (the model, data, batch, mesh,
-// precision, each parallel axis, the predicted memory, the MFU peak), one progress
+// precision, each parallel axis, the predicted memory and, with offload, its disk tier
+// and I/O per step, the MFU peak), one progress
 // line per train.log_every steps, a line per stability event and validation, and the
 // summary at the end. Text for people: programs read metrics.jsonl
 // (train/metrics_writer.h). A log built with a null stream prints nothing.
@@ -39,6 +40,8 @@ class RunLog {
   void axes(const TrainingModel& model, DeviceMesh& mesh);
   void mixture_of_experts(const TrainingModel& model, DeviceMesh& mesh);
   void predicted_memory(const TrainingModel& model, DeviceMesh& mesh);
+  // offload.*: what is on disk and where, the predicted resident peak, disk and I/O per step.
+  void offload(const std::vector<ParameterSpec>& specs, DeviceMesh& mesh, int64_t activations);
   void throughput_and_memory(const RunSummary& summary, DeviceMesh& mesh, const TrainingModel& model);
   void stability(const RunSummary& summary, int64_t skipped_batches);
   bool recomputes(const TrainingModel& model) const;

@@ -36,6 +36,10 @@ struct StepStats {
   double hfu = 0;  // hardware FLOPs utilisation: with the FLOPs activation checkpointing recomputes
   size_t peak_bytes = 0;
   double comm_wait_seconds = 0;  // data-parallel all-reduce time backward did not hide
+  // Offload (docs/offload.md): this rank's swap-file bytes read and written during the
+  // step, and the seconds the step was blocked waiting for them.
+  int64_t io_read_bytes = 0, io_write_bytes = 0;
+  double io_wait_seconds = 0;
   // False when the loss or the gradient norm was NaN or infinite on any rank (one
   // all-reduce of a flag, so every rank decides alike): the update was then not applied.
   bool finite = true;

@@ -5,6 +5,7 @@
 #include "core/system_memory.h"
 #include "core/timing.h"
 #include "kernels/kernels.h"
+#include "offload/swap_file.h"
 #include "parallel/expert/moe_totals.h"
 #include "train/generate.h"
 #include "train/init_from.h"
@@ -125,6 +126,7 @@ StepStats Trainer::step() {
   const float loss_scale = guard_.loss_scale();
   const float grad_scale = loss_scale / static_cast<float>(static_cast<int64_t>(config_.batch_size) * config_.seq_len);
   const double exposed_before = sync.exposed_wait_seconds();
+  const offload::IoCounters io_before = offload::io_counters();
   const MicroBatchLosses sums = model_->compute_gradients(train_rows(data_.position(step_)), grad_scale);
   StepStats s;
   s.step = step_;
@@ -152,12 +154,13 @@ StepStats Trainer::step() {
   s.overflow_skipped = decision.overflow;
   s.next_loss_scale = guard_.loss_scale();
   apply_decision(decision, s);
-  finish_step_stats(s, seconds_since(t0), exposed_before);
+  finish_step_stats(s, seconds_since(t0), exposed_before, io_before);
   metrics_->step(s, config_, mesh_, model_->pipeline());
   return s;
 }
 
-void Trainer::finish_step_stats(StepStats& s, double seconds, double exposed_before) {
+void Trainer::finish_step_stats(StepStats& s, double seconds, double exposed_before,
+                                const offload::IoCounters& io_before) {
   const Transformer& m = model();
   const int T = config_.seq_len;
   s.seconds = seconds;
@@ -166,6 +169,10 @@ void Trainer::finish_step_stats(StepStats& s, double seconds, double exposed_bef
   s.hfu = s.mfu * (1.0 + m.recompute_flops_per_token(T) / m.flops_per_token(T));
   s.peak_bytes = MemoryLedger::instance().peak_total();
   s.comm_wait_seconds = model_->sync().exposed_wait_seconds() - exposed_before;
+  const offload::IoCounters io = offload::io_counters() - io_before;
+  s.io_read_bytes = io.read_bytes;
+  s.io_write_bytes = io.write_bytes;
+  s.io_wait_seconds = io.wait_seconds;
 }
 
 void Trainer::collect_moe_totals(StepStats& s) {
@@ -249,7 +256,12 @@ RunSummary Trainer::run() {
   install_stop_handler();
   metrics_->run(config_, mesh_.shape(), mesh_.world().size(), step_, peak_);
   while (step_ < config_.steps) {
-    const StepStats s = step();
+    StepStats s;
+    try {
+      s = step();
+    } catch (const offload::SwapError& e) {
+      stop_on_swap_failure(e);
+    }
     if (!s.finite && !s.overflow_skipped && config_.on_nonfinite == NonfiniteAction::stop) stop_on_non_finite(s);
     log_.events(s);
     summary.losses.push_back(s.loss);

@@ -11,6 +11,7 @@
 #pragma once
 
 #include "comm/device_mesh.h"
+#include "offload/io_stats.h"
 #include "train/checkpointing.h"
 #include "train/config.h"
 #include "train/fault_injection.h"
@@ -89,7 +90,7 @@ class Trainer {
   // after too many rollbacks (an error naming that checkpoint); before the first save,
   // only skip the update.
   void rollback(StepStats& s, const std::string& reason);
-  void finish_step_stats(StepStats& s, double seconds, double exposed_before);
+  void finish_step_stats(StepStats& s, double seconds, double exposed_before, const offload::IoCounters& io_before);
   // The MoE blocks' totals of this step over the job, into s (MoE models only).
   void collect_moe_totals(StepStats& s);
   // The mean over the data- and context-parallel ranks (as f32) of up to 2 values, in
@@ -109,6 +110,10 @@ class Trainer {
   std::string save_for_stop(const std::string& what);
   [[noreturn]] void stop_on_non_finite(const StepStats& s);
   [[noreturn]] void stop_on_metrics_failure();
+  // A swap file failed during a step (offload: a full disk, an I/O error, a damaged
+  // chunk): the states on disk are part updated, so nothing is saved; the error names
+  // the file and the last committed checkpoint, which is intact.
+  [[noreturn]] void stop_on_swap_failure(const Error& e);
   void finish_run(RunSummary& summary);
   void sample(RunSummary& summary);  // sample.tokens of text after sample.prompt, unless stopped
 

@@ -108,6 +108,20 @@ void Trainer::stop_on_non_finite(const StepStats& s) {
        config_.grad_clip);
 }
 
+void Trainer::stop_on_swap_failure(const Error& e) {
+  // The moments (and with parameter offload the parameters) on disk are part of this
+  // step's update and part of the last one's: no state to save. A save in flight is not
+  // committed (TrainingCheckpoints' destructor), so the newest committed one stays newest.
+  const std::optional<std::filesystem::path> latest =
+      checkpoints_->enabled() ? ckpt::latest_checkpoint(checkpoints_->root()) : std::nullopt;
+  fail("step {} of {}: {}. The run stops without saving (the states on disk may hold part of this step's update); {}",
+       step_ + 1, config_.steps, e.what(),
+       latest ? fmt::format("the last checkpoint, {}, is intact: continue with --resume once offload.dir (\"{}\") "
+                            "is fixed (the swap files are recreated from the checkpoint)",
+                            latest->string(), config_.offload_folder())
+              : std::string("no checkpoint of this run was committed, so it starts over"));
+}
+
 void Trainer::stop_on_metrics_failure() {
   const std::string saved = save_for_stop(fmt::format("the state after step {}", step_));
   const std::string failure = metrics_->failure().value_or("");

@@ -4,6 +4,9 @@
 #include "optim/weight_decay.h"
 #include "parallel/full_parameters.h"
 #include "parallel/pipeline/stages.h"
+#include "train/agreed_error.h"
+
+#include <fmt/format.h>
 
 namespace ndt {
 
@@ -20,10 +23,32 @@ ParallelOptions parallel_options(const RunConfig& config, std::vector<char> loca
   o.reduce_dtype = config.reduce_dtype;
   o.dp_reduction = config.dp_reduction;
   o.local_units = std::move(local_units);
+  o.offload.optimizer = config.offload_optimizer;
+  o.offload.params = config.offload_params;
+  o.offload.dir = config.offload_folder();
+  o.offload.chunk_bytes = static_cast<int64_t>(config.offload_chunk_mb * 1024 * 1024);
+  o.offload.prefetch = config.offload_prefetch;
+  o.offload.backend = config.offload_io;
   return o;
 }
 
+std::filesystem::path swap_folder(const RunConfig& config, int world_rank) {
+  return std::filesystem::path(config.offload_folder()) / fmt::format("rank-{:05d}", world_rank);
+}
+
 TrainingModel::TrainingModel(const RunConfig& config, DeviceMesh& mesh) : config_(config), mesh_(mesh) {
+  if (config.offloads()) {  // every rank its own folder and files, locked as the run's folders are
+    std::string error;
+    try {
+      offload::OffloadOptions o = parallel_options(config).offload;
+      o.dir = swap_folder(config, mesh.world().rank());
+      swap_lock_ = std::make_unique<RunFolderLock>(o.dir, "offload.dir");
+      swap_ = std::make_unique<offload::SwapSpace>(o);
+    } catch (const Error& e) {
+      error = e.what();
+    }
+    throw_if_any_rank_failed(mesh, error);
+  }
   // Built without parameter memory: parallelize() places the parameters first.
   model_ = std::make_unique<Transformer>(config.model, config.seed, config.loss_chunk_rows,
                                          /*materialize_parameters=*/false);
@@ -40,11 +65,12 @@ TrainingModel::TrainingModel(const RunConfig& config, DeviceMesh& mesh) : config
   }
   const int pp = mesh.size(Axis::pp);
   if (pp == 1) {
-    sync_ = parallelize(*model_, mesh, parallel_options(config));
+    sync_ = parallelize(*model_, mesh, parallel_options(config), swap_.get());
   } else {
     PipelineStages stages = partition_pipeline(config.model, config.seq_len, pp * config.pp_virtual_stages,
                                                parse_pipeline_layers(config.pp_layers));
-    sync_ = parallelize(*model_, mesh, parallel_options(config, stages.local_units(mesh.coord(Axis::pp), pp)));
+    sync_ = parallelize(*model_, mesh, parallel_options(config, stages.local_units(mesh.coord(Axis::pp), pp)),
+                        swap_.get());
     const PipelineShape shape{pp, config.pp_virtual_stages, config.micro_batches()};
     pipeline_ = std::make_unique<PipelineRunner>(*model_, mesh.axis(Axis::pp), config.pp_schedule, shape,
                                                  std::move(stages), sync_.get());

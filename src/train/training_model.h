@@ -10,11 +10,13 @@
 
 #include "comm/device_mesh.h"
 #include "model/transformer.h"
+#include "offload/swap_space.h"
 #include "parallel/data/gradient_sync.h"
 #include "parallel/parallelize.h"
 #include "parallel/pipeline/runner.h"
 #include "parallel/pipeline/tied_embedding.h"
 #include "train/config.h"
+#include "train/run_lock.h"
 
 #include <cstdint>
 #include <functional>
@@ -24,8 +26,11 @@
 namespace ndt {
 
 // The parallelize() options of a run's layout: the one mapping from config keys to them.
-// local_units: this pp rank's units (empty: every unit, pp = 1).
+// local_units: this pp rank's units (empty: every unit, pp = 1). The offload options'
+// dir is the run's swap folder; each rank's own is swap_folder() in it.
 ParallelOptions parallel_options(const RunConfig& config, std::vector<char> local_units = {});
+// This rank's swap folder: <offload folder>/rank-NNNNN (world rank).
+std::filesystem::path swap_folder(const RunConfig& config, int world_rank);
 
 // Fills the inputs and targets [rows x T] of rows [row_begin, row_begin + rows) of the
 // global batch being computed.
@@ -41,7 +46,9 @@ struct MicroBatchLosses {
 
 class TrainingModel {
  public:
-  // config: resolved for the mesh (RunConfig::resolved). Collective over the mesh.
+  // config: resolved for the mesh (RunConfig::resolved). Collective over the mesh. With
+  // offload on, each rank locks its swap folder (train/run_lock.h: the files are the
+  // run's own) and opens its swap space there.
   TrainingModel(const RunConfig& config, DeviceMesh& mesh);
 
   Transformer& model() { return *model_; }
@@ -71,6 +78,8 @@ class TrainingModel {
 
   RunConfig config_;
   DeviceMesh& mesh_;
+  std::unique_ptr<RunFolderLock> swap_lock_;  // offload: this rank's swap folder, held first, released last
+  std::unique_ptr<offload::SwapSpace> swap_;  // outlives the strategy's swap files
   std::unique_ptr<Transformer> model_;
   std::unique_ptr<GradientSync> sync_;
   std::unique_ptr<PipelineRunner> pipeline_;

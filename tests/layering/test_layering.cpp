@@ -28,15 +28,20 @@ const std::map<std::string, std::set<std::string>> kAllowed = {
     {"tokenizer", {"core"}},
     {"data", {"core", "tokenizer"}},
     {"checkpoint", {"core"}},
+    // Swap files and asynchronous I/O for offload: below parallel, which streams model
+    // states through them; checksums are the checkpoints' CRC32C.
+    {"offload", {"core", "checkpoint"}},
     {"model", {"core", "kernels"}},
     {"optim", {"core", "kernels", "model"}},
     {"interchange", {"core", "data", "model"}},  // not tokenizer: model files only
-    {"parallel", {"core", "kernels", "comm", "model", "optim"}},
-    {"train", {"core", "kernels", "comm", "tokenizer", "data", "checkpoint", "model", "optim", "interchange", "parallel"}},
+    {"parallel", {"core", "kernels", "comm", "model", "optim", "offload"}},
+    {"train",
+     {"core", "kernels", "comm", "tokenizer", "data", "checkpoint", "offload", "model", "optim", "interchange",
+      "parallel"}},
     // The planner predicts what `ndtrain train` would do, so it sits above train.
     {"plan",
-     {"core", "kernels", "comm", "tokenizer", "data", "checkpoint", "model", "optim", "interchange", "parallel",
-      "train"}},
+     {"core", "kernels", "comm", "tokenizer", "data", "checkpoint", "offload", "model", "optim", "interchange",
+      "parallel", "train"}},
     // The run report reads a run's files; it draws pipeline timelines with parallel's renderer.
     {"report", {"core", "parallel"}},
 };

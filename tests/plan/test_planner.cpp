@@ -8,6 +8,7 @@
 #include "model/activations.h"
 #include "model/transformer.h"
 #include "parallel/memory_model.h"
+#include "parallel/offload_model.h"
 #include "parallel/pipeline/schedule.h"
 #include "parallel/tensor/tensor_parallel.h"
 #include "plan/planner.h"
@@ -230,6 +231,48 @@ TEST(Planner, SearchesEveryMeshAndRanksByStepTime) {
   EXPECT_EQ(j.at("memory_bytes").at("total").get<int64_t>(), r.layouts.front().memory.total());
   const std::string csv = plan_csv(r);
   EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), r.candidates + 1);
+}
+
+// Catches: offload left out of the search on a device with a disk, planned on one without,
+// or scored with memory or I/O of the planner's own instead of the offload model's.
+TEST(Planner, OffloadLetsAModelTooLargeForMemoryFitAndCostsItsIo) {
+  testing::TempDir dir;
+  const std::string path = dir.file("small.toml");
+  std::ofstream(path) << "name = \"small\"\nmemory_gib = 1.5\npeak_tflops_fp32 = 0.2\npeak_tflops_bf16 = 0.2\n"
+                         "memory_bandwidth_gb_s = 10\nintra_node_gb_s = 5\ninter_node_gb_s = 5\ndevices_per_node = 1\n"
+                         "disk_gb_s = 1\n";
+  const Cluster cluster = make_cluster(resolve_device(path), 1, 1, 0);
+  RunConfig base;
+  base.model = ModelConfig::preset("llama-small");  // 125M parameters: 2 GB of fp32 states
+  base.seq_len = 64, base.batch_size = 1;
+  PlanSpace space;
+  space.micro_batch_sizes = {1};
+  space.recompute = {CheckpointMode::none};
+  const PlanResult r = plan_layouts(base, cluster, space);
+  ASSERT_GT(r.fitting, 0);
+  for (int i = 0; i < r.fitting; ++i) {
+    EXPECT_EQ(r.layouts[static_cast<size_t>(i)].layout.offload, OffloadChoice::params) << r.layouts[static_cast<size_t>(i)].layout.describe();
+  }
+  bool in_memory_rejected = false;
+  for (const LayoutScore& s : r.layouts) in_memory_rejected |= s.layout.offload == OffloadChoice::none && !s.invalid;
+  EXPECT_TRUE(in_memory_rejected) << "the in-memory layouts are scored (and overflow)";
+  const LayoutScore& best = r.layouts.front();
+  OffloadSettings o;
+  o.optimizer = o.params = true;
+  const TieredStates t = predict_tiered_states(model_parameter_specs(base.model), 1, best.layout.zero_stage, o);
+  EXPECT_EQ(best.memory.params, t.peak.params);
+  EXPECT_EQ(best.memory.grads, t.peak.grads);
+  EXPECT_EQ(best.memory.optimizer, t.peak.optimizer);
+  EXPECT_EQ(best.memory.disk, t.disk.total());
+  // The stream is slower than the update at 1 GB/s: the step waits for the rest of it.
+  const double stream_s = static_cast<double>(t.stream_bytes) / 1e9;
+  EXPECT_GT(best.time.offload_io_s, 0.5 * stream_s);
+  EXPECT_LE(best.time.offload_io_s, static_cast<double>(t.read_bytes + t.write_bytes) / 1e9);
+  EXPECT_NE(best.layout.describe().find("| offload params"), std::string::npos);
+  EXPECT_EQ(layout_json(best).at("offload"), "params");
+  // A profile without a disk bandwidth plans in memory only.
+  const PlanResult gpu = plan_layouts(base, make_cluster(builtin_device("h100-sxm"), 1, 1, 0), space);
+  for (const LayoutScore& s : gpu.layouts) EXPECT_EQ(s.layout.offload, OffloadChoice::none);
 }
 
 TEST(Planner, DeviceFile) {

@@ -339,6 +339,49 @@ TEST_F(ConfigTest, WeightDecayPolicy) {
                         "matrices_and_embeddings, all)");
 }
 
+// Catches: an offload setting the layouts cannot honour accepted (and failing later, or
+// silently training in memory), or an error that does not name the key and value.
+TEST_F(ConfigTest, BadOffloadSettingsAreRefusedByName) {
+  const std::vector<std::string> on = {"offload.optimizer=disk", "parallel.zero_stage=1"};
+  auto with = [&](std::vector<std::string> more) {
+    more.insert(more.begin(), on.begin(), on.end());
+    return error_of(more);
+  };
+  EXPECT_EQ(with({}), "");
+  EXPECT_ERROR_MENTIONS(error_of({"offload.optimizer=ram"}), "offload.optimizer = \"ram\" is not none or disk");
+  EXPECT_ERROR_MENTIONS(error_of({"offload.params=ssd"}), "offload.params = \"ssd\" is not none or disk");
+  EXPECT_ERROR_MENTIONS(error_of({"offload.optimizer=disk"}), "offload.optimizer = \"disk\" needs parallel.zero_stage >= 1, not 0");
+  EXPECT_ERROR_MENTIONS(with({"offload.params=disk", "parallel.zero_stage=2"}),
+                        "offload.params = \"disk\" needs parallel.zero_stage = 3 (FSDP");
+  EXPECT_ERROR_MENTIONS(error_of({"offload.params=disk", "parallel.zero_stage=3"}),
+                        "offload.params = \"disk\" needs offload.optimizer = \"disk\" too");
+  EXPECT_ERROR_MENTIONS(with({"offload.params=disk", "parallel.zero_stage=3", "parallel.dp_replicate=2"}),
+                        "offload.params = \"disk\" with parallel.dp_replicate = 2 (HSDP) is not supported");
+  EXPECT_ERROR_MENTIONS(with({"offload.chunk_mb=0"}), "offload.chunk_mb = 0 must lie in");
+  EXPECT_ERROR_MENTIONS(with({"offload.chunk_mb=2048"}), "offload.chunk_mb = 2048 must lie in");
+  EXPECT_ERROR_MENTIONS(with({"offload.chunk_mb=0.01"}), "offload.chunk_mb = 0.01 is not a whole number of 4 KiB pages");
+  EXPECT_ERROR_MENTIONS(with({"offload.prefetch=-1"}), "offload.prefetch = -1 must lie in [0, 64]");
+  EXPECT_ERROR_MENTIONS(with({"offload.prefetch=65"}), "offload.prefetch = 65 must lie in [0, 64]");
+  EXPECT_ERROR_MENTIONS(with({"offload.io=aio"}), "offload.io = \"aio\" is not an I/O backend: io_uring or threads");
+  EXPECT_ERROR_MENTIONS(with({"runtime.out_dir="}), "offload.optimizer = \"disk\" needs a folder for its swap files");
+  EXPECT_EQ(with({"runtime.out_dir=", "offload.dir=/tmp/x"}), "");
+  // dp_replicate defaults from the world: the check comes when the mesh is resolved.
+  RunConfig c = load_run_config(dir_.file("base.toml"), {"offload.optimizer=disk", "offload.params=disk",
+                                                         "parallel.zero_stage=3", "parallel.dp_shard=1",
+                                                         "train.batch_size=8"});
+  try {
+    c.resolve_mesh(2);
+    ADD_FAILURE() << "two replicas accepted";
+  } catch (const Error& e) {
+    EXPECT_ERROR_MENTIONS(std::string(e.what()), "offload.params = \"disk\" with 2 data-parallel replicas");
+  }
+  // Left automatic on two nodes of two ranks, dp_shard spans both nodes (no replicas), not HSDP's one node.
+  c.mesh.dp_shard = 0;
+  const MeshShape m = c.resolve_mesh(4, 2);
+  EXPECT_EQ(m.dp_shard, 4);
+  EXPECT_EQ(m.dp_replicate, 1);
+}
+
 TEST(ConfigDocs, EveryKeyIsDocumented) {
   const auto docs = config_field_docs();
   EXPECT_GT(docs.size(), 30u);

@@ -3,6 +3,7 @@
 // Each saves the finite state it has and stops with an error that says what happened,
 // instead of ending without a save (or, worse, going on). The signals' forms run the
 // binary: tests/launch/test_stop_signals.cpp.
+#include "run_error.h"
 #include "../common/full_disk.h"
 #include "../common/one_rank_mesh.h"
 #include "../mpi/parity.h"
@@ -22,17 +23,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-#define EXPECT_MENTIONS(message, text) \
-  EXPECT_NE(std::string(message).find(text), std::string::npos) << "message lacks '" << (text) << "': " << (message)
-
-std::string run_error(Trainer& trainer) {
-  try {
-    trainer.run();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::run_error;
 
 class RunFaults : public ::testing::Test {
  protected:

@@ -126,9 +126,9 @@ std::vector<float> DataParallel::full_parameters() {
   return {values, values + store_.numel()};
 }
 
-std::pair<float*, int64_t> DataParallel::reduced_gradient(size_t p) {
+void DataParallel::update_reduced_gradient(size_t p, const std::function<void(float*, int64_t)>& fn) {
   const Parameter& param = store_.params()[p];
-  return {param.grad_data(), param.numel()};
+  fn(param.grad_data(), param.numel());
 }
 
 }  // namespace ndt

@@ -47,7 +47,7 @@ class DataParallel : public GradientSync {
   size_t bucket_count() const override { return scheduler_.buckets().size(); }
   void zero_grads() override { store_.zero_grads(); }
   std::vector<float> full_parameters() override;
-  std::pair<float*, int64_t> reduced_gradient(size_t p) override;
+  void update_reduced_gradient(size_t p, const std::function<void(float*, int64_t)>& fn) override;
   double exposed_wait_seconds() const override { return exposed_wait_seconds_; }
   OverlapStats overlap_stats() const override {
     return {scheduler_.launched_in_backward(), scheduler_.launched_at_finish(), 0, 0};

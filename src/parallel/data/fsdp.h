@@ -34,11 +34,18 @@
 // Gradients are reduce-scattered on every micro-step and summed into the shards
 // (no_sync would need whole gradients kept between micro-steps, which is what
 // sharding gradients is there to avoid).
+// Offload (docs/offload.md): with offload.optimizer = "disk" the moments live in swap
+// files (8 Psi / n on disk instead of in memory: parallel/data/offloaded_moments.h); with
+// offload.params = "disk" (stage 3) the parameter and gradient shards too
+// (parallel/data/offloaded_shards.h): a group's shards are read from disk ahead of its
+// all-gather, its gradient shards written after its reduce-scatter, and the model
+// states in memory are the groups in flight only.
 #pragma once
 
 #include "comm/device_mesh.h"
 #include "optim/adamw.h"
 #include "parallel/data/gradient_sync.h"
+#include "parallel/data/offloaded_shards.h"
 #include "parallel/data/shard_layout.h"
 #include "parallel/data/sharded_adamw.h"
 
@@ -63,10 +70,12 @@ class FullyShardedDataParallel : public GradientSync {
   // lowest local unit ends its backward, and its gradients stay whole over the step's
   // micro-batches (their backward passes interleave) until finish_backward
   // reduce-scatters them.
+  // swap: the run's swap folder when offloading (its options say what: the moments, and
+  // with options().params, stage 3's parameter and gradient shards); null: in memory.
   FullyShardedDataParallel(ParameterStore& store, DeviceMesh& mesh, int stage, const AdamWConfig& adamw,
                            const std::vector<FsdpGroup>& groups, bool prefetch,
                            const std::vector<char>& local_units = {}, DType reduce_dtype = DType::f32,
-                           DType gather_dtype = DType::f32);
+                           DType gather_dtype = DType::f32, offload::SwapSpace* swap = nullptr);
 
   void before_forward(int unit) override;
   void after_forward(int unit) override;
@@ -86,7 +95,7 @@ class FullyShardedDataParallel : public GradientSync {
   // backward): already in flight (prefetched) or started then (on demand). No buckets.
   OverlapStats overlap_stats() const override { return {0, 0, gathers_prefetched_, gathers_on_demand_}; }
   std::vector<float> full_parameters() override;
-  std::pair<float*, int64_t> reduced_gradient(size_t p) override;
+  void update_reduced_gradient(size_t p, const std::function<void(float*, int64_t)>& fn) override;
   int64_t optimizer_steps() const override { return optimizer_.steps_taken(); }
   void set_optimizer_steps(int64_t steps) override { optimizer_.set_steps_taken(steps); }
 
@@ -98,6 +107,8 @@ class FullyShardedDataParallel : public GradientSync {
 
  private:
   struct Group {
+    size_t index = 0;
+    std::vector<int> units;
     int first_unit = 0;     // its lowest (local) unit: the last to run backward
     bool reshard_after_forward = true;
     ParamSlots slots;       // its parameters, at their offsets in a gathered buffer
@@ -129,6 +140,7 @@ class FullyShardedDataParallel : public GradientSync {
       WorkHandle work;
     };
     std::vector<ReducePart> reduces;
+    bool reducing = false;  // parameter offload: its gradients are yet to be written
   };
   Group& group_of(int unit) { return groups_[group_of_unit_[static_cast<size_t>(unit)]]; }
   bool shards_parameters() const { return stage_ == 3; }
@@ -140,7 +152,19 @@ class FullyShardedDataParallel : public GradientSync {
   void point_grads(Group& g, bool allocated);
   void start_reduce(Group& g);  // packs the group's gradients, starts their reduce-scatter, frees them
   void finish_reduce(Group& g);
-  void finish_reduce(Group::ReducePart& part);
+  void finish_reduce(Group& g, Group::ReducePart& part);
+  // Parameter offload: where this rank's shard of parameter p is (the group's read buffer),
+  // and the reads of the next offload.prefetch units' groups in the order they run.
+  const float* param_shard(Group& g, size_t p);
+  float* grad_shard(Group& g, size_t p);
+  void read_ahead(int unit, int direction);
+  // The group's reduce-scatter and all-gather parts (per shard group; the gathers also
+  // per dtype: matmul-only weights in gather_dtype).
+  void plan_collectives(Group& g, DType gather_dtype);
+  void initialise_shards(ParameterStore& store);
+  // Parameter offload: the shards in swap files (offloaded_shards.h), initialised there.
+  void offload_shards(ParameterStore& store, offload::SwapSpace& swap);
+  void initialise_offloaded_shards(ParameterStore& store);
   // The communicator of a shard group: dp_shard_cp, or edp_shard for the experts.
   Communicator& comm_of(int shard_group) { return shard_group == ShardLayout::experts ? expert_shard_comm_ : shard_comm_; }
 
@@ -156,7 +180,9 @@ class FullyShardedDataParallel : public GradientSync {
   ShardedAdamW optimizer_;
   std::vector<Group> groups_;
   std::vector<size_t> group_of_unit_;
-  Tensor param_shards_, grad_shards_;
+  Tensor param_shards_, grad_shards_;  // in memory (without parameter offload)
+  std::unique_ptr<OffloadedShards> offloaded_;  // offload.params = "disk"
+  int prefetch_units_ = 0;                      // its offload.prefetch
   bool sync_ = true;
   double exposed_wait_seconds_ = 0, gather_wait_seconds_ = 0;
   int64_t gathers_prefetched_ = 0, gathers_on_demand_ = 0;

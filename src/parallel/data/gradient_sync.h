@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 namespace ndt {
@@ -67,10 +68,11 @@ class GradientSync : public ModelHooks {
   // Every parameter's full value, in arena order (collective when parameters are sharded);
   // under tensor parallelism, this rank's tp blocks (gather_tensor_parallel joins them).
   virtual std::vector<float> full_parameters() = 0;
-  // Where parameter p's gradient lives once finish_backward() has reduced it, and how
-  // many elements: the whole gradient (DDP) or this rank's padded shard of it (ZeRO).
-  // Two ranks holding the same parameter with the same layout hold the same part.
-  virtual std::pair<float*, int64_t> reduced_gradient(size_t p) = 0;
+  // Calls fn on parameter p's gradient as finish_backward() has reduced it (grad, numel):
+  // the whole gradient (DDP) or this rank's padded shard of it (ZeRO), changed in place
+  // (read from and written back to its swap file under parameter offload). Two ranks
+  // holding the same parameter with the same layout hold the same part.
+  virtual void update_reduced_gradient(size_t p, const std::function<void(float* grad, int64_t numel)>& fn) = 0;
 
   // Tensor parallelism, read from the placements: the norm adds the squares of
   // gradients sharded on tp over tp and counts those of parameters replicated over tp

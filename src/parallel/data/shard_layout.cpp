@@ -105,4 +105,21 @@ std::vector<char> ShardLayout::whole_parameter_writers(const std::vector<Paramet
   return writes;
 }
 
+std::vector<std::pair<int64_t, int64_t>> ShardLayout::unit_ranges(const std::vector<Parameter>& params,
+                                                                  int units) const {
+  std::vector<std::pair<int64_t, int64_t>> ranges(static_cast<size_t>(units), {0, 0});
+  int last = -1;
+  for (size_t p = 0; p < params.size(); ++p) {
+    const int u = params[p].unit();
+    NDT_CHECK(u >= 0 && u < units && u >= last, "shard layout: parameter {} of unit {} follows one of unit {}",
+              params[p].name(), u, last);
+    const ParameterShard& s = shards_[p];
+    auto& r = ranges[static_cast<size_t>(u)];
+    if (u != last) r = {s.shard_offset, s.shard_offset};
+    r.second = s.shard_offset + s.padded_numel();
+    last = u;
+  }
+  return ranges;
+}
+
 }  // namespace ndt

@@ -14,6 +14,7 @@
 #include "model/parameter.h"
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace ndt {
@@ -80,6 +81,11 @@ class ShardLayout {
   // whether this rank is the one of its group that writes parameter p to a checkpoint,
   // chosen per group to balance the bytes (balanced_writers).
   std::vector<char> whole_parameter_writers(const std::vector<Parameter>& params) const;
+
+  // Each unit's [begin, end) in the shard arena (units * entries; a unit with no
+  // parameters here: an empty range): the units' parameters are contiguous and in unit
+  // order, so their shards are too. Offload's swap layout (offload/swap_layout.h).
+  std::vector<std::pair<int64_t, int64_t>> unit_ranges(const std::vector<Parameter>& params, int units) const;
 
  private:
   std::vector<ShardGroup> groups_;

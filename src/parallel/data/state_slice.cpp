@@ -13,6 +13,24 @@ std::string StateSlice::tensor_name() const {
   }
 }
 
+int64_t StateSlice::numel() const { return shape_numel(shape()); }
+
+void StateSlice::read(int64_t first, int64_t count, float* out) const {
+  if (swap) {
+    swap->read_elements(swap_element + first, count, out);
+  } else {
+    std::copy(data + first, data + first + count, out);
+  }
+}
+
+void StateSlice::write(int64_t first, int64_t count, const float* in) const {
+  if (swap) {
+    swap->write_elements(swap_element + first, count, in);
+  } else {
+    std::copy(in, in + count, data + first);
+  }
+}
+
 Shape StateSlice::offset() const {
   Shape o = param->local_offset;
   o[0] += row_begin;

@@ -9,7 +9,7 @@
 namespace ndt {
 
 ZeroStage1::ZeroStage1(ParameterStore& store, DeviceMesh& mesh, size_t bucket_bytes, const AdamWConfig& adamw,
-                       DType reduce_dtype)
+                       DType reduce_dtype, offload::SwapSpace* swap)
     : store_(store),
       shard_comm_(mesh.axis(Axis::dp_shard_cp)),
       expert_shard_comm_(mesh.axis(Axis::edp_shard)),
@@ -19,7 +19,7 @@ ZeroStage1::ZeroStage1(ParameterStore& store, DeviceMesh& mesh, size_t bucket_by
       scheduler_(make_gradient_buckets(store, bucket_bytes, shard_comms()), [this](size_t b) { return launch(b); },
                  [this](size_t b) { completed(b); }),
       reduce_dtype_(reduce_dtype),
-      optimizer_(store, layout_, adamw) {
+      optimizer_(store, layout_, adamw, swap) {
   for (const GradientBucket& b : scheduler_.buckets()) slots_.push_back(layout_.arena_slots(b.first_param, b.end_param));
   staging_.resize(slots_.size());
   reduced_.resize(slots_.size());
@@ -122,9 +122,9 @@ std::vector<float> ZeroStage1::full_parameters() {
   return {values, values + store_.numel()};
 }
 
-std::pair<float*, int64_t> ZeroStage1::reduced_gradient(size_t p) {
+void ZeroStage1::update_reduced_gradient(size_t p, const std::function<void(float*, int64_t)>& fn) {
   const ParameterShard& s = layout_.shard(p);
-  return {grad_shards_.data<float>() + s.shard_offset, s.padded_numel()};
+  fn(grad_shards_.data<float>() + s.shard_offset, s.padded_numel());
 }
 
 }  // namespace ndt

@@ -17,7 +17,8 @@
 //   params 4 Psi + grads 4 Psi + moments 8 Psi / n
 // (plus each shard's padding to ceil(rows / n) rows). The gradient shards the
 // reduce-scatter produces exist from backward to the update only. Stages 2 and 3 are
-// in parallel/data/fsdp.h.
+// in parallel/data/fsdp.h. With offload.optimizer = "disk" the moments are on disk
+// (parallel/data/offloaded_moments.h) and streamed through the update.
 #pragma once
 
 #include "comm/device_mesh.h"
@@ -35,8 +36,9 @@ class ZeroStage1 : public GradientSync {
  public:
   // reduce_dtype: f32, or bf16 / f16 for the reduce-scatter (parallel/data/low_precision_comm.h;
   // HSDP's all-reduce over replicas stays fp32).
+  // swap: offload.optimizer = "disk" (the moments in this rank's swap files); null: in memory.
   ZeroStage1(ParameterStore& store, DeviceMesh& mesh, size_t bucket_bytes, const AdamWConfig& adamw,
-             DType reduce_dtype = DType::f32);
+             DType reduce_dtype = DType::f32, offload::SwapSpace* swap = nullptr);
 
   void begin_backward(bool sync) override;
   void after_backward(int unit) override;
@@ -54,7 +56,7 @@ class ZeroStage1 : public GradientSync {
   size_t bucket_count() const override { return scheduler_.buckets().size(); }
   void zero_grads() override { store_.zero_grads(); }
   std::vector<float> full_parameters() override;
-  std::pair<float*, int64_t> reduced_gradient(size_t p) override;
+  void update_reduced_gradient(size_t p, const std::function<void(float*, int64_t)>& fn) override;
   double exposed_wait_seconds() const override { return exposed_wait_seconds_; }
   OverlapStats overlap_stats() const override {
     return {scheduler_.launched_in_backward(), scheduler_.launched_at_finish(), 0, 0};

@@ -16,8 +16,9 @@ void TiedEmbedding::sum_gradients(const ParameterStore& store, GradientSync& syn
   const std::vector<Parameter>& params = store.params();
   for (size_t p = 0; p < params.size(); ++p) {
     if (params[p].name() != kEmbedding) continue;
-    const auto [grad, numel] = sync.reduced_gradient(p);
-    ends_->all_reduce(grad, static_cast<size_t>(numel), DType::f32, ReduceOp::sum);
+    sync.update_reduced_gradient(p, [&](float* grad, int64_t numel) {
+      ends_->all_reduce(grad, static_cast<size_t>(numel), DType::f32, ReduceOp::sum);
+    });
   }
 }
 
