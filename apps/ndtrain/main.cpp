@@ -269,7 +269,7 @@ int main(int argc, char** argv) {
   plan->add_option("--nodes", plan_options.nodes, "Nodes");
   plan->add_option("--devices-per-node", plan_options.devices_per_node, "Devices per node (default: the profile's)");
   plan->add_option("--inter-node-gbps", plan_options.inter_node_gbps,
-                   "The network between nodes, Gbit/s per device and direction (default: the profile's; the cpu "
+                   "The network between nodes, Gbit/s per link and direction (default: the profile's; the cpu "
                    "profile measures one machine, docs/multinode.md)");
   plan->add_option("--cpu-ranks", plan_options.cpu_ranks,
                    "--device cpu: the ranks sharing this machine's cores (default: a node's devices; emulated hosts "

@@ -121,7 +121,9 @@ int run_plan(const PlanOptions& o) {
             "not be negative (0: the profile's)", o.inter_node_latency_us);
   if (o.inter_node_gbps > 0) {
     device.inter_node.bytes_per_s = o.inter_node_gbps * 1e9 / 8;
-    device.source += fmt::format("; between nodes {:g} Gbit/s per device (--inter-node-gbps)", o.inter_node_gbps);
+    device.source += fmt::format("; between nodes {:g} Gbit/s per link (--inter-node-gbps), {}", o.inter_node_gbps,
+                                 device.inter_node_links > 0 ? fmt::format("{} per node", device.inter_node_links)
+                                                             : std::string("one per device"));
   }
   if (o.inter_node_latency_us > 0) device.inter_node.latency_s = o.inter_node_latency_us * 1e-6;
   const Cluster cluster = make_cluster(device, o.nodes, o.devices_per_node, o.devices);

@@ -160,17 +160,27 @@ void DeviceMesh::place_on_nodes() {
       }
     }
     nodes_spanned_[a] = most;
-    std::string peers;
-    for (const auto& [n, ranks] : others) {
-      peers += fmt::format("{}rank{} {} on {}", peers.empty() ? "" : "; ", ranks.size() == 1 ? "" : "s",
-                           fmt::join(ranks, ", "), topology_.host_names[static_cast<size_t>(n)]);
-    }
-    axes_[a]->set_peers_on_other_hosts(peers);
+    axes_[a]->set_peers_on_other_hosts(peers_text(others));
     std::vector<int> member_nodes;
     for (int r : ranks_of_group[mine]) member_nodes.push_back(node[static_cast<size_t>(r)]);
     axes_[a]->set_member_nodes(std::move(member_nodes));
   }
+  // The world's collectives (the loss, the non-finite agreement) wait on every other host.
+  std::map<int, std::vector<int>> elsewhere;
+  for (int r = 0; r < world_.size(); ++r) {
+    if (node[static_cast<size_t>(r)] != node[static_cast<size_t>(me)]) elsewhere[node[static_cast<size_t>(r)]].push_back(r);
+  }
+  world_.set_peers_on_other_hosts(peers_text(elsewhere));
   world_.set_member_nodes(node);
+}
+
+std::string DeviceMesh::peers_text(const std::map<int, std::vector<int>>& ranks_by_node) const {
+  std::string peers;
+  for (const auto& [n, ranks] : ranks_by_node) {
+    peers += fmt::format("{}rank{} {} on {}", peers.empty() ? "" : "; ", ranks.size() == 1 ? "" : "s",
+                         fmt::join(ranks, ", "), topology_.host_names[static_cast<size_t>(n)]);
+  }
+  return peers;
 }
 
 int DeviceMesh::coord(Axis axis) const {

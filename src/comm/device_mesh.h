@@ -13,9 +13,11 @@
 #include "core/axis.h"
 
 #include <array>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace ndt {
 
@@ -81,6 +83,8 @@ class DeviceMesh {
   int group_of(Axis axis, const std::array<int, 5>& c) const;
   // nodes_spanned_, and each communicator's peers on other hosts (for its messages).
   void place_on_nodes();
+  // "ranks 2, 3 on host-b; rank 4 on host-c": the peers a lost host or a cut link leaves unreachable.
+  std::string peers_text(const std::map<int, std::vector<int>>& ranks_by_node) const;
 
   std::unique_ptr<Communicator> owned_world_;  // the single-rank mesh's; null otherwise
   Communicator& world_;

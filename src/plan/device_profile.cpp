@@ -113,6 +113,8 @@ void DeviceProfile::validate() const {
             name, gemm_efficiency);
   NDT_CHECK(devices_per_node >= 1, "device profile \"{}\": devices_per_node = {} must be at least 1", name,
             devices_per_node);
+  NDT_CHECK(inter_node_links >= 0, "device profile \"{}\": inter_node_links = {} must not be negative (0: one per device)",
+            name, inter_node_links);
   NDT_CHECK(intra_node.latency_s >= 0 && inter_node.latency_s >= 0, "device profile \"{}\": latencies must not be negative",
             name);
   NDT_CHECK(std::isfinite(disk_bytes_per_s) && disk_bytes_per_s >= 0,
@@ -158,6 +160,7 @@ DeviceProfile measure_cpu_device(int devices_per_node, const std::string& disk_d
   // Ranks on one machine talk through shared memory: a message is copied in and out.
   d.intra_node = {copy / 2 * std::min(1.0, share), 2e-6};
   d.inter_node = d.intra_node;  // one machine: no network
+  d.inter_node_links = 1;         // hosts of this kind have one network interface
   d.overlaps_communication = false;
   d.disk_bytes_per_s = disk.mixed_bytes_per_s() / devices_per_node;  // the ranks share the disk
   d.source = fmt::format("measured on this machine ({} cores, {} rank{} sharing them): FMA peak {:.1f} GFLOP/s per core, "
@@ -191,7 +194,7 @@ DeviceProfile load_device_profile(const std::string& path) {
     double min, max;
     bool min_allowed;  // min itself is valid (0 for optional figures), else only above it
   };
-  double devices_per_node = 8, overlap = 1;
+  double devices_per_node = 8, overlap = 1, links = 0;
   const std::map<std::string, Key> keys = {
       {"memory_gib", {&d.memory_bytes, kGiB, true, 0, 1e6, false}},
       {"peak_tflops_fp32", {&d.peak_fp32, 1e12, true, 0, 1e6, false}},
@@ -206,6 +209,7 @@ DeviceProfile load_device_profile(const std::string& path) {
       {"inter_node_latency_us", {&d.inter_node.latency_s, 1e-6, false, 0, 1e6, true}},
       {"overlaps_communication", {&overlap, 1, false, 0, 1, true}},
       {"disk_gb_s", {&d.disk_bytes_per_s, 1e9, false, 0, 1e6, true}},
+      {"inter_node_links", {&links, 1, false, 0, 65536, true}},
   };
   std::vector<std::string> known;
   for (const auto& [key, k] : keys) known.push_back(key);
@@ -235,6 +239,8 @@ DeviceProfile load_device_profile(const std::string& path) {
   NDT_CHECK(devices_per_node == std::floor(devices_per_node),
             "device file \"{}\": devices_per_node = {} must be a whole number", path, devices_per_node);
   d.devices_per_node = static_cast<int>(devices_per_node);
+  NDT_CHECK(links == std::floor(links), "device file \"{}\": inter_node_links = {} must be a whole number", path, links);
+  d.inter_node_links = static_cast<int>(links);
   d.overlaps_communication = overlap != 0;
   d.validate();
   return d;

@@ -14,7 +14,7 @@
 namespace ndt {
 
 struct LinkProfile {
-  double bytes_per_s = 0;  // per device and direction
+  double bytes_per_s = 0;  // per direction: of one device's share inside a node, of one link between nodes
   double latency_s = 0;    // per message hop
 };
 
@@ -31,6 +31,10 @@ struct DeviceProfile {
   double gemm_efficiency = 1;
   int devices_per_node = 1;
   LinkProfile intra_node, inter_node;
+  // Links out of a node, each of inter_node's bandwidth, shared by the transfers leaving
+  // the node at once (plan/comm_time.h). 0: one per device (a GPU node's NIC per GPU);
+  // the cpu profile: 1 (a host's one network interface).
+  int inter_node_links = 0;
   // Whether collectives run beside compute (GPUs: copy engines and NVLink, NCCL) or take
   // the compute's own cores (a CPU's ranks copy through shared memory themselves).
   bool overlaps_communication = true;

@@ -10,6 +10,7 @@
 #include "parallel/pipeline/simulator.h"
 #include "parallel/pipeline/stages.h"
 #include "parallel/tensor/tensor_parallel.h"
+#include "plan/comm_time.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -34,64 +35,6 @@ std::vector<int> divisors(int n) {
     if (n % i == 0) d.push_back(i);
   }
   return d;
-}
-
-// Latency hops of one call of `op` over n ranks (ring algorithms; tree for broadcast
-// and barrier).
-double hops(CommOp op, int n) {
-  if (n <= 1) return 0;
-  switch (op) {
-    case CommOp::all_reduce: return 2.0 * (n - 1);
-    case CommOp::reduce_scatter:
-    case CommOp::all_gather:
-    case CommOp::all_to_all:
-    case CommOp::all_to_all_v: return n - 1;
-    case CommOp::send:
-    case CommOp::recv: return 1;
-    default: return std::ceil(std::log2(n));
-  }
-}
-
-// The world ranks one group of `axis` spans: the mesh is row-major in (pp, dp_replicate,
-// dp_shard, cp, tp), tp innermost (core/axis.h), and consecutive world ranks share a node.
-int64_t axis_extent(Axis axis, const MeshShape& m) {
-  const int64_t tp = m.tp, cp = m.cp, sh = m.dp_shard, rep = m.dp_replicate;
-  switch (axis) {
-    case Axis::tp: return tp;
-    case Axis::cp: return tp * cp;
-    case Axis::ep: return tp * m.ep;
-    case Axis::dp_shard:
-    case Axis::dp_shard_cp:
-    case Axis::edp_shard: return tp * cp * sh;
-    case Axis::dp_replicate:
-    case Axis::dp:
-    case Axis::dp_cp:
-    case Axis::edp: return tp * cp * sh * rep;
-    case Axis::pp: return tp * cp * sh * rep * m.pp;
-  }
-  return 1;
-}
-
-const LinkProfile& axis_link(Axis axis, const MeshShape& m, const Cluster& cluster) {
-  const int64_t extent = axis_extent(axis, m);
-  const bool inside = extent <= cluster.devices_per_node && cluster.devices_per_node % extent == 0;
-  return inside ? cluster.device.intra_node : cluster.device.inter_node;
-}
-
-
-// Alpha-beta time of a rank's calls of one operation: hops x latency per call plus the
-// wire bytes over the bandwidth. An all-reduce takes the better of the ring (the wire
-// bytes the counters count) and a tree (2 log2 n hops, twice the payload on the wire),
-// as NCCL chooses between them: a one-float all-reduce over 16K ranks is a tree's 28
-// hops, not a ring's 32766.
-double op_seconds(CommOp op, const OpVolume& v, int group, const LinkProfile& link) {
-  if (v.calls == 0) return 0;
-  const double calls = static_cast<double>(v.calls);
-  const double ring = calls * hops(op, group) * link.latency_s + static_cast<double>(v.wire_bytes) / link.bytes_per_s;
-  if (op != CommOp::all_reduce || group <= 2) return ring;
-  const double tree = calls * 2 * std::ceil(std::log2(group)) * link.latency_s +
-                      2.0 * static_cast<double>(v.payload_bytes) / link.bytes_per_s;
-  return std::min(ring, tree);
 }
 
 bool is_gradient_axis(Axis a) {
@@ -210,6 +153,139 @@ std::string Layout::describe() const {
                      pipeline, offload == OffloadChoice::none ? "" : fmt::format(" | offload {}", offload_choice_name(offload)));
 }
 
+namespace {
+
+// One layout being scored: its resolved run and what its stages share.
+struct Candidate {
+  const RunConfig& config;
+  const Cluster& cluster;
+  RunConfig resolved;
+  MeshShape m{};
+  ActivationLayout layout{};
+  PipelineShape shape{};
+  const PipelineFacts* facts = nullptr;
+  const PipelineStages* split = nullptr;
+  double gemm_rate = 0;
+  double tokens_mb = 0;  // tokens of one micro-batch on one rank (tp ranks split the matmuls' FLOPs)
+  std::vector<std::vector<char>> stage_units{};  // per stage: the units it runs (empty: all)
+  std::vector<int64_t> contexts{};             // per stage: one micro-batch's activation bytes
+};
+
+// One micro-batch through a stage (roofline): the matmuls at the GEMM rate, and the
+// activations written in forward and read and written again in backward at the memory
+// bandwidth; attention_s: the step's attention matmuls, which the ring's transfers hide behind.
+struct StageCompute {
+  double forward_s = 0, backward_s = 0, attention_s = 0;
+};
+
+// A stage's communication in one step, by where it lands in the step.
+struct CommSeconds {
+  double reduce_s = 0, gather_s = 0;  // data-parallel gradient reductions and parameter gathers
+  double per_micro_batch_s = 0;       // tp, ep and the exposed cp of each micro-batch
+  double p2p_message_s = 0;           // one pipeline boundary message
+  double after_backward_s = 0;        // the world's small collectives and the tied embedding's sum
+};
+
+// A stage's step: its pipeline (micro-batches and bubble) and the tail after it.
+struct StageTime {
+  TimeEstimate t;
+  double pipeline_s = 0, tail_s = 0;
+};
+
+// The trainer's small collectives over the whole world, and the tied embedding's
+// gradient sum between the first and last pipeline stage: after the backward.
+double after_backward_seconds(const Candidate& c, const StepCommunication& comm) {
+  const Cluster& cluster = c.cluster;
+  const LinkProfile& world_link =
+      cluster.devices() <= cluster.devices_per_node ? cluster.device.intra_node : cluster.device.inter_node;
+  const LinkProfile tied_link = axis_link(Axis::pp, c.m, cluster);
+  double seconds = 0;
+  for (size_t op = 0; op < kNumCommOps; ++op) {
+    seconds += op_seconds(static_cast<CommOp>(op), comm.world.ops[op], cluster.devices(), world_link);
+    seconds += op_seconds(static_cast<CommOp>(op), comm.tied_embedding.ops[op], 2, tied_link);
+  }
+  return seconds;
+}
+
+// Each axis's collectives at their time (into t.comm_s), sorted by where the step waits for them.
+CommSeconds communication_seconds(const Candidate& c, const StepCommunication& comm, double attention_s,
+                                  TimeEstimate& t) {
+  const MeshShape& m = c.m;
+  const int micro_batches = c.resolved.micro_batches();
+  CommSeconds s;
+  for (size_t a = 0; a < kNumAxes; ++a) {
+    const Axis axis = static_cast<Axis>(a);
+    if (is_alias_axis(axis, m)) continue;
+    const LinkProfile link = axis_link(axis, m, c.cluster);
+    double axis_s = 0;
+    for (size_t op = 0; op < kNumCommOps; ++op) {
+      const CommOp kind = static_cast<CommOp>(op);
+      const OpVolume& v = comm.axes[a].ops[op];
+      const double seconds = kind == CommOp::all_reduce ? all_reduce_seconds(c.config, axis, v, m, c.cluster)
+                                                        : op_seconds(kind, v, m.size(axis), link);
+      axis_s += seconds;
+      if (is_gradient_axis(axis)) (kind == CommOp::all_gather ? s.gather_s : s.reduce_s) += seconds;
+      if (axis == Axis::pp && kind == CommOp::send && v.calls > 0) {
+        s.p2p_message_s = link.latency_s + static_cast<double>(v.wire_bytes) / static_cast<double>(v.calls) / link.bytes_per_s;
+      }
+    }
+    t.comm_s[a] = axis_s;
+    if (axis == Axis::tp || axis == Axis::ep) s.per_micro_batch_s += axis_s / micro_batches;
+    if (axis == Axis::cp) {
+      // The ring passes K and V behind the attention of the chunk it holds; Ulysses'
+      // all-to-alls are on the critical path.
+      const bool hidden = c.config.cp_mode == CpMode::ring && c.cluster.device.overlaps_communication;
+      s.per_micro_batch_s += (hidden ? std::max(0.0, axis_s - attention_s) : axis_s) / micro_batches;
+    }
+  }
+  s.after_backward_s = after_backward_seconds(c, comm);
+  return s;
+}
+
+// Gradient reductions run behind the last micro-batch's backward; FSDP's gathers and
+// reduce-scatters behind all the compute (prefetch); ZeRO-1/2 gather the updated
+// parameters after the optimizer. Without overlap the step waits for all of it.
+double exposed_data_parallel_seconds(const Candidate& c, const CommSeconds& s, double compute_s, double last_backward_s) {
+  if (!c.cluster.device.overlaps_communication) return s.reduce_s + s.gather_s;
+  if (c.config.zero_stage == 3) return std::max(0.0, s.reduce_s + s.gather_s - compute_s);
+  return std::max(0.0, s.reduce_s - last_backward_s) + s.gather_s;
+}
+
+// AdamW over the rank's shard: 28 bytes of fp32 state read and written per parameter,
+// and the compute copy written when it is not fp32.
+double optimizer_seconds(const TieredStates& tiers, DType compute, const DeviceProfile& device) {
+  const double shard_params =
+      static_cast<double>(tiers.disk.optimizer > 0 ? tiers.disk.optimizer : tiers.resident.optimizer) / 8;
+  return shard_params * (28.0 + (compute == DType::f32 ? 0 : dtype_size(compute))) / device.memory_bytes_per_s;
+}
+
+// The optimizer's stream runs behind its update, parameter reads behind forward and
+// backward (read ahead); what they do not cover, the step waits for.
+double offload_io_seconds(const TieredStates& tiers, const DeviceProfile& device, double optimizer_s, double compute_s) {
+  if (tiers.read_bytes + tiers.write_bytes == 0) return 0;
+  NDT_CHECK(device.disk_bytes_per_s > 0, "device profile \"{}\" has no disk bandwidth: offload is not planned on it",
+            device.name);
+  const double stream_s = static_cast<double>(tiers.stream_bytes) / device.disk_bytes_per_s;
+  const double rest_s =
+      static_cast<double>(tiers.read_bytes + tiers.write_bytes - tiers.stream_bytes) / device.disk_bytes_per_s;
+  return std::max(0.0, stream_s - optimizer_s) + std::max(0.0, rest_s - compute_s);
+}
+
+// A pipeline stage's kind: whether it is the first or the last, and its units in order
+// (E embedding, D dense block, M MoE block, H head, | a gap). Stages of one kind
+// communicate alike.
+std::string stage_kind(const std::vector<char>& units, int stage, int pp, const ModelConfig& model) {
+  std::string kind = {stage == 0 ? 'F' : '-', stage == pp - 1 ? 'L' : '-', ':'};
+  for (int u = 0; u < static_cast<int>(units.size()); ++u) {
+    if (!units[static_cast<size_t>(u)]) {
+      if (!kind.empty() && kind.back() != '|') kind += '|';
+      continue;
+    }
+    kind += u == 0 ? 'E' : u == model.n_layer + 1 ? 'H' : model.is_moe_block(u - 1) ? 'M' : 'D';
+  }
+  return kind;
+}
+
 // What scoring layouts of one model and run shares, computed once: the parameter specs
 // and FLOPs per unit, each pipeline split, each stage's tp-local specs.
 class LayoutScorer {
@@ -224,6 +300,15 @@ class LayoutScorer {
   LayoutScore score(const RunConfig& config, const Cluster& cluster);
 
  private:
+  Candidate candidate(const RunConfig& config, const Cluster& cluster);
+  MemoryEstimate stage_memory(Candidate& c, int stage);  // fills c's stage units and context
+  StageCompute stage_compute(const Candidate& c, int stage);
+  StageTime stage_time(const Candidate& c, int stage, const StepCommunication& comm);
+  // Each stage's communication and time into s; the score keeps the stage with the most
+  // memory. Returns that memory (communication buffers now counted).
+  double time_stages(const Candidate& c, LayoutScore& s);
+  void set_throughput(const Candidate& c, LayoutScore& s);  // bubble, MFU, HFU, tokens/s
+
   const std::vector<double>& recompute_flops(const RunConfig& c, bool cp) {
     const auto key = std::make_tuple(static_cast<int>(c.activation_checkpointing.mode), c.activation_checkpointing.every, cp);
     auto it = recompute_.find(key);
@@ -310,207 +395,126 @@ class LayoutScorer {
   std::map<std::tuple<int, int, int, int>, std::vector<ParameterSpec>> stage_specs_;
 };
 
-LayoutScore LayoutScorer::score(const RunConfig& config, const Cluster& cluster) {
+Candidate LayoutScorer::candidate(const RunConfig& config, const Cluster& cluster) {
   // What the caches were filled for.
   NDT_CHECK(config.seq_len == seq_len_ && config.loss_chunk_rows == loss_chunk_rows_ &&
                 config.model.n_layer == model_.n_layer && config.model.d_model == model_.d_model,
             "LayoutScorer: a config of another model or run");
-  LayoutScore s;
   config.validate_layout();
-  const RunConfig resolved =
-      config.resolved(RunConfig::JobShape{cluster.devices(), cluster.devices_per_node, cluster.devices_per_node});
-  const MeshShape& m = resolved.mesh;
-  s.layout = Layout::of(config);
-  s.layout.mesh = m;
-  const ModelConfig& model = config.model;
-  const DeviceProfile& device = cluster.device;
-  const int mb = resolved.micro_batch_size;
-  const int micro_batches = resolved.micro_batches();
-  const int T = config.seq_len;
-  const DType compute = config.precision.compute;
-  const double peak = device.peak_flops(compute, config.precision.fp8);
-  const double gemm_rate = peak * device.gemm_efficiency;
-
-  ActivationLayout layout;
-  layout.tp = m.tp;
-  layout.sequence_parallel = config.sequence_parallel;
-  layout.cp = CpLayout{m.cp, config.cp_mode, config.cp_chunks};
-
-  const PipelineSchedule schedule = config.pp_schedule;
-  const PipelineShape shape{m.pp, config.pp_virtual_stages, micro_batches};
-  const PipelineFacts* facts = m.pp > 1 ? &pipeline_facts(schedule, shape) : nullptr;
-  const PipelineStages* split = nullptr;
-  if (m.pp > 1) {
+  Candidate c{config, cluster,
+              config.resolved(RunConfig::JobShape{cluster.devices(), cluster.devices_per_node, cluster.devices_per_node})};
+  c.m = c.resolved.mesh;
+  c.layout.tp = c.m.tp;
+  c.layout.sequence_parallel = config.sequence_parallel;
+  c.layout.cp = CpLayout{c.m.cp, config.cp_mode, config.cp_chunks};
+  c.shape = PipelineShape{c.m.pp, config.pp_virtual_stages, c.resolved.micro_batches()};
+  if (c.m.pp > 1) {
     NDT_CHECK(config.pp_layers.empty(), "the planner balances pipeline stages itself: parallel.pp_layers = \"{}\"",
               config.pp_layers);
-    split = &stages(config, m.pp * config.pp_virtual_stages);
+    c.facts = &pipeline_facts(config.pp_schedule, c.shape);
+    c.split = &stages(config, c.m.pp * config.pp_virtual_stages);
   }
-  const std::vector<double>& unit_flops = unit_flops_;
-  const std::vector<double>& unit_recompute = recompute_flops(config, m.cp > 1);
-  // Tokens of one micro-batch on one rank; tp ranks split the matmuls' FLOPs.
-  const double tokens_mb = static_cast<double>(mb) * T / m.cp;
-  const double budget = device.memory_bytes;
+  const DeviceProfile& device = cluster.device;
+  c.gemm_rate = device.peak_flops(config.precision.compute, config.precision.fp8) * device.gemm_efficiency;
+  c.tokens_mb = static_cast<double>(c.resolved.micro_batch_size) * config.seq_len / c.m.cp;
+  c.stage_units.resize(static_cast<size_t>(c.m.pp));
+  c.contexts.resize(static_cast<size_t>(c.m.pp));
+  return c;
+}
 
-  // Memory first, for every stage: a layout whose model states and activations already
-  // overflow is rejected without predicting its communication.
-  std::vector<std::vector<char>> stage_units(static_cast<size_t>(m.pp));
-  std::vector<int64_t> contexts(static_cast<size_t>(m.pp));
-  double worst_memory = -1;
-  for (int stage = 0; stage < m.pp; ++stage) {
-    std::vector<char>& local_units = stage_units[static_cast<size_t>(stage)];
-    if (split) local_units = stage_local_units(m.pp, config.pp_virtual_stages, stage, *split);
-    MemoryEstimate mem;
-    const TieredStates& tiers = model_states(resolved, m, stage, local_units);
-    const ModelStateBytes& states = tiers.resident;
-    mem.params = states.params, mem.grads = states.grads, mem.optimizer = states.optimizer;
-    mem.disk = tiers.disk.total();
-    const int64_t one_context = activation_bytes(config, layout, mb, m, stage, local_units, config.activation_checkpointing);
-    contexts[static_cast<size_t>(stage)] = one_context;
-    // A context per micro-batch in flight (all of the rank's chunks: one context serves
-    // a micro-batch from its first chunk's forward to its last chunk's backward), and one
-    // workspace they share.
-    mem.in_flight = facts ? facts->contexts[static_cast<size_t>(stage)] : 1;
-    const int64_t workspace = workspace_floats(model, layout, mb, T / m.cp, config.loss_chunk_rows,
-                                               config.activation_checkpointing, compute) * 4;
-    mem.activations = mem.in_flight * (one_context - workspace) + workspace;
-    s.stages.push_back(mem);
-    if (static_cast<double>(mem.total()) > worst_memory) worst_memory = static_cast<double>(mem.total()), s.worst_stage = stage;
-  }
-  if (worst_memory > budget) {
-    s.memory = s.stages[static_cast<size_t>(s.worst_stage)];
-    s.rejected = overflow_message(s.memory, s.worst_stage, m.pp, budget);
-    return s;
-  }
+MemoryEstimate LayoutScorer::stage_memory(Candidate& c, int stage) {
+  const RunConfig& config = c.config;
+  std::vector<char>& local_units = c.stage_units[static_cast<size_t>(stage)];
+  if (c.split) local_units = stage_local_units(c.m.pp, config.pp_virtual_stages, stage, *c.split);
+  MemoryEstimate mem;
+  const TieredStates tiers = model_states(c.resolved, c.m, stage, local_units);
+  mem.params = tiers.resident.params, mem.grads = tiers.resident.grads, mem.optimizer = tiers.resident.optimizer;
+  mem.disk = tiers.disk.total();
+  const int mb = c.resolved.micro_batch_size;
+  const int64_t one_context = activation_bytes(config, c.layout, mb, c.m, stage, local_units, config.activation_checkpointing);
+  c.contexts[static_cast<size_t>(stage)] = one_context;
+  // A context per micro-batch in flight (all of the rank's chunks: one context serves
+  // a micro-batch from its first chunk's forward to its last chunk's backward), and one
+  // workspace they share.
+  mem.in_flight = c.facts ? c.facts->contexts[static_cast<size_t>(stage)] : 1;
+  const int64_t workspace = workspace_floats(config.model, c.layout, mb, config.seq_len / c.m.cp, config.loss_chunk_rows,
+                                             config.activation_checkpointing, config.precision.compute) * 4;
+  mem.activations = mem.in_flight * (one_context - workspace) + workspace;
+  return mem;
+}
 
+StageCompute LayoutScorer::stage_compute(const Candidate& c, int stage) {
+  const RunConfig& config = c.config;
+  const std::vector<char>& local_units = c.stage_units[static_cast<size_t>(stage)];
+  const std::vector<double>& unit_recompute = recompute_flops(config, c.m.cp > 1);
+  double flops = 0, recompute = 0, attention = 0;
+  for (int u = 0; u < static_cast<int>(unit_flops_.size()); ++u) {
+    if (!local_units.empty() && !local_units[static_cast<size_t>(u)]) continue;
+    flops += unit_flops_[static_cast<size_t>(u)];
+    recompute += unit_recompute[static_cast<size_t>(u)];
+    if (u >= 1 && u <= model_.n_layer) attention += 12.0 * model_.d_model * static_cast<double>(config.seq_len);
+  }
+  const int64_t traffic = config.activation_checkpointing.mode == CheckpointMode::none
+                              ? c.contexts[static_cast<size_t>(stage)]
+                              : activation_bytes(config, c.layout, c.resolved.micro_batch_size, c.m, stage, local_units, {});
+  const double memory_s = 3.0 * static_cast<double>(traffic) / c.cluster.device.memory_bytes_per_s;
+  StageCompute s;
+  s.forward_s = flops / 3 * c.tokens_mb / c.m.tp / c.gemm_rate + memory_s / 3;
+  s.backward_s = (flops * 2 / 3 + recompute) * c.tokens_mb / c.m.tp / c.gemm_rate + memory_s * 2 / 3;
+  s.attention_s = attention * c.tokens_mb / c.m.tp / c.gemm_rate * c.resolved.micro_batches();
+  return s;
+}
+
+StageTime LayoutScorer::stage_time(const Candidate& c, int stage, const StepCommunication& comm) {
+  const DeviceProfile& device = c.cluster.device;
+  const int micro_batches = c.resolved.micro_batches();
+  const StageCompute compute = stage_compute(c, stage);
+  StageTime st;
+  TimeEstimate& t = st.t;
+  const CommSeconds comm_s = communication_seconds(c, comm, compute.attention_s, t);
+  const double F = compute.forward_s + comm_s.per_micro_batch_s / 2, B = compute.backward_s + comm_s.per_micro_batch_s / 2;
+  st.pipeline_s = micro_batches * (F + B);
+  if (c.facts) {
+    t.bubble_s = st.pipeline_s * c.facts->bubble / (1 - c.facts->bubble) +
+                 2.0 * (c.shape.chunks() - 1) * comm_s.p2p_message_s;
+    st.pipeline_s += t.bubble_s;
+  }
+  const double exposed_dp = exposed_data_parallel_seconds(c, comm_s, micro_batches * (F + B), B);
+  const TieredStates tiers = model_states(c.resolved, c.m, stage, c.stage_units[static_cast<size_t>(stage)]);
+  t.optimizer_s = optimizer_seconds(tiers, c.config.precision.compute, device);
+  t.compute_s = micro_batches * (compute.forward_s + compute.backward_s);
+  t.exposed_comm_s = micro_batches * comm_s.per_micro_batch_s + exposed_dp + comm_s.after_backward_s;
+  t.offload_io_s = offload_io_seconds(tiers, device, t.optimizer_s, micro_batches * (F + B));
+  st.tail_s = exposed_dp + comm_s.after_backward_s + t.optimizer_s + t.offload_io_s;
+  t.step_s = st.pipeline_s + st.tail_s;
+  return st;
+}
+
+double LayoutScorer::time_stages(const Candidate& c, LayoutScore& s) {
   // Stages holding the same kinds of units in the same places of the pipeline communicate
   // alike: the communication model runs once per kind.
   std::map<std::string, std::pair<StepCommunication, int64_t>> by_kind;
-  const auto stage_kind = [&](int stage) {
-    const std::vector<char>& units = stage_units[static_cast<size_t>(stage)];
-    std::string kind = {stage == 0 ? 'F' : '-', stage == m.pp - 1 ? 'L' : '-', ':'};
-    for (int u = 0; u < static_cast<int>(units.size()); ++u) {
-      if (!units[static_cast<size_t>(u)]) {
-        if (!kind.empty() && kind.back() != '|') kind += '|';
-        continue;
-      }
-      kind += u == 0 ? 'E' : u == model.n_layer + 1 ? 'H' : model.is_moe_block(u - 1) ? 'M' : 'D';
-    }
-    return kind;
-  };
-  worst_memory = -1;
-  double slowest_stage = 0, worst_tail = 0;
-  for (int stage = 0; stage < m.pp; ++stage) {
-    const std::vector<char>& local_units = stage_units[static_cast<size_t>(stage)];
-    const auto runs = [&](int unit) { return local_units.empty() || local_units[static_cast<size_t>(unit)]; };
+  double worst_memory = -1, slowest_stage = 0, worst_tail = 0;
+  for (int stage = 0; stage < c.m.pp; ++stage) {
     MemoryEstimate& mem = s.stages[static_cast<size_t>(stage)];
-    const std::string kind = m.pp > 1 ? stage_kind(stage) : std::string();
+    const std::string kind =
+        c.m.pp > 1 ? stage_kind(c.stage_units[static_cast<size_t>(stage)], stage, c.m.pp, c.config.model) : "";
     auto known = by_kind.find(kind);
     if (known == by_kind.end()) {
+      const int devices = c.cluster.devices();
       known = by_kind
-                  .emplace(kind, std::pair{predict_step_communication(config, cluster.devices(), stage, split),
-                                           predict_comm_buffer_bytes(config, cluster.devices(), stage, split)})
+                  .emplace(kind, std::pair{predict_step_communication(c.config, devices, stage, c.split),
+                                           predict_comm_buffer_bytes(c.config, devices, stage, c.split)})
                   .first;
     }
     const StepCommunication& comm = known->second.first;
     mem.comm_buffers = known->second.second;
-    const ModelStateBytes states{mem.params, mem.grads, mem.optimizer};
-
-    // Roofline of one micro-batch through this stage: the matmuls at the GEMM rate, and
-    // the activations written in forward and read and written again in backward at the
-    // memory bandwidth.
-    double flops = 0, recompute = 0, attention = 0;
-    for (int u = 0; u < static_cast<int>(unit_flops.size()); ++u) {
-      if (!runs(u)) continue;
-      flops += unit_flops[static_cast<size_t>(u)];
-      recompute += unit_recompute[static_cast<size_t>(u)];
-      if (u >= 1 && u <= model.n_layer) attention += 12.0 * model.d_model * static_cast<double>(T);
-    }
-    const int64_t traffic = config.activation_checkpointing.mode == CheckpointMode::none
-                                ? contexts[static_cast<size_t>(stage)]
-                                : activation_bytes(config, layout, mb, m, stage, local_units, {});
-    const double memory_s = 3.0 * static_cast<double>(traffic) / device.memory_bytes_per_s;
-    const double forward_s = flops / 3 * tokens_mb / m.tp / gemm_rate + memory_s / 3;
-    const double backward_s = (flops * 2 / 3 + recompute) * tokens_mb / m.tp / gemm_rate + memory_s * 2 / 3;
-    const double attention_s = attention * tokens_mb / m.tp / gemm_rate * micro_batches;
-
-    TimeEstimate t;
-    double reduce_s = 0, gather_s = 0, per_micro_batch_s = 0, p2p_message_s = 0;
-    for (size_t a = 0; a < kNumAxes; ++a) {
-      const Axis axis = static_cast<Axis>(a);
-      if (is_alias_axis(axis, m)) continue;
-      const int group = m.size(axis);
-      const LinkProfile& link = axis_link(axis, m, cluster);
-      double axis_s = 0;
-      for (size_t op = 0; op < kNumCommOps; ++op) {
-        const OpVolume& v = comm.axes[a].ops[op];
-        const double seconds = op_seconds(static_cast<CommOp>(op), v, group, link);
-        axis_s += seconds;
-        if (is_gradient_axis(axis)) (static_cast<CommOp>(op) == CommOp::all_gather ? gather_s : reduce_s) += seconds;
-        if (axis == Axis::pp && static_cast<CommOp>(op) == CommOp::send && v.calls > 0) {
-          p2p_message_s = link.latency_s + static_cast<double>(v.wire_bytes) / static_cast<double>(v.calls) / link.bytes_per_s;
-        }
-      }
-      t.comm_s[a] = axis_s;
-      if (axis == Axis::tp || axis == Axis::ep) per_micro_batch_s += axis_s / micro_batches;
-      if (axis == Axis::cp) {
-        // The ring passes K and V behind the attention of the chunk it holds; Ulysses'
-        // all-to-alls are on the critical path.
-        const bool hidden = config.cp_mode == CpMode::ring && device.overlaps_communication;
-        per_micro_batch_s += (hidden ? std::max(0.0, axis_s - attention_s) : axis_s) / micro_batches;
-      }
-    }
-    // The trainer's small collectives over the whole world, and the tied embedding's
-    // gradient sum between the first and last pipeline stage: after the backward.
-    double after_backward_s = 0;
-    for (const auto& [volume, group, link] :
-         {std::tuple<const AxisVolume&, int, const LinkProfile*>{comm.world, cluster.devices(),
-                                                                  cluster.devices() <= cluster.devices_per_node
-                                                                      ? &device.intra_node
-                                                                      : &device.inter_node},
-          {comm.tied_embedding, 2, &axis_link(Axis::pp, m, cluster)}}) {
-      for (size_t op = 0; op < kNumCommOps; ++op) {
-        after_backward_s += op_seconds(static_cast<CommOp>(op), volume.ops[op], group, *link);
-      }
-    }
-    const double F = forward_s + per_micro_batch_s / 2, B = backward_s + per_micro_batch_s / 2;
-    double pipeline_s = micro_batches * (F + B);
-    if (facts) {
-      t.bubble_s = pipeline_s * facts->bubble / (1 - facts->bubble) + 2.0 * (shape.chunks() - 1) * p2p_message_s;
-      pipeline_s += t.bubble_s;
-    }
-    // Gradient reductions run behind the last micro-batch's backward; FSDP's gathers and
-    // reduce-scatters behind all the compute (prefetch); ZeRO-1/2 gather the updated
-    // parameters after the optimizer.
-    double exposed_dp = 0;
-    if (!device.overlaps_communication) {
-      exposed_dp = reduce_s + gather_s;
-    } else if (config.zero_stage == 3) {
-      exposed_dp = std::max(0.0, reduce_s + gather_s - micro_batches * (F + B));
-    } else {
-      exposed_dp = std::max(0.0, reduce_s - B) + gather_s;
-    }
-    const TieredStates& tiers = model_states(resolved, m, stage, local_units);
-    const double shard_params = static_cast<double>(tiers.disk.optimizer > 0 ? tiers.disk.optimizer : states.optimizer) / 8;
-    t.optimizer_s = shard_params * (28.0 + (compute == DType::f32 ? 0 : dtype_size(compute))) / device.memory_bytes_per_s;
-    t.compute_s = micro_batches * (forward_s + backward_s);
-    t.exposed_comm_s = micro_batches * per_micro_batch_s + exposed_dp + after_backward_s;
-    if (tiers.read_bytes + tiers.write_bytes > 0) {
-      // The optimizer's stream runs behind its update, parameter reads behind forward and
-      // backward (read ahead); what they do not cover, the step waits for.
-      NDT_CHECK(device.disk_bytes_per_s > 0, "device profile \"{}\" has no disk bandwidth: offload is not planned on it",
-                device.name);
-      const double stream_s = static_cast<double>(tiers.stream_bytes) / device.disk_bytes_per_s;
-      const double rest_s = static_cast<double>(tiers.read_bytes + tiers.write_bytes - tiers.stream_bytes) /
-                            device.disk_bytes_per_s;
-      t.offload_io_s = std::max(0.0, stream_s - t.optimizer_s) + std::max(0.0, rest_s - micro_batches * (F + B));
-    }
-    const double tail = exposed_dp + after_backward_s + t.optimizer_s + t.offload_io_s;
-    t.step_s = pipeline_s + tail;
-    slowest_stage = std::max(slowest_stage, pipeline_s);
-    worst_tail = std::max(worst_tail, tail);
+    const StageTime st = stage_time(c, stage, comm);
+    slowest_stage = std::max(slowest_stage, st.pipeline_s);
+    worst_tail = std::max(worst_tail, st.tail_s);
     if (static_cast<double>(mem.total()) > worst_memory) {
       worst_memory = static_cast<double>(mem.total());
-      s.worst_stage = stage, s.memory = mem, s.time = t;
+      s.worst_stage = stage, s.memory = mem, s.time = st.t;
       for (size_t a = 0; a < kNumAxes; ++a) {
         s.comm[a] = {comm.axes[a].calls(), comm.axes[a].payload_bytes(), comm.axes[a].wire_bytes()};
       }
@@ -518,17 +522,50 @@ LayoutScore LayoutScorer::score(const RunConfig& config, const Cluster& cluster)
   }
   // Stages wait for each other: the step is the slowest stage's pipeline plus the longest tail.
   s.time.step_s = slowest_stage + worst_tail;
-  s.bubble = facts ? facts->bubble : 0.0;
-  const double tokens = static_cast<double>(config.batch_size) * T;
-  const double model_flops = std::accumulate(unit_flops.begin(), unit_flops.end(), 0.0) * tokens;
+  return worst_memory;
+}
+
+void LayoutScorer::set_throughput(const Candidate& c, LayoutScore& s) {
+  const RunConfig& config = c.config;
+  const std::vector<double>& unit_recompute = recompute_flops(config, c.m.cp > 1);
+  s.bubble = c.facts ? c.facts->bubble : 0.0;
+  const double tokens = static_cast<double>(config.batch_size) * config.seq_len;
+  const double model_flops = std::accumulate(unit_flops_.begin(), unit_flops_.end(), 0.0) * tokens;
   const double hardware_flops = model_flops + std::accumulate(unit_recompute.begin(), unit_recompute.end(), 0.0) * tokens;
-  const double capacity = s.time.step_s * cluster.devices() * peak;
+  const double peak = c.cluster.device.peak_flops(config.precision.compute, config.precision.fp8);
+  const double capacity = s.time.step_s * c.cluster.devices() * peak;
   s.mfu = model_flops / capacity;
   s.hfu = hardware_flops / capacity;
   s.tokens_per_s = tokens / s.time.step_s;
-  if (worst_memory > budget) s.rejected = overflow_message(s.memory, s.worst_stage, m.pp, budget);
+}
+
+LayoutScore LayoutScorer::score(const RunConfig& config, const Cluster& cluster) {
+  Candidate c = candidate(config, cluster);
+  LayoutScore s;
+  s.layout = Layout::of(config);
+  s.layout.mesh = c.m;
+  const double budget = cluster.device.memory_bytes;
+  // Memory first, for every stage: a layout whose model states and activations already
+  // overflow is rejected without predicting its communication.
+  double worst_memory = -1;
+  for (int stage = 0; stage < c.m.pp; ++stage) {
+    s.stages.push_back(stage_memory(c, stage));
+    if (static_cast<double>(s.stages.back().total()) > worst_memory) {
+      worst_memory = static_cast<double>(s.stages.back().total()), s.worst_stage = stage;
+    }
+  }
+  if (worst_memory > budget) {
+    s.memory = s.stages[static_cast<size_t>(s.worst_stage)];
+    s.rejected = overflow_message(s.memory, s.worst_stage, c.m.pp, budget);
+    return s;
+  }
+  worst_memory = time_stages(c, s);  // now with each stage's communication buffers
+  set_throughput(c, s);
+  if (worst_memory > budget) s.rejected = overflow_message(s.memory, s.worst_stage, c.m.pp, budget);
   return s;
 }
+
+}  // namespace
 
 LayoutScore score_layout(const RunConfig& config, const Cluster& cluster) {
   return LayoutScorer(config).score(config, cluster);

@@ -1,0 +1,46 @@
+// The step-time model's communication: how long a rank's calls of one collective on one
+// mesh axis take (alpha-beta: hops x latency + wire bytes / bandwidth), on the link the
+// axis's groups use. A group inside a node uses the node's fabric; a group that crosses
+// nodes shares each node's inter-node links with the other groups crossing at the same
+// time; DDP's all-reduce across nodes takes the two-level route where the run would
+// (parallel.dp_reduction, parallel/data/two_level_reduce.h). docs/planner.md "Step time".
+#pragma once
+
+#include "plan/comm_model.h"
+#include "plan/device_profile.h"
+#include "train/config.h"
+
+#include <cstdint>
+
+namespace ndt {
+
+// The world ranks one group of `axis` spans: the mesh is row-major in (pp, dp_replicate,
+// dp_shard, cp, tp), tp innermost (core/axis.h), and consecutive world ranks share a node.
+int64_t axis_extent(Axis axis, const MeshShape& m);
+
+// How the groups of `axis` sit on the nodes.
+struct AxisPlacement {
+  bool crosses_nodes = false;
+  int ranks_per_node = 1;    // one group's ranks on one node (the group's size when inside)
+  int streams_per_node = 1;  // crossing: transfers leaving a node at once, one per group on it
+};
+AxisPlacement axis_placement(Axis axis, const MeshShape& m, const Cluster& cluster);
+
+// What one rank of a group of `axis` sends over: the node's fabric, or its share of the
+// node's inter-node links (Cluster::device.inter_node_links) among the streams leaving
+// the node at once (a ring over a group sends one stream out of each node it spans).
+LinkProfile axis_link(Axis axis, const MeshShape& m, const Cluster& cluster);
+
+// Seconds of a rank's calls of `op` over `group` ranks on `link`. An all-reduce takes the
+// better of the ring (the wire bytes the counters count) and a tree (2 log2 n hops, twice
+// the payload on the wire), as NCCL chooses between them.
+double op_seconds(CommOp op, const OpVolume& v, int group, const LinkProfile& link);
+
+// Seconds of the all-reduces `v` on `axis` as the run routes them: DDP's gradient
+// all-reduce over nodes (config.zero_stage 0, fp32 reduction) runs in two levels under
+// dp_reduction = hierarchical, the faster of the two routes under auto (the run times
+// both and keeps the faster), flat otherwise; every other all-reduce flat.
+double all_reduce_seconds(const RunConfig& config, Axis axis, const OpVolume& v, const MeshShape& m,
+                          const Cluster& cluster);
+
+}  // namespace ndt
