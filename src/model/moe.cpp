@@ -71,25 +71,14 @@ void token_scores(MoeScore kind, const float* logits, int E, float* score, float
   }
 }
 
-}  // namespace
-
-void MoeLayer::route(MoeActivations& a, const MoeBatch& batch, const float* x, double* aux_sum, double* z_sum,
-                     MoeStats* stats) const {
-  const ModelConfig& c = *c_;
-  const int E = c.n_experts, k = c.moe_top_k, C = c.d_model, B = batch.B, T = batch.T;
-  const int64_t N = int64_t{B} * T, whole_T = int64_t{T} * batch.cp;
-  NDT_CHECK(c.moe_capacity_factor == 0 || batch.cp == 1,
-            "model.moe_capacity_factor = {} with parallel.cp = {} is not supported: capacity admits a sequence's "
-            "tokens in position order, which a split sequence does not have on one rank",
-            c.moe_capacity_factor, batch.cp);
-  a.logits = activations(N, E);
-  float* logits = a.logits.data<float>();
-  kernels::linear_forward(logits, x, router_->data(), nullptr, static_cast<int>(N), C, E);
-
-  // Scores, top-k and weights; each sequence's choice counts and normalised score sums.
+// Each token's top-k experts and their weights into a.expert and a.weight; per sequence
+// b of the batch, the choice counts (sums[b, E]) and normalised score sums (sums[B + b, E])
+// the load-balancing loss reads. Returns the sum over tokens of logsumexp(logits)^2.
+double choose_top_k(const ModelConfig& c, const float* logits, int64_t N, int T, int B, MoeActivations& a,
+                    std::vector<float>& sums) {
+  const int E = c.n_experts, k = c.moe_top_k;
   a.expert.assign(static_cast<size_t>(N * k), 0);
   a.weight.assign(static_cast<size_t>(N * k), 0.0f);
-  std::vector<float> sums(static_cast<size_t>(2 * B * E), 0.0f);  // [B, E] counts, then [B, E] score sums
   std::vector<float> score(static_cast<size_t>(E)), softmax(static_cast<size_t>(E));
   double z = 0;
   for (int64_t t = 0; t < N; ++t) {
@@ -120,7 +109,13 @@ void MoeLayer::route(MoeActivations& a, const MoeBatch& batch, const float* x, d
     for (int e = 0; e < E; ++e) total += score[e];
     for (int e = 0; e < E; ++e) score_sums[e] += c.moe_score == MoeScore::softmax ? score[e] : score[e] / total;
   }
-  if (batch.cp > 1) cp_->sum_over_ranks(sums.data(), static_cast<int64_t>(sums.size()));
+  return z;
+}
+
+// Switch's load-balancing term, summed over the B sequences (E x sum_e f_e P_e each, of
+// whole sequences of whole_T tokens); each sequence's f into a.frac.
+double load_balance_loss(const ModelConfig& c, const std::vector<float>& sums, int B, int64_t whole_T, MoeActivations& a) {
+  const int E = c.n_experts, k = c.moe_top_k;
   a.frac.assign(static_cast<size_t>(B * E), 0.0f);
   double aux = 0;
   for (int b = 0; b < B; ++b) {
@@ -133,35 +128,65 @@ void MoeLayer::route(MoeActivations& a, const MoeBatch& batch, const float* x, d
     }
     aux += E * sequence;
   }
-  // In token-loss units: this rank's T of each sequence's whole_T tokens carry the
-  // sequence's term (the cp ranks' shares add up to it).
-  if (aux_sum) *aux_sum += c.moe_aux_loss * static_cast<double>(T) * aux;
-  if (z_sum) *z_sum += c.moe_z_loss * z;
+  return aux;
+}
 
-  // Capacity: admitted in position order, per sequence (the local rows of a sequence are
-  // in position order without cp).
+// Capacity: choices admitted in position order, per sequence (the local rows of a
+// sequence are in position order without cp); a.row: each admitted choice's row on the
+// token side, grouped by expert, each expert's rows in token order (-1: dropped).
+// Returns the rows each expert keeps; adds the dropped choices to *dropped.
+std::vector<int64_t> admit_by_capacity(const ModelConfig& c, int64_t N, int T, int64_t whole_T, MoeActivations& a,
+                                       int64_t* dropped) {
+  const int E = c.n_experts, k = c.moe_top_k;
   const int64_t capacity = moe_expert_capacity(c, whole_T);
   std::vector<int64_t> kept(static_cast<size_t>(E), 0), in_sequence(static_cast<size_t>(E), 0);
   a.row.assign(static_cast<size_t>(N * k), -1);
-  int64_t dropped = 0;
   for (int64_t t = 0; t < N; ++t) {
     if (t % T == 0) std::fill(in_sequence.begin(), in_sequence.end(), 0);
     for (int j = 0; j < k; ++j) {
       const int e = a.expert[static_cast<size_t>(t * k + j)];
       if (in_sequence[static_cast<size_t>(e)] >= capacity) {
-        ++dropped;
+        ++*dropped;
         continue;
       }
       ++in_sequence[static_cast<size_t>(e)];
       a.row[static_cast<size_t>(t * k + j)] = kept[static_cast<size_t>(e)]++;  // rank within its expert, for now
     }
   }
-  // Token side: grouped by expert, each expert's rows in token order.
   std::vector<int64_t> first(static_cast<size_t>(E), 0);
   for (int e = 1; e < E; ++e) first[static_cast<size_t>(e)] = first[static_cast<size_t>(e - 1)] + kept[static_cast<size_t>(e - 1)];
   for (int64_t i = 0; i < N * k; ++i) {
     if (a.row[static_cast<size_t>(i)] >= 0) a.row[static_cast<size_t>(i)] += first[static_cast<size_t>(a.expert[static_cast<size_t>(i)])];
   }
+  return kept;
+}
+
+}  // namespace
+
+void MoeLayer::route(MoeActivations& a, const MoeBatch& batch, const float* x, double* aux_sum, double* z_sum,
+                     MoeStats* stats) const {
+  const ModelConfig& c = *c_;
+  const int E = c.n_experts, k = c.moe_top_k, C = c.d_model, B = batch.B, T = batch.T;
+  const int64_t N = int64_t{B} * T, whole_T = int64_t{T} * batch.cp;
+  NDT_CHECK(c.moe_capacity_factor == 0 || batch.cp == 1,
+            "model.moe_capacity_factor = {} with parallel.cp = {} is not supported: capacity admits a sequence's "
+            "tokens in position order, which a split sequence does not have on one rank",
+            c.moe_capacity_factor, batch.cp);
+  a.logits = activations(N, E);
+  float* logits = a.logits.data<float>();
+  kernels::linear_forward(logits, x, router_->data(), nullptr, static_cast<int>(N), C, E);
+
+  std::vector<float> sums(static_cast<size_t>(2 * B * E), 0.0f);  // [B, E] counts, then [B, E] score sums
+  const double z = choose_top_k(c, logits, N, T, B, a, sums);
+  if (batch.cp > 1) cp_->sum_over_ranks(sums.data(), static_cast<int64_t>(sums.size()));
+  const double aux = load_balance_loss(c, sums, B, whole_T, a);
+  // In token-loss units: this rank's T of each sequence's whole_T tokens carry the
+  // sequence's term (the cp ranks' shares add up to it).
+  if (aux_sum) *aux_sum += c.moe_aux_loss * static_cast<double>(T) * aux;
+  if (z_sum) *z_sum += c.moe_z_loss * z;
+
+  int64_t dropped = 0;
+  const std::vector<int64_t> kept = admit_by_capacity(c, N, T, whole_T, a, &dropped);
   a.route = ExpertRoute{};
   a.route.send_counts = kept;
   dispatch_->plan(a.route);

@@ -52,10 +52,9 @@ std::vector<FsdpGroup> fsdp_groups(int units, bool reshard_after_forward) {
   return groups;
 }
 
-}  // namespace
-
-std::unique_ptr<GradientSync> parallelize(Transformer& model, DeviceMesh& mesh, const ParallelOptions& o,
-                                          offload::SwapSpace* swap) {
+// What parallelize refuses before it changes the model.
+void check_parallel_options(const Transformer& model, const MeshShape& shape, const ParallelOptions& o,
+                            const offload::SwapSpace* swap) {
   NDT_CHECK(o.zero_stage >= 0 && o.zero_stage <= 3, "parallel.zero_stage = {} must be 0, 1, 2 or 3", o.zero_stage);
   NDT_CHECK(!o.offload.active() || swap != nullptr, "parallelize: offload needs the rank's swap space");
   NDT_CHECK(!o.offload.active() || o.zero_stage >= 1,
@@ -63,23 +62,23 @@ std::unique_ptr<GradientSync> parallelize(Transformer& model, DeviceMesh& mesh, 
             "optimizer state; on one rank ZeRO-1 shards nothing and trains as DDP)");
   NDT_CHECK(!o.offload.params || o.zero_stage == 3, "offload.params = \"disk\" needs parallel.zero_stage = 3 (FSDP), "
             "not {}", o.zero_stage);
-  if (!o.offload.active()) swap = nullptr;
-  const MeshShape& shape = mesh.shape();
   validate_tensor_parallel(model.config(), shape.tp, false, 1);
   if (shape.cp > 1 && o.cp_mode == CpMode::ulysses) {
     validate_ulysses(model.config().n_head / shape.tp, model.config().kv_heads() / shape.tp, shape.cp);
   }
   if (shape.ep > 1) validate_expert_parallel(model.config(), shape.ep);
-  const TensorParallel tp{&mesh.axis(Axis::tp), o.sequence_parallel};
-  ParameterStore& store = model.store();
-
-  place_parameters(store, shape, o);
-  const bool pipelined = shape.pp > 1;
-  if (pipelined) {
+  if (shape.pp > 1) {
     NDT_CHECK(static_cast<int>(o.local_units.size()) == model.num_units(),
               "parallelize: parallel.pp = {} needs this rank's units", shape.pp);
-    model.set_local_units(o.local_units);
   }
+}
+
+// Keeps this rank's pipeline stage (and a tied head's copy of the embedding), its tp and
+// ep slices of the blocks, and gives attention its share of the cp split.
+void split_over_axes(Transformer& model, DeviceMesh& mesh, const ParallelOptions& o, const TensorParallel& tp) {
+  const MeshShape& shape = mesh.shape();
+  ParameterStore& store = model.store();
+  if (shape.pp > 1) model.set_local_units(o.local_units);
   if (tp.active()) {
     NDT_CHECK(!store.values().defined(),
               "parallelize: parallel.tp = {} needs the model built without materialising its parameters", tp.size());
@@ -92,7 +91,7 @@ std::unique_ptr<GradientSync> parallelize(Transformer& model, DeviceMesh& mesh, 
     store.split_blocks(Axis::ep, mesh.coord(Axis::ep), shape.ep);
     model.set_expert_dispatch(std::make_unique<ExpertParallel>(mesh.axis(Axis::ep)));
   }
-  if (pipelined) {
+  if (shape.pp > 1) {
     NDT_CHECK(!store.values().defined(),
               "parallelize: parallel.pp = {} needs the model built without materialising its parameters", shape.pp);
     // A tied output layer is the embedding table: the stage holding the head keeps a copy.
@@ -112,29 +111,45 @@ std::unique_ptr<GradientSync> parallelize(Transformer& model, DeviceMesh& mesh, 
       model.set_context_parallel(std::make_unique<UlyssesAttention>(cp, layout));
     }
   }
-  // FSDP (stage 3) initialises each rank's shards itself: the whole model never exists on a rank.
-  if (o.zero_stage != 3 && !store.values().defined()) store.materialize();
+}
 
+// The gradient sync of o.zero_stage: DDP, ZeRO-1, or FSDP (stages 2 and 3).
+std::unique_ptr<GradientSync> data_parallel_sync(Transformer& model, DeviceMesh& mesh, const ParallelOptions& o,
+                                                 offload::SwapSpace* swap) {
+  ParameterStore& store = model.store();
   // FSDP gathers the matmul-only weights in the compute dtype: the model reads only
   // their compute copy. fp8 quantises weights from their fp32 values: then fp32.
   const Precision& precision = model.precision();
   const DType gather_dtype = precision.low() && !precision.fp8 ? precision.compute : DType::f32;
-  std::unique_ptr<GradientSync> sync;
   if (o.zero_stage >= 2) {
-    sync = std::make_unique<FullyShardedDataParallel>(store, mesh, o.zero_stage, o.adamw,
+    return std::make_unique<FullyShardedDataParallel>(store, mesh, o.zero_stage, o.adamw,
                                                       fsdp_groups(model.num_units(), o.reshard_after_forward),
                                                       o.prefetch, o.local_units, o.reduce_dtype, gather_dtype, swap);
-  } else if (o.zero_stage == 1) {
-    sync = std::make_unique<ZeroStage1>(store, mesh, o.bucket_bytes, o.adamw, o.reduce_dtype, swap);
-  } else {
-    auto ddp = std::make_unique<DataParallel>(store, mesh.axis(Axis::dp_cp), o.bucket_bytes, o.adamw, o.reduce_dtype,
-                                              mesh.axis(Axis::edp));
-    if (mesh.nodes_spanned(Axis::dp_cp) > 1) ddp->set_reduction(o.dp_reduction, o.bucket_bytes);
-    sync = std::move(ddp);
   }
+  if (o.zero_stage == 1) return std::make_unique<ZeroStage1>(store, mesh, o.bucket_bytes, o.adamw, o.reduce_dtype, swap);
+  auto ddp = std::make_unique<DataParallel>(store, mesh.axis(Axis::dp_cp), o.bucket_bytes, o.adamw, o.reduce_dtype,
+                                            mesh.axis(Axis::edp));
+  if (mesh.nodes_spanned(Axis::dp_cp) > 1) ddp->set_reduction(o.dp_reduction, o.bucket_bytes);
+  return ddp;
+}
+
+}  // namespace
+
+std::unique_ptr<GradientSync> parallelize(Transformer& model, DeviceMesh& mesh, const ParallelOptions& o,
+                                          offload::SwapSpace* swap) {
+  const MeshShape& shape = mesh.shape();
+  check_parallel_options(model, shape, o, swap);
+  if (!o.offload.active()) swap = nullptr;
+  const TensorParallel tp{&mesh.axis(Axis::tp), o.sequence_parallel};
+  ParameterStore& store = model.store();
+  place_parameters(store, shape, o);
+  split_over_axes(model, mesh, o, tp);
+  // FSDP (stage 3) initialises each rank's shards itself: the whole model never exists on a rank.
+  if (o.zero_stage != 3 && !store.values().defined()) store.materialize();
+  std::unique_ptr<GradientSync> sync = data_parallel_sync(model, mesh, o, swap);
   sync->set_tensor_parallel(store, tp);
   if (shape.ep > 1) sync->set_expert_parallel(&mesh.axis(Axis::ep));
-  if (pipelined) sync->set_pipeline(store, &mesh.axis(Axis::pp));
+  if (shape.pp > 1) sync->set_pipeline(store, &mesh.axis(Axis::pp));
   model.set_hooks(sync.get());
   return sync;
 }

@@ -571,68 +571,72 @@ LayoutScore score_layout(const RunConfig& config, const Cluster& cluster) {
   return LayoutScorer(config).score(config, cluster);
 }
 
-PlanResult plan_layouts(const RunConfig& base, const Cluster& cluster, const PlanSpace& space) {
-  const auto t0 = std::chrono::steady_clock::now();
-  PlanResult result;
-  const int D = cluster.devices();
-  const int max_tp = space.max_tp > 0 ? space.max_tp : cluster.devices_per_node;
-  const ModelConfig& model = base.model;
-  model.validate();
-  std::vector<Layout> candidates;
-  // Offload is planned where the profile knows the disk; elsewhere only in memory.
-  const std::vector<OffloadChoice> offloads =
-      cluster.device.disk_bytes_per_s > 0 ? space.offloads : std::vector<OffloadChoice>{OffloadChoice::none};
+namespace {
+
+// Every mesh of `devices` the model can take: pp at most the chunks the blocks fill
+// (n_layer + 1), tp at most max_tp, ep dividing dp_shard x cp.
+std::vector<MeshShape> candidate_meshes(int devices, int max_tp, const ModelConfig& model) {
   const std::vector<int> experts = model.is_moe() ? divisors(model.n_experts) : std::vector<int>{1};
-  // The enumeration leaves out what ndtrain's checks refuse whatever the other settings:
-  // more pipeline ranks than chunks the blocks fill, Ulysses where the heads on a tp rank
-  // do not split over cp, and zb_h1 with recompute or a low-precision compute dtype.
-  for (int pp : divisors(D)) {
+  std::vector<MeshShape> meshes;
+  for (int pp : divisors(devices)) {
     if (pp > model.n_layer + 1) continue;
-    for (int tp : divisors(D / pp)) {
+    for (int tp : divisors(devices / pp)) {
       if (tp > max_tp) continue;
-      for (int cp : divisors(D / pp / tp)) {
-        for (int dp_shard : divisors(D / pp / tp / cp)) {
-          const int dp_replicate = D / pp / tp / cp / dp_shard;
+      for (int cp : divisors(devices / pp / tp)) {
+        for (int dp_shard : divisors(devices / pp / tp / cp)) {
           for (int ep : experts) {
             if ((dp_shard * cp) % ep != 0) continue;
-            for (int zero : space.zero_stages) {
-              if (zero == 0 && dp_shard > 1 && ep == 1) continue;
-              for (bool sp : {false, true}) {
-                if (sp && tp == 1) continue;
-                for (CpMode cp_mode : space.cp_modes) {
-                  if (cp == 1 && cp_mode != space.cp_modes.front()) continue;
-                  if (cp_mode == CpMode::ulysses && (model.n_head % tp != 0 || model.kv_heads() % tp != 0 ||
-                                               (model.n_head / tp) % cp != 0 || (model.kv_heads() / tp) % cp != 0)) {
-                    continue;
-                  }
-                  for (int micro : space.micro_batch_sizes) {
-                    for (CheckpointMode recompute : space.recompute) {
-                      for (PipelineSchedule schedule : space.pp_schedules) {
-                        if (pp == 1 && schedule != space.pp_schedules.front()) continue;
-                        if (schedule == PipelineSchedule::zb_h1 && (recompute != CheckpointMode::none || base.precision.low())) continue;
-                        for (OffloadChoice offload : offloads) {
-                        // ZeRO without ranks to shard over is DDP, not a layout of its own, unless it
-                        // offloads; offload needs ZeRO (the optimizer) or FSDP without replicas
-                        // (parameters).
-                        if (zero > 0 && dp_shard * cp == 1 && offload == OffloadChoice::none) continue;
-                        if (offload != OffloadChoice::none && zero == 0) continue;
-                        if (offload == OffloadChoice::params && (zero != 3 || dp_replicate > 1)) continue;
-                        Layout l;
-                        l.mesh = MeshShape{pp, dp_replicate, dp_shard, cp, tp, ep};
-                        l.zero_stage = zero;
-                        l.sequence_parallel = sp;
-                        l.cp_mode = cp_mode;
-                        l.micro_batch_size = micro;
-                        l.recompute = recompute;
-                        l.pp_schedule = pp == 1 ? base.pp_schedule : schedule;
-                        l.pp_virtual_stages = pp > 1 && schedule == PipelineSchedule::interleaved_1f1b ? space.interleaved_stages : 1;
-                        l.offload = offload;
-                        candidates.push_back(std::move(l));
-                        }
-                      }
-                    }
-                  }
-                }
+            meshes.push_back(MeshShape{pp, devices / pp / tp / cp / dp_shard, dp_shard, cp, tp, ep});
+          }
+        }
+      }
+    }
+  }
+  return meshes;
+}
+
+// Ulysses gives each cp rank whole heads of its tp rank's share.
+bool ulysses_splits_heads(const ModelConfig& model, int tp, int cp) {
+  return model.n_head % tp == 0 && model.kv_heads() % tp == 0 && (model.n_head / tp) % cp == 0 &&
+         (model.kv_heads() / tp) % cp == 0;
+}
+
+// ZeRO without ranks to shard over is DDP, not a layout of its own, unless it offloads;
+// offload needs ZeRO (the optimizer) or FSDP without replicas (parameters).
+bool offload_suits(int zero, const MeshShape& mesh, OffloadChoice offload) {
+  if (zero > 0 && mesh.dp_shard * mesh.cp == 1 && offload == OffloadChoice::none) return false;
+  if (offload != OffloadChoice::none && zero == 0) return false;
+  return offload != OffloadChoice::params || (zero == 3 && mesh.dp_replicate == 1);
+}
+
+// The settings tried on one mesh, appended to `out`. Left out: what ndtrain's checks
+// refuse whatever the other settings (Ulysses where the heads on a tp rank do not split
+// over cp, zb_h1 with recompute or a low-precision compute dtype).
+void add_layouts_of_mesh(const MeshShape& mesh, const RunConfig& base, const PlanSpace& space,
+                         const std::vector<OffloadChoice>& offloads, std::vector<Layout>& out) {
+  for (int zero : space.zero_stages) {
+    if (zero == 0 && mesh.dp_shard > 1 && mesh.ep == 1) continue;
+    for (bool sp : {false, true}) {
+      if (sp && mesh.tp == 1) continue;
+      for (CpMode cp_mode : space.cp_modes) {
+        if (mesh.cp == 1 && cp_mode != space.cp_modes.front()) continue;
+        if (cp_mode == CpMode::ulysses && !ulysses_splits_heads(base.model, mesh.tp, mesh.cp)) continue;
+        for (int micro : space.micro_batch_sizes) {
+          for (CheckpointMode recompute : space.recompute) {
+            for (PipelineSchedule schedule : space.pp_schedules) {
+              if (mesh.pp == 1 && schedule != space.pp_schedules.front()) continue;
+              if (schedule == PipelineSchedule::zb_h1 && (recompute != CheckpointMode::none || base.precision.low())) {
+                continue;
+              }
+              for (OffloadChoice offload : offloads) {
+                if (!offload_suits(zero, mesh, offload)) continue;
+                Layout l;
+                l.mesh = mesh, l.zero_stage = zero, l.sequence_parallel = sp, l.cp_mode = cp_mode;
+                l.micro_batch_size = micro, l.recompute = recompute, l.offload = offload;
+                l.pp_schedule = mesh.pp == 1 ? base.pp_schedule : schedule;
+                l.pp_virtual_stages =
+                    mesh.pp > 1 && schedule == PipelineSchedule::interleaved_1f1b ? space.interleaved_stages : 1;
+                out.push_back(std::move(l));
               }
             }
           }
@@ -640,18 +644,21 @@ PlanResult plan_layouts(const RunConfig& base, const Cluster& cluster, const Pla
       }
     }
   }
-  // Scored on every core, each thread with its own caches, every thread taking the next
-  // candidate of its stride: the result is the same whatever the thread count.
-  result.candidates = static_cast<int64_t>(candidates.size());
-  result.layouts.resize(candidates.size());
+}
+
+// Scored on every core, each thread with its own caches, every thread taking the next
+// candidate of its stride: the result is the same whatever the thread count.
+std::vector<LayoutScore> score_candidates(const std::vector<Layout>& candidates, const RunConfig& base,
+                                          const Cluster& cluster) {
+  std::vector<LayoutScore> scores(candidates.size());
   const int threads = std::max(1, std::min<int>(static_cast<int>(std::thread::hardware_concurrency()), 16));
   const auto score_some = [&](int first) {
     LayoutScorer scorer(base);
     for (size_t i = static_cast<size_t>(first); i < candidates.size(); i += static_cast<size_t>(threads)) {
       try {
-        result.layouts[i] = scorer.score(candidates[i].apply(base), cluster);
+        scores[i] = scorer.score(candidates[i].apply(base), cluster);
       } catch (const Error& e) {
-        LayoutScore& rejected = result.layouts[i];
+        LayoutScore& rejected = scores[i];
         rejected.layout = candidates[i];
         rejected.invalid = true;
         rejected.rejected = e.what();
@@ -662,17 +669,43 @@ PlanResult plan_layouts(const RunConfig& base, const Cluster& cluster, const Pla
   for (int t = 1; t < threads; ++t) pool.emplace_back(score_some, t);
   score_some(0);
   for (std::thread& t : pool) t.join();
-  for (const LayoutScore& s : result.layouts) ++(s.invalid ? result.invalid : s.rejected.empty() ? result.fitting : result.out_of_memory);
-  NDT_CHECK(result.invalid < result.candidates,
-            "no layout of {} devices can run this model and batch: each of the {} candidates is refused; the first: {}", D,
-            result.candidates, result.layouts.empty() ? std::string("none") : result.layouts.front().rejected);
-  std::stable_sort(result.layouts.begin(), result.layouts.end(), [](const LayoutScore& a, const LayoutScore& b) {
+  return scores;
+}
+
+// Fitting layouts first, fastest first; then those out of memory, smallest first; then
+// the invalid ones.
+void rank_layouts(std::vector<LayoutScore>& layouts) {
+  std::stable_sort(layouts.begin(), layouts.end(), [](const LayoutScore& a, const LayoutScore& b) {
     const int ra = a.rejected.empty() ? 0 : a.invalid ? 2 : 1, rb = b.rejected.empty() ? 0 : b.invalid ? 2 : 1;
     if (ra != rb) return ra < rb;
     if (ra == 0) return a.time.step_s < b.time.step_s;
     if (ra == 1) return a.memory.total() < b.memory.total();
     return false;
   });
+}
+
+}  // namespace
+
+PlanResult plan_layouts(const RunConfig& base, const Cluster& cluster, const PlanSpace& space) {
+  const auto t0 = std::chrono::steady_clock::now();
+  base.model.validate();
+  // Offload is planned where the profile knows the disk; elsewhere only in memory.
+  const std::vector<OffloadChoice> offloads =
+      cluster.device.disk_bytes_per_s > 0 ? space.offloads : std::vector<OffloadChoice>{OffloadChoice::none};
+  const int max_tp = space.max_tp > 0 ? space.max_tp : cluster.devices_per_node;
+  std::vector<Layout> candidates;
+  for (const MeshShape& mesh : candidate_meshes(cluster.devices(), max_tp, base.model)) {
+    add_layouts_of_mesh(mesh, base, space, offloads, candidates);
+  }
+  PlanResult result;
+  result.candidates = static_cast<int64_t>(candidates.size());
+  result.layouts = score_candidates(candidates, base, cluster);
+  for (const LayoutScore& s : result.layouts) ++(s.invalid ? result.invalid : s.rejected.empty() ? result.fitting : result.out_of_memory);
+  NDT_CHECK(result.invalid < result.candidates,
+            "no layout of {} devices can run this model and batch: each of the {} candidates is refused; the first: {}",
+            cluster.devices(), result.candidates,
+            result.layouts.empty() ? std::string("none") : result.layouts.front().rejected);
+  rank_layouts(result.layouts);
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return result;
 }
