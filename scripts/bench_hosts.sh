@@ -23,9 +23,9 @@ steps = [json.loads(l) for l in open(sys.argv[1]) if '"step_s"' in l]
 print(f"{statistics.median(r['step_s'] for r in steps[1:]):.2f}")
 PY
 }
-planned() {  # the planner's step time for a mesh: DP_REPLICATE DP_SHARD ZERO_STAGE GBIT_S
+planned() {  # the planner's step time for a mesh: DP_REPLICATE DP_SHARD ZERO_STAGE GBIT_S [--set ...] (the run's)
   ./build/ndtrain plan --preset gpt2-124m --device cpu --cpu-ranks 4 --nodes 2 --devices-per-node 2 --seq 64 --batch 4 \
-    --micro-batch-sizes 1 --recompute none --zero-stages "$3" --inter-node-gbps "$4" --json "$out/plan.json" \
+    --micro-batch-sizes 1 --recompute none --zero-stages "$3" --inter-node-gbps "$4" "${@:5}" --json "$out/plan.json" \
     >/dev/null 2>&1 || true
   python3 - "$out/plan.json" "$1" "$2" <<'PY'
 import json, sys
@@ -51,6 +51,6 @@ for link in "1gbit 1ms" "10gbit 0.1ms"; do
     mpirun --oversubscribe --bind-to none --allow-run-as-root -x OMP_NUM_THREADS=1 $placement -np 4 \
       ./build/ndtrain train "" "${common[@]}" $sets --set runtime.out_dir="$out/$name" >"$out/$name.log" 2>&1
     # shellcheck disable=SC2086
-    echo "$rate $delay | $name | step $(median_step "$out/$name/metrics.jsonl") s | planner $(planned $mesh "$gbps") s"
+    echo "$rate $delay | $name | step $(median_step "$out/$name/metrics.jsonl") s | planner $(planned $mesh "$gbps" $sets) s"
   done
 done
