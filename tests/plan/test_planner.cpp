@@ -322,7 +322,11 @@ TEST(Planner, DeviceFileValuesAreCheckedInTheFilesUnitsUnderTheirKeys) {
   refused("devices_per_node = 65537", "devices_per_node = 65537 must lie in [1, 65536]");
   refused("inter_node_latency_us = -1", "inter_node_latency_us = -1 must lie in [0, 1000000]");
   refused("devices_per_node = 2.5", "devices_per_node = 2.5 must be a whole number");
+  refused("inter_node_links = -1", "inter_node_links = -1 must lie in [0, 65536]");
+  refused("inter_node_links = 1.5", "inter_node_links = 1.5 must be a whole number");
   // The edges themselves are accepted.
+  EXPECT_EQ(device_with("inter_node_links = 0").inter_node_links, 0);
+  EXPECT_EQ(device_with("inter_node_links = 2").inter_node_links, 2);
   EXPECT_DOUBLE_EQ(device_with("gemm_efficiency = 1").gemm_efficiency, 1);
   EXPECT_EQ(device_with("devices_per_node = 65536").devices_per_node, 65536);
   EXPECT_DOUBLE_EQ(device_with("peak_tflops_fp8 = 0").peak_fp8, 0);
