@@ -10,6 +10,7 @@
 #include "apps/ndtrain/commands.h"
 #include "apps/ndtrain/synthetic_rows.h"
 #include "core/memory.h"
+#include "core/system_memory.h"
 #include "core/timing.h"
 #include "offload/disk_bandwidth.h"
 #include "offload/io_stats.h"
@@ -21,7 +22,6 @@
 
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <string>
 
 namespace ndt {
@@ -36,17 +36,6 @@ ModelConfig llama_shape(int d_model, int layers, int seq) {
   m.n_head = d_model / 128, m.n_kv_head = std::max(1, m.n_head / 4);
   m.d_ff = (8 * d_model / 3 + 255) / 256 * 256;
   return m;
-}
-
-double meminfo_available() {
-  std::ifstream in("/proc/meminfo");
-  std::string key;
-  double kb = 0;
-  while (in >> key >> kb) {
-    if (key == "MemAvailable:") return kb * 1024;
-    in.ignore(256, '\n');
-  }
-  return 0;
 }
 
 struct Candidate {
@@ -138,7 +127,7 @@ void train(const Candidate& c, bool offloaded, int batch, int seq, int steps, co
 void bench_offload_capacity(const OffloadBenchOptions& o) {
   struct statvfs fs {};
   NDT_CHECK(::statvfs(o.dir.c_str(), &fs) == 0, "bench offload: cannot read the free space of {}", o.dir);
-  const double memory = o.memory_gib > 0 ? o.memory_gib * kGiB : 0.9 * meminfo_available();
+  const double memory = o.memory_gib > 0 ? o.memory_gib * kGiB : 0.9 * available_memory_bytes();
   const double disk = o.disk_gib > 0 ? o.disk_gib * kGiB
                                      : 0.5 * static_cast<double>(fs.f_bavail) * static_cast<double>(fs.f_frsize);
   const offload::DiskBandwidth bw =

@@ -6,16 +6,25 @@
 
 namespace ndt {
 
-double physical_memory_bytes() {
+namespace {
+
+// The /proc/meminfo field `key` ("MemTotal:") in bytes; 0 where it cannot be read.
+double meminfo_bytes(const std::string& key) {
   std::ifstream in("/proc/meminfo");
-  std::string key;
+  std::string name;
   double kib = 0;
-  while (in >> key >> kib) {
-    if (key == "MemTotal:") return kib * 1024.0;
+  while (in >> name >> kib) {
+    if (name == key) return kib * 1024.0;
     in.ignore(1 << 10, '\n');
   }
   return 0;
 }
+
+}  // namespace
+
+double physical_memory_bytes() { return meminfo_bytes("MemTotal:"); }
+
+double available_memory_bytes() { return meminfo_bytes("MemAvailable:"); }
 
 std::string bytes_text(double bytes) {
   const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};

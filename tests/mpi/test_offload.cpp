@@ -37,12 +37,6 @@ class OffloadMpi : public ::testing::TestWithParam<Case> {
   testing::TempDir dir_;
 };
 
-testing::TrainedRun train_steps(const RunConfig& c) {
-  Communicator& world = testing::world();
-  DeviceMesh mesh(world, c.resolve_mesh(world.size()));
-  return testing::train(c, mesh);
-}
-
 // Catches: a rank streaming another rank's shard or the wrong rows of its own, a swap
 // folder shared by two ranks, gradient shards written before the reduce-scatter was
 // summed in, a stage reading units it does not hold.
@@ -56,7 +50,7 @@ TEST_P(OffloadMpi, EqualsTheSameLayoutInMemoryBitwise) {
   disk.offload_optimizer = true;
   disk.offload_params = k.params;
   disk.offload_dir = (shared.path() / "swap").string();
-  const testing::TrainedRun a = train_steps(memory), b = train_steps(disk);
+  const testing::TrainedRun a = testing::train_on_world(memory), b = testing::train_on_world(disk);
   ASSERT_EQ(a.losses.size(), b.losses.size());
   for (size_t s = 0; s < a.losses.size(); ++s) {
     EXPECT_EQ(b.losses[s], a.losses[s]) << k.name << ": loss of step " << s + 1 << " on rank " << world.rank();

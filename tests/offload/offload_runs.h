@@ -1,8 +1,9 @@
 // Shared by the offload tests: a small one-rank run, the offload settings on top of it,
-// and a trained run's losses, norms and final parameters for bitwise comparison.
+// and the bitwise comparison of two trained runs (mpi/parity.h's TrainedRun).
 #pragma once
 
 #include "../common/one_rank_mesh.h"
+#include "../mpi/parity.h"
 #include "../train/test_support.h"
 #include "train/trainer.h"
 
@@ -27,29 +28,12 @@ inline RunConfig offload_run(const std::string& train, int stage, bool optimizer
   return c;
 }
 
-struct OffloadTrained {
-  std::vector<double> losses, norms;
-  std::vector<float> params;
-};
-
-inline OffloadTrained train_steps(const RunConfig& c, DeviceMesh& mesh) {
-  Trainer trainer(c, mesh, nullptr);
-  OffloadTrained run;
-  for (int64_t s = 0; s < c.steps; ++s) {
-    const StepStats stats = trainer.step();
-    run.losses.push_back(stats.loss);
-    run.norms.push_back(stats.grad_norm);
-  }
-  run.params = trainer.full_parameters();
-  return run;
-}
-
 // Every loss, gradient norm and final parameter equal, bit for bit.
-inline void expect_bitwise(const OffloadTrained& reference, const OffloadTrained& run, const std::string& what) {
+inline void expect_bitwise(const TrainedRun& reference, const TrainedRun& run, const std::string& what) {
   ASSERT_EQ(run.losses.size(), reference.losses.size());
   for (size_t s = 0; s < reference.losses.size(); ++s) {
     EXPECT_EQ(run.losses[s], reference.losses[s]) << what << ": loss of step " << s + 1;
-    EXPECT_EQ(run.norms[s], reference.norms[s]) << what << ": gradient norm of step " << s + 1;
+    EXPECT_EQ(run.grad_norms[s], reference.grad_norms[s]) << what << ": gradient norm of step " << s + 1;
   }
   ASSERT_EQ(run.params.size(), reference.params.size());
   size_t differ = 0;

@@ -41,7 +41,7 @@ class OffloadSafety : public ::testing::Test {
   void expect_resumes_exactly(RunConfig c, int64_t from) const {
     c.offload_optimizer = c.offload_params = false;
     c.resume = "latest";
-    testing::OffloadTrained resumed;
+    testing::TrainedRun resumed;
     {
       Trainer t(c, testing::one_rank_mesh(), nullptr);
       ASSERT_EQ(t.steps_done(), from);
@@ -49,7 +49,7 @@ class OffloadSafety : public ::testing::Test {
       resumed.params = t.full_parameters();
     }
     RunConfig straight = run("straight", false, "");
-    const testing::OffloadTrained reference = testing::train_steps(straight, testing::one_rank_mesh());
+    const testing::TrainedRun reference = testing::train(straight, testing::one_rank_mesh());
     for (size_t i = 0; i < resumed.losses.size(); ++i) {
       EXPECT_EQ(resumed.losses[i], reference.losses[from + i]) << "resumed step " << from + i + 1;
     }
@@ -149,7 +149,7 @@ TEST_F(OffloadSafety, CheckpointsAreTheSameBytesSoRunsResumeAcrossOffload) {
   memory.resume = "latest";
   memory.offload_optimizer = memory.offload_params = true;
   memory.offload_dir = dir_.file("swap2");
-  const testing::OffloadTrained reference = testing::train_steps(run("reference", false, ""), testing::one_rank_mesh());
+  const testing::TrainedRun reference = testing::train(run("reference", false, ""), testing::one_rank_mesh());
   Trainer t(memory, testing::one_rank_mesh(), nullptr);
   for (int64_t s = 3; s < memory.steps; ++s) EXPECT_EQ(t.step().loss, reference.losses[s]) << "step " << s + 1;
   EXPECT_EQ(t.full_parameters(), reference.params);

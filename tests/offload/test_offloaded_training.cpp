@@ -41,8 +41,8 @@ class OffloadedTraining : public ::testing::TestWithParam<Case> {
 // another (a layout off by a unit's padding), gradients accumulated onto stale ones, a
 // gradient norm summed in another order, a prefetched shard of the wrong unit.
 TEST_P(OffloadedTraining, EqualsInMemoryTrainingBitwise) {
-  const testing::OffloadTrained memory = testing::train_steps(run(false), testing::one_rank_mesh());
-  const testing::OffloadTrained disk = testing::train_steps(run(true), testing::one_rank_mesh());
+  const testing::TrainedRun memory = testing::train(run(false), testing::one_rank_mesh());
+  const testing::TrainedRun disk = testing::train(run(true), testing::one_rank_mesh());
   testing::expect_bitwise(memory, disk, GetParam().name);
   EXPECT_FALSE(std::filesystem::exists(dir_.path() / "swap" / "rank-00000" / "exp_avg.swap"))
       << "the swap files go with the run";

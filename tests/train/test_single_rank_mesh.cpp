@@ -3,6 +3,7 @@
 // shard nothing, so they train as DDP does (each reduction a copy of the rank's own
 // gradients), and their model states are the memory model's for one rank.
 #include "../common/one_rank_mesh.h"
+#include "../mpi/parity.h"
 #include "parallel/data/fsdp.h"
 #include "parallel/memory_model.h"
 #include "test_support.h"
@@ -14,23 +15,6 @@
 
 namespace ndt {
 namespace {
-
-struct TrainedSteps {
-  std::vector<double> losses, norms;
-  std::vector<float> params;
-};
-
-TrainedSteps train(const RunConfig& c) {
-  Trainer trainer(c, testing::one_rank_mesh(), nullptr);
-  TrainedSteps run;
-  for (int s = 0; s < c.steps; ++s) {
-    const StepStats stats = trainer.step();
-    run.losses.push_back(stats.loss);
-    run.norms.push_back(stats.grad_norm);
-  }
-  run.params = trainer.full_parameters();
-  return run;
-}
 
 class SingleRankMesh : public ::testing::Test {
  protected:
@@ -47,12 +31,12 @@ class SingleRankMesh : public ::testing::Test {
 // Catches: a ZeRO or FSDP path that needs MPI, or that a group of one rank changes
 // (a reduce-scatter or all-gather of size one that is not a plain copy).
 TEST_F(SingleRankMesh, EveryZeroStageTrainsAsDdp) {
-  const TrainedSteps ddp = train(run(0));
+  const testing::TrainedRun ddp = testing::train(run(0), testing::one_rank_mesh());
   for (int stage : {1, 2, 3}) {
-    const TrainedSteps sharded = train(run(stage));
+    const testing::TrainedRun sharded = testing::train(run(stage), testing::one_rank_mesh());
     for (size_t s = 0; s < ddp.losses.size(); ++s) {
       EXPECT_NEAR(sharded.losses[s], ddp.losses[s], 1e-5 * std::abs(ddp.losses[s])) << "stage " << stage << ", step " << s;
-      EXPECT_NEAR(sharded.norms[s], ddp.norms[s], 1e-5 * std::abs(ddp.norms[s])) << "stage " << stage << ", step " << s;
+      EXPECT_NEAR(sharded.grad_norms[s], ddp.grad_norms[s], 1e-5 * std::abs(ddp.grad_norms[s])) << "stage " << stage << ", step " << s;
     }
     ASSERT_EQ(sharded.params.size(), ddp.params.size());
     double worst = 0;
