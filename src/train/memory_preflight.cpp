@@ -22,14 +22,18 @@ std::pair<double, double> dense_and_expert_parameters(const ModelConfig& c) {
   return {dense, experts};
 }
 
-// Bytes per parameter of the model states (memory_model.h) on a rank that holds 1 / n
-// of what ZeRO shards.
-double state_bytes_per_parameter(int zero_stage, double n) {
-  switch (zero_stage) {
-    case 0: return 16;
-    case 1: return 8 + 8 / n;
-    case 2: return 4 + 12 / n;
-    default: return 16 / n;
+// Bytes per parameter of the model states (memory_model.h) a rank keeps in memory when it
+// holds 1 / n of what ZeRO shards. Offloaded states live on disk (docs/offload.md): the
+// moments under offload.optimizer; under offload.params the parameter and gradient shards
+// too, of which only the units in flight are resident (no floor above zero).
+double resident_state_bytes_per_parameter(const RunConfig& c, double n) {
+  if (c.offload_params) return 0;
+  const double moments = c.offload_optimizer ? 0 : 8;
+  switch (c.zero_stage) {
+    case 0: return 8 + moments;
+    case 1: return 8 + moments / n;
+    case 2: return 4 + (4 + moments) / n;
+    default: return (8 + moments) / n;
   }
 }
 
@@ -41,7 +45,7 @@ RunMemoryFloor run_memory_floor(const RunConfig& config, const MeshShape& mesh) 
   const auto [dense, experts] = dense_and_expert_parameters(c);
   // The busiest rank holds at least the average share of pp stages and tp blocks.
   const double local = (dense + experts / mesh.ep) / (static_cast<double>(mesh.pp) * mesh.tp);
-  f.model_states = local * state_bytes_per_parameter(config.zero_stage, static_cast<double>(mesh.dp_shard) * mesh.cp);
+  f.model_states = local * resident_state_bytes_per_parameter(config, static_cast<double>(mesh.dp_shard) * mesh.cp);
   const double tokens = static_cast<double>(config.micro_batch_size) * config.seq_len;
   const double split = static_cast<double>(mesh.cp) * (config.sequence_parallel ? mesh.tp : 1);
   const double units = static_cast<double>(c.n_layer) / mesh.pp + 1;  // stream[u] of every unit of a stage

@@ -13,7 +13,7 @@
 namespace ndt {
 
 struct RunMemoryFloor {
-  double model_states = 0;  // parameters, gradients, AdamW moments of the busiest rank
+  double model_states = 0;  // parameters, gradients, AdamW moments of the busiest rank (in memory, not offloaded)
   double batch = 0;         // one micro-batch: inputs and targets, residual streams, probabilities
 };
 // `mesh`: the resolved mesh; config.micro_batch_size resolved (not 0).

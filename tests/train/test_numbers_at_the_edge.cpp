@@ -51,6 +51,23 @@ TEST(NumbersAtTheEdge, ModelStatesBeyondTheMachineAreNamedBeforeAllocating) {
   EXPECT_MENTIONS(testing::trainer_error(huge), "PiB on one rank (model.n_layer = 4096, model.d_model = 32, model.d_ff = 2000000000");
 }
 
+// Catches: the preflight counting states that offload keeps on disk, refusing the very
+// runs offload exists for (a model whose states exceed the machine's memory).
+TEST(NumbersAtTheEdge, OffloadedModelStatesAreNotCountedAgainstMemory) {
+  RunConfig c = testing::tiny_run("unused", 4, 4);
+  c.model.d_ff = 2000000000;
+  c.zero_stage = 1;
+  const double in_memory = run_memory_floor(c, MeshShape{}).model_states;  // 16 bytes a parameter on one rank
+  const double machine = 0.75 * in_memory;
+  EXPECT_MENTIONS(error_of([&] { check_run_fits_in_memory(c, MeshShape{}, machine); }),
+                  "the model's parameters, gradients and AdamW moments need at least");
+  c.offload_optimizer = true;  // the moments on disk: 8 of the 16 bytes
+  EXPECT_NEAR(run_memory_floor(c, MeshShape{}).model_states, in_memory / 2, 1e-6 * in_memory);
+  EXPECT_EQ(error_of([&] { check_run_fits_in_memory(c, MeshShape{}, machine); }), "");
+  c.zero_stage = 3, c.offload_params = true;  // parameter and gradient shards on disk too
+  EXPECT_EQ(run_memory_floor(c, MeshShape{}).model_states, 0);
+}
+
 // Catches: a batch too large for any machine ending in std::bad_alloc (or in the kernel's
 // out-of-memory killer) instead of naming train.batch_size and the bytes.
 TEST(NumbersAtTheEdge, ABatchBeyondTheMachineIsNamedBeforeAllocating) {
