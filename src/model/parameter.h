@@ -45,6 +45,11 @@ struct ParameterSpec {
   // A routed expert's weight ([experts, ...]): dim 0 indexes the experts, which expert
   // parallelism splits over ep (parallel/expert/expert_parallel.h). Its tp_dim is then 1 or 2.
   bool expert = false;
+  // Fine-tuning (train.freeze, LoRA's base weights): the value is read, never updated.
+  // A frozen parameter has no gradient (its grad view stays empty: layers compute no
+  // weight gradient for it, though the input gradient still flows through it), no
+  // optimizer state and no gradient communication.
+  bool frozen = false;
 };
 
 struct Parameter {
@@ -69,6 +74,7 @@ struct Parameter {
 
   const std::string& name() const { return spec.name; }
   int unit() const { return spec.unit; }
+  bool trainable() const { return !spec.frozen; }
   int64_t numel() const { return shape_numel(local_shape); }
   float* data() const { return value.data<float>(); }
   float* grad_data() const { return grad.data<float>(); }
