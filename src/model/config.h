@@ -47,6 +47,10 @@ struct ModelConfig {
   float norm_eps = 1e-5f;
   float rope_theta = 10000.0f;
   float init_std = 0.02f;  // residual projections use init_std / sqrt(2 n_layer)
+  // Fine-tuning: train.freeze's patterns (model/freeze.h); the parameters they match are
+  // frozen (ParameterSpec::frozen). Not part of the model's description: the same
+  // weights, trained differently.
+  std::vector<std::string> freeze;
 
   // Mixture of experts (n_experts = 0: every block dense). Block l is an MoE block when
   // (l + 1) % moe_every == 0.

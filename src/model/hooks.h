@@ -15,8 +15,8 @@ class ModelHooks {
   virtual void after_forward_only() {}
   virtual void before_backward(int unit) {}
   // The unit's backward is done. Backward runs units from the last to the first, and a
-  // unit's parameters follow the earlier units' in the arenas, so the gradients at arena
-  // offsets >= store.unit_arena_begin(unit) are final for this backward.
+  // unit's parameters follow the earlier units' in the arenas, so the gradients at
+  // gradient-arena offsets >= store.unit_grad_begin(unit) are final for this backward.
   virtual void after_backward(int unit) {}
   // Called by units between the kernels of backward: a chance to progress communication.
   virtual void poll() {}

@@ -61,19 +61,39 @@ ParameterStore::ParameterStore(const std::vector<ParameterSpec>& specs, uint64_t
   if (materialize) this->materialize();
 }
 
+namespace {
+
+// Where each unit begins in an arena whose parameters begin at offset(p) and which
+// holds `total` elements: a unit without parameters there begins where the next one does.
+template <typename Offset>
+std::vector<int64_t> unit_begins(const std::vector<Parameter>& params, int units, int64_t total, Offset offset) {
+  std::vector<int64_t> begin(static_cast<size_t>(units) + 1, -1);
+  for (const Parameter& p : params) {
+    if (begin[static_cast<size_t>(p.unit())] < 0) begin[static_cast<size_t>(p.unit())] = offset(p);
+  }
+  begin.back() = total;
+  for (int u = units - 1; u >= 0; --u) {
+    if (begin[static_cast<size_t>(u)] < 0) begin[static_cast<size_t>(u)] = begin[static_cast<size_t>(u) + 1];
+  }
+  return begin;
+}
+
+}  // namespace
+
 void ParameterStore::lay_out_arena() {
-  int64_t total = 0;
-  unit_begin_.assign(static_cast<size_t>(num_units_) + 1, -1);
+  int64_t total = 0, trainable = 0;
   for (Parameter& p : params_) {
-    if (unit_begin_[static_cast<size_t>(p.unit())] < 0) unit_begin_[static_cast<size_t>(p.unit())] = total;
     p.arena_offset = total;
+    p.grad_offset = trainable;
     total += p.numel();
+    if (p.trainable()) trainable += p.numel();
   }
   numel_ = total;
-  unit_begin_.back() = total;
-  for (int u = num_units_ - 1; u >= 0; --u) {  // a unit without parameters begins where the next one does
-    if (unit_begin_[static_cast<size_t>(u)] < 0) unit_begin_[static_cast<size_t>(u)] = unit_begin_[static_cast<size_t>(u) + 1];
-  }
+  grad_numel_ = trainable;
+  unit_begin_ = unit_begins(params_, num_units_, total, [](const Parameter& p) { return p.arena_offset; });
+  // A frozen parameter's grad_offset is where the next trainable one begins, so a unit
+  // of frozen parameters only begins where the next unit's trainable ones do.
+  unit_grad_begin_ = unit_begins(params_, num_units_, trainable, [](const Parameter& p) { return p.grad_offset; });
 }
 
 void ParameterStore::split_blocks(Axis axis, int rank, int size) {
@@ -131,14 +151,15 @@ void ParameterStore::refresh_compute() {
 
 void ParameterStore::point_grads() {
   for (Parameter& p : params_) {
-    p.grad = grads_.defined() ? grads_.slice(p.arena_offset, p.arena_offset + p.numel()).view(p.local_shape)
-                              : Tensor();
+    p.grad = grads_.defined() && p.trainable()
+                 ? grads_.slice(p.grad_offset, p.grad_offset + p.numel()).view(p.local_shape)
+                 : Tensor();
   }
 }
 
 void ParameterStore::zero_grads() {
   if (!grads_.defined()) {
-    grads_ = Tensor::empty({numel_}, DType::f32, MemTag::grads);
+    grads_ = Tensor::empty({grad_numel_}, DType::f32, MemTag::grads);
     point_grads();
   }
   grads_.zero_();

@@ -65,9 +65,12 @@ struct Parameter {
   bool pipeline_copy = false;
   Shape local_shape;                  // shape of this rank's block (tp split applied)
   Shape local_offset;                 // where that block starts in the logical tensor
-  int64_t arena_offset = 0;           // element offset in the arenas
+  int64_t arena_offset = 0;           // element offset in the value (and compute) arena
+  // Element offset in the gradient arena, which holds the trainable parameters only (a
+  // frozen one's offset is where the next trainable one begins; it has no elements there).
+  int64_t grad_offset = 0;
   Tensor value;                       // view into the value arena
-  Tensor grad;                        // view into the gradient arena
+  Tensor grad;                        // view into the gradient arena (empty when frozen)
   // Low-precision compute (model/precision.h): the value rounded to the compute dtype
   // (bf16 or f16 bits), what the matmuls read; undefined in fp32.
   Tensor compute;
@@ -108,10 +111,12 @@ class ParameterStore {
   // hash_name(name), i) * std, whatever rank or shard holds it.
   void materialize();
 
-  // Units: how many, and where unit u's parameters begin in the arenas (units are
-  // contiguous and in order; a unit without parameters begins where the next one does).
+  // Units: how many, and where unit u's parameters begin in the value arena and its
+  // trainable parameters in the gradient arena (units are contiguous and in order; a
+  // unit without parameters begins where the next one does).
   int num_units() const { return num_units_; }
   int64_t unit_arena_begin(int unit) const { return unit_begin_[static_cast<size_t>(unit)]; }
+  int64_t unit_grad_begin(int unit) const { return unit_grad_begin_[static_cast<size_t>(unit)]; }
 
   std::vector<Parameter>& params() { return params_; }
   const std::vector<Parameter>& params() const { return params_; }
@@ -121,6 +126,9 @@ class ParameterStore {
   const Tensor& values() const { return values_; }
   const Tensor& grads() const { return grads_; }
   int64_t numel() const { return numel_; }
+  // Elements of the gradient arena: the trainable parameters' (numel() without frozen ones).
+  int64_t grad_numel() const { return grad_numel_; }
+  bool has_frozen() const { return grad_numel_ != numel_; }
   // Zeroes the gradient arena, allocating it first (it is not allocated until the first
   // call, nor after release_grads()).
   void zero_grads();
@@ -150,8 +158,9 @@ class ParameterStore {
   std::vector<Parameter> params_;
   uint64_t seed_;
   int64_t numel_ = 0;
+  int64_t grad_numel_ = 0;
   int num_units_ = 0;
-  std::vector<int64_t> unit_begin_;
+  std::vector<int64_t> unit_begin_, unit_grad_begin_;
   Tensor values_;
   Tensor grads_;
   DType compute_dtype_ = DType::f32;

@@ -4,6 +4,7 @@
 #include "model/block.h"
 #include "model/document_starts.h"
 #include "model/embedding.h"
+#include "model/freeze.h"
 #include "model/head.h"
 
 #include <algorithm>
@@ -37,6 +38,7 @@ std::vector<ParameterSpec> model_parameter_specs(const ModelConfig& c) {
     specs.push_back({"lm_head.weight", {c.vocab_size, C}, InitKind::normal, c.init_std, true, 0});
     specs.back().unit = head_unit;
   }
+  apply_freeze_patterns(specs, c.freeze);
   return specs;
 }
 

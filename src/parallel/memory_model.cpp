@@ -12,21 +12,26 @@ ModelStateBytes predict_model_states(const std::vector<ParameterSpec>& specs, in
   NDT_CHECK(zero_stage == 0 || dp_shard % ep == 0,
             "ep = {} does not divide dp_shard = {}: ZeRO stage {} shards the experts over dp_shard / ep ranks", ep,
             dp_shard, zero_stage);
-  // full: this rank's parameters (E / ep experts); shard: its padded shards of them.
-  int64_t full = 0, shard = 0;
+  // full: this rank's parameters (E / ep experts); shard: its padded shards of them;
+  // the same of the trainable ones (frozen parameters have no gradients or moments).
+  int64_t full = 0, shard = 0, trainable_full = 0, trainable_shard = 0;
   for (const ParameterSpec& s : specs) {
     const int split = s.expert ? ep : 1, n = zero_stage == 0 ? 1 : dp_shard / split;
     const int64_t numel = shape_numel(s.logical_shape) / split;
     const int64_t rows = s.logical_shape.empty() ? 1 : s.logical_shape[0] / split;
     const int64_t row_numel = rows == 0 ? 0 : numel / rows;
+    const int64_t shard_numel = (rows + n - 1) / n * row_numel;
     full += numel;
-    shard += (rows + n - 1) / n * row_numel;
+    shard += shard_numel;
+    if (s.frozen) continue;
+    trainable_full += numel;
+    trainable_shard += shard_numel;
   }
   ModelStateBytes m;
   m.params = 4 * (zero_stage >= 3 ? shard : full);
   if (compute != DType::f32 && zero_stage < 3) m.params += static_cast<int64_t>(dtype_size(compute)) * full;
-  m.grads = 4 * (zero_stage >= 2 ? shard : full);
-  m.optimizer = 8 * (zero_stage >= 1 ? shard : full);
+  m.grads = 4 * (zero_stage >= 2 ? trainable_shard : trainable_full);
+  m.optimizer = 8 * (zero_stage >= 1 ? trainable_shard : trainable_full);
   return m;
 }
 

@@ -18,6 +18,8 @@
 // it holds none. Gradients and the master weights stay fp32, so unlike the ZeRO paper's
 // fp16 accounting (2 + 2 + 12 bytes) a bf16 run keeps 4 + 2 + 4 + 8 bytes per parameter
 // before sharding.
+// Frozen parameters (ParameterSpec::frozen: fine-tuning) count in params only: Psi in
+// the grads and moments terms is the trainable parameters'.
 #pragma once
 
 #include "model/parameter.h"

@@ -3,11 +3,16 @@
 #include "train/config_keys.h"
 
 #include "core/error.h"
+#include "core/text_list.h"
 
 #include <fmt/format.h>
+#include <toml++/toml.h>
 
 #include <charconv>
 #include <cmath>
+#include <optional>
+#include <string>
+#include <vector>
 
 namespace ndt {
 
@@ -42,6 +47,35 @@ std::string quoted(const std::string& text) {
   return out + "\"";
 }
 
+// A list of names: a TOML list of strings (["a", "b"]) as the file gives it, or the same
+// comma-separated ("a, b") as --set may; "" is the empty list.
+std::vector<std::string> parse_name_list(const std::string& key, const std::string& text) {
+  if (text.empty() || text.front() != '[') {
+    std::vector<std::string> items = split_trimmed(text);
+    if (items.size() == 1 && items[0].empty()) return {};
+    return items;
+  }
+  toml::table parsed;
+  try {
+    parsed = toml::parse("v = " + text);
+  } catch (const toml::parse_error& e) {
+    fail("{} = {} is not a TOML list: {}", key, text, e.description());
+  }
+  std::vector<std::string> items;
+  for (const toml::node& n : *parsed["v"].as_array()) {
+    const std::optional<std::string> item = n.value<std::string>();
+    NDT_CHECK(item.has_value(), "{} = {}: every item must be a string", key, text);
+    items.push_back(*item);
+  }
+  return items;
+}
+
+std::string name_list_text(const std::vector<std::string>& items) {
+  std::string out = "[";
+  for (size_t i = 0; i < items.size(); ++i) out += (i ? ", " : "") + quoted(items[i]);
+  return out + "]";
+}
+
 bool parse_bool(const std::string& key, const std::string& text) {
   if (text == "true") return true;
   if (text == "false") return false;
@@ -60,6 +94,8 @@ ConfigKey field(std::string key, Ref ref, std::string doc) {
       target = parse_bool(key, text);
     } else if constexpr (std::is_same_v<T, std::string>) {
       target = text;
+    } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+      target = parse_name_list(key, text);
     } else {
       target = parse_number<T>(key, text);
     }
@@ -68,6 +104,7 @@ ConfigKey field(std::string key, Ref ref, std::string doc) {
     const T& value = ref(const_cast<RunConfig&>(c));
     if constexpr (std::is_same_v<T, bool>) return std::string(value ? "true" : "false");
     else if constexpr (std::is_same_v<T, std::string>) return quoted(value);
+    else if constexpr (std::is_same_v<T, std::vector<std::string>>) return name_list_text(value);
     else return fmt::format("{}", value);
   };
   return f;
@@ -147,6 +184,7 @@ void add_train_keys(std::vector<ConfigKey>& f) {
   f.push_back(field<int64_t>("train.eval_every", NDT_REF(eval_every), "Validation loss every this many steps (and at the end); 0: only at the end."));
   f.push_back(field<int>("train.eval_batches", NDT_REF(eval_batches), "Batches of validation data per evaluation, each train.batch_size rows split over the data-parallel ranks like a training batch (the same rows on any mesh)."));
   f.push_back(field<int>("train.loss_chunk_rows", NDT_REF(loss_chunk_rows), "Rows of logits computed at once by the fused output layer and loss (memory: rows x vocab floats)."));
+  f.push_back(field<std::vector<std::string>>("train.freeze", NDT_REF(model.freeze), "Fine-tuning (docs/fine_tuning.md): parameters left unchanged, as patterns over their names, e.g. [\"embeddings\", \"blocks.0-11.attn\"] (\"*\" any segment or text within one, \"A-B\" block indices A..B, a pattern covers the names it begins; \"embeddings\": wte, wpe; \"head\": lnf, lm_head). A frozen parameter has no gradient, no optimizer state and no gradient communication; a pattern matching nothing is an error. Empty: train everything."));
   f.push_back(field<std::string>("train.init_from", NDT_REF(init_from), "Start from these weights instead of a random initialisation, on any layout, with fresh optimizer state at step 0 (fine-tuning): a *.safetensors file (Hugging Face names), an llm.c *.bin, or an ndtrain checkpoint (model-only or training; a folder of them or a run folder: its newest). The model.* keys must describe the same model."));
   ConfigKey checkpointing;
   checkpointing.key = "train.activation_checkpointing";

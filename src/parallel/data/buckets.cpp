@@ -12,11 +12,19 @@ std::vector<GradientBucket> make_gradient_buckets(const ParameterStore& store, s
   const auto& params = store.params();
   auto comm = [&](size_t p) { return comms.empty() ? nullptr : comms[p]; };
   std::vector<GradientBucket> buckets;
+  // Frozen parameters have no gradients: a bucket holds the trainable ones in
+  // [first_param, end_param) and never begins or ends at a frozen one.
+  std::vector<size_t> trainable;
+  for (size_t p = 0; p < params.size(); ++p) {
+    if (params[p].trainable()) trainable.push_back(p);
+  }
   size_t end_param = params.size();
-  for (size_t p = params.size(); p-- > 0;) {
-    const int64_t end = end_param == params.size() ? store.numel() : params[end_param].arena_offset;
-    const int64_t begin = params[p].arena_offset;
-    if (static_cast<size_t>(end - begin) * sizeof(float) >= bucket_bytes || p == 0 || comm(p - 1) != comm(p)) {
+  for (size_t k = trainable.size(); k-- > 0;) {
+    const size_t p = trainable[k];
+    const int64_t end = end_param == params.size() ? store.grad_numel() : params[end_param].grad_offset;
+    const int64_t begin = params[p].grad_offset;
+    if (static_cast<size_t>(end - begin) * sizeof(float) >= bucket_bytes || k == 0 ||
+        comm(trainable[k - 1]) != comm(p)) {
       buckets.push_back({p, end_param, begin, end, comm(p)});
       end_param = p;
     }

@@ -21,7 +21,7 @@ namespace ndt {
 struct GradientBucket {
   size_t first_param = 0;  // parameters [first_param, end_param)
   size_t end_param = 0;
-  int64_t begin = 0;  // elements [begin, end) of the full-layout arena
+  int64_t begin = 0;  // elements [begin, end) of the gradient arena (frozen parameters have none)
   int64_t end = 0;
   Communicator* comm = nullptr;  // what its parameters' gradients are reduced over (DDP)
 };
@@ -40,9 +40,9 @@ class BucketScheduler {
 
   // Before a micro-step's backward; sync = false (no_sync) launches nothing.
   void begin(bool sync);
-  // Backward has finished every gradient at arena offsets >= arena_offset: launch the
-  // buckets that lie there.
-  void grads_ready_from(int64_t arena_offset);
+  // Backward has finished every gradient at gradient-arena offsets >= grad_offset:
+  // launch the buckets that lie there.
+  void grads_ready_from(int64_t grad_offset);
   void poll();
   // Launches what is left and waits for every bucket, in order.
   void wait_all();

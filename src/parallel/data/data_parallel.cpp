@@ -50,7 +50,7 @@ WorkHandle DataParallel::launch(size_t b) {
   return bucket.comm->iall_reduce(staging_[b].raw(), static_cast<size_t>(n), reduce_dtype_, ReduceOp::sum);
 }
 
-void DataParallel::after_backward(int unit) { scheduler_.grads_ready_from(store_.unit_arena_begin(unit)); }
+void DataParallel::after_backward(int unit) { scheduler_.grads_ready_from(store_.unit_grad_begin(unit)); }
 
 void DataParallel::poll() { scheduler_.poll(); }
 
@@ -69,7 +69,7 @@ void DataParallel::set_reduction(DpReduction reduction, size_t bucket_bytes) {
   }
   two_level_ = std::make_unique<TwoLevelAllReduce>(dp_);
   if (reduction == DpReduction::automatic) {
-    const size_t floats = std::min<size_t>(bucket_bytes / sizeof(float), static_cast<size_t>(store_.numel()));
+    const size_t floats = std::min<size_t>(bucket_bytes / sizeof(float), static_cast<size_t>(store_.grad_numel()));
     const ReductionTiming timing = time_reductions(dp_, *two_level_, std::max<size_t>(floats, 1));
     reduction_note_ = "reduction measured at start: " + timing.describe(floats * sizeof(float));
     if (!timing.hierarchical_faster()) two_level_.reset();
@@ -81,11 +81,11 @@ void DataParallel::set_reduction(DpReduction reduction, size_t bucket_bytes) {
 double DataParallel::grad_norm() {
   // Gradients are replicated over dp after the all-reduce: every dp rank computes the same norm.
   const std::vector<char>* counted = counted_in_norm();
-  if (counted == nullptr) return std::sqrt(sum_of_squares(store_.grads().data<float>(), store_.numel()));
+  if (counted == nullptr) return std::sqrt(sum_of_squares(store_.grads().data<float>(), store_.grad_numel()));
   double sum = 0, experts = 0;  // experts: the gradients sharded on ep, summed over ep by finish_norm
   for (size_t p = 0; p < counted->size(); ++p) {
     const Parameter& param = store_.params()[p];
-    if ((*counted)[p]) (param.sharded_on(Axis::ep) ? experts : sum) += sum_of_squares(param.grad_data(), param.numel());
+    if ((*counted)[p] && param.trainable()) (param.sharded_on(Axis::ep) ? experts : sum) += sum_of_squares(param.grad_data(), param.numel());
   }
   return finish_norm(sum, experts);
 }
@@ -115,8 +115,9 @@ std::vector<StateSlice> DataParallel::layout_state_slices() {
     const bool saved = writes[i] != 0;
     const int64_t rows = p.local_shape[0];
     slices.push_back({StateSlice::value, &p, 0, rows, p.data(), saved});
-    slices.push_back({StateSlice::exp_avg, &p, 0, rows, optimizer_.exp_avg() + p.arena_offset, saved});
-    slices.push_back({StateSlice::exp_avg_sq, &p, 0, rows, optimizer_.exp_avg_sq() + p.arena_offset, saved});
+    if (!p.trainable()) continue;  // no moments
+    slices.push_back({StateSlice::exp_avg, &p, 0, rows, optimizer_.exp_avg() + p.grad_offset, saved});
+    slices.push_back({StateSlice::exp_avg_sq, &p, 0, rows, optimizer_.exp_avg_sq() + p.grad_offset, saved});
   }
   return slices;
 }
@@ -128,7 +129,7 @@ std::vector<float> DataParallel::full_parameters() {
 
 void DataParallel::update_reduced_gradient(size_t p, const std::function<void(float*, int64_t)>& fn) {
   const Parameter& param = store_.params()[p];
-  fn(param.grad_data(), param.numel());
+  if (param.trainable()) fn(param.grad_data(), param.numel());
 }
 
 }  // namespace ndt

@@ -25,7 +25,9 @@ FullyShardedDataParallel::FullyShardedDataParallel(ParameterStore& store, Device
       pipelined_(!local_units.empty()),
       layout_(store, ShardGroup{shard_comm_.rank(), shard_comm_.size()},
               ShardGroup{expert_shard_comm_.rank(), expert_shard_comm_.size()}),
-      optimizer_(store, layout_, adamw, swap) {
+      grad_layout_(store, ShardGroup{shard_comm_.rank(), shard_comm_.size()},
+                   ShardGroup{expert_shard_comm_.rank(), expert_shard_comm_.size()}, ShardLayout::Members::trainable),
+      optimizer_(store, grad_layout_, adamw, swap) {
   group_of_unit_.assign(static_cast<size_t>(store.num_units()), groups.size());
   for (size_t g = 0; g < groups.size(); ++g) {
     NDT_CHECK(!groups[g].units.empty(), "FSDP group {} has no units", g);
@@ -56,6 +58,10 @@ FullyShardedDataParallel::FullyShardedDataParallel(ParameterStore& store, Device
     group.arena.params.push_back(p);
     group.arena.offsets.push_back(params[p].arena_offset);
     group.numel += params[p].numel();
+    if (!params[p].trainable()) continue;
+    group.grad_slots.params.push_back(p);
+    group.grad_slots.offsets.push_back(group.grad_numel);
+    group.grad_numel += params[p].numel();
   }
   for (Group& g : groups_) plan_collectives(g, gather_dtype);
   NDT_CHECK(stage == 2 || stage == 3, "parallel.zero_stage = {}: this class implements stages 2 and 3", stage);
@@ -64,7 +70,7 @@ FullyShardedDataParallel::FullyShardedDataParallel(ParameterStore& store, Device
     offload_shards(store, *swap);
     return;
   }
-  grad_shards_ = Tensor::zeros({layout_.arena_numel()}, DType::f32, MemTag::grads);
+  grad_shards_ = Tensor::zeros({grad_layout_.arena_numel()}, DType::f32, MemTag::grads);
   if (!shards_parameters()) {
     NDT_CHECK(store.values().defined(), "ZeRO stage 2 keeps whole parameters: build the model materialised");
     return;
@@ -74,15 +80,20 @@ FullyShardedDataParallel::FullyShardedDataParallel(ParameterStore& store, Device
 
 void FullyShardedDataParallel::plan_collectives(Group& g, DType gather_dtype) {
   const auto& params = store_.params();
+  const std::vector<ParamSlots> grad_by_group = grad_layout_.by_group(g.grad_slots);
+  for (int sg = 0; sg < static_cast<int>(grad_by_group.size()); ++sg) {
+    const ParamSlots& slots = grad_by_group[static_cast<size_t>(sg)];
+    if (slots.params.empty()) continue;
+    Group::ReducePart reduce;
+    reduce.slots = slots;
+    reduce.segment = grad_layout_.segment_numel(slots);
+    reduce.shard_group = sg;
+    g.reduces.push_back(std::move(reduce));
+  }
   const std::vector<ParamSlots> by_group = layout_.by_group(g.slots);
   for (int sg = 0; sg < static_cast<int>(by_group.size()); ++sg) {
     const ParamSlots& slots = by_group[static_cast<size_t>(sg)];
     if (slots.params.empty()) continue;
-    Group::ReducePart reduce;
-    reduce.slots = slots;
-    reduce.segment = layout_.segment_numel(slots);
-    reduce.shard_group = sg;
-    g.reduces.push_back(std::move(reduce));
     // Weights only matmuls read travel in the gather dtype (their compute copy is all
     // the model reads of them); the rest in fp32.
     Group::GatherPart wide, low;
@@ -105,6 +116,9 @@ void FullyShardedDataParallel::plan_collectives(Group& g, DType gather_dtype) {
 void FullyShardedDataParallel::offload_shards(ParameterStore& store, offload::SwapSpace& swap) {
   NDT_CHECK(stage_ == 3, "offload.params = \"disk\" needs parallel.zero_stage = 3 (FSDP), not {}", stage_);
   NDT_CHECK(optimizer_.offloaded(), "offload.params = \"disk\" needs offload.optimizer = \"disk\"");
+  NDT_CHECK(!store.has_frozen(),
+            "offload.params = \"disk\" with frozen parameters (train.freeze, lora) is not supported: the "
+            "parameter and gradient swap files share one layout");
   NDT_CHECK(replicate_comm_.size() == 1,
             "offload.params = \"disk\" with parallel.dp_replicate = {} (HSDP) is not supported: the gradient shards "
             "on disk would have to be all-reduced over the replicas",
@@ -170,9 +184,9 @@ const float* FullyShardedDataParallel::param_shard(Group& g, size_t p) {
 }
 
 float* FullyShardedDataParallel::grad_shard(Group& g, size_t p) {
-  const int64_t offset = layout_.shard(p).shard_offset;
+  const int64_t offset = grad_layout_.shard(p).shard_offset;
   if (!offloaded_) return grad_shards_.data<float>() + offset;
-  return layout_.shard(p).padded_numel() == 0 ? nullptr : offloaded_->grad(g.index, offset);
+  return grad_layout_.shard(p).padded_numel() == 0 ? nullptr : offloaded_->grad(g.index, offset);
 }
 
 void FullyShardedDataParallel::read_ahead(int unit, int direction) {
@@ -195,10 +209,10 @@ void FullyShardedDataParallel::point_values(Group& g, bool gathered) {
 }
 
 void FullyShardedDataParallel::point_grads(Group& g, bool allocated) {
-  for (size_t i = 0; i < g.slots.params.size(); ++i) {
-    Parameter& p = store_.params()[g.slots.params[i]];
-    p.grad = allocated ? g.grads.slice(g.slots.offsets[i], g.slots.offsets[i] + p.numel()).view(p.local_shape)
-                       : Tensor();
+  for (size_t i = 0; i < g.grad_slots.params.size(); ++i) {
+    Parameter& p = store_.params()[g.grad_slots.params[i]];
+    const int64_t begin = g.grad_slots.offsets[i];
+    p.grad = allocated ? g.grads.slice(begin, begin + p.numel()).view(p.local_shape) : Tensor();
   }
 }
 
@@ -300,7 +314,7 @@ void FullyShardedDataParallel::before_backward(int unit) {
     finish_gather(g);
   }
   if (!g.grads.defined()) {  // the group's first unit in backward order
-    g.grads = Tensor::zeros({g.numel}, DType::f32, MemTag::grads);
+    g.grads = Tensor::zeros({g.grad_numel}, DType::f32, MemTag::grads);
     point_grads(g, true);
   }
 }
@@ -326,7 +340,7 @@ void FullyShardedDataParallel::start_reduce(Group& g) {
     part.send = Tensor::empty({n * part.segment}, DType::f32, MemTag::comm);
     part.recv = Tensor::empty({part.segment}, DType::f32, MemTag::comm);
     for (int r = 0; r < n; ++r) {
-      layout_.pack(g.grads.data<float>(), part.slots, r, part.send.data<float>() + r * part.segment);
+      grad_layout_.pack(g.grads.data<float>(), part.slots, r, part.send.data<float>() + r * part.segment);
     }
     if (reduce_dtype_ == DType::f32) {
       part.work = comm.ireduce_scatter(part.send.data<float>(), part.recv.data<float>(),
@@ -372,8 +386,8 @@ void FullyShardedDataParallel::finish_reduce(Group& g, Group::ReducePart& part) 
   // Sum into the gradient shards (micro-steps accumulate here).
   float* shard = part.recv.data<float>();
   for (size_t p : part.slots.params) {
-    kernels::add_inplace(grad_shard(g, p), shard, layout_.shard(p).padded_numel());
-    shard += layout_.shard(p).padded_numel();
+    kernels::add_inplace(grad_shard(g, p), shard, grad_layout_.shard(p).padded_numel());
+    shard += grad_layout_.shard(p).padded_numel();
   }
   part.send = Tensor();
   part.recv = Tensor();
@@ -402,7 +416,7 @@ void FullyShardedDataParallel::finish_backward() {
   for (Group& g : groups_) finish_reduce(g);
   if (offloaded_) offloaded_->finish_writes();  // the gradient file is this step's before the norm reads it
   if (sync_ && replicate_comm_.size() > 1) {  // HSDP: shards are replicated over dp_replicate
-    replicate_comm_.all_reduce(grad_shards_.data<float>(), static_cast<size_t>(layout_.arena_numel()), DType::f32,
+    replicate_comm_.all_reduce(grad_shards_.data<float>(), static_cast<size_t>(grad_layout_.arena_numel()), DType::f32,
                                ReduceOp::sum);
   }
   exposed_wait_seconds_ += seconds_since(t0);
@@ -410,9 +424,9 @@ void FullyShardedDataParallel::finish_backward() {
 
 double FullyShardedDataParallel::grad_norm() {
   const ShardedSquares squares =
-      offloaded_ ? streamed_grad_sum_of_squares(offloaded_->grads(), offloaded_->layout(), prefetch_units_, layout_,
+      offloaded_ ? streamed_grad_sum_of_squares(offloaded_->grads(), offloaded_->layout(), prefetch_units_, grad_layout_,
                                                 shard_comm_, expert_shard_comm_, counted_in_norm())
-                 : sharded_grad_sum_of_squares(grad_shards_.data<float>(), layout_, shard_comm_, expert_shard_comm_,
+                 : sharded_grad_sum_of_squares(grad_shards_.data<float>(), grad_layout_, shard_comm_, expert_shard_comm_,
                                                counted_in_norm());
   return finish_norm(squares.dense, squares.experts);
 }
@@ -427,11 +441,13 @@ void FullyShardedDataParallel::step(float lr, float grad_scale) {
   }
   // Stage 2: update the owned rows of the whole parameters, then share them.
   optimizer_.step_whole_parameters(grad_shards_.data<float>(), lr, grad_scale);
-  for (const Group& g : groups_) {
-    const std::vector<ParamSlots> by_group = layout_.by_group(g.arena);
+  for (const Group& g : groups_) {  // the frozen parameters have no rows in grad_layout_: nothing to share
+    const std::vector<ParamSlots> by_group = grad_layout_.by_group(g.arena);
     for (int sg = 0; sg < static_cast<int>(by_group.size()); ++sg) {
       const ParamSlots& slots = by_group[static_cast<size_t>(sg)];
-      if (!slots.params.empty()) all_gather_updated_rows(layout_, slots, store_.values().data<float>(), comm_of(sg));
+      if (grad_layout_.segment_numel(slots) > 0) {
+        all_gather_updated_rows(grad_layout_, slots, store_.values().data<float>(), comm_of(sg));
+      }
     }
   }
 }
@@ -501,7 +517,8 @@ std::vector<float> FullyShardedDataParallel::full_parameters() {
 }
 
 void FullyShardedDataParallel::update_reduced_gradient(size_t p, const std::function<void(float*, int64_t)>& fn) {
-  const ParameterShard& s = layout_.shard(p);
+  if (!store_.params()[p].trainable()) return;
+  const ParameterShard& s = grad_layout_.shard(p);
   if (!offloaded_) return fn(grad_shards_.data<float>() + s.shard_offset, s.padded_numel());
   std::vector<float> grad(static_cast<size_t>(s.padded_numel()));
   const int64_t at = offloaded_->layout().file_element(s.shard_offset);

@@ -34,6 +34,9 @@
 // Gradients are reduce-scattered on every micro-step and summed into the shards
 // (no_sync would need whole gradients kept between micro-steps, which is what
 // sharding gradients is there to avoid).
+// Frozen parameters (train.freeze, LoRA's base weights) are sharded and gathered like
+// the others, but have no gradient buffer, gradient shard, reduce-scatter or moments
+// (grad_layout_ holds the trainable parameters only), as FSDP2 does per parameter.
 // Offload (docs/offload.md): with offload.optimizer = "disk" the moments live in swap
 // files (8 Psi / n on disk instead of in memory: parallel/data/offloaded_moments.h); with
 // offload.params = "disk" (stage 3) the parameter and gradient shards too
@@ -112,11 +115,13 @@ class FullyShardedDataParallel : public GradientSync {
     int first_unit = 0;     // its lowest (local) unit: the last to run backward
     bool reshard_after_forward = true;
     ParamSlots slots;       // its parameters, at their offsets in a gathered buffer
-    ParamSlots arena;       // the same parameters at their offsets in the store's arenas
+    ParamSlots arena;       // the same parameters at their offsets in the store's value arena
     int64_t numel = 0;      // elements of the gathered buffer
+    ParamSlots grad_slots;  // its trainable parameters, at their offsets in `grads`
+    int64_t grad_numel = 0;
     Tensor values;          // gathered parameters (empty when resharded)
     Tensor compute;         // low precision: values rounded to the compute dtype, for the matmuls
-    Tensor grads;           // full gradients during its backward
+    Tensor grads;           // full gradients (of the trainable parameters) during its backward
     // Its parameters travel in one all-gather per shard group (ShardLayout: the dense
     // parameters, the experts) and dtype: fp32, and with a low gather dtype the
     // matmul-only weights in that dtype.
@@ -132,7 +137,7 @@ class FullyShardedDataParallel : public GradientSync {
     bool gathering() const;
     // Its gradients in one reduce-scatter per shard group.
     struct ReducePart {
-      ParamSlots slots;  // offsets in the gathered buffer, as in `slots`
+      ParamSlots slots;  // offsets in the gradient buffer, as in `grad_slots`
       int64_t segment = 0;
       int shard_group = ShardLayout::dense;
       Tensor send, recv;
@@ -176,7 +181,8 @@ class FullyShardedDataParallel : public GradientSync {
   bool prefetch_;
   DType reduce_dtype_;  // of the reduce-scatter (parallel/data/low_precision_comm.h)
   bool pipelined_;
-  ShardLayout layout_;
+  ShardLayout layout_;       // every parameter: the parameter shards and their gathers
+  ShardLayout grad_layout_;  // the trainable ones: gradient shards, reductions, moments
   ShardedAdamW optimizer_;
   std::vector<Group> groups_;
   std::vector<size_t> group_of_unit_;

@@ -71,7 +71,8 @@ class GradientSync : public ModelHooks {
   // Calls fn on parameter p's gradient as finish_backward() has reduced it (grad, numel):
   // the whole gradient (DDP) or this rank's padded shard of it (ZeRO), changed in place
   // (read from and written back to its swap file under parameter offload). Two ranks
-  // holding the same parameter with the same layout hold the same part.
+  // holding the same parameter with the same layout hold the same part. Not called for
+  // a frozen parameter (it has no gradient).
   virtual void update_reduced_gradient(size_t p, const std::function<void(float* grad, int64_t numel)>& fn) = 0;
 
   // Tensor parallelism, read from the placements: the norm adds the squares of

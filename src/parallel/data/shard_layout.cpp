@@ -11,7 +11,8 @@ namespace ndt {
 ShardLayout::ShardLayout(const ParameterStore& store, int rank, int ranks)
     : ShardLayout(store, ShardGroup{rank, ranks}, ShardGroup{rank, ranks}) {}
 
-ShardLayout::ShardLayout(const ParameterStore& store, ShardGroup dense_group, ShardGroup expert_group)
+ShardLayout::ShardLayout(const ParameterStore& store, ShardGroup dense_group, ShardGroup expert_group,
+                         Members members)
     : groups_{dense_group, expert_group} {
   for (const ShardGroup& g : groups_) {
     NDT_CHECK(g.ranks >= 1 && g.rank >= 0 && g.rank < g.ranks, "shard rank {} of {} ranks", g.rank, g.ranks);
@@ -22,13 +23,15 @@ ShardLayout::ShardLayout(const ParameterStore& store, ShardGroup dense_group, Sh
     const ShardGroup& g = groups_[static_cast<size_t>(s.group)];
     s.rows = p.local_shape.empty() ? 1 : p.local_shape[0];
     s.row_numel = s.rows == 0 ? 0 : p.numel() / s.rows;
-    s.rows_per_rank = (s.rows + g.ranks - 1) / g.ranks;
+    const bool member = members == Members::all || p.trainable();
+    s.rows_per_rank = member ? (s.rows + g.ranks - 1) / g.ranks : 0;
     s.begin_row = std::min(s.rows, g.rank * s.rows_per_rank);
     s.end_row = std::min(s.rows, (g.rank + 1) * s.rows_per_rank);
     s.shard_offset = arena_numel_;
     arena_numel_ += s.padded_numel();
     shards_.push_back(s);
     full_offsets_.push_back(p.arena_offset);
+    grad_offsets_.push_back(p.trainable() ? p.grad_offset : -1);
   }
 }
 
@@ -37,6 +40,16 @@ ParamSlots ShardLayout::arena_slots(size_t p0, size_t p1) const {
   for (size_t p = p0; p < p1; ++p) {
     slots.params.push_back(p);
     slots.offsets.push_back(full_offsets_[p]);
+  }
+  return slots;
+}
+
+ParamSlots ShardLayout::grad_arena_slots(size_t p0, size_t p1) const {
+  ParamSlots slots;
+  for (size_t p = p0; p < p1; ++p) {
+    if (grad_offsets_[p] < 0) continue;
+    slots.params.push_back(p);
+    slots.offsets.push_back(grad_offsets_[p]);
   }
   return slots;
 }

@@ -9,6 +9,9 @@
 // parameters of one group have the same size on every rank of that group.
 // The placement this gives is Shard(0) on dp_shard, or on edp_shard for the experts
 // (see Parameter::placements).
+// A layout of the trainable parameters only (Members::trainable: what gradients and
+// optimizer moments need) gives every frozen parameter no rows on any rank: no shard,
+// no place in the arena, nothing packed or reduced.
 #pragma once
 
 #include "model/parameter.h"
@@ -47,20 +50,24 @@ struct ParameterShard {
 class ShardLayout {
  public:
   static constexpr int dense = 0, experts = 1;
+  enum class Members { all, trainable };
 
   // Every parameter over one group of `ranks` ranks.
   ShardLayout(const ParameterStore& store, int rank, int ranks);
   // The parameters sharded on ep (Parameter::sharded_on) over `expert_group`, the rest
   // over `dense_group`.
-  ShardLayout(const ParameterStore& store, ShardGroup dense_group, ShardGroup expert_group);
+  ShardLayout(const ParameterStore& store, ShardGroup dense_group, ShardGroup expert_group,
+              Members members = Members::all);
 
   // This rank's place in group g (dense or experts).
   int rank(int g = dense) const { return groups_[static_cast<size_t>(g)].rank; }
   int ranks(int g = dense) const { return groups_[static_cast<size_t>(g)].ranks; }
   const ParameterShard& shard(size_t param) const { return shards_[param]; }
   int64_t arena_numel() const { return arena_numel_; }  // per rank, padded
-  // Parameters [p0, p1) at their offsets in the parameter arena.
+  // Parameters [p0, p1) at their offsets in the parameter (value) arena, and the
+  // trainable ones among them at their offsets in the gradient arena.
   ParamSlots arena_slots(size_t p0, size_t p1) const;
+  ParamSlots grad_arena_slots(size_t p0, size_t p1) const;
   // The listed parameters split by group: entry g holds those of group g, in list order
   // (an entry may be empty). Collectives run per entry, over that group's ranks.
   std::vector<ParamSlots> by_group(const ParamSlots& slots) const;
@@ -91,6 +98,7 @@ class ShardLayout {
   std::vector<ShardGroup> groups_;
   std::vector<ParameterShard> shards_;
   std::vector<int64_t> full_offsets_;  // arena_offset of each parameter
+  std::vector<int64_t> grad_offsets_;  // grad_offset of each parameter (-1: frozen)
   int64_t arena_numel_ = 0;
 };
 

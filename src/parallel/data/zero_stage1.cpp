@@ -15,12 +15,15 @@ ZeroStage1::ZeroStage1(ParameterStore& store, DeviceMesh& mesh, size_t bucket_by
       expert_shard_comm_(mesh.axis(Axis::edp_shard)),
       replicate_comm_(mesh.axis(Axis::dp_replicate)),
       layout_(store, ShardGroup{shard_comm_.rank(), shard_comm_.size()},
-              ShardGroup{expert_shard_comm_.rank(), expert_shard_comm_.size()}),
+              ShardGroup{expert_shard_comm_.rank(), expert_shard_comm_.size()}, ShardLayout::Members::trainable),
       scheduler_(make_gradient_buckets(store, bucket_bytes, shard_comms()), [this](size_t b) { return launch(b); },
                  [this](size_t b) { completed(b); }),
       reduce_dtype_(reduce_dtype),
       optimizer_(store, layout_, adamw, swap) {
-  for (const GradientBucket& b : scheduler_.buckets()) slots_.push_back(layout_.arena_slots(b.first_param, b.end_param));
+  for (const GradientBucket& b : scheduler_.buckets()) {
+    slots_.push_back(layout_.arena_slots(b.first_param, b.end_param));
+    grad_slots_.push_back(layout_.grad_arena_slots(b.first_param, b.end_param));
+  }
   staging_.resize(slots_.size());
   reduced_.resize(slots_.size());
 }
@@ -52,7 +55,7 @@ void ZeroStage1::begin_backward(bool sync) {
 }
 
 WorkHandle ZeroStage1::launch(size_t b) {
-  const ParamSlots& slots = slots_[b];
+  const ParamSlots& slots = grad_slots_[b];
   Communicator& comm = *scheduler_.buckets()[b].comm;
   const int n = comm.size();
   const int64_t segment = layout_.segment_numel(slots);
@@ -69,7 +72,7 @@ WorkHandle ZeroStage1::launch(size_t b) {
                                      reduce_dtype_, ReduceOp::sum);
 }
 
-void ZeroStage1::after_backward(int unit) { scheduler_.grads_ready_from(store_.unit_arena_begin(unit)); }
+void ZeroStage1::after_backward(int unit) { scheduler_.grads_ready_from(store_.unit_grad_begin(unit)); }
 
 void ZeroStage1::poll() { scheduler_.poll(); }
 
@@ -123,6 +126,7 @@ std::vector<float> ZeroStage1::full_parameters() {
 }
 
 void ZeroStage1::update_reduced_gradient(size_t p, const std::function<void(float*, int64_t)>& fn) {
+  if (!store_.params()[p].trainable()) return;
   const ParameterShard& s = layout_.shard(p);
   fn(grad_shards_.data<float>() + s.shard_offset, s.padded_numel());
 }

@@ -78,7 +78,8 @@ class ZeroStage1 : public GradientSync {
   Communicator& replicate_comm_;
   ShardLayout layout_;
   BucketScheduler scheduler_;
-  std::vector<ParamSlots> slots_;     // the parameters of each bucket
+  std::vector<ParamSlots> slots_;       // the parameters of each bucket, in the value arena
+  std::vector<ParamSlots> grad_slots_;  // its trainable ones, in the gradient arena
   std::vector<Tensor> staging_;       // each bucket's packed reduce-scatter input, while in flight
   std::vector<Tensor> reduced_;       // low precision: each bucket's reduced shard, until widened
   DType reduce_dtype_;
