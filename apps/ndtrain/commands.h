@@ -159,6 +159,8 @@ struct ConvertOptions {
   std::string from, to;  // *.safetensors, *.bin (llm.c) or a checkpoint directory
   int n_head = 0;        // config hint for safetensors without ndtrain metadata; 0: none
   std::string dtype = "f32";  // the destination's parameters: f32, bf16 or f16
+  bool merge_lora = false;    // write W + (alpha / r) B A for every adapted weight, no adapters
+  bool peft = false;          // write the adapters alone as a PEFT folder at `to`
 };
 int run_convert(const ConvertOptions& options);
 

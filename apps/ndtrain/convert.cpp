@@ -5,11 +5,14 @@
 // or a run folder, resolved to the latest; as a destination a model-only checkpoint).
 // --dtype stores the destination's parameters as f32, bf16 or f16 (safetensors; llm.c:
 // f32 or bf16; checkpoints: f32). One process; the destination must not exist.
+// A model with LoRA adapters (docs/fine_tuning.md): --merge-lora writes the merged
+// weights in any of these formats, --peft the adapters alone as a PEFT folder.
 #include "apps/ndtrain/commands.h"
 #include "core/error.h"
 #include "core/timing.h"
 #include "interchange/hf_names.h"
 #include "interchange/llmc.h"
+#include "interchange/lora_export.h"
 #include "interchange/stored_values.h"
 #include "train/model_checkpoint.h"
 #include "train/model_source.h"
@@ -64,8 +67,9 @@ int run_convert(const ConvertOptions& o) {
   NDT_CHECK(o.n_head >= 0, "--n-head {} must be positive", o.n_head);
   NDT_CHECK(!fs::exists(o.to), "--to {} already exists: convert does not overwrite", o.to);
   const DType dtype = dtype_option(o.dtype);
-  const ModelFormat from = model_format_of(o.from), to = model_format_of(o.to);
-  check_dtype_for(to, dtype);
+  NDT_CHECK(!(o.merge_lora && o.peft), "--merge-lora and --peft write different things: give one");
+  const ModelFormat from = model_format_of(o.from), to = o.peft ? ModelFormat::checkpoint : model_format_of(o.to);
+  if (!o.peft) check_dtype_for(to, dtype);
 
   const auto t0 = std::chrono::steady_clock::now();
   std::optional<ModelConfig> hint;  // for safetensors without ndtrain metadata
@@ -73,14 +77,24 @@ int run_convert(const ConvertOptions& o) {
     hint.emplace();
     hint->n_head = hint->n_kv_head = o.n_head;
   }
-  const ModelState state = read_model_file(o.from, hint);
+  ModelState state = read_model_file(o.from, hint);
   // An option that does nothing is refused, never ignored.
   NDT_CHECK(o.n_head == 0 || !state.assumed.empty(),
             "--n-head {} completes a safetensors file without ndtrain metadata, but {} ({}) describes its model "
             "(n_head = {}): leave --n-head out",
             o.n_head, o.from, model_format_name(from), state.config.n_head);
+  NDT_CHECK(o.merge_lora || o.peft || !state.config.lora.enabled() || to == ModelFormat::checkpoint,
+            "{} has LoRA adapters, which {} files do not hold: add --merge-lora (merged weights) or --peft (the "
+            "adapters alone, as a PEFT folder)",
+            o.from, model_format_name(to));
+  if (o.merge_lora) state = merge_lora(state);
   const double read_s = seconds_since(t0);
   const auto t1 = std::chrono::steady_clock::now();
+  if (o.peft) {
+    save_peft_adapter(state, o.to);
+    fmt::print("wrote the LoRA adapters of {} as a PEFT folder {}\n", o.from, o.to);
+    return 0;
+  }
   write_model(state, o.to, to, dtype);
   const double write_s = seconds_since(t1);
 

@@ -22,7 +22,7 @@
 //   ndtrain plan (--preset NAME | --config FILE) [--device D] [--nodes N] [--devices-per-node G] [--devices D]
 //                [--seq T] [--batch B] [--precision P] [--top K] [--json FILE] [--csv FILE] [search lists]
 //   ndtrain plan --validate [--validate-dir DIR]
-//   ndtrain convert --from SRC --to DST [--n-head N] [--dtype f32|bf16|f16]
+//   ndtrain convert --from SRC --to DST [--n-head N] [--dtype f32|bf16|f16] [--merge-lora | --peft]
 //   ndtrain generate --checkpoint PATH --prompt TEXT [--tokens N] [--temperature T] [--top-k K] [--seed S]
 //                    [--raw-tokens]
 //   ndtrain report RUN_DIR [--out FILE]
@@ -320,6 +320,11 @@ int main(int argc, char** argv) {
   convert->add_option("--n-head", convert_options.n_head, "Heads, for safetensors without ndtrain metadata");
   convert->add_option("--dtype", convert_options.dtype,
                       "Store the parameters as f32 (default), bf16 or f16 (safetensors; llm.c: f32 or bf16)");
+  convert->add_flag("--merge-lora", convert_options.merge_lora,
+                    "LoRA: write the merged weights W + (alpha / r) B A, without adapters (docs/fine_tuning.md)");
+  convert->add_flag("--peft", convert_options.peft,
+                    "LoRA: write the adapters alone to the folder --to, as PEFT's adapter_model.safetensors and "
+                    "adapter_config.json");
 
   ndt::GenerateOptions generate_options;
   auto* generate = app.add_subcommand("generate", "Sample a continuation of a prompt from a checkpoint");

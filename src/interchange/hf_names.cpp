@@ -90,6 +90,26 @@ std::vector<HfTensor> hf_tensors(const ModelConfig& c, const std::string& gpt2_p
   return out;
 }
 
+}  // namespace
+
+std::vector<HfLinear> hf_linears(const ModelConfig& config) {
+  std::vector<HfLinear> out;
+  const std::string suffix = ".weight";
+  for (const HfTensor& t : hf_tensors(config, "transformer.")) {
+    const std::string& first = t.parts[0];
+    const bool block_linear = first.rfind("blocks.", 0) == 0 && first.find(".attn.w") != std::string::npos;
+    const bool mlp_linear = first.rfind("blocks.", 0) == 0 && first.find(".mlp.") != std::string::npos;
+    if (t.slice >= 0 || !(block_linear || mlp_linear) || first.size() < suffix.size() ||
+        first.compare(first.size() - suffix.size(), suffix.size(), suffix) != 0) {
+      continue;
+    }
+    out.push_back({t.name.substr(0, t.name.size() - suffix.size()), t.parts, t.transposed});
+  }
+  return out;
+}
+
+namespace {
+
 std::map<std::string, Shape> spec_shapes(const ModelConfig& c) {
   std::map<std::string, Shape> shapes;
   for (const ParameterSpec& s : model_parameter_specs(c)) shapes[s.name] = s.logical_shape;

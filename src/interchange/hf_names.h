@@ -13,6 +13,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace ndt {
 
@@ -34,5 +35,16 @@ void save_safetensors_hf(const ModelState& state, const std::string& path, DType
 // found), or the unexpected extra tensors. Ignored: GPT-2's attn.bias / attn.masked_bias
 // buffers, and lm_head.weight when embeddings are tied.
 ModelState load_safetensors_hf(const std::string& path, std::optional<ModelConfig> config_hint);
+
+// A block's linear layer as transformers names it: its module (the weight's name
+// without ".weight"; GPT-2 under "transformer."), the ndtrain weights it holds stacked
+// along its output dim (GPT-2's c_attn: wq, wk, wv) and whether it is a Conv1D (GPT-2,
+// weight stored [in, out]). Every dense 2-D block weight, not the router or the experts.
+struct HfLinear {
+  std::string module;
+  std::vector<std::string> parts;
+  bool conv1d = false;
+};
+std::vector<HfLinear> hf_linears(const ModelConfig& config);
 
 }  // namespace ndt

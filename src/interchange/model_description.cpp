@@ -42,6 +42,11 @@ std::map<std::string, std::string> config_fields(const ModelConfig& c) {
     f["moe_aux_loss"] = fmt::format("{}", c.moe_aux_loss);
     f["moe_z_loss"] = fmt::format("{}", c.moe_z_loss);
   }
+  if (c.lora.enabled()) {
+    f["lora_targets"] = lora_targets_text(c.lora.targets);
+    f["lora_rank"] = std::to_string(c.lora.rank);
+    f["lora_alpha"] = fmt::format("{}", c.lora.alpha);
+  }
   return f;
 }
 
@@ -125,6 +130,17 @@ void read_moe_fields(const FieldReader& r, ModelConfig& c) {
   c.moe_z_loss = r.real("moe_z_loss");
 }
 
+void read_lora_fields(const FieldReader& r, ModelConfig& c) {
+  if (!r.has("lora_targets")) return;  // no adapters
+  try {
+    c.lora.targets = parse_lora_targets(r.get("lora_targets"));
+  } catch (const Error&) {
+    r.bad("lora_targets");
+  }
+  c.lora.rank = r.integer("lora_rank");
+  c.lora.alpha = r.real("lora_alpha");
+}
+
 }  // namespace
 
 ModelConfig config_from_fields(const std::map<std::string, std::string>& fields, const std::string& source) {
@@ -143,6 +159,7 @@ ModelConfig config_from_fields(const std::map<std::string, std::string>& fields,
   c.n_kv_head = c.arch == Arch::llama ? r.integer("n_kv_head") : c.n_head;
   if (c.arch == Arch::llama) c.rope_theta = r.real("rope_theta");
   read_moe_fields(r, c);
+  read_lora_fields(r, c);
   // d_ff only where a block has a dense MLP; otherwise any valid width (the experts').
   c.d_ff = c.has_dense_block() || r.has("d_ff") ? r.integer("d_ff") : c.moe_d_ff;
   try {

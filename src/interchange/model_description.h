@@ -22,6 +22,7 @@ namespace ndt {
 //   llama     n_kv_head, rope_theta (gpt2 uses neither: n_kv_head is n_head)
 //   MoE       moe_top_k, moe_every, moe_d_ff (the experts' width, resolved), moe_shared_d_ff,
 //             moe_score, moe_normalize_top_k, moe_capacity_factor, moe_aux_loss, moe_z_loss
+//   LoRA      lora_targets, lora_rank, lora_alpha (model/lora_config.h)
 // init_std shapes only the start and is left out.
 std::map<std::string, std::string> config_fields(const ModelConfig& config);
 // The fields whose difference changes only the training objective (moe_aux_loss,

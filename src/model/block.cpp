@@ -8,6 +8,22 @@
 
 namespace ndt {
 
+namespace {
+
+// A LoRA adapter's factors (model/lora.h) for the linear `base` [out, in]: A [r, in]
+// normal with std 1 / r (PEFT's "gaussian" init), B [out, r] zeros, so the adapted
+// model starts equal to the base. Under tp the factor split with the base's weight
+// follows its split; the other is replicated and used inside the region.
+void append_lora_specs(std::vector<ParameterSpec>& specs, const LoraConfig& lora, const std::string& base, int64_t out,
+                       int64_t in, bool column) {
+  const int64_t r = lora.rank;
+  specs.push_back({base + ".lora_a", {r, in}, InitKind::normal, 1.0f / static_cast<float>(r), true, column ? -1 : 1,
+                   column});
+  specs.push_back({base + ".lora_b", {out, r}, InitKind::zeros, 0, true, column ? 0 : -1, !column});
+}
+
+}  // namespace
+
 std::vector<ParameterSpec> block_parameter_specs(const ModelConfig& c, int layer) {
   const std::string p = "blocks." + std::to_string(layer) + ".";
   const int64_t C = c.d_model, F = c.mlp_d_ff(layer), QD = c.d_model, KD = int64_t{c.kv_heads()} * c.head_dim();
@@ -25,6 +41,7 @@ std::vector<ParameterSpec> block_parameter_specs(const ModelConfig& c, int layer
   auto linear = [&](const std::string& name, int64_t out, int64_t in, float init_std, Split split) {
     specs.push_back({p + name + ".weight", {out, in}, InitKind::normal, init_std, true, split == Split::column ? 0 : 1});
     if (bias) specs.push_back({p + name + ".bias", {out}, InitKind::zeros, 0, false, split == Split::column ? 0 : -1});
+    if (c.lora.targets_linear(name)) append_lora_specs(specs, c.lora, p + name, out, in, split == Split::column);
   };
   norm("ln1");
   linear("attn.wq", QD, C, std, Split::column);
@@ -76,6 +93,21 @@ Block::Block(const ModelConfig& config, int layer, const ParameterStore& store, 
   }
   for (ColumnParallelLinear* l : {&wq_, &wk_, &wv_, &fc_, &up_}) l->precision = &ws_.matmul;
   for (RowParallelLinear* l : {&wo_, &proj_}) l->precision = &ws_.matmul;
+  if (c_.lora.enabled()) attach_adapters(store);
+}
+
+void Block::attach_adapters(const ParameterStore& store) {
+  size_t next = 0;
+  auto adapter = [&](const Parameter* weight) -> const LoraAdapter* {
+    LoraAdapter& l = adapters_[next++];
+    if (weight == nullptr) return nullptr;
+    const std::string base = weight->name().substr(0, weight->name().size() - std::string(".weight").size());
+    if (!c_.lora.targets_linear(base.substr(prefix_.size()))) return nullptr;
+    l = {&store.get(base + ".lora_a"), &store.get(base + ".lora_b"), c_.lora.scale(), &partial_};
+    return &l;
+  };
+  for (ColumnParallelLinear* l : {&wq_, &wk_, &wv_, &fc_, &up_}) l->lora = adapter(l->weight);
+  for (RowParallelLinear* l : {&wo_, &proj_}) l->lora = adapter(l->weight);
 }
 
 void Block::bind(const TensorParallelRegions& tp) {
@@ -86,7 +118,10 @@ void Block::bind(const TensorParallelRegions& tp) {
               "holds a slice of every expert's hidden units)",
               c_.expert_d_ff(), c_.moe_shared_d_ff, tp.size());
   }
-  partial_ = PartialGradients(tp, {ln1_w_, ln1_b_, ln2_w_, ln2_b_, wo_.bias, proj_.bias, q_norm_, k_norm_, moe_.router()});
+  std::vector<const Parameter*> partial = {ln1_w_, ln1_b_, ln2_w_, ln2_b_, wo_.bias, proj_.bias, q_norm_, k_norm_,
+                                           moe_.router()};
+  for (const LoraAdapter& l : adapters_) partial.insert(partial.end(), {l.a, l.b});  // the replicated factor's
+  partial_ = PartialGradients(tp, partial);
 }
 
 const Parameter* Block::find(const ParameterStore& store, const std::string& suffix, bool required) {
@@ -219,6 +254,7 @@ void Block::mlp_forward(MicroBatchContext& ctx, const BlockActivations& a, const
       return;
     }
     matmul_forward(ws_.matmul, partial, a.ff_act, *proj_.weight, nullptr, d.N);
+    if (proj_.lora) proj_.lora->forward(ws_.matmul, partial, a.ff_act, d.N);
   } else {
     kernels::zero(partial, d.N * d.C);
   }
@@ -240,9 +276,10 @@ void Block::moe_mlp_backward(MicroBatchContext& ctx, const BlockActivations& a, 
   const float* dout = tp.row_output_backward(dres, s.dout_full, d.Nl, d.C);  // all rows
   kernels::zero(s.dln, d.N * d.C);
   if (d.F > 0) {  // the shared MLP
-    if (proj_.bias) kernels::bias_backward(partial_.grad(proj_.bias), dres, d.Nl, d.C);
+    if (proj_.bias && proj_.bias->trainable()) kernels::bias_backward(partial_.grad(proj_.bias), dres, d.Nl, d.C);
     kernels::zero(s.dff_a, d.N * d.F);
     matmul_backward(ws_.matmul, s.dff_a, /*weight_grad=*/true, nullptr, dout, a.ff_act, *proj_.weight, d.N);
+    if (proj_.lora) proj_.lora->backward(ws_.matmul, s.dff_a, dout, a.ff_act, d.N);
     activation_backward(a, d);
     if (c_.arch == Arch::llama) up_.backward(s.dln, s.dff_c, a.ln2, d.N);
     fc_.backward(s.dln, s.dff_b, a.ln2, d.N);
@@ -308,14 +345,14 @@ class LinearBackward {
 
   void column(const ColumnParallelLinear& layer, float* dinp, const float* dout, const float* inp) const {
     if (!deferred_) return layer.backward(dinp, dout, inp, rows_);
-    layer.backward_input(dinp, dout, rows_);
+    layer.backward_input(dinp, dout, inp, rows_);
     defer([&layer, inp, rows = rows_](const float* dy) { layer.backward_weight(dy, inp, rows); }, dout,
           rows_ * layer.weight->local_shape[0]);
   }
 
   void row(const RowParallelLinear& layer, float* dinp, const float* dout, const float* inp, float* dbias) const {
     if (!deferred_) return layer.backward(tp_, dinp, dout_full_, dout, inp, rows_, dbias);
-    const float* dy = layer.backward_input(tp_, dinp, dout_full_, dout, rows_, dbias);
+    const float* dy = layer.backward_input(tp_, dinp, dout_full_, dout, inp, rows_, dbias);
     defer([&layer, inp, rows = rows_](const float* g) { layer.backward_weight(g, inp, rows); }, dy,
           rows_ * layer.weight->local_shape[0]);
   }

@@ -16,11 +16,13 @@
 #include "model/activations.h"
 #include "model/config.h"
 #include "model/context_parallel_attention.h"
+#include "model/lora.h"
 #include "model/moe.h"
 #include "model/parameter.h"
 #include "model/tp_layers.h"
 #include "model/unit.h"
 
+#include <array>
 #include <string>
 #include <utility>
 #include <vector>
@@ -54,6 +56,8 @@ class Block : public Unit {
 
  private:
   const Parameter* find(const ParameterStore& store, const std::string& suffix, bool required = true);
+  // Points the targeted linears at their adapters (lora.targets).
+  void attach_adapters(const ParameterStore& store);
   BlockActivations activations(const MicroBatchContext& ctx) const;
   void norm(float* out, float* mean, float* rstd, const float* x, const Parameter& w, const Parameter* b,
             const BlockDims& d);
@@ -102,6 +106,10 @@ class Block : public Unit {
   const Parameter *ln1_w_, *ln1_b_, *ln2_w_, *ln2_b_;
   ColumnParallelLinear wq_, wk_, wv_, fc_, up_;  // fc = gate for llama
   RowParallelLinear wo_, proj_;                  // proj = down for llama
+  // The adapters of the linears lora.targets names (model/lora.h), in the order wq, wk,
+  // wv, fc, up, wo, proj; an unused one has no parameters. Held here so the layers'
+  // pointers stay valid.
+  std::array<LoraAdapter, 7> adapters_;
   const Parameter *q_norm_, *k_norm_;
   PartialGradients partial_;
 };

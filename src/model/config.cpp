@@ -91,6 +91,30 @@ void ModelConfig::validate() const {
             params, n_layer, d_model, d_ff, vocab_size, max_seq_len, n_experts, moe_d_ff, kMaxParameters);
   NDT_CHECK(norm_eps > 0, "model.norm_eps = {} must be positive", norm_eps);
   NDT_CHECK(init_std > 0, "model.init_std = {} must be positive", init_std);
+  validate_lora_targets(*this);
+}
+
+void validate_lora_targets(const ModelConfig& c) {
+  if (!c.lora.enabled()) return;
+  // The linears block_parameter_specs names, with min(in, out).
+  const int64_t C = c.d_model, KD = int64_t{c.kv_heads()} * c.head_dim();
+  std::vector<std::string> linears = {"attn.wq", "attn.wk", "attn.wv", "attn.wo"};
+  std::vector<int64_t> widths = {C, std::min(C, KD), std::min(C, KD), C};
+  const int64_t dense_ff = c.has_dense_block() ? c.d_ff : c.moe_shared_d_ff;
+  const bool gpt2 = c.arch == Arch::gpt2;
+  if (dense_ff > 0) {
+    for (const char* name : gpt2 ? std::vector<const char*>{"mlp.fc", "mlp.proj"}
+                                 : std::vector<const char*>{"mlp.gate", "mlp.up", "mlp.down"}) {
+      linears.push_back(name);
+      widths.push_back(std::min<int64_t>(C, dense_ff));
+    }
+  }
+  std::vector<std::string> experts;
+  if (c.is_moe()) {
+    experts = gpt2 ? std::vector<std::string>{"moe.experts.fc", "moe.experts.proj"}
+                   : std::vector<std::string>{"moe.experts.gate", "moe.experts.up", "moe.experts.down"};
+  }
+  validate_lora(c.lora, linears, widths, experts);
 }
 
 ModelConfig ModelConfig::preset(std::string_view name) {

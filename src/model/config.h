@@ -10,6 +10,8 @@
 // shared MLP of width moe_shared_d_ff that every token passes through.
 #pragma once
 
+#include "model/lora_config.h"
+
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -66,6 +68,10 @@ struct ModelConfig {
   float moe_aux_loss = 0.01f;  // load-balancing loss coefficient (Switch form, per sequence)
   float moe_z_loss = 0.0f;     // router z-loss coefficient (ST-MoE)
 
+  // Low-rank adapters (model/lora_config.h); targets empty: none. With LoRA every other
+  // parameter is frozen.
+  LoraConfig lora;
+
   int head_dim() const { return d_model / n_head; }
   int kv_heads() const { return arch == Arch::gpt2 ? n_head : n_kv_head; }
   bool has_bias() const { return arch == Arch::gpt2; }
@@ -91,5 +97,9 @@ struct ModelConfig {
   static ModelConfig preset(std::string_view name);
   static std::vector<std::string> preset_names();
 };
+
+// The checks of lora.* against the model's linear layers (model/lora_config.h:
+// validate_lora); part of ModelConfig::validate.
+void validate_lora_targets(const ModelConfig& c);
 
 }  // namespace ndt

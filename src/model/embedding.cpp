@@ -40,7 +40,7 @@ void Embedding::backward(MicroBatchContext& ctx, ModelHooks* hooks) {
   ws_.fit(ctx);
   const int64_t N = ctx.rows(), Nl = tp_->local_rows(N), C = c_.d_model;
   vocab_parallel_embedding_backward(*tp_, *wte_, ctx.inputs.data(), ws_.dstream, ws_.block.dout_full, N, C);
-  if (wpe_) {
+  if (wpe_ && wpe_->trainable()) {
     positions_partial_.begin();
     kernels::embedding_backward(positions_partial_.grad(wpe_), ws_.dstream, local_positions(ctx),
                                 static_cast<int>(Nl), static_cast<int>(C));

@@ -35,6 +35,7 @@ const uint16_t* weight_operand(const MatmulPrecision& mp, int linear, const Para
 }  // namespace
 
 bool used_only_in_matmuls(const Parameter& p) {
+  // The blocks' 2-D parameters include the LoRA adapters (model/lora.h).
   return p.spec.logical_shape.size() == 2 && (p.name().rfind("blocks.", 0) == 0 || p.name() == "lm_head.weight");
 }
 
@@ -54,8 +55,12 @@ void matmul_forward(const MatmulPrecision& mp, float* out, const float* inp, con
 
 void matmul_backward(const MatmulPrecision& mp, float* dinp, bool weight_grad, float* dbias, const float* dout,
                      const float* inp, const Parameter& weight, int64_t rows) {
+  matmul_backward_into(mp, dinp, weight_grad ? weight.trainable_grad() : nullptr, dbias, dout, inp, weight, rows);
+}
+
+void matmul_backward_into(const MatmulPrecision& mp, float* dinp, float* dweight, float* dbias, const float* dout,
+                          const float* inp, const Parameter& weight, int64_t rows) {
   const int OC = rows_of(weight), IC = cols_of(weight), N = static_cast<int>(rows);
-  float* dweight = weight_grad ? weight.grad_data() : nullptr;
   if (mp.dtype == DType::f32) {
     kernels::linear_backward(dinp, dweight, dbias, dout, inp, dinp ? weight.data() : nullptr, N, IC, OC);
     return;

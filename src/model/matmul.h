@@ -35,8 +35,13 @@ bool used_only_in_matmuls(const Parameter& p);
 void matmul_forward(const MatmulPrecision& mp, float* out, const float* inp, const Parameter& weight,
                     const float* bias, int64_t rows);
 // dinp [rows, IC] += dout W (dinp may be null); with weight_grad, W's gradient += dout^T
-// inp; dbias (may be null) += the column sums of dout (in fp32).
+// inp, unless W is frozen (no weight gradient then); dbias (may be null) += the column
+// sums of dout (in fp32).
 void matmul_backward(const MatmulPrecision& mp, float* dinp, bool weight_grad, float* dbias, const float* dout,
                      const float* inp, const Parameter& weight, int64_t rows);
+// The same with the weight gradient added into dweight (W's shape; null: none) instead
+// of W's gradient: a partial sum that the caller reduces.
+void matmul_backward_into(const MatmulPrecision& mp, float* dinp, float* dweight, float* dbias, const float* dout,
+                          const float* inp, const Parameter& weight, int64_t rows);
 
 }  // namespace ndt

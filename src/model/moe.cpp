@@ -265,6 +265,16 @@ void MoeLayer::forward(MoeActivations& a, const MoeBatch& batch, const float* x,
   }
 }
 
+namespace {
+
+// Where expert le's weight gradient goes: offset into the gradient, or null when the
+// weight is frozen (no weight gradient; the input gradient still flows).
+float* expert_grad(const Parameter& weight, int64_t offset) {
+  return weight.trainable() ? weight.grad_data() + offset : nullptr;
+}
+
+}  // namespace
+
 void MoeLayer::experts_backward(MoeActivations& a, const float* doutputs, float* dinputs) const {
   const ExpertRoute& r = a.route;
   const int64_t R = r.expert_rows(), C = c_->d_model, F = gate_->local_shape[1];
@@ -275,7 +285,7 @@ void MoeLayer::experts_backward(MoeActivations& a, const float* doutputs, float*
   for (int le = 0; le < r.local_experts; ++le) {
     const int n = static_cast<int>(r.expert_count(le));
     if (n == 0) continue;
-    kernels::linear_backward(dact.data<float>() + row * F, down_->grad_data() + le * C * F, nullptr,
+    kernels::linear_backward(dact.data<float>() + row * F, expert_grad(*down_, le * C * F), nullptr,
                              doutputs + row * C, a.act.data<float>() + row * F, down_->data() + le * C * F,
                              n, static_cast<int>(F), static_cast<int>(C));
     row += n;
@@ -291,11 +301,11 @@ void MoeLayer::experts_backward(MoeActivations& a, const float* doutputs, float*
     const int n = static_cast<int>(r.expert_count(le));
     if (n == 0) continue;
     const float* in = a.inputs.data<float>() + row * C;
-    kernels::linear_backward(dinputs + row * C, gate_->grad_data() + le * F * C, nullptr,
+    kernels::linear_backward(dinputs + row * C, expert_grad(*gate_, le * F * C), nullptr,
                              dhidden.data<float>() + row * F, in, gate_->data() + le * F * C, n, static_cast<int>(C),
                              static_cast<int>(F));
     if (up_) {
-      kernels::linear_backward(dinputs + row * C, up_->grad_data() + le * F * C, nullptr, dup.data<float>() + row * F,
+      kernels::linear_backward(dinputs + row * C, expert_grad(*up_, le * F * C), nullptr, dup.data<float>() + row * F,
                                in, up_->data() + le * F * C, n, static_cast<int>(C), static_cast<int>(F));
     }
     row += n;

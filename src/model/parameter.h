@@ -81,6 +81,9 @@ struct Parameter {
   int64_t numel() const { return shape_numel(local_shape); }
   float* data() const { return value.data<float>(); }
   float* grad_data() const { return grad.data<float>(); }
+  // Where a layer adds this parameter's gradient: grad_data(), or null for a frozen
+  // parameter (the layer then computes no weight gradient for it).
+  float* trainable_grad() const { return trainable() ? grad_data() : nullptr; }
   const uint16_t* compute_data() const { return static_cast<const uint16_t*>(compute.raw()); }
   // The tensor dim split over `axis`, or -1 if the value is not sharded there.
   int shard_dim(Axis axis) const;

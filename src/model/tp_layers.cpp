@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "kernels/kernels.h"
+#include "model/lora.h"
 
 #include <algorithm>
 
@@ -15,20 +16,23 @@ int rows_of(const Parameter& p) { return static_cast<int>(p.local_shape[0]); }
 
 void ColumnParallelLinear::forward(float* out, const float* inp, int64_t rows) const {
   matmul_forward(*precision, out, inp, *weight, bias ? bias->data() : nullptr, rows);
+  if (lora) lora->forward(*precision, out, inp, rows);
 }
 
 void ColumnParallelLinear::backward(float* dinp, const float* dout, const float* inp, int64_t rows) const {
-  matmul_backward(*precision, dinp, /*weight_grad=*/true, bias ? bias->grad_data() : nullptr, dout, inp, *weight,
-                  rows);
+  matmul_backward(*precision, dinp, /*weight_grad=*/true, bias ? bias->trainable_grad() : nullptr, dout, inp,
+                  *weight, rows);
+  if (lora) lora->backward(*precision, dinp, dout, inp, rows);
 }
 
-void ColumnParallelLinear::backward_input(float* dinp, const float* dout, int64_t rows) const {
+void ColumnParallelLinear::backward_input(float* dinp, const float* dout, const float* inp, int64_t rows) const {
   matmul_backward(*precision, dinp, /*weight_grad=*/false, nullptr, dout, nullptr, *weight, rows);
+  if (lora) lora->backward(*precision, dinp, dout, inp, rows);
 }
 
 void ColumnParallelLinear::backward_weight(const float* dout, const float* inp, int64_t rows) const {
-  matmul_backward(*precision, nullptr, /*weight_grad=*/true, bias ? bias->grad_data() : nullptr, dout, inp, *weight,
-                  rows);
+  matmul_backward(*precision, nullptr, /*weight_grad=*/true, bias ? bias->trainable_grad() : nullptr, dout, inp,
+                  *weight, rows);
 }
 
 void RowParallelLinear::forward(const TensorParallelRegions& tp, float* out, float* partial, const float* inp,
@@ -37,10 +41,12 @@ void RowParallelLinear::forward(const TensorParallelRegions& tp, float* out, flo
   const float* b = bias ? bias->data() : nullptr;
   if (!tp.active()) {
     matmul_forward(*precision, out, inp, *weight, b, rows);
+    if (lora) lora->forward(*precision, out, inp, rows);
     return;
   }
   const int64_t local_rows = tp.local_rows(rows);
   matmul_forward(*precision, partial, inp, *weight, nullptr, rows);
+  if (lora) lora->forward(*precision, partial, inp, rows);  // summed over tp with the base's part
   const float* y = tp.row_output_forward(partial, out, local_rows, OC);
   if (y != out) kernels::copy(out, y, local_rows * OC);
   if (b) kernels::add_bias(out, b, local_rows, OC);
@@ -51,14 +57,17 @@ void RowParallelLinear::backward(const TensorParallelRegions& tp, float* dinp, f
   if (dbias) kernels::bias_backward(dbias, dout, tp.local_rows(rows), rows_of(*weight));
   const float* dy = tp.row_output_backward(dout, dout_full, tp.local_rows(rows), rows_of(*weight));
   matmul_backward(*precision, dinp, /*weight_grad=*/true, nullptr, dy, inp, *weight, rows);
+  if (lora) lora->backward(*precision, dinp, dy, inp, rows);
 }
 
 const float* RowParallelLinear::backward_input(const TensorParallelRegions& tp, float* dinp, float* dout_full,
-                                               const float* dout, int64_t rows, float* dbias) const {
+                                               const float* dout, const float* inp, int64_t rows,
+                                               float* dbias) const {
   const int OC = rows_of(*weight);
   if (dbias) kernels::bias_backward(dbias, dout, tp.local_rows(rows), OC);
   const float* dy = tp.row_output_backward(dout, dout_full, tp.local_rows(rows), OC);
   matmul_backward(*precision, dinp, /*weight_grad=*/false, nullptr, dy, nullptr, *weight, rows);
+  if (lora) lora->backward(*precision, dinp, dy, inp, rows);
   return dy;
 }
 
@@ -79,6 +88,7 @@ void vocab_parallel_embedding_forward(const TensorParallelRegions& tp, const Par
 
 void vocab_parallel_embedding_backward(const TensorParallelRegions& tp, const Parameter& table, const int32_t* ids,
                                        const float* dout, float* dout_full, int64_t rows, int64_t C) {
+  if (!table.trainable()) return;  // a lookup table has no input gradient
   if (!tp.active()) {
     kernels::embedding_backward(table.grad_data(), dout, ids, static_cast<int>(rows), static_cast<int>(C));
     return;
@@ -115,7 +125,7 @@ PartialGradients::PartialGradients(const TensorParallelRegions& tp, const std::v
     : tp_(&tp) {
   int64_t total = 0;
   for (const Parameter* p : params) {
-    if (p == nullptr || !p->grad_partial_on(Axis::tp)) continue;
+    if (p == nullptr || !p->trainable() || !p->grad_partial_on(Axis::tp)) continue;
     params_.push_back(p);
     offsets_.push_back(total);
     total += p->numel();
@@ -126,7 +136,7 @@ PartialGradients::PartialGradients(const TensorParallelRegions& tp, const std::v
 void PartialGradients::begin() { std::fill(buffer_.begin(), buffer_.end(), 0.0f); }
 
 float* PartialGradients::grad(const Parameter* p) {
-  if (p == nullptr) return nullptr;
+  if (p == nullptr || !p->trainable()) return nullptr;
   for (size_t i = 0; i < params_.size(); ++i) {
     if (params_[i] == p) return buffer_.data() + offsets_[i];
   }

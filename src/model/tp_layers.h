@@ -18,18 +18,23 @@
 
 namespace ndt {
 
+struct LoraAdapter;  // model/lora.h
+
 // No communication of its own: the copy-to-region (or gather-from-sequence-region)
 // before it is done once for all the layers that share the input.
 struct ColumnParallelLinear {
   const Parameter* weight = nullptr;
   const Parameter* bias = nullptr;
   const MatmulPrecision* precision = nullptr;  // the workspace's (model/matmul.h)
+  const LoraAdapter* lora = nullptr;           // a low-rank adapter added to the output (null: none)
   // out [rows, OC / tp] = inp [rows, IC] W^T + b.
   void forward(float* out, const float* inp, int64_t rows) const;
   // dinp += dout W; weight and bias gradients +=. The same as backward_input then
   // backward_weight (zero-bubble schedules run the two apart).
   void backward(float* dinp, const float* dout, const float* inp, int64_t rows) const;
-  void backward_input(float* dinp, const float* dout, int64_t rows) const;   // dinp += dout W
+  // dinp += dout W, and the adapter's whole backward (its gradients are cheap and may
+  // be partial sums over tp, which the unit reduces before a deferred weight half runs).
+  void backward_input(float* dinp, const float* dout, const float* inp, int64_t rows) const;
   void backward_weight(const float* dout, const float* inp, int64_t rows) const;  // dW += dout^T inp; db +=
 };
 
@@ -37,6 +42,7 @@ struct RowParallelLinear {
   const Parameter* weight = nullptr;
   const Parameter* bias = nullptr;
   const MatmulPrecision* precision = nullptr;
+  const LoraAdapter* lora = nullptr;  // added to the partial output before the sum (null: none)
   // out [local_rows, OC] = sum over ranks (inp [rows, IC / tp] W^T) + bias. partial is
   // a [rows, OC] scratch (unused without tp; may be out itself without sequence parallel).
   void forward(const TensorParallelRegions& tp, float* out, float* partial, const float* inp, int64_t rows) const;
@@ -45,11 +51,11 @@ struct RowParallelLinear {
   // dout_full is a [rows, OC] scratch for the all-gather of dout (sequence parallel).
   void backward(const TensorParallelRegions& tp, float* dinp, float* dout_full, const float* dout,
                 const float* inp, int64_t rows, float* dbias) const;
-  // The same in two halves: the input half (dbias, dinp) returns the [rows, OC] output
+  // The same in two halves: the input half (dbias, dinp, the adapter) returns the [rows, OC] output
   // gradient (dout itself, or dout_full under sequence parallel) that the weight half
   // multiplies with inp.
   const float* backward_input(const TensorParallelRegions& tp, float* dinp, float* dout_full, const float* dout,
-                              int64_t rows, float* dbias) const;
+                              const float* inp, int64_t rows, float* dbias) const;
   void backward_weight(const float* dy, const float* inp, int64_t rows) const;
 };
 
@@ -91,7 +97,7 @@ class PartialGradients {
   // Partial on tp are selected.
   PartialGradients(const TensorParallelRegions& tp, const std::vector<const Parameter*>& params);
   void begin();                     // zeroes the buffer
-  float* grad(const Parameter* p);  // where backward writes p's gradient (null p: null)
+  float* grad(const Parameter* p);  // where backward writes p's gradient (null or frozen p: null)
   void finish();                    // all-reduce over tp, then add into the gradients
 
  private:

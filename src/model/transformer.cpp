@@ -38,6 +38,10 @@ std::vector<ParameterSpec> model_parameter_specs(const ModelConfig& c) {
     specs.push_back({"lm_head.weight", {c.vocab_size, C}, InitKind::normal, c.init_std, true, 0});
     specs.back().unit = head_unit;
   }
+  // LoRA trains the adapters alone, as PEFT does: every other parameter is frozen.
+  if (c.lora.enabled()) {
+    for (ParameterSpec& s : specs) s.frozen = !is_lora_parameter(s.name);
+  }
   apply_freeze_patterns(specs, c.freeze);
   return specs;
 }
@@ -45,6 +49,12 @@ std::vector<ParameterSpec> model_parameter_specs(const ModelConfig& c) {
 int64_t count_parameters(const ModelConfig& config) {
   int64_t n = 0;
   for (const ParameterSpec& s : model_parameter_specs(config)) n += shape_numel(s.logical_shape);
+  return n;
+}
+
+int64_t count_trainable_parameters(const ModelConfig& config) {
+  int64_t n = 0;
+  for (const ParameterSpec& s : model_parameter_specs(config)) n += s.frozen ? 0 : shape_numel(s.logical_shape);
   return n;
 }
 

@@ -183,6 +183,8 @@ double run_forward(Transformer& model, MicroBatchContext& ctx, ModelHooks* hooks
 // each with its unit.
 std::vector<ParameterSpec> model_parameter_specs(const ModelConfig& config);
 int64_t count_parameters(const ModelConfig& config);
+// Those not frozen: with LoRA the adapters alone, else all.
+int64_t count_trainable_parameters(const ModelConfig& config);
 
 // Training FLOPs per token of each unit (0 the embedding, 1 + l block l, n_layer + 1 the
 // head), whole over tp; they sum to Transformer::flops_per_token: 6 x the unit's

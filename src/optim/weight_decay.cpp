@@ -45,6 +45,9 @@ void apply_weight_decay_policy(ParameterStore& store, WeightDecayPolicy policy) 
         break;
       case WeightDecayPolicy::all: p.spec.weight_decay = true; break;
     }
+    // A frozen parameter (fine-tuning) is never updated, so never decayed either: with
+    // its gradient zero, AdamW's step on it is then exactly zero.
+    if (!p.trainable()) p.spec.weight_decay = false;
   }
 }
 

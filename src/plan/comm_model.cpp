@@ -151,7 +151,8 @@ std::shared_ptr<const UnitParams> build_unit_params(const Layout& l, const RunCo
       p.expert = s.expert && l.ep > 1;
       if (p.expert) shape[0] /= l.ep;
       p.unit = unit;
-      p.tp_partial = tensor_parallel_grad_partial(s, l.tp, c.sequence_parallel);
+      // A frozen parameter has no gradient for PartialGradients to sum.
+      p.tp_partial = !s.frozen && tensor_parallel_grad_partial(s, l.tp, c.sequence_parallel);
       p.block_matrix = s.logical_shape.size() == 2 && unit > 0 && unit < l.units - 1;
       p.matmul_only = p.block_matrix || s.name == "lm_head.weight";
       p.wte = s.name == "wte.weight";

@@ -175,6 +175,21 @@ void add_model_keys(std::vector<ConfigKey>& f) {
   f.push_back(field<float>("model.moe_z_loss", NDT_REF(model.moe_z_loss), "Coefficient of the router z-loss (mean of logsumexp(router logits)^2); 0: none."));
 }
 
+// LoRA (docs/fine_tuning.md): part of the model's shape, kept in its checkpoints.
+void add_lora_keys(std::vector<ConfigKey>& f) {
+  ConfigKey targets;
+  targets.key = "lora.targets";
+  targets.doc = "Low-rank adapters (docs/fine_tuning.md) on these linear layers of every block, by name (\"wq\", "
+                "\"wk\", \"wv\", \"wo\"; gpt2 \"mlp.fc\", \"mlp.proj\"; llama \"mlp.gate\", \"mlp.up\", "
+                "\"mlp.down\") or glob pattern (\"mlp.*\"). Every other parameter is then frozen. Empty: no LoRA.";
+  targets.set = [](RunConfig& c, const std::string& v) { c.model.lora.targets = parse_lora_targets(v); };
+  targets.get = [](const RunConfig& c) { return lora_targets_text(c.model.lora.targets); };
+  f.push_back(targets);
+  f.push_back(field<int>("lora.rank", NDT_REF(model.lora.rank), "Rank r of each adapter (A [r, in], B [out, r]); at most min(in, out) of every target."));
+  f.push_back(field<float>("lora.alpha", NDT_REF(model.lora.alpha), "Scale numerator: an adapted layer computes W x + (alpha / r) B A x."));
+  f.push_back(field<float>("lora.dropout", NDT_REF(model.lora.dropout), "Dropout on the adapters' input: not built, must be 0."));
+}
+
 void add_train_keys(std::vector<ConfigKey>& f) {
   f.push_back(field<int64_t>("train.steps", NDT_REF(steps), "Optimizer steps to run. 0: only write the initial state as a checkpoint (after train.init_from, if set) and stop."));
   f.push_back(field<int>("train.batch_size", NDT_REF(batch_size), "Sequences per optimizer step (global batch)."));
@@ -392,6 +407,7 @@ const std::vector<ConfigKey>& config_keys() {
   static const std::vector<ConfigKey> table = [] {
     std::vector<ConfigKey> f;
     add_model_keys(f);
+    add_lora_keys(f);
     add_train_keys(f);
     add_optim_keys(f);
     add_data_keys(f);

@@ -2,6 +2,7 @@
 
 #include "checkpoint/box.h"
 #include "core/error.h"
+#include "model/lora.h"
 #include "train/agreed_error.h"
 #include "train/model_source.h"
 
@@ -35,6 +36,9 @@ void load_initial_weights(const std::string& path, const ModelConfig& model, Gra
       if (slices[i].kind != StateSlice::value) continue;
       const Parameter& p = *slices[i].param;
       const auto it = source.tensors.find(p.name());
+      // Fine-tuning a base model with LoRA: the adapters the file lacks keep their
+      // initialisation (B = 0, so the model starts as the file's).
+      if (it == source.tensors.end() && is_lora_parameter(p.name())) continue;
       NDT_CHECK(it != source.tensors.end(), "train.init_from = \"{}\" has no tensor {}", path, p.name());
       const std::vector<float>& whole = it->second;
       NDT_CHECK(static_cast<int64_t>(whole.size()) == shape_numel(p.spec.logical_shape),

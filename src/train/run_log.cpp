@@ -75,15 +75,17 @@ void RunLog::model_and_data(const TrainingModel& model, const TrainingData& data
   fmt::print(*out_, "ndtrain: {} model, {} layers, d_model {}, {} heads, vocab {}, output layer {}: {:.2f}M parameters\n",
              arch_name(m.arch), m.n_layer, m.d_model, m.n_head, m.vocab_size,
              m.tied_embeddings ? "tied to the embedding" : "untied", static_cast<double>(count_parameters(m)) / 1e6);
-  int64_t trainable = 0, total = 0;
-  for (const ParameterSpec& s : model_parameter_specs(m)) {
-    total += shape_numel(s.logical_shape);
-    if (!s.frozen) trainable += shape_numel(s.logical_shape);
-  }
-  if (trainable != total) {
-    fmt::print(*out_, "fine-tuning: {:.3f}M of the {:.2f}M parameters trainable ({:.2f}%); the frozen ones have no "
-               "gradients, optimizer state or gradient communication\n",
-               static_cast<double>(trainable) / 1e6, static_cast<double>(total) / 1e6, 100.0 * trainable / total);
+  if (m.lora.enabled()) {
+    const int64_t trainable = count_trainable_parameters(m), total = count_parameters(m);
+    fmt::print(*out_, "LoRA: rank {}, alpha {} on {}: {} trainable parameters (the adapters, {:.3f}% of {}), the rest "
+               "frozen\n",
+               m.lora.rank, m.lora.alpha, lora_targets_text(m.lora.targets), trainable,
+               100.0 * static_cast<double>(trainable) / static_cast<double>(total), total);
+  } else if (!m.freeze.empty()) {
+    const int64_t trainable = count_trainable_parameters(m), total = count_parameters(m);
+    fmt::print(*out_, "train.freeze: {} trainable parameters ({:.2f}% of {}), the rest frozen: no gradients, "
+               "optimizer state or gradient communication\n",
+               trainable, 100.0 * static_cast<double>(trainable) / static_cast<double>(total), total);
   }
   fmt::print(*out_, "{}\n", data.data().describe());
   if (data.document_separator()) fmt::print(*out_, "{}\n", data.describe_documents());

@@ -54,6 +54,10 @@ const std::vector<Edge>& edges() {
       {"parallel.bucket_mb", "1048576", "1048576.0000000002"},
       {"parallel.bucket_mb", "3.814697265625e-06", "3.8146972656249996e-06"},
       {"sample.temperature", "0", "-1e-30"},
+      {"lora.rank", "1", "0", {"lora.targets=[\"wq\"]"}},
+      {"lora.rank", "128", "129", {"lora.targets=[\"wq\"]"}},  // gpt2-tiny: d_model 128
+      {"lora.alpha", "1e-30", "0", {"lora.targets=[\"wq\"]"}},
+      {"lora.dropout", "0", "1e-30", {"lora.targets=[\"wq\"]"}},
   };
   return table;
 }

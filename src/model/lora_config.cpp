@@ -1,0 +1,80 @@
+#include "model/lora_config.h"
+
+#include "core/error.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <fnmatch.h>
+#include <toml++/toml.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace ndt {
+
+namespace {
+
+// A target names a linear by its path in the block ("attn.wq") or its last part ("wq"),
+// either possibly a glob pattern.
+bool target_matches(const std::string& target, const std::string& linear) {
+  const std::string last = linear.substr(linear.rfind('.') + 1);
+  return fnmatch(target.c_str(), linear.c_str(), 0) == 0 || fnmatch(target.c_str(), last.c_str(), 0) == 0;
+}
+
+}  // namespace
+
+bool LoraConfig::targets_linear(const std::string& name) const {
+  return std::any_of(targets.begin(), targets.end(), [&](const std::string& t) { return target_matches(t, name); });
+}
+
+std::string lora_targets_text(const std::vector<std::string>& targets) {
+  std::string out = "[";
+  for (size_t i = 0; i < targets.size(); ++i) out += fmt::format("{}\"{}\"", i ? ", " : "", targets[i]);
+  return out + "]";
+}
+
+std::vector<std::string> parse_lora_targets(const std::string& text) {
+  toml::table table;
+  try {
+    table = toml::parse("v = " + text);
+  } catch (const toml::parse_error& e) {
+    fail("lora.targets = {} is not a TOML list of strings: {}", text, e.description());
+  }
+  const toml::array* list = table["v"].as_array();
+  NDT_CHECK(list != nullptr, "lora.targets = {} is not a list (e.g. [\"wq\", \"wv\"])", text);
+  std::vector<std::string> targets;
+  for (const toml::node& node : *list) {
+    const auto* s = node.as_string();
+    NDT_CHECK(s != nullptr && !s->get().empty(), "lora.targets = {}: each target is a non-empty string", text);
+    targets.push_back(s->get());
+  }
+  return targets;
+}
+
+void validate_lora(const LoraConfig& lora, const std::vector<std::string>& linears, const std::vector<int64_t>& widths,
+                   const std::vector<std::string>& expert_linears) {
+  if (!lora.enabled()) return;
+  NDT_CHECK(lora.rank > 0, "lora.rank = {} must be positive", lora.rank);
+  NDT_CHECK(std::isfinite(lora.alpha) && lora.alpha > 0, "lora.alpha = {} must be positive", lora.alpha);
+  NDT_CHECK(lora.dropout == 0.0f, "lora.dropout = {}: dropout on the adapters' input is not built (set 0)",
+            lora.dropout);
+  for (const std::string& target : lora.targets) {
+    for (const std::string& expert : expert_linears) {
+      NDT_CHECK(!target_matches(target, expert),
+                "lora.targets: \"{}\" matches the routed experts' {} (moe.experts): adapters on routed experts are "
+                "not built; name the dense layers (e.g. \"mlp.*\", \"wq\")",
+                target, expert);
+    }
+    bool matched = false;
+    for (size_t i = 0; i < linears.size(); ++i) {
+      if (!target_matches(target, linears[i])) continue;
+      matched = true;
+      NDT_CHECK(lora.rank <= widths[i], "lora.rank = {} exceeds the width of {} (min(in, out) = {})", lora.rank,
+                linears[i], widths[i]);
+    }
+    NDT_CHECK(matched, "lora.targets: \"{}\" matches no linear layer of the model (its layers: {})", target,
+              fmt::join(linears, ", "));
+  }
+}
+
+}  // namespace ndt
