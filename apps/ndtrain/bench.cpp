@@ -17,6 +17,7 @@
 #include "comm/mpi_communicator.h"
 #include "core/memory.h"
 #include "core/rng.h"
+#include "core/text_list.h"
 #include "kernels/kernels.h"
 #include "model/transformer.h"
 #include "optim/clip.h"
@@ -187,6 +188,12 @@ RunConfig bench_run_config(const TrainBenchOptions& o, const MeshShape& shape) {
   RunConfig c;
   c.model = ModelConfig::preset(o.preset);
   if (o.vocab > 0) c.model.vocab_size = o.vocab;
+  if (o.lora_rank > 0) {
+    c.model.lora.rank = o.lora_rank;
+    c.model.lora.alpha = o.lora_alpha;
+    c.model.lora.targets = split_trimmed(o.lora_targets);
+  }
+  if (!o.freeze.empty()) c.model.freeze = split_trimmed(o.freeze);
   // Long-context runs (--seq beyond the preset's): the model's positions reach --seq.
   c.model.max_seq_len = std::max(c.model.max_seq_len, o.seq_len);
   c.seed = 1;

@@ -63,6 +63,12 @@ struct TrainBenchOptions {
   double memory_budget_gib = 4;  // for the largest batch that fits, by the memory model
   std::string precision = "fp32";  // precision.compute: fp32, bf16 or fp16
   std::string reduce_dtype = "fp32";  // precision.reduce_dtype: fp32 or bf16
+  // Fine-tuning (docs/fine_tuning.md): LoRA of this rank on lora_targets (0: off), and
+  // train.freeze's patterns.
+  int lora_rank = 0;
+  float lora_alpha = 32;
+  std::string lora_targets = "wq, wk, wv, wo, mlp.*";
+  std::string freeze;
 };
 int run_bench_train(const TrainBenchOptions& options);
 

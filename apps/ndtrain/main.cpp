@@ -163,6 +163,12 @@ int main(int argc, char** argv) {
                           "Compute dtype of matmuls and saved activations: fp32, bf16 or fp16 (docs/precision.md)");
   bench_train->add_option("--reduce-dtype", bench_options.reduce_dtype,
                           "Under mpirun: dtype of the data-parallel gradient reductions, fp32 or bf16");
+  bench_train->add_option("--lora-rank", bench_options.lora_rank,
+                          "LoRA fine-tuning of this rank (lora.rank; 0: full training; docs/fine_tuning.md)");
+  bench_train->add_option("--lora-alpha", bench_options.lora_alpha, "With --lora-rank: lora.alpha")->needs("--lora-rank");
+  bench_train->add_option("--lora-targets", bench_options.lora_targets, "With --lora-rank: lora.targets, comma-separated")
+      ->needs("--lora-rank");
+  bench_train->add_option("--freeze", bench_options.freeze, "train.freeze's patterns, comma-separated");
   bench_train->add_option("--vocab", bench_options.vocab,
                           "Override the preset's vocabulary size (gpt2's 50257 does not split over tp; 50304 does)");
 

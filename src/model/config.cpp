@@ -163,12 +163,21 @@ ModelConfig ModelConfig::preset(std::string_view name) {
     if (name == "llama3-405b") c.n_layer = 126, c.d_model = 16384, c.n_head = 128, c.d_ff = 53248;
     return c;
   }
+  if (name == "llama-1b") {
+    // Llama 3.2 1B's shape (16 blocks of width 2048, 32 heads on 8 K/V heads, SwiGLU
+    // 8192, tied embeddings) with a 32000-token vocabulary: 1.04B parameters, the
+    // fine-tuning benchmark's model (docs/performance.md).
+    c.set_arch(Arch::llama);
+    c.vocab_size = 32000, c.max_seq_len = 2048, c.rope_theta = 500000.0f, c.n_layer = 16, c.d_model = 2048,
+    c.n_head = 32, c.n_kv_head = 8, c.d_ff = 8192, c.tied_embeddings = true;
+    return c;
+  }
   fail("model.preset = \"{}\" is not a known preset ({})", name, fmt::join(preset_names(), ", "));
 }
 
 std::vector<std::string> ModelConfig::preset_names() {
   return {"gpt2-124m",     "gpt2-350m",      "gpt2-tiny", "llama-small", "llama-tiny",
-          "gpt2-moe-tiny", "llama-moe-tiny", "llama3-8b", "llama3-70b",  "llama3-405b"};
+          "gpt2-moe-tiny", "llama-moe-tiny", "llama-1b",  "llama3-8b",   "llama3-70b", "llama3-405b"};
 }
 
 }  // namespace ndt

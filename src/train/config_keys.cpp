@@ -131,7 +131,7 @@ void add_model_keys(std::vector<ConfigKey>& f) {
   preset.key = "model.preset";
   preset.doc =
       "Named model shape applied before the other model.* keys (which then override it): "
-      "gpt2-124m, gpt2-350m, gpt2-tiny, llama-small, llama-tiny, and the mixture-of-experts gpt2-moe-tiny, llama-moe-tiny (8 experts of half width, top-2). Empty: start from the defaults.";
+      "gpt2-124m, gpt2-350m, gpt2-tiny, llama-small, llama-tiny, llama-1b (Llama 3.2 1B's shape, 32000-token vocabulary), and the mixture-of-experts gpt2-moe-tiny, llama-moe-tiny (8 experts of half width, top-2). Empty: start from the defaults.";
   preset.set = [](RunConfig& c, const std::string& v) {
     if (!v.empty()) c.model = ModelConfig::preset(v);
   };

@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "core/system_memory.h"
+#include "model/transformer.h"
 
 #include <algorithm>
 
@@ -20,6 +21,24 @@ std::pair<double, double> dense_and_expert_parameters(const ModelConfig& c) {
     dense += 2 * C * C + 2 * C * KD + (c.arch == Arch::gpt2 ? 2.0 : 3.0) * C * F + (c.is_moe_block(l) ? E * C : 0);
   }
   return {dense, experts};
+}
+
+// The frozen parameters (train.freeze, LoRA's base weights) among the dense ones and the
+// experts, in double; none without fine-tuning (no specs built for them).
+std::pair<double, double> frozen_dense_and_expert_parameters(const ModelConfig& c) {
+  double dense = 0, experts = 0;
+  if (c.freeze.empty() && !c.lora.enabled()) return {dense, experts};
+  for (const ParameterSpec& s : model_parameter_specs(c)) {
+    if (s.frozen) (s.expert ? experts : dense) += static_cast<double>(shape_numel(s.logical_shape));
+  }
+  return {dense, experts};
+}
+
+// Bytes per frozen parameter a rank keeps in memory: its value (a shard under ZeRO-3, on
+// disk under offload.params) and no gradient or moments.
+double resident_frozen_bytes_per_parameter(const RunConfig& c, double n) {
+  if (c.offload_params) return 0;
+  return c.zero_stage >= 3 ? 4 / n : 4;
 }
 
 // Bytes per parameter of the model states (memory_model.h) a rank keeps in memory when it
@@ -44,8 +63,12 @@ RunMemoryFloor run_memory_floor(const RunConfig& config, const MeshShape& mesh) 
   RunMemoryFloor f;
   const auto [dense, experts] = dense_and_expert_parameters(c);
   // The busiest rank holds at least the average share of pp stages and tp blocks.
-  const double local = (dense + experts / mesh.ep) / (static_cast<double>(mesh.pp) * mesh.tp);
-  f.model_states = local * resident_state_bytes_per_parameter(config, static_cast<double>(mesh.dp_shard) * mesh.cp);
+  const auto [frozen_dense, frozen_experts] = frozen_dense_and_expert_parameters(c);
+  const double per_rank = static_cast<double>(mesh.pp) * mesh.tp, n = static_cast<double>(mesh.dp_shard) * mesh.cp;
+  const double local = (dense + experts / mesh.ep) / per_rank;
+  const double frozen = std::min(local, (frozen_dense + frozen_experts / mesh.ep) / per_rank);
+  f.model_states = (local - frozen) * resident_state_bytes_per_parameter(config, n) +
+                   frozen * resident_frozen_bytes_per_parameter(config, n);
   const double tokens = static_cast<double>(config.micro_batch_size) * config.seq_len;
   const double split = static_cast<double>(mesh.cp) * (config.sequence_parallel ? mesh.tp : 1);
   const double units = static_cast<double>(c.n_layer) / mesh.pp + 1;  // stream[u] of every unit of a stage

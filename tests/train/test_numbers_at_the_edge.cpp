@@ -68,6 +68,22 @@ TEST(NumbersAtTheEdge, OffloadedModelStatesAreNotCountedAgainstMemory) {
   EXPECT_EQ(run_memory_floor(c, MeshShape{}).model_states, 0);
 }
 
+// Catches: the preflight counting gradients and moments of frozen parameters (fine-tuning
+// with train.freeze or LoRA), refusing a run whose trainable states do fit.
+TEST(NumbersAtTheEdge, FrozenParametersCountTheirValuesOnly) {
+  RunConfig c = testing::tiny_run("unused", 4, 4);
+  c.model.d_ff = 2000000000;
+  const double whole = run_memory_floor(c, MeshShape{}).model_states;  // 16 bytes a parameter
+  const double machine = 0.75 * whole;
+  EXPECT_MENTIONS(error_of([&] { check_run_fits_in_memory(c, MeshShape{}, machine); }),
+                  "the model's parameters, gradients and AdamW moments need at least");
+  c.model.freeze = {"blocks"};  // nearly every parameter: 4 bytes each
+  EXPECT_LT(run_memory_floor(c, MeshShape{}).model_states, 0.26 * whole);
+  EXPECT_EQ(error_of([&] { check_run_fits_in_memory(c, MeshShape{}, machine); }), "");
+  c.zero_stage = 3;  // the frozen values sharded too
+  EXPECT_LT(run_memory_floor(c, MeshShape{1, 1, 4, 1, 1}).model_states, 0.26 * whole / 4);
+}
+
 // Catches: a batch too large for any machine ending in std::bad_alloc (or in the kernel's
 // out-of-memory killer) instead of naming train.batch_size and the bytes.
 TEST(NumbersAtTheEdge, ABatchBeyondTheMachineIsNamedBeforeAllocating) {
