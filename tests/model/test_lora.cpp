@@ -4,6 +4,7 @@
 // to the base model, and every bad setting refused by name.
 #include "../common/errors.h"
 #include "../common/gradcheck.h"
+#include "core/memory.h"
 #include "model/lora.h"
 #include "model/transformer.h"
 #include "tiny_model.h"
@@ -83,8 +84,9 @@ INSTANTIATE_TEST_SUITE_P(Families, LoraGradient, ::testing::Values(Arch::gpt2, A
                          [](const auto& info) { return std::string(arch_name(info.param)); });
 
 // Catches: a zero-bubble split that loses or doubles the adapters' gradients (their
-// whole backward runs in the input half, before the block's partial sums are reduced)
-// or writes a frozen weight's gradient in the deferred weight half.
+// whole backward runs in the input half, before the block's partial sums are reduced),
+// writes a frozen weight's gradient in the deferred weight half, or keeps an output
+// gradient for a weight half that has nothing to compute.
 TEST(Lora, SplitBackwardIsBitwiseTheFusedBackward) {
   for (Arch arch : {Arch::gpt2, Arch::llama}) {
     const ModelConfig c = with_lora(tiny(arch, /*qk_norm=*/arch == Arch::llama), {"*"});
@@ -100,7 +102,10 @@ TEST(Lora, SplitBackwardIsBitwiseTheFusedBackward) {
     split.prepare(a, in.data(), target.data(), B, T, 0.5f, false);
     const int units = split.num_units();
     for (int u = 0; u < units; ++u) split.unit(u).forward(a);
+    const size_t before = MemoryLedger::instance().current(MemTag::activations);
     for (int u = units - 1; u >= 0; --u) split.unit(u).backward_input(a, nullptr);
+    // The bases are frozen: no output gradient is kept for a weight half.
+    EXPECT_EQ(MemoryLedger::instance().current(MemTag::activations), before) << arch_name(arch);
     for (int u = units - 1; u >= 0; --u) split.unit(u).backward_weight(a, nullptr);
     const float* f = fused.store().grads().data<float>();
     const float* s = split.store().grads().data<float>();
