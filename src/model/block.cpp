@@ -320,6 +320,8 @@ void Block::backward_input(MicroBatchContext& ctx, ModelHooks* hooks) {
   std::vector<DeferredWeightGradient>& deferred = ctx.deferred[static_cast<size_t>(layer_)];
   NDT_CHECK(deferred.empty(), "block {}: backward_input twice without backward_weight", layer_);
   backward_pass(ctx, hooks, &deferred);
+  // Every weight frozen: nothing deferred; an empty entry still pairs the two halves.
+  if (deferred.empty()) deferred.push_back({Tensor(), [](const float*) {}});
 }
 
 void Block::backward_weight(MicroBatchContext& ctx, ModelHooks* hooks) {
@@ -327,7 +329,7 @@ void Block::backward_weight(MicroBatchContext& ctx, ModelHooks* hooks) {
             "block {}: backward_weight without backward_input", layer_);
   std::vector<DeferredWeightGradient>& deferred = ctx.deferred[static_cast<size_t>(layer_)];
   for (DeferredWeightGradient& w : deferred) {
-    w.apply(w.dout.data<float>());
+    w.apply(w.dout.defined() ? w.dout.data<float>() : nullptr);
     poll(hooks);
   }
   deferred.clear();  // frees the copies
@@ -346,6 +348,7 @@ class LinearBackward {
   void column(const ColumnParallelLinear& layer, float* dinp, const float* dout, const float* inp) const {
     if (!deferred_) return layer.backward(dinp, dout, inp, rows_);
     layer.backward_input(dinp, dout, inp, rows_);
+    if (!has_weight_half(layer)) return;
     defer([&layer, inp, rows = rows_](const float* dy) { layer.backward_weight(dy, inp, rows); }, dout,
           rows_ * layer.weight->local_shape[0]);
   }
@@ -353,11 +356,19 @@ class LinearBackward {
   void row(const RowParallelLinear& layer, float* dinp, const float* dout, const float* inp, float* dbias) const {
     if (!deferred_) return layer.backward(tp_, dinp, dout_full_, dout, inp, rows_, dbias);
     const float* dy = layer.backward_input(tp_, dinp, dout_full_, dout, inp, rows_, dbias);
+    if (!has_weight_half(layer)) return;
     defer([&layer, inp, rows = rows_](const float* g) { layer.backward_weight(g, inp, rows); }, dy,
           rows_ * layer.weight->local_shape[0]);
   }
 
  private:
+  // A layer whose weight and bias are frozen (LoRA's bases) has no weight half: nothing
+  // is kept for it (its adapter's gradients come with the input half).
+  template <class Layer>
+  static bool has_weight_half(const Layer& layer) {
+    return layer.weight->trainable() || (layer.bias && layer.bias->trainable());
+  }
+
   template <class Apply>
   void defer(Apply apply, const float* dout, int64_t numel) const {
     Tensor copy = Tensor::empty({numel}, DType::f32, MemTag::activations);

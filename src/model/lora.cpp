@@ -36,8 +36,14 @@ bool is_lora_parameter(const std::string& name) {
 }
 
 void LoraAdapter::forward(const MatmulPrecision& mp, float* out, const float* inp, int64_t rows) const {
-  const int64_t out_features = b->local_shape[0];
+  const int out_features = static_cast<int>(b->local_shape[0]), r = static_cast<int>(rank_of(*this));
   const Tensor h = scaled_down_projection(mp, *this, inp, rows);
+  if (mp.dtype == DType::f32) {  // out += h B^T in place
+    kernels::gemm(false, true, static_cast<int>(rows), out_features, r, 1.0f, h.data<float>(), r, b->data(), r, 1.0f,
+                  out, out_features);
+    return;
+  }
+  // The low-precision GEMM writes its output: through a [rows, out] scratch.
   Tensor y = Tensor::empty({rows * out_features}, DType::f32, MemTag::activations);
   matmul_forward(mp, y.data<float>(), h.data<float>(), *b, nullptr, rows);
   kernels::add_inplace(out, y.data<float>(), y.numel());

@@ -11,6 +11,7 @@
 #include "../common/one_rank_mesh.h"
 #include "../common/temp_dir.h"
 #include "../train/test_support.h"
+#include "layout.h"
 #include "mpi_env.h"
 #include "parity.h"
 #include "plan/comm_model.h"
@@ -26,22 +27,8 @@
 namespace ndt {
 namespace {
 
-struct Layout {
-  const char* name;
-  MeshShape mesh;            // dp_replicate 0: the rest of the world
-  int zero_stage = 0;
-  bool sequence_parallel = false;
-  int micro = 0;             // train.micro_batch_size (0: no accumulation)
-  const char* refused = "";  // not supported: the error must contain this
-  const char* schedule = "1f1b";                      // parallel.pp_schedule
-  CheckpointMode recompute = CheckpointMode::none;    // train.activation_checkpointing
-};
-
-MeshShape mesh(int pp, int dp_shard, int cp, int tp, int ep) {
-  MeshShape m;
-  m.pp = pp, m.dp_replicate = 0, m.dp_shard = dp_shard, m.cp = cp, m.tp = tp, m.ep = ep;
-  return m;
-}
+using testing::Layout;
+using testing::mesh;
 
 // Every axis alone and the 2-D combinations, on 4 ranks.
 const std::vector<Layout>& four_rank_layouts() {
@@ -233,13 +220,7 @@ TEST(FeatureMatrix, EveryLayoutMatchesOneRankOrIsRefusedByName) {
     const RunConfig base = matrix_run(dir.file("train.bin"), llama);
     const testing::TrainedRun reference = testing::train(base, testing::one_rank_mesh());
     for (const Layout& layout : n == 4 ? four_rank_layouts() : eight_rank_layouts()) {
-      RunConfig config = base;
-      config.mesh = layout.mesh;
-      config.zero_stage = layout.zero_stage;
-      config.sequence_parallel = layout.sequence_parallel;
-      config.micro_batch_size = layout.micro;
-      config.pp_schedule = pipeline_schedule_from_name(layout.schedule);
-      config.activation_checkpointing.mode = layout.recompute;
+      const RunConfig config = testing::with_layout(base, layout);
       const std::string what = fmt::format("{} {}", llama ? "llama" : "gpt2", layout.name);
       std::string outcome;
       if (*layout.refused) {

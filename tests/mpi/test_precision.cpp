@@ -26,27 +26,8 @@ namespace {
 using testing::tiny_run;
 using testing::train;
 
-// The largest relative difference of the losses and gradient norms over the steps, and
-// of the final parameters (as a vector, like expect_same_run).
-struct Difference {
-  double losses = 0, norms = 0, params = 0;
-};
-
-Difference compare(const testing::TrainedRun& reference, const testing::TrainedRun& run) {
-  Difference d;
-  for (size_t i = 0; i < reference.losses.size(); ++i) {
-    d.losses = std::max(d.losses, std::fabs(run.losses[i] - reference.losses[i]) / std::fabs(reference.losses[i]));
-    d.norms = std::max(d.norms,
-                       std::fabs(run.grad_norms[i] - reference.grad_norms[i]) / std::fabs(reference.grad_norms[i]));
-  }
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < reference.params.size(); ++i) {
-    const double e = static_cast<double>(run.params[i]) - reference.params[i];
-    diff += e * e, norm += static_cast<double>(reference.params[i]) * reference.params[i];
-  }
-  d.params = std::sqrt(diff / norm);
-  return d;
-}
+using testing::compare;
+using testing::Difference;
 
 // Catches: a layout whose low-precision path differs from one rank's beyond the order
 // of fp32 sums (a compute copy not refreshed after the step or not cast after an FSDP
