@@ -113,6 +113,13 @@ int main(int argc, char** argv) {
   prepare->add_option("--tokenizer", token_prepare.tokenizer,
                       "Encode with this tokenizer (tokenizer.json, encoder.json or *.tiktoken; docs/data.md) into "
                       "train_NNNNNN.bin / val_NNNNNN.bin shards; without it: byte-level train.bin / val.bin");
+  prepare->add_option("--format", token_prepare.format,
+                      "With --tokenizer: text (documents), or JSONL conversations with loss masks beside the shards: "
+                      "chat ({\"messages\": [{\"role\", \"content\"}]}) or prompt-response ({\"prompt\", "
+                      "\"response\"}); docs/data.md");
+  prepare->add_option("--chat-template", token_prepare.chat_template,
+                      "With --format chat|prompt-response: auto (the tokenizer folder's when known, else default), "
+                      "tokenizer, default, chatml or llama3");
   prepare->add_option("--documents", token_prepare.documents, "With --tokenizer: a document per file, line or jsonl");
   prepare->add_option("--jsonl-field", token_prepare.jsonl_field, "With --documents jsonl: the text field");
   prepare->add_option("--shard-tokens", token_prepare.shard_tokens, "With --tokenizer: tokens per shard");
@@ -368,7 +375,11 @@ int main(int argc, char** argv) {
       token_prepare.out_dir = out_dir, token_prepare.val_fraction = val_fraction, token_prepare.overwrite = force_prepare;
       return ndt::run_prepare_tokens(inputs, token_prepare);
     }
-    if (*prepare) return ndt::run_prepare(inputs, out_dir, val_fraction, force_prepare);
+    if (*prepare) {
+      NDT_CHECK(token_prepare.format == "text", "prepare --format {} needs --tokenizer (the chat template's tokens)",
+                token_prepare.format);
+      return ndt::run_prepare(inputs, out_dir, val_fraction, force_prepare);
+    }
     if (*config) return ndt::run_config_doc();
     if (*tokenize) return ndt::run_tokenize(tokenize_options);
     if (*bench_train) return ndt::run_bench_train(bench_options);

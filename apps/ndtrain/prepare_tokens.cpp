@@ -18,6 +18,10 @@ int run_prepare_tokens(const std::vector<std::string>& inputs, TokenPrepareOptio
              r.seconds > 0 ? static_cast<double>(r.bytes) / 1e6 / r.seconds : 0.0, r.train_tokens,
              r.train_shards.size(), r.dtype, r.train_shards.size() == 1 ? "" : "s", r.val_tokens, r.val_documents,
              r.val_shards.size(), r.val_shards.size() == 1 ? "" : "s", options.out_dir);
+  if (!r.chat_template.empty()) {
+    fmt::print("chat template {}; loss masks beside the shards: {} of {} tokens count in the loss (assistant turns)\n",
+               r.chat_template, r.counted_tokens, r.train_tokens + r.val_tokens);
+  }
   return 0;
 }
 

@@ -1,14 +1,11 @@
 #include "data/dataset.h"
 
 #include "core/error.h"
+#include "core/mapped_file.h"
+#include "data/loss_mask.h"
 #include "data/shard.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 
 namespace ndt {
@@ -16,22 +13,14 @@ namespace ndt {
 // One shard mapped read-only.
 class MappedShard {
  public:
-  explicit MappedShard(const std::string& path) : header_(read_shard_header(path)) {
-    bytes_ = kShardHeaderBytes + static_cast<size_t>(header_.tokens) * header_.token_bytes();
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    NDT_CHECK(fd >= 0, "cannot open shard {}: {}", path, std::strerror(errno));
-    void* p = ::mmap(nullptr, bytes_, PROT_READ, MAP_PRIVATE, fd, 0);
-    const int err = errno;
-    ::close(fd);
-    NDT_CHECK(p != MAP_FAILED, "cannot map shard {} ({} bytes): {}", path, bytes_, std::strerror(err));
-    base_ = static_cast<const uint8_t*>(p);
-    ::madvise(p, bytes_, MADV_RANDOM);  // batches read scattered windows: no read-ahead
-  }
-  ~MappedShard() { ::munmap(const_cast<uint8_t*>(base_), bytes_); }
+  explicit MappedShard(const std::string& path)
+      : header_(read_shard_header(path)),
+        file_(path, kShardHeaderBytes + static_cast<size_t>(header_.tokens) * header_.token_bytes()) {}
   const ShardHeader& header() const { return header_; }
 
   void copy(int64_t begin, int64_t n, int32_t* out) const {
-    const uint8_t* p = base_ + kShardHeaderBytes + static_cast<size_t>(begin) * header_.token_bytes();
+    const size_t offset = kShardHeaderBytes + static_cast<size_t>(begin) * header_.token_bytes();
+    const uint8_t* p = file_.data() + offset;
     if (header_.token_bytes() == 2) {
       for (int64_t i = 0; i < n; ++i) {
         uint16_t v;
@@ -45,28 +34,21 @@ class MappedShard {
         out[i] = static_cast<int32_t>(v);
       }
     }
-    release(p - base_, static_cast<size_t>(n) * header_.token_bytes());
+    file_.release(offset, static_cast<size_t>(n) * header_.token_bytes());
   }
 
  private:
-  // Drops the whole pages of [offset, offset + len) from this process's resident set.
-  void release(size_t offset, size_t len) const {
-    const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
-    const size_t first = offset / page * page, last = (offset + len + page - 1) / page * page;
-    ::madvise(const_cast<uint8_t*>(base_) + first, std::min(last, bytes_) - first, MADV_DONTNEED);
-  }
-
   ShardHeader header_;
-  const uint8_t* base_ = nullptr;
-  size_t bytes_ = 0;
+  MappedFile file_;
 };
 
-TokenDataset::TokenDataset(const std::vector<std::string>& shard_paths) : paths_(shard_paths) {
+TokenDataset::TokenDataset(const std::vector<std::string>& shard_paths, bool with_masks) : paths_(shard_paths) {
   NDT_CHECK(!shard_paths.empty(), "TokenDataset: no shard paths given");
   std::string vocab_from;
   for (const std::string& path : shard_paths) {
     shards_.push_back(std::make_unique<MappedShard>(path));
     const ShardHeader& h = shards_.back()->header();
+    if (with_masks) masks_.push_back(std::make_unique<MaskFile>(mask_path(path), path, h.tokens));
     begin_.push_back(size_);
     size_ += h.tokens;
     if (h.vocab_size == 0) continue;
@@ -84,16 +66,30 @@ bool TokenDataset::wide() const {
   return std::any_of(shards_.begin(), shards_.end(), [](const auto& s) { return s->header().token_bytes() == 4; });
 }
 
-void TokenDataset::copy(int64_t start, int64_t n, int32_t* out) const {
+template <typename T, typename Copy>
+void TokenDataset::for_each_piece(int64_t start, int64_t n, T* out, const Copy& copy) const {
   NDT_CHECK(start >= 0 && n >= 0 && start + n <= size_, "TokenDataset: tokens [{}, {}) are outside [0, {})", start,
             start + n, size_);
   size_t s = static_cast<size_t>(std::upper_bound(begin_.begin(), begin_.end(), start) - begin_.begin()) - 1;
   while (n > 0) {
     const int64_t local = start - begin_[s];
     const int64_t take = std::min(n, shards_[s]->header().tokens - local);
-    shards_[s]->copy(local, take, out);
+    copy(s, local, take, out);
     out += take, start += take, n -= take, ++s;
   }
+}
+
+void TokenDataset::copy(int64_t start, int64_t n, int32_t* out) const {
+  for_each_piece(start, n, out, [&](size_t s, int64_t local, int64_t take, int32_t* to) {
+    shards_[s]->copy(local, take, to);
+  });
+}
+
+void TokenDataset::copy_masks(int64_t start, int64_t n, uint8_t* out) const {
+  NDT_CHECK(has_masks(), "TokenDataset {}: its loss masks were not loaded", paths_.front());
+  for_each_piece(start, n, out, [&](size_t s, int64_t local, int64_t take, uint8_t* to) {
+    masks_[s]->copy(local, take, to);
+  });
 }
 
 void TokenDataset::scan(const std::function<void(const int32_t*, int64_t, size_t, int64_t)>& f) const {

@@ -15,13 +15,15 @@
 namespace ndt {
 
 class MappedShard;
+class MaskFile;
 
 class TokenDataset {
  public:
-  // Maps every shard (checking its header against its size). Throws ndt::Error naming the
-  // file for a missing or malformed shard, naming both files for vocabulary sizes that
-  // differ, and for an empty list.
-  explicit TokenDataset(const std::vector<std::string>& shard_paths);
+  // Maps every shard (checking its header against its size) and, with_masks, its loss mask
+  // (data/loss_mask.h). Throws ndt::Error naming the file for a missing or malformed shard
+  // or mask, naming both files for vocabulary sizes that differ or a mask whose length is
+  // not its shard's, and for an empty list.
+  explicit TokenDataset(const std::vector<std::string>& shard_paths, bool with_masks = false);
   ~TokenDataset();
   TokenDataset(TokenDataset&&) noexcept;
 
@@ -33,13 +35,21 @@ class TokenDataset {
   // Tokens [start, start + n) of the concatenation as int32. Requires 0 <= start and
   // start + n <= size().
   void copy(int64_t start, int64_t n, int32_t* out) const;
+  bool has_masks() const { return !masks_.empty(); }
+  // The loss-mask bytes of tokens [start, start + n) (has_masks() only).
+  void copy_masks(int64_t start, int64_t n, uint8_t* out) const;
   // Calls f(tokens, n, shard index, offset within the shard) over every token in order,
   // in chunks, dropping each chunk's pages after it.
   void scan(const std::function<void(const int32_t*, int64_t, size_t, int64_t)>& f) const;
 
  private:
   std::vector<std::string> paths_;
+  // Calls copy(shard, offset in it, count, out) for each shard's piece of [start, start + n).
+  template <typename T, typename Copy>
+  void for_each_piece(int64_t start, int64_t n, T* out, const Copy& copy) const;
+
   std::vector<std::unique_ptr<MappedShard>> shards_;
+  std::vector<std::unique_ptr<MaskFile>> masks_;  // one per shard, or none
   std::vector<int64_t> begin_;  // first token of each shard in the concatenation
   int64_t size_ = 0;
   int32_t vocab_size_ = 0;

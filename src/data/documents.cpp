@@ -19,6 +19,8 @@ DocumentReader::DocumentReader(std::vector<std::string> files, std::string mode,
   }
 }
 
+std::string DocumentReader::where() const { return fmt::format("input file {} line {}", files_[file_], line_); }
+
 bool DocumentReader::open_next() {
   if (file_ >= files_.size()) return false;
   in_ = std::ifstream(files_[file_], std::ios::binary);
@@ -51,10 +53,10 @@ bool DocumentReader::next(std::string& document) {
     try {
       j = nlohmann::json::parse(document);
     } catch (const nlohmann::json::parse_error& e) {
-      fail("input file {} line {} is not JSON: {}", files_[file_], line_, e.what());
+      fail("{} is not JSON: {}", where(), e.what());
     }
     NDT_CHECK(j.is_object() && j.contains(field_) && j[field_].is_string(),
-              "input file {} line {}: no string field \"{}\" (--jsonl-field)", files_[file_], line_, field_);
+              "{}: no string field \"{}\" (--jsonl-field)", where(), field_);
     document = j[field_].get<std::string>();
     return true;
   }

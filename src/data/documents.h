@@ -16,6 +16,8 @@ class DocumentReader {
   DocumentReader(std::vector<std::string> files, std::string mode, std::string jsonl_field);
   bool next(std::string& document);  // false at the end of the last file
   int64_t bytes_read() const { return bytes_; }
+  // "input file F line N" of the document next() last returned (line modes), for messages.
+  std::string where() const;
 
  private:
   bool open_next();

@@ -2,6 +2,8 @@
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "core/targets.h"
+#include "data/packed_rows.h"
 
 #include <fmt/ranges.h>
 
@@ -42,12 +44,56 @@ static void check_rows(const char* what, int row_begin, int rows, int B) {
             static_cast<int64_t>(row_begin) + rows, B);
 }
 
-void BatchLoader::copy_window(const TokenDataset& data, int64_t start, int32_t* inputs, int32_t* targets) const {
+void BatchLoader::read_row(const RowSource& row, int32_t* window, uint8_t* mask) const {
+  if (!packed_.empty()) {
+    packed_[row.component]->fill(row.start, window, mask);
+    return;
+  }
+  const TokenDataset& data = *components_[row.component].data;
+  data.copy(row.start, T_ + 1, window);
+  if (data.has_masks()) {
+    data.copy_masks(row.start, T_ + 1, mask);
+  } else {
+    std::fill(mask, mask + T_ + 1, uint8_t{1});
+  }
+}
+
+void BatchLoader::copy_row(const RowSource& row, int32_t* inputs, int32_t* targets) const {
   thread_local std::vector<int32_t> window;
+  thread_local std::vector<uint8_t> mask;
   window.resize(static_cast<size_t>(T_) + 1);
-  data.copy(start, T_ + 1, window.data());
+  mask.resize(window.size());
+  read_row(row, window.data(), mask.data());
   std::copy(window.begin(), window.end() - 1, inputs);
-  std::copy(window.begin() + 1, window.end(), targets);
+  // Target t is token t + 1 of the row: the mask byte of that token says if it counts.
+  for (size_t t = 0; t < static_cast<size_t>(T_); ++t) targets[t] = mask[t + 1] ? window[t + 1] : kIgnoredTarget;
+}
+
+int64_t BatchLoader::counted_targets(const RowSource& row) const {
+  if (!components_[row.component].data->has_masks()) return T_;
+  thread_local std::vector<int32_t> window;
+  thread_local std::vector<uint8_t> mask;
+  window.resize(static_cast<size_t>(T_) + 1);
+  mask.resize(window.size());
+  read_row(row, window.data(), mask.data());
+  return std::count(mask.begin() + 1, mask.end(), uint8_t{1});
+}
+
+void BatchLoader::pack_documents(int32_t separator) {
+  packed_.clear();
+  for (const MixComponent& c : components_) packed_.push_back(std::make_unique<DocumentIndex>(*c.data, separator, T_));
+}
+
+int64_t BatchLoader::too_long_documents() const {
+  int64_t n = 0;
+  for (const auto& index : packed_) n += index->too_long();
+  return n;
+}
+
+int64_t BatchLoader::documents() const {
+  int64_t n = 0;
+  for (const auto& index : packed_) n += index->count();
+  return n;
 }
 
 size_t BatchLoader::component_of(int64_t step, int b) const {
@@ -68,20 +114,34 @@ std::vector<double> BatchLoader::realised_mix(int64_t steps) const {
   return counts;
 }
 
+BatchLoader::RowSource BatchLoader::train_row(int64_t step, int b) const {
+  const size_t c = component_of(step, b);
+  const uint64_t counter = static_cast<uint64_t>(step) * static_cast<uint64_t>(B_) + b;
+  const auto words = philox(seed_, kTrainBatchStream, counter);
+  const uint64_t value = (static_cast<uint64_t>(words[1]) << 32) | words[0];
+  if (!packed_.empty()) return {c, static_cast<int64_t>(value % static_cast<uint64_t>(packed_[c]->count()))};
+  // Start offsets are uniform in [0, size - T - 1], so the targets' last token exists.
+  const uint64_t range = static_cast<uint64_t>(components_[c].data->size() - T_);
+  return {c, static_cast<int64_t>(value % range)};
+}
+
+BatchLoader::RowSource BatchLoader::eval_row(int64_t index, int b) const {
+  const unsigned __int128 w = static_cast<unsigned __int128>(index) * B_ + b;
+  // Packed: global row w starts at document w (wrapping).
+  if (!packed_.empty()) return {0, static_cast<int64_t>(w % static_cast<uint64_t>(packed_[0]->count()))};
+  // Global window w starts at w * T: windows of T + 1 tokens that share only their edge token
+  // (one window's last target is the next window's first input), wrapping modulo size - T.
+  const unsigned __int128 range = static_cast<uint64_t>(components_.front().data->size() - T_);
+  return {0, static_cast<int64_t>((w * static_cast<unsigned>(T_)) % range)};
+}
+
 void BatchLoader::train_batch(int64_t step, int row_begin, int rows, int32_t* inputs,
                               int32_t* targets) const {
   NDT_CHECK(step >= 0, "train_batch: step must be >= 0, got {}", step);
   check_rows("train_batch", row_begin, rows, B_);
   for (int r = 0; r < rows; ++r) {
-    const int b = row_begin + r;
-    const TokenDataset& data = *components_[component_of(step, b)].data;
-    // Start offsets are uniform in [0, size - T - 1], so the targets' last token exists.
-    const uint64_t range = static_cast<uint64_t>(data.size() - T_);
-    const uint64_t counter = static_cast<uint64_t>(step) * static_cast<uint64_t>(B_) + b;
-    const auto words = philox(seed_, kTrainBatchStream, counter);
-    const uint64_t value = (static_cast<uint64_t>(words[1]) << 32) | words[0];
-    const int64_t start = static_cast<int64_t>(value % range);
-    copy_window(data, start, inputs + static_cast<int64_t>(r) * T_, targets + static_cast<int64_t>(r) * T_);
+    copy_row(train_row(step, row_begin + r), inputs + static_cast<int64_t>(r) * T_,
+             targets + static_cast<int64_t>(r) * T_);
   }
 }
 
@@ -89,15 +149,24 @@ void BatchLoader::eval_batch(int64_t index, int row_begin, int rows, int32_t* in
                              int32_t* targets) const {
   NDT_CHECK(index >= 0, "eval_batch: index must be >= 0, got {}", index);
   check_rows("eval_batch", row_begin, rows, B_);
-  const TokenDataset& data = *components_.front().data;
-  const unsigned __int128 range = static_cast<uint64_t>(data.size() - T_);
   for (int r = 0; r < rows; ++r) {
-    // Global window w starts at w * T: windows of T + 1 tokens that share only their edge token
-    // (one window's last target is the next window's first input), wrapping modulo size - T.
-    const unsigned __int128 w = static_cast<unsigned __int128>(index) * B_ + (row_begin + r);
-    const int64_t start = static_cast<int64_t>((w * static_cast<unsigned>(T_)) % range);
-    copy_window(data, start, inputs + static_cast<int64_t>(r) * T_, targets + static_cast<int64_t>(r) * T_);
+    copy_row(eval_row(index, row_begin + r), inputs + static_cast<int64_t>(r) * T_,
+             targets + static_cast<int64_t>(r) * T_);
   }
+}
+
+int64_t BatchLoader::train_targets(int64_t step) const {
+  NDT_CHECK(step >= 0, "train_targets: step must be >= 0, got {}", step);
+  int64_t count = 0;
+  for (int b = 0; b < B_; ++b) count += counted_targets(train_row(step, b));
+  return count;
+}
+
+int64_t BatchLoader::eval_targets(int64_t index) const {
+  NDT_CHECK(index >= 0, "eval_targets: index must be >= 0, got {}", index);
+  int64_t count = 0;
+  for (int b = 0; b < B_; ++b) count += counted_targets(eval_row(index, b));
+  return count;
 }
 
 }  // namespace ndt

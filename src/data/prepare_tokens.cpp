@@ -2,8 +2,8 @@
 
 #include "core/error.h"
 #include "core/rng.h"
-#include "data/documents.h"
-#include "data/shard.h"
+#include "data/prepare_source.h"
+#include "data/shard_series.h"
 #include "data/tokenizer_record.h"
 #include "tokenizer/tokenizer.h"
 
@@ -22,46 +22,6 @@ namespace ndt {
 namespace {
 
 const uint64_t kValSplitStream = hash_name("prepare-val-split");
-
-// One split's shards: tokens buffered up to shard_tokens, then written as one shard.
-class ShardSeries {
- public:
-  ShardSeries(std::string dir, std::string prefix, int64_t shard_tokens, bool wide, int32_t vocab)
-      : dir_(std::move(dir)), prefix_(std::move(prefix)), shard_tokens_(shard_tokens), wide_(wide), vocab_(vocab) {}
-  void add(const std::vector<int32_t>& ids, int32_t separator) {
-    push(separator);
-    for (int32_t id : ids) push(id);
-  }
-  void finish() {
-    if (!buffer_.empty()) flush();
-  }
-  const std::vector<std::string>& shards() const { return shards_; }
-  int64_t tokens() const { return tokens_; }
-
- private:
-  void push(int32_t id) {
-    buffer_.push_back(static_cast<uint32_t>(id));
-    ++tokens_;
-    if (static_cast<int64_t>(buffer_.size()) == shard_tokens_) flush();
-  }
-  void flush() {
-    const std::string path = (fs::path(dir_) / fmt::format("{}_{:06d}.bin", prefix_, shards_.size())).string();
-    if (wide_) {
-      write_shard_u32(path, buffer_, vocab_);
-    } else {
-      write_shard(path, std::vector<uint16_t>(buffer_.begin(), buffer_.end()), vocab_);
-    }
-    shards_.push_back(path);
-    buffer_.clear();
-  }
-  std::string dir_, prefix_;
-  int64_t shard_tokens_;
-  bool wide_;
-  int32_t vocab_;
-  std::vector<uint32_t> buffer_;
-  std::vector<std::string> shards_;
-  int64_t tokens_ = 0;
-};
 
 void check_outputs(const TokenPrepareOptions& o) {
   NDT_CHECK(o.val_fraction >= 0 && o.val_fraction < 1, "prepare --val-fraction {} must be in [0, 1)", o.val_fraction);
@@ -100,6 +60,24 @@ class Progress {
   double shown_ = -1;
 };
 
+// Encodes a batch of units on the threads, then adds them to the splits in input order.
+void encode_batch(const PrepareSource& source, std::vector<PrepareUnit>& units,
+                  std::vector<std::unique_ptr<tok::TokenEncoder>>& encoders, int32_t separator, double val_fraction,
+                  ShardSeries& train, ShardSeries& val, TokenPrepareResult& r) {
+  std::vector<std::vector<int32_t>> ids(units.size());
+  std::vector<std::vector<uint8_t>> masks(units.size());
+#pragma omp parallel for num_threads(static_cast<int>(encoders.size())) schedule(dynamic, 1)
+  for (size_t i = 0; i < units.size(); ++i) {
+    source.encode(units[i], *encoders[static_cast<size_t>(omp_get_thread_num())], ids[i], masks[i]);
+  }
+  for (size_t i = 0; i < units.size(); ++i, ++r.documents) {
+    const auto w = philox(0, kValSplitStream, static_cast<uint64_t>(r.documents));
+    const bool to_val = static_cast<double>(w[0]) / 4294967296.0 < val_fraction;
+    (to_val ? val : train).add(ids[i], masks[i], separator);
+    r.val_documents += to_val;
+  }
+}
+
 }  // namespace
 
 TokenPrepareResult prepare_token_shards(const std::vector<std::string>& files, const TokenPrepareOptions& o) {
@@ -109,57 +87,48 @@ TokenPrepareResult prepare_token_shards(const std::vector<std::string>& files, c
       o.separator.empty() ? tokenizer.eos_id() : tokenizer.token_id(o.separator);
   NDT_CHECK(sep.has_value(), "prepare: tokenizer {} has {}: give the document separator with --separator TOKEN",
             o.tokenizer, o.separator.empty() ? "no EOS token it names" : fmt::format("no token \"{}\"", o.separator));
-  DocumentReader reader(files, o.documents, o.jsonl_field);
+  NDT_CHECK(o.format == "text" || o.format == "chat" || o.format == "prompt-response",
+            "prepare --format {} is not an input format: text, chat or prompt-response", o.format);
+  PrepareSource source(files, o, tokenizer);
   check_outputs(o);
   int64_t total_bytes = 0;
   for (const std::string& f : files) total_bytes += static_cast<int64_t>(fs::file_size(f));
   const bool wide = tokenizer.vocab_size() > 65536;
-  ShardSeries train(o.out_dir, "train", o.shard_tokens, wide, tokenizer.vocab_size());
-  ShardSeries val(o.out_dir, "val", o.shard_tokens, wide, tokenizer.vocab_size());
+  ShardSeries train(o.out_dir, "train", o.shard_tokens, wide, tokenizer.vocab_size(), source.masked());
+  ShardSeries val(o.out_dir, "val", o.shard_tokens, wide, tokenizer.vocab_size(), source.masked());
   const int threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   std::vector<std::unique_ptr<tok::TokenEncoder>> encoders;
   for (int t = 0; t < threads; ++t) encoders.push_back(std::make_unique<tok::TokenEncoder>(tokenizer));
-  const tok::EncodeOptions encode{.added_tokens = o.special_in_text, .post_process = false};
   TokenPrepareResult r;
+  r.chat_template = source.describe_template();
   Progress progress(o.progress, total_bytes);
-  std::vector<std::string> docs;
-  std::vector<std::vector<int32_t>> ids;
+  std::vector<PrepareUnit> units;
   constexpr size_t kBatchBytesPerThread = 1 << 20;
   for (bool more = true; more;) {
-    docs.clear();
-    size_t batch_bytes = 0;
-    std::string doc;
-    while (batch_bytes < kBatchBytesPerThread * static_cast<size_t>(threads) && (more = reader.next(doc))) {
-      batch_bytes += doc.size();
-      docs.push_back(std::move(doc));
+    units.clear();
+    size_t batch_bytes = 0, bytes = 0;
+    PrepareUnit unit;
+    while (batch_bytes < kBatchBytesPerThread * static_cast<size_t>(threads) && (more = source.next(unit, bytes))) {
+      batch_bytes += bytes;
+      units.push_back(std::move(unit));
     }
-    ids.resize(docs.size());
-#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
-    for (size_t i = 0; i < docs.size(); ++i) {
-      ids[i].clear();
-      encoders[static_cast<size_t>(omp_get_thread_num())]->encode(docs[i], ids[i], encode);
-    }
-    for (size_t i = 0; i < docs.size(); ++i, ++r.documents) {
-      const auto w = philox(0, kValSplitStream, static_cast<uint64_t>(r.documents));
-      const bool to_val = static_cast<double>(w[0]) / 4294967296.0 < o.val_fraction;
-      (to_val ? val : train).add(ids[i], *sep);
-      r.val_documents += to_val;
-    }
-    progress.update(reader.bytes_read(), train.tokens() + val.tokens(), train.shards().size() + val.shards().size(),
+    encode_batch(source, units, encoders, *sep, o.val_fraction, train, val, r);
+    progress.update(source.bytes_read(), train.tokens() + val.tokens(), train.shards().size() + val.shards().size(),
                     false);
   }
   train.finish();
   val.finish();
-  progress.update(reader.bytes_read(), train.tokens() + val.tokens(), train.shards().size() + val.shards().size(), true);
+  progress.update(source.bytes_read(), train.tokens() + val.tokens(), train.shards().size() + val.shards().size(), true);
   NDT_CHECK(train.tokens() >= 2 && (o.val_fraction == 0 || val.tokens() >= 2),
             "prepare: {} documents ({} bytes) split into {} training and {} validation tokens with --val-fraction {}: "
             "each part needs at least 2 tokens (more documents, or another fraction)",
-            r.documents, reader.bytes_read(), train.tokens(), val.tokens(), o.val_fraction);
+            r.documents, source.bytes_read(), train.tokens(), val.tokens(), o.val_fraction);
   r.dtype = wide ? "uint32" : "uint16";
   write_tokenizer_record(o.out_dir, tokenizer, *sep, r.dtype);
   r.train_shards = train.shards(), r.val_shards = val.shards();
   r.train_tokens = train.tokens(), r.val_tokens = val.tokens();
-  r.bytes = reader.bytes_read();
+  r.counted_tokens = train.counted() + val.counted();
+  r.bytes = source.bytes_read();
   r.seconds = progress.seconds();
   return r;
 }

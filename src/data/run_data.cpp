@@ -47,16 +47,16 @@ RunData::RunData(const DataSettings& settings, int B, int T, uint64_t seed) : se
   std::vector<MixComponent> components;
   if (!settings.mix.empty()) {
     for (const MixSpec& m : parse_mix(settings.mix)) {
-      train_sets_.push_back(std::make_unique<TokenDataset>(resolve_shards("data.mix path", m.path)));
+      train_sets_.push_back(std::make_unique<TokenDataset>(resolve_shards("data.mix path", m.path), settings.loss_mask));
       components.push_back({train_sets_.back().get(), m.weight, m.path});
     }
   } else {
     NDT_CHECK(!settings.train.empty(), "data.train is not set: give a token shard (see `ndtrain prepare`)");
-    train_sets_.push_back(std::make_unique<TokenDataset>(resolve_shards("data.train", settings.train)));
+    train_sets_.push_back(std::make_unique<TokenDataset>(resolve_shards("data.train", settings.train), settings.loss_mask));
     components.push_back({train_sets_.back().get(), 1.0, settings.train});
   }
   train_loader_ = std::make_unique<BatchLoader>(std::move(components), B, T, seed);
-  if (!settings.val.empty()) val_set_ = std::make_unique<TokenDataset>(resolve_shards("data.val", settings.val));
+  if (!settings.val.empty()) val_set_ = std::make_unique<TokenDataset>(resolve_shards("data.val", settings.val), settings.loss_mask);
   val_loader_ = std::make_unique<BatchLoader>(val_set_ ? *val_set_ : *train_sets_.front(), B, T, seed);
   std::optional<std::string> tokenizer;
   if (!settings.tokenizer.empty()) tokenizer = settings.tokenizer;
@@ -83,6 +83,11 @@ void RunData::check_vocab(int model_vocab) const {
       }
     });
   }
+}
+
+void RunData::pack_documents(int32_t separator) {
+  train_loader_->pack_documents(separator);
+  val_loader_->pack_documents(separator);
 }
 
 int32_t RunData::recorded_separator() const {

@@ -21,6 +21,7 @@ namespace ndt {
 // The [data] settings' text, as the config holds them.
 struct DataSettings {
   std::string train, val, mix, tokenizer;
+  bool loss_mask = false;  // data.loss_mask: every shard's mask is loaded and masks its targets
 };
 
 // Text to tokens and back: a tokenizer's, or one token per byte (vocabulary 256).
@@ -57,6 +58,9 @@ class RunData {
   // Throws naming both settings when a folder has none, or naming both records when two
   // record different separators.
   int32_t recorded_separator() const;
+  // data.loss_mask with data.document_boundaries: rows of whole documents from now on
+  // (data/packed_rows.h), training and validation.
+  void pack_documents(int32_t separator);
   double unigram_entropy() const;  // nats per token of the training data (one pass over it)
   std::string describe() const;    // the run header's data line(s)
   // data.mix: each dataset's weight and the fraction of rows it gave over `steps` steps.

@@ -1,6 +1,7 @@
 #include "model/tp_layers.h"
 
 #include "core/error.h"
+#include "core/targets.h"
 #include "kernels/kernels.h"
 #include "model/lora.h"
 
@@ -106,8 +107,9 @@ void vocab_parallel_cross_entropy(const TensorParallelRegions& tp, float* logits
   }
   const int64_t V = int64_t{local_vocab} * tp.size();
   for (int n = 0; n < rows; ++n) {
-    NDT_CHECK(targets[n] >= 0 && targets[n] < V, "vocab_parallel_cross_entropy: target {} of row {} is outside [0, {})",
-              targets[n], n, V);
+    NDT_CHECK((targets[n] >= 0 && targets[n] < V) || targets[n] == kIgnoredTarget,
+              "vocab_parallel_cross_entropy: target {} of row {} is outside [0, {}) and not the ignored target {}",
+              targets[n], n, V, kIgnoredTarget);
   }
   float* row_max = work;  // [rows]
   float* sums = work + rows;  // [rows] sums of exp(logit - max), then [rows] target logits

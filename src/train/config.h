@@ -69,6 +69,8 @@ struct RunConfig {
   // recorded beside the shards, which the trainer fills in (TrainingData) when
   // document_boundaries is on.
   int document_separator = -1;
+  // Only targets whose loss-mask byte is 1 count in the loss (docs/data.md).
+  bool loss_mask = false;
 
   // [sample]
   int sample_tokens = 200;

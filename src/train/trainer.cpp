@@ -121,20 +121,19 @@ StepStats Trainer::step() {
   const auto t0 = std::chrono::steady_clock::now();
   set_comm_step(step_);
   GradientSync& sync = model_->sync();
-  // Every rank scales by the global token count: the sum over ranks is the global mean;
-  // and, with dynamic loss scaling, by the loss scale.
+  // Every rank scales by the global count of the targets that count (B x T without loss
+  // masks; the data gives it, so no rank waits for another): the sum over ranks is the
+  // global mean; and, with dynamic loss scaling, by the loss scale.
   const float loss_scale = guard_.loss_scale();
-  const float grad_scale = loss_scale / static_cast<float>(static_cast<int64_t>(config_.batch_size) * config_.seq_len);
+  const int64_t counted = data_.train_targets(data_.position(step_));
+  const float grad_scale = loss_scale / static_cast<float>(std::max<int64_t>(counted, 1));
   const double exposed_before = sync.exposed_wait_seconds();
   const offload::IoCounters io_before = offload::io_counters();
   const MicroBatchLosses sums = model_->compute_gradients(train_rows(data_.position(step_)), grad_scale);
   StepStats s;
   s.step = step_;
   collect_moe_totals(s);
-  // The mean losses over the ranks; the z term (optim.z_loss) in the same all-reduce.
-  const int accum = config_.micro_batches();
-  double means[2] = {sums.loss / accum, sums.z_loss / accum};
-  mean_over_dp(means, config_.z_loss > 0 ? 2 : 1);
+  const std::array<double, 2> means = mean_losses(sums, counted);
   update_fp8_scales();
   if (auto note = faults_.corrupt_gradient(step_ + 1, mesh_.world().rank(), model().store(), sync)) log_.line(*note);
   // The gradients hold loss_scale x the true ones: the norm, the clip and the update
@@ -185,14 +184,30 @@ void Trainer::collect_moe_totals(StepStats& s) {
   s.moe_tokens_per_expert = totals.tokens_per_expert;
 }
 
-void Trainer::mean_over_dp(double* values, int n) {
+std::array<double, 2> Trainer::mean_losses(const MicroBatchLosses& sums, int64_t counted) {
+  const int n = config_.z_loss > 0 ? 2 : 1;  // the z term (optim.z_loss) in the same all-reduce
+  if (!config_.loss_mask) {
+    // Every micro-batch holds B x T / (accum x dp) targets: the mean of the means is the mean.
+    const int accum = config_.micro_batches();
+    std::array<double, 2> means = {sums.loss / accum, sums.z_loss / accum};
+    reduce_over_dp(means.data(), n, ReduceOp::avg);
+    return means;
+  }
+  // Micro-batches hold different counts: the global sum over the global count.
+  std::array<double, 2> totals = {sums.loss_sum, sums.z_loss_sum};
+  reduce_over_dp(totals.data(), n, ReduceOp::sum);
+  for (double& t : totals) t /= static_cast<double>(std::max<int64_t>(counted, 1));
+  return totals;
+}
+
+void Trainer::reduce_over_dp(double* values, int n, ReduceOp op) {
   Communicator& dp_cp = mesh_.axis(Axis::dp_cp);
   if (dp_cp.size() == 1) return;
   std::array<float, 2> buffer{};
-  NDT_CHECK(n >= 1 && n <= static_cast<int>(buffer.size()), "mean_over_dp: {} values", n);
+  NDT_CHECK(n >= 1 && n <= static_cast<int>(buffer.size()), "reduce_over_dp: {} values", n);
   for (int i = 0; i < n; ++i) buffer[static_cast<size_t>(i)] = static_cast<float>(values[i]);
-  // Over the context-parallel ranks too: each holds as many of a sequence's tokens.
-  dp_cp.all_reduce(buffer.data(), static_cast<size_t>(n), DType::f32, ReduceOp::avg);
+  // Over the context-parallel ranks too: each holds part of every sequence's tokens.
+  dp_cp.all_reduce(buffer.data(), static_cast<size_t>(n), DType::f32, op);
   for (int i = 0; i < n; ++i) values[i] = buffer[static_cast<size_t>(i)];
 }
 
@@ -219,15 +234,23 @@ std::optional<double> Trainer::run_evaluation(bool stoppable) {
   // split over the data-parallel ranks and into micro-batches like a training batch: the
   // same rows, so the same loss, on any mesh.
   model().store().refresh_compute();
-  double total = 0;
+  MicroBatchLosses total;
+  int64_t counted = 0;
   for (int b = 0; b < config_.eval_batches; ++b) {
     if (stoppable && stop_agreed()) return std::nullopt;
-    total += model_->evaluate([this, b](int row_begin, int rows, int32_t* inputs, int32_t* targets) {
-                      data_.eval_rows(b, row_begin, rows, inputs, targets);
-                    }).loss;
+    const MicroBatchLosses batch = model_->evaluate([this, b](int row_begin, int rows, int32_t* inputs,
+                                                              int32_t* targets) {
+      data_.eval_rows(b, row_begin, rows, inputs, targets);
+    });
+    total.loss += batch.loss, total.loss_sum += batch.loss_sum;
+    counted += data_.eval_targets(b);
   }
-  double mean = total / (config_.eval_batches * config_.micro_batches());
-  mean_over_dp(&mean, 1);
+  if (config_.loss_mask) {
+    reduce_over_dp(&total.loss_sum, 1, ReduceOp::sum);
+    return total.loss_sum / static_cast<double>(std::max<int64_t>(counted, 1));
+  }
+  double mean = total.loss / (config_.eval_batches * config_.micro_batches());
+  reduce_over_dp(&mean, 1, ReduceOp::avg);
   return mean;
 }
 

@@ -24,6 +24,7 @@
 #include "train/training_data.h"
 #include "train/training_model.h"
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -95,7 +96,11 @@ class Trainer {
   void collect_moe_totals(StepStats& s);
   // The mean over the data- and context-parallel ranks (as f32) of up to 2 values, in
   // place, in one all-reduce.
-  void mean_over_dp(double* values, int n);
+  // The step's mean loss and z-loss over every rank's micro-batches: without loss masks
+  // the mean of the micro-batches' means (each holds as many targets), with masks the
+  // global sum over `counted`, the global count of the targets that count.
+  std::array<double, 2> mean_losses(const MicroBatchLosses& sums, int64_t counted);
+  void reduce_over_dp(double* values, int n, ReduceOp op);  // over dp and cp, in float
   bool on_every_rank(bool local);    // collective: local is true on every rank
   void update_fp8_scales();          // precision.fp8: this step's amaxes, max over ranks, into the histories
   // The validation loss; with a stop requested on any rank before its end (stoppable),

@@ -7,7 +7,7 @@
 namespace ndt {
 
 TrainingData::TrainingData(const RunConfig& c)
-    : data_(DataSettings{c.train_data, c.val_data, c.data_mix, c.tokenizer}, c.batch_size, c.seq_len, c.seed) {
+    : data_(DataSettings{c.train_data, c.val_data, c.data_mix, c.tokenizer, c.loss_mask}, c.batch_size, c.seq_len, c.seed) {
   data_.check_vocab(c.model.vocab_size);
   if (!c.document_boundaries) return;
   recorded_ = c.document_separator < 0;
@@ -15,14 +15,23 @@ TrainingData::TrainingData(const RunConfig& c)
   NDT_CHECK(*separator_ < c.model.vocab_size,
             "data.document_boundaries: the shards' recorded separator {} is outside model.vocab_size = {}", *separator_,
             c.model.vocab_size);
+  if (c.loss_mask) data_.pack_documents(*separator_);
 }
 
 std::string TrainingData::describe_documents() const {
   if (!separator_) return "";
-  return fmt::format("documents: attention and positions restart at each token {} ({:?}; {}), the first token of its "
-                     "document",
-                     *separator_, text().decode({*separator_}),
-                     recorded_ ? "recorded beside the shards" : "data.document_separator");
+  std::string line = fmt::format("documents: attention and positions restart at each token {} ({:?}; {}), the first "
+                                 "token of its document",
+                                 *separator_, text().decode({*separator_}),
+                                 recorded_ ? "recorded beside the shards" : "data.document_separator");
+  const BatchLoader& train = data_.train();
+  if (train.documents() == 0) return line;
+  line += fmt::format("; rows packed from whole documents (data.loss_mask), {} of them", train.documents());
+  if (train.too_long_documents() > 0) {
+    line += fmt::format("; warning: {} are longer than a row (train.seq_len + 1 = {} tokens) and are cut to it",
+                        train.too_long_documents(), train.T() + 1);
+  }
+  return line;
 }
 
 void TrainingData::train_rows(int64_t position, int row_begin, int rows, int32_t* inputs, int32_t* targets) const {

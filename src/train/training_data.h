@@ -25,20 +25,25 @@ class TrainingData {
   // data.val is empty) and checks their tokens against model.vocab_size; throws naming
   // the setting, the file and the first bad token. With data.document_boundaries it
   // finds the document separator (data.document_separator, else the shards' record;
-  // throws naming both settings when there is none).
+  // throws naming both settings when there is none), and with data.loss_mask too, packs
+  // rows from whole documents (data/packed_rows.h: a row never splits a conversation).
   explicit TrainingData(const RunConfig& config);
 
   const RunData& data() const { return data_; }
   const TextCodec& text() const { return data_.text(); }
   // The token that starts a document under data.document_boundaries; nullopt when off.
   std::optional<int32_t> document_separator() const { return separator_; }
-  // The run header's line on documents ("" when off).
+  // The run header's line on documents ("" when off), warning of documents cut to a row.
   std::string describe_documents() const;
 
   // The data position of step `step` (0-based).
   int64_t position(int64_t step) const { return step + offset_; }
   // Rows [row_begin, row_begin + rows) of the training batch at data position `position`.
   void train_rows(int64_t position, int row_begin, int rows, int32_t* inputs, int32_t* targets) const;
+  // The targets of the whole training batch at `position` that count in the loss (B x T
+  // without data.loss_mask; data/loader.h), and of validation batch `index`.
+  int64_t train_targets(int64_t position) const { return data_.train().train_targets(position); }
+  int64_t eval_targets(int64_t index) const { return data_.val().eval_targets(index); }
   // Rows of validation batch `index` (train.eval_batches of them per evaluation).
   void eval_rows(int64_t index, int row_begin, int rows, int32_t* inputs, int32_t* targets) const;
 

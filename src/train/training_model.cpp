@@ -101,6 +101,7 @@ MicroBatchLosses TrainingModel::compute_gradients(const FetchRows& fetch, float 
     prepare(ctx_, m, fetch, grad_scale, /*forward_only=*/false);
     losses.loss += run_forward_backward(*model_, ctx_, sync_.get());
     losses.z_loss += ctx_.z_loss_sum / static_cast<double>(ctx_.rows());
+    losses.loss_sum += ctx_.loss_sum, losses.z_loss_sum += ctx_.z_loss_sum;
     sync_->finish_backward();
   }
   return losses;
@@ -126,7 +127,7 @@ MicroBatchLosses TrainingModel::run_pipeline(const FetchRows& fetch, float grad_
   }
   // Per token this rank holds of a micro-batch: a sum of the micro-batches' means.
   const double tokens = static_cast<double>(config_.micro_batch_size) * (config_.seq_len / mesh_.size(Axis::cp));
-  return {sums.loss_sum / tokens, sums.z_loss_sum / tokens};
+  return {sums.loss_sum / tokens, sums.z_loss_sum / tokens, sums.loss_sum, sums.z_loss_sum};
 }
 
 MicroBatchLosses TrainingModel::evaluate(const FetchRows& fetch) {
@@ -137,6 +138,7 @@ MicroBatchLosses TrainingModel::evaluate(const FetchRows& fetch) {
     prepare(ctx_, m, fetch, 0.0f, /*forward_only=*/true);
     losses.loss += run_forward(*model_, ctx_, sync_.get());
     losses.z_loss += ctx_.z_loss_sum / static_cast<double>(ctx_.rows());
+    losses.loss_sum += ctx_.loss_sum, losses.z_loss_sum += ctx_.z_loss_sum;
   }
   return losses;
 }

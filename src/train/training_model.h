@@ -37,11 +37,14 @@ std::filesystem::path swap_folder(const RunConfig& config, int world_rank);
 using FetchRows = std::function<void(int row_begin, int rows, int32_t* inputs, int32_t* targets)>;
 
 // Sums over this rank's micro-batches of each micro-batch's mean token loss: the
-// cross-entropy and the z-loss term (0 without optim.z_loss). Under pipeline
-// parallelism every pp rank has them (the runner shares them).
+// cross-entropy and the z-loss term (0 without optim.z_loss); and the plain sums of the
+// token losses (a loss-masked target adds 0), which data.loss_mask divides by the global
+// count. Under pipeline parallelism every pp rank has them (the runner shares them).
 struct MicroBatchLosses {
   double loss = 0;
   double z_loss = 0;
+  double loss_sum = 0;
+  double z_loss_sum = 0;
 };
 
 class TrainingModel {

@@ -1,6 +1,7 @@
 // Fused softmax cross-entropy: losses against a double reference (including logits
 // far beyond exp's float range), the in-place gradient against finite differences,
-// grad_scale = 0 leaving the logits alone, and target validation. The three-piece form
+// grad_scale = 0 leaving the logits alone, target validation, and a loss-masked row
+// (kIgnoredTarget) counting nothing. The three-piece form
 // (row max, exp sums, finish) against the fused kernel, over the whole vocabulary and
 // over two slices combined by hand as a vocab-parallel all-reduce would. The z-loss
 // (coefficient x lse^2 per row): its value against a double reference, the gradient of
@@ -11,6 +12,7 @@
 
 #include "../common/gradcheck.h"
 #include "core/error.h"
+#include "core/targets.h"
 
 #include <gtest/gtest.h>
 
@@ -122,7 +124,7 @@ TEST(CrossEntropy, ZeroGradScaleLeavesLogitsUnchanged) {
 
 TEST(CrossEntropy, TargetOutOfRangeThrows) {
   const int N = 3, V = 8;
-  for (int32_t bad : {8, -1, 12345}) {
+  for (int32_t bad : {8, -2, 12345}) {  // (-1 is kIgnoredTarget)
     std::vector<float> logits = random_vector(N * V, 130);
     const std::vector<float> original = logits;
     std::vector<int32_t> targets = {0, 7, bad};
@@ -137,6 +139,39 @@ TEST(CrossEntropy, TargetOutOfRangeThrows) {
     }
     // Nothing was modified before the check.
     EXPECT_EQ(std::memcmp(logits.data(), original.data(), logits.size() * sizeof(float)), 0);
+  }
+}
+
+// A loss-masked row (kIgnoredTarget) has loss 0, z-loss 0 and gradient 0, and leaves the
+// other rows bitwise as they are without it; in the fused kernel and in the pieces.
+TEST(CrossEntropy, IgnoredTargetCountsNothing) {
+  const int N = 4, V = 11;
+  const std::vector<float> logits = random_vector(N * V, 140, 2.0f);
+  const std::vector<int32_t> plain = {3, 0, 10, 5};
+  std::vector<int32_t> masked = plain;
+  masked[2] = ndt::kIgnoredTarget;
+  for (float grad_scale : {0.0f, 0.25f}) {
+    std::vector<float> a = logits, b = logits, la(N), lb(N), za(N), zb(N, -1.0f);
+    ndt::cpu::softmax_cross_entropy(a.data(), la.data(), plain.data(), N, V, grad_scale, 0.1f, za.data());
+    ndt::cpu::softmax_cross_entropy(b.data(), lb.data(), masked.data(), N, V, grad_scale, 0.1f, zb.data());
+    std::vector<float> pieces = logits, lp(N), row_max(N), sums(N), target_logit(N), zp(N, -1.0f);
+    ndt::cpu::cross_entropy_row_max(pieces.data(), row_max.data(), N, V);
+    ndt::cpu::cross_entropy_exp_sums(pieces.data(), row_max.data(), masked.data(), 0, sums.data(), target_logit.data(),
+                                     N, V, grad_scale != 0.0f);
+    ndt::cpu::cross_entropy_finish(pieces.data(), lp.data(), row_max.data(), sums.data(), target_logit.data(),
+                                   masked.data(), 0, N, V, grad_scale, 0.1f, zp.data());
+    for (int n = 0; n < N; ++n) {
+      const bool ignored = n == 2;
+      EXPECT_EQ(lb[n], ignored ? 0.0f : la[n]) << "fused loss of row " << n;
+      EXPECT_EQ(zb[n], ignored ? 0.0f : za[n]) << "fused z-loss of row " << n;
+      if (ignored) EXPECT_EQ(lp[n], 0.0f) << "pieces' loss of the ignored row";
+      if (ignored) EXPECT_EQ(zp[n], 0.0f) << "pieces' z-loss of the ignored row";
+      for (int j = 0; j < V && grad_scale != 0.0f; ++j) {
+        const size_t i = size_t(n) * V + j;
+        EXPECT_EQ(b[i], ignored ? 0.0f : a[i]) << "fused gradient row " << n << " column " << j;
+        if (ignored) EXPECT_EQ(pieces[i], 0.0f) << "pieces' gradient column " << j;
+      }
+    }
   }
 }
 

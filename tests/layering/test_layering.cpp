@@ -26,7 +26,8 @@ const std::map<std::string, std::set<std::string>> kAllowed = {
     {"kernels", {"core"}},
     {"comm", {"core"}},
     {"tokenizer", {"core"}},
-    {"data", {"core", "tokenizer"}},
+    // Loss masks are checksummed with the checkpoints' CRC32C.
+    {"data", {"core", "tokenizer", "checkpoint"}},
     {"checkpoint", {"core"}},
     // Swap files and asynchronous I/O for offload: below parallel, which streams model
     // states through them; checksums are the checkpoints' CRC32C.

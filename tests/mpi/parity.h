@@ -5,6 +5,7 @@
 #include "mpi_env.h"
 #include "comm/device_mesh.h"
 #include "core/memory.h"
+#include "core/rng.h"
 #include "parallel/memory_model.h"
 #include "train/trainer.h"
 
@@ -125,6 +126,33 @@ inline TrainedRun train_until(RunConfig c, DeviceMesh& mesh, int64_t to, const s
   if (save) trainer.save_checkpoint(false), trainer.finish_checkpoints();
   run.params = trainer.full_parameters();
   return run;
+}
+
+// n tokens of documents of 1 to max_length tokens of [0, 200), each after `separator`, as
+// `prepare` writes them (the same documents for the same max_length).
+inline std::vector<uint16_t> separated_documents(int64_t n, uint16_t separator, uint64_t max_length) {
+  std::vector<uint16_t> out;
+  for (uint64_t d = 0; static_cast<int64_t>(out.size()) < n; ++d) {
+    out.push_back(separator);
+    const uint64_t length = 1 + philox(17, 1, d)[0] % max_length;
+    for (uint64_t i = 0; i < length; ++i) out.push_back(static_cast<uint16_t>(philox(17, 2 + d, i)[0] % 200));
+  }
+  out.resize(static_cast<size_t>(n));
+  return out;
+}
+
+// A first step computed by hand, to hold a run's step 1 against: its loss and the norm
+// of its gradient (gradient_norm of the model that computed it).
+struct FirstStep {
+  double loss = 0, grad_norm = 0;
+};
+
+inline double gradient_norm(const ParameterStore& store) {
+  double squares = 0;
+  for (const Parameter& p : store.params()) {
+    for (int64_t i = 0; i < p.numel(); ++i) squares += double(p.grad_data()[i]) * p.grad_data()[i];
+  }
+  return std::sqrt(squares);
 }
 
 // Losses and gradient norms of every step within 1e-5 (the norm catches a gradient off

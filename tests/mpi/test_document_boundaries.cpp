@@ -27,16 +27,7 @@ constexpr int kSeparator = 255;
 
 // Documents of 1 to 40 tokens of [0, 200), each after the separator, as `prepare` writes
 // them: rows of 48 tokens hold one to a dozen documents and start anywhere in one.
-std::vector<uint16_t> documents_text(int64_t n) {
-  std::vector<uint16_t> out;
-  for (uint64_t d = 0; static_cast<int64_t>(out.size()) < n; ++d) {
-    out.push_back(kSeparator);
-    const uint64_t length = 1 + philox(17, 1, d)[0] % 40;
-    for (uint64_t i = 0; i < length; ++i) out.push_back(static_cast<uint16_t>(philox(17, 2 + d, i)[0] % 200));
-  }
-  out.resize(static_cast<size_t>(n));
-  return out;
-}
+std::vector<uint16_t> documents_text(int64_t n) { return testing::separated_documents(n, kSeparator, 40); }
 
 RunConfig documents_run(const std::string& train, bool llama) {
   RunConfig c = testing::tiny_run(train, 4, 0);
@@ -57,11 +48,7 @@ RunConfig documents_run(const std::string& train, bool llama) {
 
 // Step 1 from the documents alone: the mean of every token's loss and the norm of the
 // summed gradients, on one rank, every document of the first batch a row of its own.
-struct FirstStep {
-  double loss = 0, grad_norm = 0;
-};
-
-FirstStep documents_alone(const RunConfig& config) {
+testing::FirstStep documents_alone(const RunConfig& config) {
   const int B = config.batch_size, T = config.seq_len;
   std::vector<int32_t> inputs(size_t(B) * T), targets(inputs.size());
   TrainingData(config).train_rows(0, 0, B, inputs.data(), targets.data());
@@ -78,11 +65,7 @@ FirstStep documents_alone(const RunConfig& config) {
       begin = t;
     }
   }
-  double squares = 0;
-  for (const Parameter& p : model.store().params()) {
-    for (int64_t i = 0; i < p.numel(); ++i) squares += double(p.grad_data()[i]) * p.grad_data()[i];
-  }
-  return {loss_sum / (B * T), std::sqrt(squares)};
+  return {loss_sum / (B * T), testing::gradient_norm(model.store())};
 }
 
 struct Layout {
@@ -111,7 +94,7 @@ TEST_P(DocumentBoundariesLayouts, EqualDocumentsAloneAndOneRank) {
   testing::TempDir dir;
   write_shard(dir.file("train.bin"), documents_text(20000));
   const RunConfig base = documents_run(dir.file("train.bin"), GetParam().llama);
-  const FirstStep alone = documents_alone(base);
+  const testing::FirstStep alone = documents_alone(base);
   const testing::TrainedRun reference = testing::train(base, testing::one_rank_mesh());
   for (const Layout& l : {Layout{"tp=2", 2}, Layout{"cp=2 ring", 1, 2}, Layout{"cp=2 ulysses", 1, 2, 1, CpMode::ulysses},
                           Layout{"pp=2", 1, 1, 2}}) {

@@ -5,6 +5,7 @@
 #include "kernels/cpu/vec_math.h"
 
 #include "core/error.h"
+#include "core/targets.h"
 
 #include <algorithm>
 #include <bit>
@@ -22,6 +23,13 @@ double softmax_scale(float grad_scale, float z_loss, double lse) {
   return static_cast<double>(grad_scale) * (1.0 + 2.0 * static_cast<double>(z_loss) * lse);
 }
 
+// A masked row (kIgnoredTarget): no loss, no z-loss, no gradient.
+void ignore_row(float* row, float* losses, float* z_losses, int n, int V, bool with_grad) {
+  losses[n] = 0.0f;
+  if (z_losses) z_losses[n] = 0.0f;
+  if (with_grad) std::fill(row, row + V, 0.0f);
+}
+
 }  // namespace
 
 void softmax_cross_entropy(float* logits, float* losses, const int32_t* targets, int N, int V,
@@ -29,8 +37,9 @@ void softmax_cross_entropy(float* logits, float* losses, const int32_t* targets,
   // Validate before touching anything (and outside the parallel region, where a throw
   // would terminate).
   for (int n = 0; n < N; ++n) {
-    NDT_CHECK(targets[n] >= 0 && targets[n] < V,
-              "softmax_cross_entropy: target {} of row {} is outside [0, {})", targets[n], n, V);
+    NDT_CHECK((targets[n] >= 0 && targets[n] < V) || targets[n] == kIgnoredTarget,
+              "softmax_cross_entropy: target {} of row {} is outside [0, {}) and not the ignored target {}",
+              targets[n], n, V, kIgnoredTarget);
   }
   const bool with_grad = grad_scale != 0.0f;
 
@@ -41,6 +50,10 @@ void softmax_cross_entropy(float* logits, float* losses, const int32_t* targets,
   for (int n = 0; n < N; ++n) {
     float* row = logits + static_cast<int64_t>(n) * V;
     const int target = targets[n];
+    if (target == kIgnoredTarget) {
+      ignore_row(row, losses, z_losses, n, V, with_grad);
+      continue;
+    }
     const float target_logit = row[target];
     // (This form vectorises; std::max from j = 1 stays scalar with GCC 12.)
     float mx = -std::numeric_limits<float>::infinity();
@@ -119,6 +132,10 @@ void cross_entropy_finish(float* logits, float* losses, const float* row_max, co
   const bool with_grad = grad_scale != 0.0f;
 #pragma omp parallel for schedule(static) if (parallel_rows(rows, V))
   for (int n = 0; n < rows; ++n) {
+    if (targets[n] == kIgnoredTarget) {
+      ignore_row(logits + int64_t{n} * V, losses, z_losses, n, V, with_grad);
+      continue;
+    }
     const double lse = static_cast<double>(row_max[n]) + std::log(static_cast<double>(sums[n]));
     losses[n] = static_cast<float>(lse - static_cast<double>(target_logit[n]));
     if (z_losses) z_losses[n] = static_cast<float>(z_loss * lse * lse);

@@ -11,8 +11,10 @@ namespace ndt::cpu {
 // z_losses is not null; it may be null, typically when z_loss is 0). If grad_scale != 0,
 // logits[n] is overwritten with grad_scale * (softmax(logits[n]) * (1 + 2 z_loss lse) -
 // onehot(targets[n])), the gradient of grad_scale * (losses[n] + z_losses[n]); otherwise
-// logits is left unchanged. targets must be in [0, V); z_loss is the caller's to validate
-// (finite, >= 0). With z_loss = 0 the losses and gradient are bitwise those without it.
+// logits is left unchanged. targets must be in [0, V) or kIgnoredTarget (core/targets.h: a
+// loss-masked token), whose row gets loss 0, z-loss 0 and, with grad_scale != 0, a zero
+// gradient; z_loss is the caller's to validate (finite, >= 0). With z_loss = 0 the losses
+// and gradient are bitwise those without it.
 void softmax_cross_entropy(float* logits, float* losses, const int32_t* targets, int N, int V,
                            float grad_scale, float z_loss = 0.0f, float* z_losses = nullptr);
 
@@ -39,7 +41,7 @@ void cross_entropy_exp_sums(float* logits, const float* row_max, const int32_t* 
 // row_max, sums and target_logit: the reduced (whole-vocabulary) values. If grad_scale
 // != 0, logits must hold the exps (keep_exp) and are overwritten with grad_scale *
 // (softmax * (1 + 2 z_loss lse) - onehot(target)) for this slice; otherwise logits are
-// not touched. z_losses (may be null) as in softmax_cross_entropy.
+// not touched. z_losses (may be null) and kIgnoredTarget rows as in softmax_cross_entropy.
 void cross_entropy_finish(float* logits, float* losses, const float* row_max, const float* sums,
                           const float* target_logit, const int32_t* targets, int64_t vocab_begin, int rows,
                           int V, float grad_scale, float z_loss = 0.0f, float* z_losses = nullptr);
