@@ -22,28 +22,29 @@ std::vector<ParameterSpec> block_parameter_specs(const ModelConfig& c, int layer
   // Tensor parallel: a column-parallel layer splits its output features (weight and
   // bias dim 0), a row-parallel one its input features (weight dim 1; bias replicated).
   enum class Split { column, row };
-  auto linear = [&](const std::string& name, int64_t out, int64_t in, float init_std, Split split) {
+  auto linear = [&](const std::string& name, int64_t out, int64_t in, float init_std, Split split,
+                    bool with_bias) {
     specs.push_back({p + name + ".weight", {out, in}, InitKind::normal, init_std, true, split == Split::column ? 0 : 1});
-    if (bias) specs.push_back({p + name + ".bias", {out}, InitKind::zeros, 0, false, split == Split::column ? 0 : -1});
+    if (with_bias) specs.push_back({p + name + ".bias", {out}, InitKind::zeros, 0, false, split == Split::column ? 0 : -1});
   };
   norm("ln1");
-  linear("attn.wq", QD, C, std, Split::column);
-  linear("attn.wk", KD, C, std, Split::column);
-  linear("attn.wv", KD, C, std, Split::column);
+  linear("attn.wq", QD, C, std, Split::column, c.has_qkv_bias());
+  linear("attn.wk", KD, C, std, Split::column, c.has_qkv_bias());
+  linear("attn.wv", KD, C, std, Split::column, c.has_qkv_bias());
   if (c.qk_norm) {  // one weight shared by all heads: replicated, used on each rank's heads
     specs.push_back({p + "attn.q_norm.weight", {c.head_dim()}, InitKind::ones, 0, false, -1, true});
     specs.push_back({p + "attn.k_norm.weight", {c.head_dim()}, InitKind::ones, 0, false, -1, true});
   }
-  linear("attn.wo", C, QD, residual_std, Split::row);
+  linear("attn.wo", C, QD, residual_std, Split::row, bias);
   norm("ln2");
   if (F == 0) {  // an MoE block without a shared MLP
   } else if (c.arch == Arch::gpt2) {
-    linear("mlp.fc", F, C, std, Split::column);
-    linear("mlp.proj", C, F, residual_std, Split::row);
+    linear("mlp.fc", F, C, std, Split::column, bias);
+    linear("mlp.proj", C, F, residual_std, Split::row, bias);
   } else {
-    linear("mlp.gate", F, C, std, Split::column);
-    linear("mlp.up", F, C, std, Split::column);
-    linear("mlp.down", C, F, residual_std, Split::row);
+    linear("mlp.gate", F, C, std, Split::column, bias);
+    linear("mlp.up", F, C, std, Split::column, bias);
+    linear("mlp.down", C, F, residual_std, Split::row, bias);
   }
   if (c.is_moe_block(layer)) append_moe_parameter_specs(specs, c, layer);
   for (ParameterSpec& s : specs) s.unit = 1 + layer;
@@ -58,9 +59,9 @@ Block::Block(const ModelConfig& config, int layer, const ParameterStore& store, 
   ln1_b_ = find(store, "ln1.bias", bias);
   ln2_w_ = find(store, "ln2.weight");
   ln2_b_ = find(store, "ln2.bias", bias);
-  wq_ = {find(store, "attn.wq.weight"), find(store, "attn.wq.bias", bias)};
-  wk_ = {find(store, "attn.wk.weight"), find(store, "attn.wk.bias", bias)};
-  wv_ = {find(store, "attn.wv.weight"), find(store, "attn.wv.bias", bias)};
+  wq_ = {find(store, "attn.wq.weight"), find(store, "attn.wq.bias", c_.has_qkv_bias())};
+  wk_ = {find(store, "attn.wk.weight"), find(store, "attn.wk.bias", c_.has_qkv_bias())};
+  wv_ = {find(store, "attn.wv.weight"), find(store, "attn.wv.bias", c_.has_qkv_bias())};
   wo_ = {find(store, "attn.wo.weight"), find(store, "attn.wo.bias", bias)};
   q_norm_ = find(store, "attn.q_norm.weight", c_.qk_norm);
   k_norm_ = find(store, "attn.k_norm.weight", c_.qk_norm);
@@ -176,8 +177,8 @@ void Block::forward_pass(MicroBatchContext& ctx, bool recompute) {
     kernels::rmsnorm_forward(a.k, a.k_rstd, a.k_pre, k_norm_->data(), N * d.NKV, d.HS, c_.norm_eps);
   }
   if (c_.arch == Arch::llama) {  // each row at its own position (ctx.positions, [B, T])
-    kernels::rope_forward_at(a.q, a.q, B, T, d.NH, d.HS, ctx.positions.data(), c_.rope_theta);
-    kernels::rope_forward_at(a.k, a.k, B, T, d.NKV, d.HS, ctx.positions.data(), c_.rope_theta);
+    kernels::rope_forward_at(a.q, a.q, B, T, d.NH, d.HS, ctx.positions.data(), c_.rope_frequencies());
+    kernels::rope_forward_at(a.k, a.k, B, T, d.NKV, d.HS, ctx.positions.data(), c_.rope_frequencies());
   }
   if (c_.qk_norm || c_.arch == Arch::llama) {
     round_to_compute(a.q, d.N * d.QD);
@@ -410,8 +411,8 @@ std::pair<const float*, const float*> Block::query_key_backward(const MicroBatch
   if (c_.arch == Arch::llama) {
     kernels::zero(dq2, d.N * d.QD);
     kernels::zero(dk2, d.N * d.KD);
-    kernels::rope_backward_at(dq2, dq, ctx.B, ctx.T, d.NH, d.HS, ctx.positions.data(), c_.rope_theta);
-    kernels::rope_backward_at(dk2, dk, ctx.B, ctx.T, d.NKV, d.HS, ctx.positions.data(), c_.rope_theta);
+    kernels::rope_backward_at(dq2, dq, ctx.B, ctx.T, d.NH, d.HS, ctx.positions.data(), c_.rope_frequencies());
+    kernels::rope_backward_at(dk2, dk, ctx.B, ctx.T, d.NKV, d.HS, ctx.positions.data(), c_.rope_frequencies());
     std::swap(dq, dq2);
     std::swap(dk, dk2);
   }
