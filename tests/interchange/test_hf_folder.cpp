@@ -7,7 +7,9 @@
 #include "../common/errors.h"
 #include "../common/hf_folder.h"
 #include "../common/temp_dir.h"
+#include "../train/test_support.h"
 #include "interchange/hf_folder.h"
+#include "interchange/hf_folder_writer.h"
 #include "interchange/hf_slice_reader.h"
 #include "support.h"
 #include "train/model_source.h"
@@ -143,6 +145,32 @@ TEST(HfFolder, ConvertToHfWritesShardsThatReadBackBitExactly) {
   testing::expect_same_state(read_model_file(dir.file("in")), read_model_file(exported.string()));
   EXPECT_NE(run_ndtrain("convert --from " + dir.file("in") + " --to-hf " + dir.file("out"), &code)
                 .find("already exists"), std::string::npos);
+}
+
+// Catches: a folder that trains from other weights than its own, or a trained model that
+// does not survive export and import bit for bit (the whole path a fine-tuning takes).
+TEST(HfFolder, ImportsTrainsExportsAndReimportsBitExactly) {
+  TempDir dir;
+  HfFolderSpec spec;
+  spec.llama3_scaling = true;
+  spec.vocab = 256;  // byte-level data
+  testing::write_hf_folder_for_test(dir.path() / "in", spec);
+  write_shard(dir.file("train.bin"), testing::synthetic_text(4000, 7));
+  RunConfig c = testing::small_run(dir.file("train.bin"), 3);
+  c.model = open_hf_folder(dir.file("in")).config;
+  c.init_from = dir.file("in");
+  Trainer trainer(c, testing::one_rank_mesh(), nullptr);
+  testing::expect_same_state(read_model_file(dir.file("in")), state_of(trainer.model()));
+  for (int s = 0; s < 3; ++s) trainer.step();
+  const ModelState trained = state_of(trainer.model());
+  EXPECT_NE(trained.tensors.at("blocks.0.attn.wq.bias"), read_model_file(dir.file("in")).tensors.at("blocks.0.attn.wq.bias"));
+  write_hf_folder(trained, dir.file("out"), DType::f32, /*max_shard_bytes=*/6000, {dir.file("in/tokenizer.json")});
+  EXPECT_TRUE(fs::exists(dir.path() / "out" / "model.safetensors.index.json"));
+  testing::expect_same_state(trained, read_model_file(dir.file("out")));
+  RunConfig again = c;
+  again.init_from = dir.file("out");
+  Trainer restarted(again, testing::one_rank_mesh(), nullptr);
+  EXPECT_EQ(restarted.full_parameters(), trainer.full_parameters());
 }
 
 // Catches: GPT-2's fused, transposed c_attn split at the wrong column or not transposed;

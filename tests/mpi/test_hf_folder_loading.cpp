@@ -53,7 +53,7 @@ TEST(HfFolderLoading, EveryLayoutReadsOnlyItsSlicesAndStartsFromTheOneRankParame
   testing::SharedDir dir(world);
   testing::HfFolderSpec spec;  // qwen2: q/k/v biases; 3 shards
   spec.llama3_scaling = true;
-  spec.vocab = 128;  // the synthetic text's bytes
+  spec.vocab = 256;  // byte-level data
   const std::string folder = (dir.path() / "qwen2").string();
   if (world.rank() == 0) {
     testing::write_hf_folder_for_test(folder, spec);
@@ -87,10 +87,10 @@ TEST(HfFolderLoading, EveryLayoutReadsOnlyItsSlicesAndStartsFromTheOneRankParame
 }
 
 // Catches: a q/k/v bias not split over tp with its weight's output rows (or its gradient
-// reduced as if replicated), or rope scaling applied differently on a tp rank.
+// reduced as if replicated, or not sharded by FSDP), or rope scaling applied differently
+// on a tp rank. 2 ranks: tp = 2; 4 ranks: fsdp = 2 x tp = 2.
 TEST(HfFolderLoading, QkvBiasAndRopeScalingMatchOneRankOnTensorParallel) {
   Communicator& world = testing::world();
-  if (world.size() != 2) GTEST_SKIP() << "tp = 2 on 2 ranks";
   testing::TempDir data;
   write_shard(data.file("train.bin"), testing::synthetic_text(30000, 5));
   ModelConfig model = ModelConfig::preset("llama-tiny");
@@ -105,8 +105,10 @@ TEST(HfFolderLoading, QkvBiasAndRopeScalingMatchOneRankOnTensorParallel) {
   const testing::TrainedRun reference = testing::train(single, testing::one_rank_mesh());
   RunConfig tp = single;
   tp.mesh.tp = 2;
+  tp.mesh.dp_shard = world.size() / 2;  // 4 ranks: FSDP over 2 of the tp shards
+  tp.zero_stage = world.size() > 2 ? 3 : 0;
   DeviceMesh mesh(world, tp.resolve_mesh(world.size()));
-  testing::expect_same_run(reference, testing::train(tp, mesh), "tp=2 with qkv_bias and llama3 rope scaling");
+  testing::expect_same_run(reference, testing::train(tp, mesh), "tp=2 (x fsdp) with qkv_bias and llama3 rope scaling");
 }
 
 }  // namespace
