@@ -5,7 +5,8 @@
 // or a run folder, resolved to the latest; as a destination a model-only checkpoint).
 // A Hugging Face model folder (config.json + safetensors + tokenizer, interchange/
 // hf_folder.h) is a source by its config.json and a destination with --to-hf DIR, which
-// also copies the source folder's tokenizer files (or --tokenizer FILE).
+// also copies the source folder's tokenizer files, a run checkpoint's recorded
+// tokenizer.json (data/tokenizer_record.h), or --tokenizer FILE.
 // --dtype stores the destination's parameters as f32, bf16 or f16 (safetensors and
 // folders; llm.c: f32 or bf16; checkpoints: f32). One process; the destination must not exist.
 #include "apps/ndtrain/commands.h"
@@ -18,6 +19,7 @@
 #include "interchange/stored_values.h"
 #include "train/model_checkpoint.h"
 #include "train/model_source.h"
+#include "train/run_tokenizer.h"
 
 #include <fmt/format.h>
 
@@ -69,6 +71,12 @@ std::vector<std::string> tokenizer_files(const ConvertOptions& o) {
   if (!o.tokenizer.empty()) {
     NDT_CHECK(fs::is_regular_file(o.tokenizer), "--tokenizer {}: no such file", o.tokenizer);
     files.push_back(o.tokenizer);
+  }
+  if (model_format_of(o.from) == ModelFormat::checkpoint && o.tokenizer.empty()) {
+    // A run's checkpoint: the tokenizer.json its training shards were prepared with.
+    const std::optional<std::string> recorded =
+        recorded_run_tokenizer(checkpoint_data_state(resolve_checkpoint(o.from)));
+    if (recorded && fs::path(*recorded).filename() == "tokenizer.json") files.push_back(*recorded);
   }
   if (!is_hf_folder(o.from)) return files;
   for (const char* name : {"tokenizer.json", "tokenizer_config.json", "generation_config.json",

@@ -7,16 +7,14 @@
 #include "apps/ndtrain/commands.h"
 #include "core/error.h"
 #include "core/text_list.h"
-#include "data/dataset_spec.h"
 #include "data/run_data.h"
-#include "data/tokenizer_record.h"
 #include "interchange/hf_folder.h"
 #include "interchange/hf_slice_reader.h"
 #include "train/model_checkpoint.h"
+#include "train/run_tokenizer.h"
 
 #include <nlohmann/json.hpp>
 
-#include <fstream>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -42,16 +40,6 @@ std::vector<int32_t> parse_token_ids(const std::string& text, int vocab) {
   return ids;
 }
 
-// The checkpoint's state["data"] (null when it has none).
-nlohmann::json run_data_state(const std::filesystem::path& dir) {
-  std::ifstream in(dir / "metadata.json");
-  const nlohmann::json metadata = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (metadata.is_object() && metadata.contains("state") && metadata["state"].contains("data")) {
-    return metadata["state"]["data"];
-  }
-  return nullptr;
-}
-
 // The token documents started at in training (data.document_boundaries), which generation
 // applies too; nullopt when the run had none.
 std::optional<int32_t> run_document_separator(const nlohmann::json& data) {
@@ -68,13 +56,7 @@ TextCodec run_codec(const GenerateOptions& o, const nlohmann::json& data) {
   if (!o.tokenizer.empty()) return TextCodec(o.tokenizer);
   const std::filesystem::path folder_tokenizer = std::filesystem::path(o.checkpoint) / "tokenizer.json";
   if (is_hf_folder(o.checkpoint) && std::filesystem::exists(folder_tokenizer)) return TextCodec(folder_tokenizer.string());
-  const nlohmann::json* train = data.is_object() && data.contains("train") ? &data["train"] : nullptr;
-  if (train == nullptr || !train->is_string() || train->get<std::string>().empty()) return TextCodec();
-  try {
-    const std::vector<std::string> shards = resolve_shards("data.train", train->get<std::string>());
-    if (const std::optional<std::string> file = recorded_tokenizer(shards.front())) return TextCodec(*file);
-  } catch (const Error&) {  // the shards moved: bytes, unless the vocabulary says otherwise (checked below)
-  }
+  if (const std::optional<std::string> file = recorded_run_tokenizer(data)) return TextCodec(*file);
   return TextCodec();
 }
 
@@ -98,7 +80,7 @@ int run_generate(const GenerateOptions& o) {
               "cannot generate text", dir.string(), name, *bad, bad - values.begin());
   }
   const int vocab = state.config.vocab_size;
-  const nlohmann::json data = folder ? nlohmann::json() : run_data_state(dir);
+  const nlohmann::json data = folder ? nlohmann::json() : checkpoint_data_state(dir);
   const TextCodec codec = o.raw_tokens ? TextCodec() : run_codec(o, data);
   NDT_CHECK(o.raw_tokens || codec.tokenizer() != nullptr || vocab == 256,
             "checkpoint {} has vocab_size {}, but no tokenizer is recorded beside its training shards: pass "

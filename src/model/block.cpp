@@ -22,29 +22,34 @@ std::vector<ParameterSpec> block_parameter_specs(const ModelConfig& c, int layer
   // Tensor parallel: a column-parallel layer splits its output features (weight and
   // bias dim 0), a row-parallel one its input features (weight dim 1; bias replicated).
   enum class Split { column, row };
-  auto linear = [&](const std::string& name, int64_t out, int64_t in, float init_std, Split split,
-                    bool with_bias) {
+  auto linear = [&](const std::string& name, int64_t out, int64_t in, float init_std, Split split) {
     specs.push_back({p + name + ".weight", {out, in}, InitKind::normal, init_std, true, split == Split::column ? 0 : 1});
-    if (with_bias) specs.push_back({p + name + ".bias", {out}, InitKind::zeros, 0, false, split == Split::column ? 0 : -1});
+    if (bias) specs.push_back({p + name + ".bias", {out}, InitKind::zeros, 0, false, split == Split::column ? 0 : -1});
   };
   norm("ln1");
-  linear("attn.wq", QD, C, std, Split::column, c.has_qkv_bias());
-  linear("attn.wk", KD, C, std, Split::column, c.has_qkv_bias());
-  linear("attn.wv", KD, C, std, Split::column, c.has_qkv_bias());
+  linear("attn.wq", QD, C, std, Split::column);
+  linear("attn.wk", KD, C, std, Split::column);
+  linear("attn.wv", KD, C, std, Split::column);
+  if (!bias && c.has_qkv_bias()) {  // Qwen2's q, k, v biases: column-parallel like their weights
+    const std::pair<const char*, int64_t> projections[] = {{"attn.wq", QD}, {"attn.wk", KD}, {"attn.wv", KD}};
+    for (const auto& [name, out] : projections) {
+      specs.push_back({p + name + ".bias", {out}, InitKind::zeros, 0, false, 0});
+    }
+  }
   if (c.qk_norm) {  // one weight shared by all heads: replicated, used on each rank's heads
     specs.push_back({p + "attn.q_norm.weight", {c.head_dim()}, InitKind::ones, 0, false, -1, true});
     specs.push_back({p + "attn.k_norm.weight", {c.head_dim()}, InitKind::ones, 0, false, -1, true});
   }
-  linear("attn.wo", C, QD, residual_std, Split::row, bias);
+  linear("attn.wo", C, QD, residual_std, Split::row);
   norm("ln2");
   if (F == 0) {  // an MoE block without a shared MLP
   } else if (c.arch == Arch::gpt2) {
-    linear("mlp.fc", F, C, std, Split::column, bias);
-    linear("mlp.proj", C, F, residual_std, Split::row, bias);
+    linear("mlp.fc", F, C, std, Split::column);
+    linear("mlp.proj", C, F, residual_std, Split::row);
   } else {
-    linear("mlp.gate", F, C, std, Split::column, bias);
-    linear("mlp.up", F, C, std, Split::column, bias);
-    linear("mlp.down", C, F, residual_std, Split::row, bias);
+    linear("mlp.gate", F, C, std, Split::column);
+    linear("mlp.up", F, C, std, Split::column);
+    linear("mlp.down", C, F, residual_std, Split::row);
   }
   if (c.is_moe_block(layer)) append_moe_parameter_specs(specs, c, layer);
   for (ParameterSpec& s : specs) s.unit = 1 + layer;

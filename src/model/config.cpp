@@ -33,8 +33,8 @@ RopeScaling rope_scaling_from_name(std::string_view name) {
   fail("model.rope_scaling = \"{}\" is not a RoPE scaling ndtrain implements (none, llama3)", name);
 }
 
-cpu::RopeFrequencies ModelConfig::rope_frequencies() const {
-  cpu::RopeFrequencies f(rope_theta);
+RopeFrequencies ModelConfig::rope_frequencies() const {
+  RopeFrequencies f(rope_theta);
   if (rope_scaling == RopeScaling::llama3) {
     f.scaling_factor = rope_scaling_factor;
     f.low_freq_factor = rope_low_freq_factor;

@@ -12,7 +12,7 @@
 // shared MLP of width moe_shared_d_ff that every token passes through.
 #pragma once
 
-#include "kernels/cpu/rope.h"
+#include "kernels/rope_frequencies.h"
 
 #include <cstdint>
 #include <string>
@@ -32,7 +32,7 @@ std::string_view moe_score_name(MoeScore score);
 MoeScore moe_score_from_name(std::string_view name);  // throws naming the value
 
 // RoPE frequency scaling: none, or Llama 3's remapping of the low frequencies
-// (kernels/cpu/rope.h, RopeFrequencies), with its four parameters.
+// (kernels/rope_frequencies.h), with its four parameters.
 enum class RopeScaling { none, llama3 };
 std::string_view rope_scaling_name(RopeScaling scaling);
 RopeScaling rope_scaling_from_name(std::string_view name);  // throws naming the value
@@ -91,7 +91,7 @@ struct ModelConfig {
   int mlp_d_ff(int layer) const { return is_moe_block(layer) ? moe_shared_d_ff : d_ff; }
 
   // RoPE's base and scaling as the kernels take them.
-  cpu::RopeFrequencies rope_frequencies() const;
+  RopeFrequencies rope_frequencies() const;
 
   // Sets the family and its defaults for the keys the families differ in by default
   // (tied_embeddings: gpt2 tied, llama untied); a config sets explicit keys after it.

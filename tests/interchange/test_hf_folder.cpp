@@ -258,6 +258,26 @@ TEST(HfFolder, GenerateSamplesFromAFolderAndUsesItsTokenizer) {
   EXPECT_NE(text.find(dir.file("m") + "/tokenizer.json"), std::string::npos) << text;
 }
 
+// Catches: a model no transformers family expresses written as a folder that loads as
+// another model; nothing may be left behind.
+TEST(HfFolder, WritingRefusesWhatNoFamilyExpresses) {
+  TempDir dir;
+  ModelConfig gpt2_qk_norm = ModelConfig::preset("gpt2-tiny");
+  gpt2_qk_norm.qk_norm = true;
+  ModelConfig both = testing::llama_qk_norm();
+  both.qkv_bias = true;
+  const std::vector<std::pair<ModelConfig, std::string>> cases = {
+      {ModelConfig::preset("llama-moe-tiny"), "model.n_experts = 8"},
+      {gpt2_qk_norm, "model.qk_norm = true: transformers' GPT-2 has no QK-norm"},
+      {both, "model.qk_norm and model.qkv_bias are both true"}};
+  for (const auto& [config, message] : cases) {
+    SCOPED_TRACE(message);
+    expect_error([&] { write_hf_folder(testing::perturbed_state(config), dir.file("out"), DType::f32, 1 << 30, {}); },
+                 {message});
+    EXPECT_FALSE(fs::exists(dir.path() / "out"));
+  }
+}
+
 // Edits a file of a written folder.
 void edit_json(const fs::path& path, const std::function<void(nlohmann::json&)>& edit) {
   nlohmann::json j = nlohmann::json::parse(file_text(path));

@@ -10,26 +10,14 @@
 // The _at forms throw ndt::Error for a negative position.
 #pragma once
 
+#include "kernels/rope_frequencies.h"
+
 #include <cstdint>
 #include <vector>
 
 namespace ndt::cpu {
 
-// The frequencies: theta^(-2i/D), or with scaling_factor > 0 those remapped as Llama 3
-// does (transformers' "llama3" rope_type): wavelengths 2 pi / f longer than
-// original_max_seq_len / low_freq_factor are slowed by scaling_factor, those shorter than
-// original_max_seq_len / high_freq_factor kept, and those between interpolated by
-// s = (original_max_seq_len / wavelength - low_freq_factor) / (high_freq_factor -
-// low_freq_factor) as (1 - s) f / scaling_factor + s f. A bare theta converts.
-struct RopeFrequencies {
-  RopeFrequencies(float base) : theta(base) {}  // NOLINT: implicit, the unscaled case
-  float theta;
-  float scaling_factor = 0.0f;  // 0: no scaling
-  float low_freq_factor = 1.0f;
-  float high_freq_factor = 4.0f;
-  float original_max_seq_len = 8192.0f;
-};
-// The D/2 inverse frequencies, in double.
+// The D/2 inverse frequencies of kernels/rope_frequencies.h, in double.
 std::vector<double> rope_inverse_frequencies(int D, const RopeFrequencies& f);
 
 void rope_forward(float* out, const float* inp, int B, int T, int H, int D, int pos_offset,
