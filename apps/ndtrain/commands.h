@@ -162,7 +162,10 @@ int run_simulate_pipeline(const SimulatePipelineOptions& options);
 
 // `ndtrain convert` (apps/ndtrain/convert.cpp): a whole model from one format to another.
 struct ConvertOptions {
-  std::string from, to;  // *.safetensors, *.bin (llm.c) or a checkpoint directory
+  std::string from, to;  // *.safetensors, *.bin (llm.c), a Hugging Face folder (from) or a checkpoint directory
+  std::string to_hf;     // a new Hugging Face model folder (instead of --to)
+  uint64_t max_shard_size = 5000000000;  // --to-hf: bytes per safetensors shard (transformers' default 5GB)
+  std::string tokenizer;  // --to-hf: a tokenizer file to copy in (besides a source folder's own)
   int n_head = 0;        // config hint for safetensors without ndtrain metadata; 0: none
   std::string dtype = "f32";  // the destination's parameters: f32, bf16 or f16
   bool merge_lora = false;    // write W + (alpha / r) B A for every adapted weight, no adapters

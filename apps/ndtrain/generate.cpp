@@ -1,19 +1,20 @@
 // `ndtrain generate`: samples a continuation of a prompt from the model of a checkpoint
-// (train/generate.h), in one process. Text goes through the run's tokenizer (--tokenizer,
-// else the one recorded beside the run's training shards, else bytes: vocab_size 256);
+// or a Hugging Face model folder (train/generate.h), in one process. Text goes through the
+// run's tokenizer (--tokenizer, else the one recorded beside the run's training shards or
+// the folder's tokenizer.json, else bytes: vocab_size 256);
 // with --raw-tokens the prompt and the output are comma-separated token ids. A run trained
 // with data.document_boundaries generates with them: a separator starts a new document.
 #include "apps/ndtrain/commands.h"
 #include "core/error.h"
 #include "core/text_list.h"
-#include "data/dataset_spec.h"
 #include "data/run_data.h"
-#include "data/tokenizer_record.h"
+#include "interchange/hf_folder.h"
+#include "interchange/hf_slice_reader.h"
 #include "train/model_checkpoint.h"
+#include "train/run_tokenizer.h"
 
 #include <nlohmann/json.hpp>
 
-#include <fstream>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -39,16 +40,6 @@ std::vector<int32_t> parse_token_ids(const std::string& text, int vocab) {
   return ids;
 }
 
-// The checkpoint's state["data"] (null when it has none).
-nlohmann::json run_data_state(const std::filesystem::path& dir) {
-  std::ifstream in(dir / "metadata.json");
-  const nlohmann::json metadata = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (metadata.is_object() && metadata.contains("state") && metadata["state"].contains("data")) {
-    return metadata["state"]["data"];
-  }
-  return nullptr;
-}
-
 // The token documents started at in training (data.document_boundaries), which generation
 // applies too; nullopt when the run had none.
 std::optional<int32_t> run_document_separator(const nlohmann::json& data) {
@@ -63,13 +54,9 @@ std::optional<int32_t> run_document_separator(const nlohmann::json& data) {
 // checkpoint's state names (when they are still there), else bytes.
 TextCodec run_codec(const GenerateOptions& o, const nlohmann::json& data) {
   if (!o.tokenizer.empty()) return TextCodec(o.tokenizer);
-  const nlohmann::json* train = data.is_object() && data.contains("train") ? &data["train"] : nullptr;
-  if (train == nullptr || !train->is_string() || train->get<std::string>().empty()) return TextCodec();
-  try {
-    const std::vector<std::string> shards = resolve_shards("data.train", train->get<std::string>());
-    if (const std::optional<std::string> file = recorded_tokenizer(shards.front())) return TextCodec(*file);
-  } catch (const Error&) {  // the shards moved: bytes, unless the vocabulary says otherwise (checked below)
-  }
+  const std::filesystem::path folder_tokenizer = std::filesystem::path(o.checkpoint) / "tokenizer.json";
+  if (is_hf_folder(o.checkpoint) && std::filesystem::exists(folder_tokenizer)) return TextCodec(folder_tokenizer.string());
+  if (const std::optional<std::string> file = recorded_run_tokenizer(data)) return TextCodec(*file);
   return TextCodec();
 }
 
@@ -82,8 +69,9 @@ int run_generate(const GenerateOptions& o) {
   NDT_CHECK(std::isfinite(o.sample.temperature) && o.sample.temperature >= 0,
             "--temperature {} must be 0 (greedy) or positive", o.sample.temperature);
   NDT_CHECK(o.sample.top_k >= 0, "--top-k {} must be 0 (no cut) or positive", o.sample.top_k);
-  const std::filesystem::path dir = resolve_checkpoint(o.checkpoint);
-  const ModelState state = read_model_checkpoint(dir);
+  const bool folder = is_hf_folder(o.checkpoint);
+  const std::filesystem::path dir = folder ? std::filesystem::path(o.checkpoint) : resolve_checkpoint(o.checkpoint);
+  const ModelState state = folder ? read_hf_folder_model(open_hf_folder(o.checkpoint)) : read_model_checkpoint(dir);
   // ndtrain never saves a non-finite state, but a checkpoint from elsewhere (or from an
   // earlier ndtrain) may hold one: its text would be noise, so say so instead.
   for (const auto& [name, values] : state.tensors) {
@@ -92,7 +80,7 @@ int run_generate(const GenerateOptions& o) {
               "cannot generate text", dir.string(), name, *bad, bad - values.begin());
   }
   const int vocab = state.config.vocab_size;
-  const nlohmann::json data = run_data_state(dir);
+  const nlohmann::json data = folder ? nlohmann::json() : checkpoint_data_state(dir);
   const TextCodec codec = o.raw_tokens ? TextCodec() : run_codec(o, data);
   NDT_CHECK(o.raw_tokens || codec.tokenizer() != nullptr || vocab == 256,
             "checkpoint {} has vocab_size {}, but no tokenizer is recorded beside its training shards: pass "

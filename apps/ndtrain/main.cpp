@@ -22,7 +22,8 @@
 //   ndtrain plan (--preset NAME | --config FILE) [--device D] [--nodes N] [--devices-per-node G] [--devices D]
 //                [--seq T] [--batch B] [--precision P] [--top K] [--json FILE] [--csv FILE] [search lists]
 //   ndtrain plan --validate [--validate-dir DIR]
-//   ndtrain convert --from SRC --to DST [--n-head N] [--dtype f32|bf16|f16] [--merge-lora | --peft]
+//   ndtrain convert --from SRC (--to DST | --to-hf DIR [--max-shard-size BYTES] [--tokenizer FILE])
+//                   [--n-head N] [--dtype f32|bf16|f16] [--merge-lora | --peft]
 //   ndtrain generate --checkpoint PATH --prompt TEXT [--tokens N] [--temperature T] [--top-k K] [--seed S]
 //                    [--raw-tokens]
 //   ndtrain report RUN_DIR [--out FILE]
@@ -324,12 +325,23 @@ int main(int argc, char** argv) {
   }
 
   ndt::ConvertOptions convert_options;
-  auto* convert = app.add_subcommand("convert", "Convert a model between safetensors, llm.c and checkpoints");
+  auto* convert = app.add_subcommand("convert", "Convert a model between safetensors, llm.c, Hugging Face folders and checkpoints");
   convert->add_option("--from", convert_options.from,
-                      "*.safetensors, *.bin (llm.c), a checkpoint, a folder of step-* checkpoints or a run folder")
+                      "*.safetensors, *.bin (llm.c), a Hugging Face folder, a checkpoint, a folder of step-* "
+                      "checkpoints or a run folder")
       ->required();
-  convert->add_option("--to", convert_options.to, "*.safetensors, *.bin (llm.c) or a new checkpoint directory")
-      ->required();
+  auto* convert_to = convert->add_option("--to", convert_options.to,
+                                         "*.safetensors, *.bin (llm.c) or a new checkpoint directory");
+  auto* convert_to_hf = convert->add_option(
+      "--to-hf", convert_options.to_hf,
+      "A new Hugging Face model folder: config.json, model.safetensors (or shards with an index), tokenizer files");
+  convert_to->excludes(convert_to_hf);
+  convert->add_option("--max-shard-size", convert_options.max_shard_size,
+                      "--to-hf: most bytes per safetensors shard (default 5000000000, as transformers' 5GB)")
+      ->needs(convert_to_hf);
+  convert->add_option("--tokenizer", convert_options.tokenizer,
+                      "--to-hf: a tokenizer file to copy into the folder (a source folder's own are copied too)")
+      ->needs(convert_to_hf);
   convert->add_option("--n-head", convert_options.n_head, "Heads, for safetensors without ndtrain metadata");
   convert->add_option("--dtype", convert_options.dtype,
                       "Store the parameters as f32 (default), bf16 or f16 (safetensors; llm.c: f32 or bf16)");
@@ -342,7 +354,7 @@ int main(int argc, char** argv) {
   ndt::GenerateOptions generate_options;
   auto* generate = app.add_subcommand("generate", "Sample a continuation of a prompt from a checkpoint");
   generate->add_option("--checkpoint", generate_options.checkpoint,
-                       "A checkpoint, a folder of step-* checkpoints or a run folder (latest)")
+                       "A checkpoint, a folder of step-* checkpoints, a run folder (latest) or a Hugging Face model folder")
       ->required();
   generate->add_option("--prompt", generate_options.prompt, "Text (or token ids with --raw-tokens)")->required();
   generate->add_option("--tokens", generate_options.sample.tokens, "Tokens to generate");

@@ -61,6 +61,7 @@ std::vector<HfTensor> hf_tensors(const ModelConfig& c, const std::string& gpt2_p
       add(h + "input_layernorm.weight", {b + "ln1.weight"});
       for (const std::string x : {"q", "k", "v", "o"}) {
         add(attn + x + "_proj.weight", {b + "attn.w" + x + ".weight"});
+        if (c.qkv_bias && x != "o") add(attn + x + "_proj.bias", {b + "attn.w" + x + ".bias"});
       }
       add(h + "post_attention_layernorm.weight", {b + "ln2.weight"});
       // Qwen2/Qwen3-MoE: the router is mlp.gate, each expert mlp.experts.{e}, the shared
@@ -258,10 +259,12 @@ ModelConfig infer_config(const std::map<std::string, SafetensorsTensor>& tensors
               [&](int l) { return r.has(layer(l) + "mlp.c_fc.weight") ? r.dim(layer(l) + "mlp.c_fc.weight", 1) : 0; },
               assumed);
   } else {
-    assumed.insert({"rope_theta", "max_seq_len"});
+    assumed.insert({"rope_theta", "max_seq_len", "rope_scaling", "rope_scaling_factor", "rope_low_freq_factor",
+                    "rope_high_freq_factor", "rope_original_max_seq_len"});
     const int head_dim = c.n_head > 0 ? c.d_model / c.n_head : 0;
     c.n_kv_head = head_dim > 0 ? r.dim("model.layers.0.self_attn.k_proj.weight", 0) / head_dim : 0;
     c.qk_norm = r.has("model.layers.0.self_attn.q_norm.weight");
+    c.qkv_bias = r.has("model.layers.0.self_attn.q_proj.bias");
     c.tied_embeddings = !r.has("lm_head.weight");
     infer_moe(c, r, [&](int l) { return layer(l) + "mlp.gate.weight"; },
               [&](int l) { return r.dim(layer(l) + "mlp.experts.0.gate_proj.weight", 0); },
@@ -281,16 +284,46 @@ ModelConfig infer_config(const std::map<std::string, SafetensorsTensor>& tensors
 
 }  // namespace
 
+std::map<std::string, HfPlace> hf_places(const ModelConfig& config, const std::string& gpt2_prefix) {
+  NDT_CHECK(!config.is_moe(), "model.n_experts = {}: Hugging Face model folders are read and written for dense "
+            "models only", config.n_experts);
+  const auto shapes = spec_shapes(config);
+  std::map<std::string, HfPlace> places;
+  for (const HfTensor& t : hf_tensors(config, gpt2_prefix)) {
+    int64_t row = 0;
+    for (const std::string& p : t.parts) {
+      places[p] = {t.name, row, t.transposed};
+      row += shapes.at(p)[0];
+    }
+  }
+  return places;
+}
+
+std::map<std::string, Shape> hf_file_shapes(const ModelConfig& config, const std::string& gpt2_prefix) {
+  const auto shapes = spec_shapes(config);
+  std::map<std::string, Shape> out;
+  for (const HfTensor& t : hf_tensors(config, gpt2_prefix)) {
+    const Shape fused = fused_shape(t, shapes);
+    out[t.name] = t.transposed ? Shape{fused[1], fused[0]} : fused;
+  }
+  return out;
+}
+
+std::map<std::string, SafetensorsTensor> hf_tensors_of(const ModelState& state) {
+  check_model_state(state);
+  const auto shapes = spec_shapes(state.config);
+  std::map<std::string, SafetensorsTensor> out;
+  for (const HfTensor& t : hf_tensors(state.config, "transformer.")) out[t.name] = to_hf(t, state, shapes);
+  return out;
+}
+
 void save_safetensors_hf(const ModelState& state, const std::string& path, DType dtype) {
   check_model_state(state);
   for (const auto& [name, values] : state.tensors) check_storable(path, name, values, dtype);
   SafetensorsFile file;
   file.metadata = config_fields(state.config);
   file.metadata["format"] = "pt";  // transformers refuses safetensors without it
-  const auto shapes = spec_shapes(state.config);
-  for (const HfTensor& t : hf_tensors(state.config, "transformer.")) {
-    file.tensors[t.name] = to_hf(t, state, shapes);
-  }
+  file.tensors = hf_tensors_of(state);
   write_safetensors(path, file, dtype);
 }
 

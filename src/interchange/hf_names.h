@@ -10,6 +10,7 @@
 
 #include "core/dtype.h"
 #include "interchange/model_state.h"
+#include "interchange/safetensors.h"
 
 #include <optional>
 #include <string>
@@ -46,5 +47,19 @@ struct HfLinear {
   bool conv1d = false;
 };
 std::vector<HfLinear> hf_linears(const ModelConfig& config);
+// Where an ndtrain parameter lives in a Hugging Face file: its tensor, the first row of
+// its part along the fused dim 0 in ndtrain's [out, in] layout (GPT-2's c_attn holds
+// q|k|v), and whether the file stores it transposed ([in, out], GPT-2's Conv1D). For
+// dense models (an MoE expert is one entry of a tensor: throws naming model.n_experts).
+struct HfPlace {
+  std::string tensor;
+  int64_t row_offset = 0;
+  bool transposed = false;
+};
+std::map<std::string, HfPlace> hf_places(const ModelConfig& config, const std::string& gpt2_prefix);
+// The shape of every Hugging Face tensor of the config as the file stores it.
+std::map<std::string, Shape> hf_file_shapes(const ModelConfig& config, const std::string& gpt2_prefix);
+// The state's tensors under Hugging Face names and layouts (GPT-2 under "transformer.").
+std::map<std::string, SafetensorsTensor> hf_tensors_of(const ModelState& state);
 
 }  // namespace ndt

@@ -30,6 +30,14 @@ std::map<std::string, std::string> config_fields(const ModelConfig& c) {
   if (c.arch == Arch::llama) {
     f["n_kv_head"] = std::to_string(c.n_kv_head);
     f["rope_theta"] = fmt::format("{}", c.rope_theta);
+    f["qkv_bias"] = flag(c.qkv_bias);
+    f["rope_scaling"] = std::string(rope_scaling_name(c.rope_scaling));
+    if (c.rope_scaling == RopeScaling::llama3) {
+      f["rope_scaling_factor"] = fmt::format("{}", c.rope_scaling_factor);
+      f["rope_low_freq_factor"] = fmt::format("{}", c.rope_low_freq_factor);
+      f["rope_high_freq_factor"] = fmt::format("{}", c.rope_high_freq_factor);
+      f["rope_original_max_seq_len"] = std::to_string(c.rope_original_max_seq_len);
+    }
   }
   if (c.is_moe()) {
     f["moe_top_k"] = std::to_string(c.moe_top_k);
@@ -116,6 +124,18 @@ class FieldReader {
   const std::string& source_;
 };
 
+// A llama model's q/k/v bias and RoPE scaling; absent (saved before they existed): none.
+void read_llama_fields(const FieldReader& r, ModelConfig& c) {
+  c.rope_theta = r.real("rope_theta");
+  c.qkv_bias = r.has("qkv_bias") && r.boolean("qkv_bias");
+  c.rope_scaling = r.has("rope_scaling") ? r.named("rope_scaling", rope_scaling_from_name) : RopeScaling::none;
+  if (c.rope_scaling == RopeScaling::none) return;
+  c.rope_scaling_factor = r.real("rope_scaling_factor");
+  c.rope_low_freq_factor = r.real("rope_low_freq_factor");
+  c.rope_high_freq_factor = r.real("rope_high_freq_factor");
+  c.rope_original_max_seq_len = r.integer("rope_original_max_seq_len");
+}
+
 void read_moe_fields(const FieldReader& r, ModelConfig& c) {
   c.n_experts = r.has("n_experts") ? r.integer("n_experts") : 0;  // absent: saved before MoE settings were
   if (c.n_experts == 0) return;
@@ -157,7 +177,7 @@ ModelConfig config_from_fields(const std::map<std::string, std::string>& fields,
   c.norm_eps = r.real("norm_eps");
   // gpt2 uses neither key: its K/V heads are its heads, it has no RoPE.
   c.n_kv_head = c.arch == Arch::llama ? r.integer("n_kv_head") : c.n_head;
-  if (c.arch == Arch::llama) c.rope_theta = r.real("rope_theta");
+  if (c.arch == Arch::llama) read_llama_fields(r, c);
   read_moe_fields(r, c);
   read_lora_fields(r, c);
   // d_ff only where a block has a dense MLP; otherwise any valid width (the experts').

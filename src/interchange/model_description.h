@@ -19,7 +19,10 @@ namespace ndt {
 //   always    arch, vocab_size, max_seq_len, n_layer, n_head, d_model, qk_norm,
 //             tied_embeddings, norm_eps, n_experts (0: dense)
 //   d_ff      when a block has a dense MLP (a dense model, or moe_every > 1)
-//   llama     n_kv_head, rope_theta (gpt2 uses neither: n_kv_head is n_head)
+//   llama     n_kv_head, rope_theta, qkv_bias, rope_scaling (gpt2 uses none: n_kv_head is
+//             n_head, every projection has a bias, no RoPE); with rope_scaling llama3 its
+//             rope_scaling_factor, rope_low_freq_factor, rope_high_freq_factor,
+//             rope_original_max_seq_len
 //   MoE       moe_top_k, moe_every, moe_d_ff (the experts' width, resolved), moe_shared_d_ff,
 //             moe_score, moe_normalize_top_k, moe_capacity_factor, moe_aux_loss, moe_z_loss
 //   LoRA      lora_targets, lora_rank, lora_alpha (model/lora_config.h)

@@ -92,9 +92,21 @@ std::map<std::string, std::string> parse_metadata(const json& j, const std::stri
   return metadata;
 }
 
+// Throws naming two tensors whose byte ranges overlap.
+void check_disjoint(std::vector<Entry>& entries, const std::string& path) {
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    return std::tie(a.begin, a.end) < std::tie(b.begin, b.end);
+  });
+  for (size_t i = 1; i < entries.size(); ++i) {
+    const Entry &a = entries[i - 1], &b = entries[i];
+    NDT_CHECK(b.begin >= a.end, "safetensors {}: tensors {} [{}, {}) and {} [{}, {}) overlap", path, a.name,
+              a.begin, a.end, b.name, b.begin, b.end);
+  }
+}
+
 }  // namespace
 
-SafetensorsFile read_safetensors(const std::string& path) {
+SafetensorsHeader read_safetensors_header(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   NDT_CHECK(in && !std::filesystem::is_directory(path), "cannot open safetensors {}: {}", path,
             std::strerror(errno));
@@ -117,29 +129,33 @@ SafetensorsFile read_safetensors(const std::string& path) {
   NDT_CHECK(header.is_object(), "safetensors {}: header is not a JSON object", path);
 
   const uint64_t buffer_start = 8 + header_bytes, buffer_bytes = file_bytes - buffer_start;
-  SafetensorsFile file;
+  SafetensorsHeader result;
+  result.header_bytes = buffer_start;
   std::vector<Entry> entries;
   for (const auto& [key, value] : header.items()) {
     if (key == "__metadata__") {
-      file.metadata = parse_metadata(value, path);
+      result.metadata = parse_metadata(value, path);
     } else {
       entries.push_back(parse_entry(key, value, buffer_bytes, path));
     }
   }
-  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
-    return std::tie(a.begin, a.end) < std::tie(b.begin, b.end);
-  });
-  for (size_t i = 1; i < entries.size(); ++i) {
-    const Entry &a = entries[i - 1], &b = entries[i];
-    NDT_CHECK(b.begin >= a.end, "safetensors {}: tensors {} [{}, {}) and {} [{}, {}) overlap", path, a.name,
-              a.begin, a.end, b.name, b.begin, b.end);
-  }
-  for (const Entry& e : entries) {
-    SafetensorsTensor& t = file.tensors[e.name];
+  check_disjoint(entries, path);
+  for (const Entry& e : entries) result.tensors[e.name] = {e.dtype, e.shape, buffer_start + e.begin, buffer_start + e.end};
+  return result;
+}
+
+SafetensorsFile read_safetensors(const std::string& path) {
+  const SafetensorsHeader header = read_safetensors_header(path);
+  std::ifstream in(path, std::ios::binary);
+  NDT_CHECK(in, "cannot open safetensors {}: {}", path, std::strerror(errno));
+  SafetensorsFile file;
+  file.metadata = header.metadata;
+  for (const auto& [name, e] : header.tensors) {
+    SafetensorsTensor& t = file.tensors[name];
     t.shape = e.shape;
     t.values.resize(static_cast<size_t>(shape_numel(e.shape)));
-    in.seekg(static_cast<std::streamoff>(buffer_start + e.begin));
-    NDT_CHECK(read_values(in, e.dtype, t.values), "safetensors {}: reading tensor {} failed", path, e.name);
+    in.seekg(static_cast<std::streamoff>(e.begin));
+    NDT_CHECK(read_values(in, e.dtype, t.values), "safetensors {}: reading tensor {} failed", path, name);
   }
   return file;
 }

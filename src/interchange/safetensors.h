@@ -27,6 +27,25 @@ struct SafetensorsFile {
   std::map<std::string, std::string> metadata;  // "__metadata__"
 };
 
+// One tensor's place in a file: its stored dtype and shape, and its bytes [begin, end)
+// as offsets from the start of the file.
+struct SafetensorsEntry {
+  DType dtype = DType::f32;
+  Shape shape;
+  uint64_t begin = 0, end = 0;
+};
+
+// What the header says, without the tensors' data (how a reader that needs only some
+// bytes of some tensors starts); header_bytes counts the length field and the JSON.
+struct SafetensorsHeader {
+  std::map<std::string, SafetensorsEntry> tensors;
+  std::map<std::string, std::string> metadata;
+  uint64_t header_bytes = 0;
+};
+
+// Reads and validates the header; throws as read_safetensors does.
+SafetensorsHeader read_safetensors_header(const std::string& path);
+
 // Throws ndt::Error naming the file (and the tensor, where one is at fault) for: a
 // file shorter than its header, malformed JSON, an unsupported dtype, data_offsets
 // outside the buffer or overlapping another tensor's, or a byte size that is not

@@ -47,6 +47,12 @@ std::vector<ParameterSpec> block_parameter_specs(const ModelConfig& c, int layer
   linear("attn.wq", QD, C, std, Split::column);
   linear("attn.wk", KD, C, std, Split::column);
   linear("attn.wv", KD, C, std, Split::column);
+  if (!bias && c.has_qkv_bias()) {  // Qwen2's q, k, v biases: column-parallel like their weights
+    const std::pair<const char*, int64_t> projections[] = {{"attn.wq", QD}, {"attn.wk", KD}, {"attn.wv", KD}};
+    for (const auto& [name, out] : projections) {
+      specs.push_back({p + name + ".bias", {out}, InitKind::zeros, 0, false, 0});
+    }
+  }
   if (c.qk_norm) {  // one weight shared by all heads: replicated, used on each rank's heads
     specs.push_back({p + "attn.q_norm.weight", {c.head_dim()}, InitKind::ones, 0, false, -1, true});
     specs.push_back({p + "attn.k_norm.weight", {c.head_dim()}, InitKind::ones, 0, false, -1, true});
@@ -75,9 +81,9 @@ Block::Block(const ModelConfig& config, int layer, const ParameterStore& store, 
   ln1_b_ = find(store, "ln1.bias", bias);
   ln2_w_ = find(store, "ln2.weight");
   ln2_b_ = find(store, "ln2.bias", bias);
-  wq_ = {find(store, "attn.wq.weight"), find(store, "attn.wq.bias", bias)};
-  wk_ = {find(store, "attn.wk.weight"), find(store, "attn.wk.bias", bias)};
-  wv_ = {find(store, "attn.wv.weight"), find(store, "attn.wv.bias", bias)};
+  wq_ = {find(store, "attn.wq.weight"), find(store, "attn.wq.bias", c_.has_qkv_bias())};
+  wk_ = {find(store, "attn.wk.weight"), find(store, "attn.wk.bias", c_.has_qkv_bias())};
+  wv_ = {find(store, "attn.wv.weight"), find(store, "attn.wv.bias", c_.has_qkv_bias())};
   wo_ = {find(store, "attn.wo.weight"), find(store, "attn.wo.bias", bias)};
   q_norm_ = find(store, "attn.q_norm.weight", c_.qk_norm);
   k_norm_ = find(store, "attn.k_norm.weight", c_.qk_norm);
@@ -211,8 +217,8 @@ void Block::forward_pass(MicroBatchContext& ctx, bool recompute) {
     kernels::rmsnorm_forward(a.k, a.k_rstd, a.k_pre, k_norm_->data(), N * d.NKV, d.HS, c_.norm_eps);
   }
   if (c_.arch == Arch::llama) {  // each row at its own position (ctx.positions, [B, T])
-    kernels::rope_forward_at(a.q, a.q, B, T, d.NH, d.HS, ctx.positions.data(), c_.rope_theta);
-    kernels::rope_forward_at(a.k, a.k, B, T, d.NKV, d.HS, ctx.positions.data(), c_.rope_theta);
+    kernels::rope_forward_at(a.q, a.q, B, T, d.NH, d.HS, ctx.positions.data(), c_.rope_frequencies());
+    kernels::rope_forward_at(a.k, a.k, B, T, d.NKV, d.HS, ctx.positions.data(), c_.rope_frequencies());
   }
   if (c_.qk_norm || c_.arch == Arch::llama) {
     round_to_compute(a.q, d.N * d.QD);
@@ -458,8 +464,8 @@ std::pair<const float*, const float*> Block::query_key_backward(const MicroBatch
   if (c_.arch == Arch::llama) {
     kernels::zero(dq2, d.N * d.QD);
     kernels::zero(dk2, d.N * d.KD);
-    kernels::rope_backward_at(dq2, dq, ctx.B, ctx.T, d.NH, d.HS, ctx.positions.data(), c_.rope_theta);
-    kernels::rope_backward_at(dk2, dk, ctx.B, ctx.T, d.NKV, d.HS, ctx.positions.data(), c_.rope_theta);
+    kernels::rope_backward_at(dq2, dq, ctx.B, ctx.T, d.NH, d.HS, ctx.positions.data(), c_.rope_frequencies());
+    kernels::rope_backward_at(dk2, dk, ctx.B, ctx.T, d.NKV, d.HS, ctx.positions.data(), c_.rope_frequencies());
     std::swap(dq, dq2);
     std::swap(dk, dk2);
   }

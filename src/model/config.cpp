@@ -25,6 +25,25 @@ MoeScore moe_score_from_name(std::string_view name) {
   fail("model.moe_score = \"{}\" is not a router score (softmax, sigmoid)", name);
 }
 
+std::string_view rope_scaling_name(RopeScaling scaling) { return scaling == RopeScaling::none ? "none" : "llama3"; }
+
+RopeScaling rope_scaling_from_name(std::string_view name) {
+  if (name == "none") return RopeScaling::none;
+  if (name == "llama3") return RopeScaling::llama3;
+  fail("model.rope_scaling = \"{}\" is not a RoPE scaling ndtrain implements (none, llama3)", name);
+}
+
+RopeFrequencies ModelConfig::rope_frequencies() const {
+  RopeFrequencies f(rope_theta);
+  if (rope_scaling == RopeScaling::llama3) {
+    f.scaling_factor = rope_scaling_factor;
+    f.low_freq_factor = rope_low_freq_factor;
+    f.high_freq_factor = rope_high_freq_factor;
+    f.original_max_seq_len = static_cast<float>(rope_original_max_seq_len);
+  }
+  return f;
+}
+
 void ModelConfig::set_arch(Arch family) {
   arch = family;
   tied_embeddings = family == Arch::gpt2;
@@ -39,6 +58,18 @@ double parameter_count_bound(const ModelConfig& c) {
   const double Fe = c.moe_d_ff > 0 ? c.moe_d_ff : c.d_ff;
   const double block = 4 * C * C + 3 * C * F + E * (3 * Fe * C + C) + 3 * F + 9 * C;
   return c.n_layer * block + (2.0 * c.vocab_size + c.max_seq_len + 2) * C;
+}
+
+void validate_llama3_scaling(const ModelConfig& c) {
+  NDT_CHECK(std::isfinite(c.rope_scaling_factor) && c.rope_scaling_factor >= 1,
+            "model.rope_scaling_factor = {} must be at least 1", c.rope_scaling_factor);
+  NDT_CHECK(std::isfinite(c.rope_low_freq_factor) && c.rope_low_freq_factor > 0 &&
+                std::isfinite(c.rope_high_freq_factor) && c.rope_high_freq_factor > c.rope_low_freq_factor,
+            "model.rope_low_freq_factor = {} and model.rope_high_freq_factor = {} must be positive with the high "
+            "one larger",
+            c.rope_low_freq_factor, c.rope_high_freq_factor);
+  NDT_CHECK(c.rope_original_max_seq_len > 0, "model.rope_original_max_seq_len = {} must be positive",
+            c.rope_original_max_seq_len);
 }
 
 }  // namespace
@@ -64,6 +95,7 @@ void ModelConfig::validate() const {
     NDT_CHECK(head_dim() % 2 == 0, "RoPE needs an even head dimension: model.d_model / model.n_head = {}",
               head_dim());
     NDT_CHECK(rope_theta > 0, "model.rope_theta = {} must be positive", rope_theta);
+    if (rope_scaling == RopeScaling::llama3) validate_llama3_scaling(*this);
   }
   if (n_experts != 0) {
     positive("n_experts", n_experts);

@@ -3,6 +3,8 @@
 //   llama: RMSNorm, RoPE, SwiGLU MLP, no biases, untied output, grouped K/V heads.
 // (Tied or untied is a default of the family, set by set_arch() and the presets; either
 // family may override it.)
+// A llama model may add biases on its q, k and v projections (Qwen2) and scale its RoPE
+// frequencies as Llama 3 does (rope_scaling).
 // Either may add QK-norm (RMSNorm over each head's query and key vectors), and either
 // may replace the MLP of every moe_every-th block by a mixture of experts (model/moe.h):
 // a router choosing moe_top_k of n_experts experts per token (each an MLP of the
@@ -11,6 +13,7 @@
 #pragma once
 
 #include "model/lora_config.h"
+#include "kernels/rope_frequencies.h"
 
 #include <cstdint>
 #include <string>
@@ -28,6 +31,12 @@ Arch arch_from_name(std::string_view name);  // throws naming the value
 enum class MoeScore { softmax, sigmoid };
 std::string_view moe_score_name(MoeScore score);
 MoeScore moe_score_from_name(std::string_view name);  // throws naming the value
+
+// RoPE frequency scaling: none, or Llama 3's remapping of the low frequencies
+// (kernels/rope_frequencies.h), with its four parameters.
+enum class RopeScaling { none, llama3 };
+std::string_view rope_scaling_name(RopeScaling scaling);
+RopeScaling rope_scaling_from_name(std::string_view name);  // throws naming the value
 
 // Bounds ModelConfig::validate keeps every model within, so that the counts derived from
 // its fields (parameters, bytes, FLOPs) cannot overflow: 2^50 parameters (about 1.1e15,
@@ -48,6 +57,12 @@ struct ModelConfig {
   bool tied_embeddings = true;
   float norm_eps = 1e-5f;
   float rope_theta = 10000.0f;
+  bool qkv_bias = false;  // llama: biases on the q, k, v projections (Qwen2); gpt2 has all biases
+  RopeScaling rope_scaling = RopeScaling::none;  // llama
+  float rope_scaling_factor = 8.0f;
+  float rope_low_freq_factor = 1.0f;
+  float rope_high_freq_factor = 4.0f;
+  int rope_original_max_seq_len = 8192;
   float init_std = 0.02f;  // residual projections use init_std / sqrt(2 n_layer)
   // Fine-tuning: train.freeze's patterns (model/freeze.h); the parameters they match are
   // frozen (ParameterSpec::frozen). Not part of the model's description: the same
@@ -75,6 +90,7 @@ struct ModelConfig {
   int head_dim() const { return d_model / n_head; }
   int kv_heads() const { return arch == Arch::gpt2 ? n_head : n_kv_head; }
   bool has_bias() const { return arch == Arch::gpt2; }
+  bool has_qkv_bias() const { return has_bias() || (arch == Arch::llama && qkv_bias); }
   bool is_moe() const { return n_experts > 0; }
   bool is_moe_block(int layer) const { return n_experts > 0 && (layer + 1) % moe_every == 0; }
   int expert_d_ff() const { return moe_d_ff > 0 ? moe_d_ff : d_ff; }
@@ -82,6 +98,9 @@ struct ModelConfig {
   bool has_dense_block() const { return n_experts == 0 || moe_every > 1; }
   // The dense MLP width of block `layer`: d_ff, or in an MoE block the shared MLP's (0: none).
   int mlp_d_ff(int layer) const { return is_moe_block(layer) ? moe_shared_d_ff : d_ff; }
+
+  // RoPE's base and scaling as the kernels take them.
+  RopeFrequencies rope_frequencies() const;
 
   // Sets the family and its defaults for the keys the families differ in by default
   // (tied_embeddings: gpt2 tied, llama untied); a config sets explicit keys after it.

@@ -157,6 +157,17 @@ void add_model_keys(std::vector<ConfigKey>& f) {
   f.push_back(field<bool>("model.tied_embeddings", NDT_REF(model.tied_embeddings), "Output layer shares the token embedding matrix. Default: the family's (model.arch: gpt2 tied, llama untied)."));
   f.push_back(field<float>("model.norm_eps", NDT_REF(model.norm_eps), "Epsilon of LayerNorm/RMSNorm."));
   f.push_back(field<float>("model.rope_theta", NDT_REF(model.rope_theta), "RoPE base (llama)."));
+  f.push_back(field<bool>("model.qkv_bias", NDT_REF(model.qkv_bias), "Biases on the query, key and value projections (llama; Qwen2 has them). gpt2 has every bias."));
+  ConfigKey scaling;
+  scaling.key = "model.rope_scaling";
+  scaling.doc = "RoPE frequency scaling (llama): \"none\", or \"llama3\" (Llama 3.1's remapping of the low frequencies by the four model.rope_* keys below, as transformers' rope_type llama3).";
+  scaling.set = [](RunConfig& c, const std::string& v) { c.model.rope_scaling = rope_scaling_from_name(v); };
+  scaling.get = [](const RunConfig& c) { return fmt::format("\"{}\"", rope_scaling_name(c.model.rope_scaling)); };
+  f.push_back(scaling);
+  f.push_back(field<float>("model.rope_scaling_factor", NDT_REF(model.rope_scaling_factor), "llama3 scaling: the low frequencies are divided by it (transformers' factor)."));
+  f.push_back(field<float>("model.rope_low_freq_factor", NDT_REF(model.rope_low_freq_factor), "llama3 scaling: wavelengths beyond rope_original_max_seq_len / this are scaled fully (transformers' low_freq_factor)."));
+  f.push_back(field<float>("model.rope_high_freq_factor", NDT_REF(model.rope_high_freq_factor), "llama3 scaling: wavelengths below rope_original_max_seq_len / this are kept; between the two they are interpolated (transformers' high_freq_factor)."));
+  f.push_back(field<int>("model.rope_original_max_seq_len", NDT_REF(model.rope_original_max_seq_len), "llama3 scaling: the context length the model was first trained at (transformers' original_max_position_embeddings)."));
   f.push_back(field<float>("model.init_std", NDT_REF(model.init_std), "Std of the normal initialisation; residual projections use init_std / sqrt(2 n_layer)."));
   f.push_back(field<int>("model.n_experts", NDT_REF(model.n_experts), "Mixture of experts (docs/moe.md): routed experts of each MoE block; 0: every block dense."));
   f.push_back(field<int>("model.moe_top_k", NDT_REF(model.moe_top_k), "Experts each token is routed to (at most model.n_experts)."));

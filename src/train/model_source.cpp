@@ -2,7 +2,9 @@
 
 #include "core/error.h"
 #include "core/input_file.h"
+#include "interchange/hf_folder.h"
 #include "interchange/hf_names.h"
+#include "interchange/hf_slice_reader.h"
 #include "interchange/llmc.h"
 #include "train/model_checkpoint.h"
 
@@ -16,6 +18,7 @@ namespace fs = std::filesystem;
 
 ModelFormat model_format_of(const std::string& path) {
   const fs::path p(path);
+  if (is_hf_folder(path)) return ModelFormat::hf_folder;
   if (fs::is_directory(p)) return ModelFormat::checkpoint;
   if (p.extension() == ".safetensors") return ModelFormat::safetensors;
   if (p.extension() == ".bin") return ModelFormat::llmc;
@@ -39,6 +42,7 @@ const char* model_format_name(ModelFormat format) {
   switch (format) {
     case ModelFormat::safetensors: return "Hugging Face safetensors";
     case ModelFormat::llmc: return "llm.c checkpoint";
+    case ModelFormat::hf_folder: return "Hugging Face model folder";
     case ModelFormat::checkpoint: return "ndtrain checkpoint";
   }
   return "";
@@ -61,6 +65,7 @@ ModelState read_model_file(const std::string& path, const std::optional<ModelCon
     case ModelFormat::llmc:
       check_model_file(path);
       return load_llmc(path);
+    case ModelFormat::hf_folder: return read_hf_folder_model(open_hf_folder(path));
     case ModelFormat::checkpoint: return read_model_checkpoint(resolve_checkpoint(path));
   }
   fail("unknown model format of {}", path);

@@ -1,6 +1,7 @@
 // Where a whole model comes from when a user names a file: *.safetensors (Hugging
 // Face names, interchange/hf_names.h), *.bin (an llm.c GPT-2 checkpoint,
-// interchange/llmc.h), or else a checkpoint directory (train/model_checkpoint.h: a
+// interchange/llmc.h), a directory with a config.json (a Hugging Face model folder,
+// interchange/hf_folder.h), or else a checkpoint directory (train/model_checkpoint.h: a
 // checkpoint, a folder of step-* checkpoints or a run folder, resolved to the latest).
 // Shared by `ndtrain convert` and train.init_from.
 #pragma once
@@ -12,9 +13,10 @@
 
 namespace ndt {
 
-enum class ModelFormat { safetensors, llmc, checkpoint };
+enum class ModelFormat { safetensors, llmc, hf_folder, checkpoint };
 
-// The format a path names: a directory is a checkpoint, else by extension. A path
+// The format a path names: a directory with config.json is a Hugging Face folder, another
+// directory a checkpoint, else by extension. A path
 // that does not exist yet (a destination) is a checkpoint folder unless its extension
 // names another model file format (.pt, .pth, .ckpt, .gguf, .onnx, ...: model.pt is not
 // a folder to create). Throws for an existing file of another kind and for those.

@@ -73,8 +73,9 @@ Trainer::Trainer(const RunConfig& config, DeviceMesh& mesh, std::ostream* log)
 
 void Trainer::resume_or_initialise() {
   if (!config_.init_from.empty()) {
-    load_initial_weights(config_.init_from, config_.model, model_->sync(), mesh_);
-    log_.line(fmt::format("initialised from {} (fresh optimizer state, step 0)", config_.init_from));
+    const uint64_t bytes_read = load_initial_weights(config_.init_from, config_.model, model_->sync(), mesh_);
+    log_.line(fmt::format("initialised from {} (fresh optimizer state, step 0; rank 0 read {:.1f} MB of weights)",
+                          config_.init_from, static_cast<double>(bytes_read) / 1e6));
   }
   if (config_.resume.empty()) return;
   const std::filesystem::path dir = resolve_resume(config_.resume, checkpoints_->root());

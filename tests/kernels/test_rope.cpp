@@ -1,6 +1,7 @@
 // RoPE ("rotate half", HF Llama): reference values, identity at position 0, position
 // offsets, in-place use, norm preservation, backward as the inverse rotation; explicit
-// positions per row (context-parallel runs, documents restarting per sequence).
+// positions per row (context-parallel runs, documents restarting per sequence); Llama 3's
+// frequency scaling.
 #include "kernels/cpu/rope.h"
 
 #include "../common/gradcheck.h"
@@ -226,6 +227,55 @@ TEST(Rope, BackwardAccumulates) {
   rope_backward(d2.data(), dout.data(), B, T, H, D, 2, kTheta);
   rope_backward(d2.data(), dout.data(), B, T, H, D, 2, kTheta);
   for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(d2[i], 2 * d1[i], 1e-6) << "index " << i;
+}
+
+// Llama 3's remapping as transformers' _compute_llama3_parameters writes it, in double.
+double llama3_frequency(double freq, double factor, double low, double high, double original) {
+  const double wavelength = 2 * 3.14159265358979323846 / freq;
+  if (wavelength < original / high) return freq;
+  if (wavelength > original / low) return freq / factor;
+  const double smooth = (original / wavelength - low) / (high - low);
+  return (1 - smooth) * freq / factor + smooth * freq;
+}
+
+// Catches: the llama3 scaling applied to the wrong band, without the interpolation
+// between the bands, or not at all; theta = 100, D = 16 and an original context of 64
+// put frequencies in each of the three bands (kept, interpolated, divided by the factor).
+TEST(Rope, Llama3ScalingRemapsTheFrequenciesAsTransformersDoes) {
+  const int B = 1, T = 3, H = 2, D = 16, off = 40;
+  RopeFrequencies f(100.0f);
+  f.scaling_factor = 8.0f;
+  f.low_freq_factor = 1.0f;
+  f.high_freq_factor = 4.0f;
+  f.original_max_seq_len = 64.0f;
+  std::vector<double> expected(D / 2);
+  int kept = 0, scaled = 0, between = 0;
+  for (int i = 0; i < D / 2; ++i) {
+    const double freq = std::pow(100.0, -2.0 * i / D);
+    expected[i] = llama3_frequency(freq, 8, 1, 4, 64);
+    kept += expected[i] == freq;
+    scaled += expected[i] == freq / 8;
+    between += expected[i] != freq && expected[i] != freq / 8;
+  }
+  ASSERT_GT(kept, 0);
+  ASSERT_GT(scaled, 0);
+  ASSERT_GT(between, 0);
+  const std::vector<double> got = rope_inverse_frequencies(D, f);
+  for (int i = 0; i < D / 2; ++i) EXPECT_NEAR(got[i], expected[i], 1e-15 * expected[i]) << i;
+  const int64_t n = static_cast<int64_t>(B) * T * H * D;
+  auto x = random_vector(n, 4);
+  std::vector<float> out(n);
+  rope_forward(out.data(), x.data(), B, T, H, D, off, f);
+  for (int t = 0; t < T; ++t) {
+    for (int h = 0; h < H; ++h) {
+      const int64_t base = (static_cast<int64_t>(t) * H + h) * D;
+      for (int i = 0; i < D / 2; ++i) {
+        const double angle = (off + t) * expected[i], x1 = x[base + i], x2 = x[base + i + D / 2];
+        EXPECT_NEAR(out[base + i], x1 * std::cos(angle) - x2 * std::sin(angle), 1e-5) << t << "," << i;
+        EXPECT_NEAR(out[base + i + D / 2], x2 * std::cos(angle) + x1 * std::sin(angle), 1e-5) << t << "," << i;
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -19,7 +19,9 @@ namespace {
 // test: a new model key must be described or declared as not shaping the model.
 struct KeyCase {
   std::string other;  // the value tried
-  std::string base;   // "gpt2", "llama" or "moe" (llama, 4 experts, every second block, shared MLP)
+  // "gpt2", "llama", "llama3" (llama with rope_scaling llama3) or "moe" (llama, 4 experts,
+  // every second block, shared MLP)
+  std::string base;
 };
 const std::map<std::string, KeyCase>& key_cases() {
   static const std::map<std::string, KeyCase> cases = {
@@ -35,6 +37,12 @@ const std::map<std::string, KeyCase>& key_cases() {
       {"model.tied_embeddings", {"true", "llama"}},
       {"model.norm_eps", {"1e-6", "gpt2"}},
       {"model.rope_theta", {"500000", "llama"}},
+      {"model.qkv_bias", {"true", "llama"}},
+      {"model.rope_scaling", {"llama3", "llama"}},
+      {"model.rope_scaling_factor", {"32", "llama3"}},
+      {"model.rope_low_freq_factor", {"2", "llama3"}},
+      {"model.rope_high_freq_factor", {"8", "llama3"}},
+      {"model.rope_original_max_seq_len", {"64", "llama3"}},
       {"model.n_experts", {"8", "moe"}},
       {"model.moe_top_k", {"1", "moe"}},
       {"model.moe_every", {"1", "moe"}},
@@ -55,6 +63,7 @@ const std::set<std::string> kNotDescribed = {"model.preset", "model.init_std"};
 std::vector<std::string> base_sets(const std::string& base) {
   if (base == "gpt2") return {"model.preset=gpt2-tiny"};
   if (base == "llama") return {"model.preset=llama-tiny"};
+  if (base == "llama3") return {"model.preset=llama-tiny", "model.rope_scaling=llama3"};
   return {"model.preset=llama-tiny", "model.n_experts=4", "model.moe_top_k=2", "model.moe_every=2",
           "model.moe_d_ff=96", "model.moe_shared_d_ff=64"};
 }
@@ -92,7 +101,8 @@ TEST(ModelDescription, KeysAModelDoesNotUseAreNotCompared) {
   const std::vector<std::pair<std::string, std::string>> unused = {
       {"gpt2", "model.n_kv_head=2"},         {"gpt2", "model.rope_theta=1000"},
       {"gpt2", "model.moe_top_k=1"},         {"llama", "model.moe_score=sigmoid"},
-      {"llama", "model.moe_capacity_factor=2"}};
+      {"llama", "model.moe_capacity_factor=2"}, {"gpt2", "model.qkv_bias=true"},
+      {"llama", "model.rope_scaling_factor=16"}};
   for (const auto& [base, set] : unused) {
     SCOPED_TRACE(base + " " + set);
     std::vector<std::string> changed = base_sets(base);

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <numbers>
 #include <vector>
 
 namespace ndt::cpu {
@@ -18,13 +19,12 @@ namespace {
 // Below this many elements the loops run on the calling thread (no fork/join cost).
 constexpr int64_t kParallelMin = int64_t{1} << 14;
 
-// cs[(t * half + i) * 2 + {0,1}] = {cos, sin} of position(t) * theta^(-2i/D), where
+// cs[(t * half + i) * 2 + {0,1}] = {cos, sin} of position(t) * inverse frequency i (rope_inverse_frequencies), where
 // position(t) = positions[t], or pos_offset + t without positions.
-std::vector<float> rope_table(int T, int D, int pos_offset, const int32_t* positions, float theta) {
+std::vector<float> rope_table(int T, int D, int pos_offset, const int32_t* positions, const RopeFrequencies& f) {
   const int half = D / 2;
   std::vector<float> cs(static_cast<size_t>(T) * half * 2);
-  std::vector<double> inv_freq(half);
-  for (int i = 0; i < half; ++i) inv_freq[i] = std::pow(static_cast<double>(theta), -2.0 * i / D);
+  const std::vector<double> inv_freq = rope_inverse_frequencies(D, f);
 #pragma omp parallel for schedule(static) if (static_cast<int64_t>(T) * D >= kParallelMin)
   for (int t = 0; t < T; ++t) {
     const double pos = positions ? static_cast<double>(positions[t]) : static_cast<double>(pos_offset) + t;
@@ -104,36 +104,57 @@ void rotate_pairs(float* out, const float* x_all, int B, int T, int H, int D, co
 // rotate_pairs at positions pos_offset + t, or at positions[B, T].
 template <bool kInverse, bool kAccumulate>
 void rotate(float* out, const float* x, int B, int T, int H, int D, int pos_offset, const int32_t* positions,
-            float theta) {
+            const RopeFrequencies& frequencies) {
   if (!positions) {
-    rotate_pairs<kInverse, kAccumulate>(out, x, B, T, H, D, rope_table(T, D, pos_offset, nullptr, theta), nullptr);
+    rotate_pairs<kInverse, kAccumulate>(out, x, B, T, H, D, rope_table(T, D, pos_offset, nullptr, frequencies), nullptr);
     return;
   }
   const PositionEntries e = position_entries(positions, static_cast<int64_t>(B) * T);
-  const std::vector<float> cs = rope_table(static_cast<int>(e.distinct.size()), D, 0, e.distinct.data(), theta);
+  const std::vector<float> cs = rope_table(static_cast<int>(e.distinct.size()), D, 0, e.distinct.data(), frequencies);
   rotate_pairs<kInverse, kAccumulate>(out, x, B, T, H, D, cs, e.of_row.data());
 }
 
 }  // namespace
 
-void rope_forward(float* out, const float* inp, int B, int T, int H, int D, int pos_offset, float theta) {
-  rotate<false, false>(out, inp, B, T, H, D, pos_offset, nullptr, theta);
+std::vector<double> rope_inverse_frequencies(int D, const RopeFrequencies& f) {
+  const int half = D / 2;
+  std::vector<double> inv_freq(static_cast<size_t>(half));
+  for (int i = 0; i < half; ++i) inv_freq[i] = std::pow(static_cast<double>(f.theta), -2.0 * i / D);
+  if (f.scaling_factor <= 0) return inv_freq;
+  const double factor = f.scaling_factor, low = f.low_freq_factor, high = f.high_freq_factor;
+  const double original = f.original_max_seq_len;
+  for (double& freq : inv_freq) {
+    const double wavelength = 2 * std::numbers::pi / freq;
+    if (wavelength > original / low) {
+      freq /= factor;
+    } else if (wavelength >= original / high) {  // between: interpolate
+      const double s = (original / wavelength - low) / (high - low);
+      freq = (1 - s) * freq / factor + s * freq;
+    }
+  }
+  return inv_freq;
+}
+
+void rope_forward(float* out, const float* inp, int B, int T, int H, int D, int pos_offset,
+                  const RopeFrequencies& frequencies) {
+  rotate<false, false>(out, inp, B, T, H, D, pos_offset, nullptr, frequencies);
 }
 
 void rope_forward_at(float* out, const float* inp, int B, int T, int H, int D, const int32_t* positions,
-                     float theta) {
-  rotate<false, false>(out, inp, B, T, H, D, 0, positions, theta);
+                     const RopeFrequencies& frequencies) {
+  rotate<false, false>(out, inp, B, T, H, D, 0, positions, frequencies);
 }
 
 // The forward map is a rotation per pair; its transpose (the inverse rotation) maps
 // dout to dinp.
-void rope_backward(float* dinp, const float* dout, int B, int T, int H, int D, int pos_offset, float theta) {
-  rotate<true, true>(dinp, dout, B, T, H, D, pos_offset, nullptr, theta);
+void rope_backward(float* dinp, const float* dout, int B, int T, int H, int D, int pos_offset,
+                   const RopeFrequencies& frequencies) {
+  rotate<true, true>(dinp, dout, B, T, H, D, pos_offset, nullptr, frequencies);
 }
 
 void rope_backward_at(float* dinp, const float* dout, int B, int T, int H, int D, const int32_t* positions,
-                      float theta) {
-  rotate<true, true>(dinp, dout, B, T, H, D, 0, positions, theta);
+                      const RopeFrequencies& frequencies) {
+  rotate<true, true>(dinp, dout, B, T, H, D, 0, positions, frequencies);
 }
 
 }  // namespace ndt::cpu

@@ -10,17 +10,23 @@
 // The _at forms throw ndt::Error for a negative position.
 #pragma once
 
+#include "kernels/rope_frequencies.h"
+
 #include <cstdint>
+#include <vector>
 
 namespace ndt::cpu {
 
+// The D/2 inverse frequencies of kernels/rope_frequencies.h, in double.
+std::vector<double> rope_inverse_frequencies(int D, const RopeFrequencies& f);
+
 void rope_forward(float* out, const float* inp, int B, int T, int H, int D, int pos_offset,
-                  float theta);
+                  const RopeFrequencies& frequencies);
 void rope_backward(float* dinp, const float* dout, int B, int T, int H, int D, int pos_offset,
-                   float theta);
+                   const RopeFrequencies& frequencies);
 void rope_forward_at(float* out, const float* inp, int B, int T, int H, int D, const int32_t* positions,
-                     float theta);
+                     const RopeFrequencies& frequencies);
 void rope_backward_at(float* dinp, const float* dout, int B, int T, int H, int D, const int32_t* positions,
-                      float theta);
+                      const RopeFrequencies& frequencies);
 
 }  // namespace ndt::cpu
