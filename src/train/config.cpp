@@ -12,6 +12,8 @@
 #include "core/input_file.h"
 #include "core/text_list.h"
 #include "data/dataset_spec.h"
+#include "interchange/hf_config.h"
+#include "interchange/hf_folder.h"
 
 #include <fmt/format.h>
 #include <toml++/toml.h>
@@ -20,6 +22,7 @@
 #include <charconv>
 #include <cstdint>
 #include <cmath>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <sstream>
@@ -84,6 +87,14 @@ RunConfig read_run_config(const std::string& path, const std::vector<std::string
               key, value);
   }
   RunConfig config;
+  // train.init_from naming a Hugging Face folder: its config.json is where the model
+  // starts, as a preset would be, so a run needs no model.* keys; explicit ones override
+  // it, and init_from then names each difference from the folder.
+  for (const auto& [key, value] : entries) {
+    if (key == "train.init_from" && is_hf_folder(value)) {
+      config.model = read_hf_config((std::filesystem::path(value) / "config.json").string());
+    }
+  }
   // The preset first, then the family (each the file's, then the last --set), so the
   // family's defaults apply whatever the order and explicit model.* keys override both.
   const std::vector<std::string> applied_first = {"model.preset", "model.arch"};

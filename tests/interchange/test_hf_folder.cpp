@@ -173,6 +173,31 @@ TEST(HfFolder, ImportsTrainsExportsAndReimportsBitExactly) {
   EXPECT_EQ(restarted.full_parameters(), trainer.full_parameters());
 }
 
+// Catches: a run config that must repeat every model.* key of the folder it starts from,
+// or an explicit key silently overridden by the folder.
+TEST(HfFolder, InitFromAFolderTakesTheModelFromItsConfigJson) {
+  TempDir dir;
+  HfFolderSpec spec;
+  spec.llama3_scaling = true;
+  spec.vocab = 256;
+  testing::write_hf_folder_for_test(dir.path() / "in", spec);
+  write_shard(dir.file("train.bin"), testing::synthetic_text(4000, 7));
+  {
+    std::ofstream toml(dir.file("run.toml"));
+    toml << "[train]\ninit_from = \"" << dir.file("in") << "\"\n[data]\ntrain = \"" << dir.file("train.bin") << "\"\n";
+  }
+  const ModelConfig folder = open_hf_folder(dir.file("in")).config;
+  RunConfig c = load_run_config(dir.file("run.toml"), {"train.seq_len=16", "train.batch_size=2", "runtime.out_dir="});
+  EXPECT_EQ(config_differences(folder, c.model, "there", {}), "");
+  Trainer trainer(c, testing::one_rank_mesh(), nullptr);
+  testing::expect_same_state(read_model_file(dir.file("in")), state_of(trainer.model()));
+  // An explicit key overrides the folder's, and the weights then do not fit: named.
+  RunConfig changed = load_run_config(dir.file("run.toml"), {"train.seq_len=16", "train.batch_size=2",
+                                                            "runtime.out_dir=", "model.d_ff=" + std::to_string(folder.d_ff * 2)});
+  expect_error([&] { Trainer t(changed, testing::one_rank_mesh(), nullptr); },
+               {"does not match the model", "model.d_ff"});
+}
+
 // Catches: GPT-2's fused, transposed c_attn split at the wrong column or not transposed;
 // Qwen3's q_norm/k_norm or a tied output layer lost; either not reading back bit-exactly.
 TEST(HfFolder, Gpt2AndQwen3FoldersRoundTrip) {
