@@ -107,15 +107,20 @@ ActivationLayout Transformer::activation_layout() const {
 
 std::vector<double> unit_flops_per_token(const ModelConfig& c, int T) {
   std::vector<double> flops(static_cast<size_t>(c.n_layer) + 2, 0.0);
+  // Per weight element and token: forward 2, input gradient 2, weight gradient 2; a
+  // frozen weight (fine-tuning) has no weight gradient.
+  auto per_element = [](const ParameterSpec& spec) { return spec.frozen ? 4.0 : 6.0; };
+  std::vector<double> expert_factor(static_cast<size_t>(c.n_layer), 6.0);
   for (const ParameterSpec& spec : model_parameter_specs(c)) {
     const bool lookup = spec.name == "wpe.weight" || (spec.name == "wte.weight" && !c.tied_embeddings);
     // A tied embedding's matmul is the output layer's, in the head.
     const int unit = spec.name == "wte.weight" ? c.n_layer + 1 : spec.unit;
-    if (!lookup) flops[static_cast<size_t>(unit)] += 6.0 * static_cast<double>(shape_numel(spec.logical_shape));
+    if (!lookup) flops[static_cast<size_t>(unit)] += per_element(spec) * static_cast<double>(shape_numel(spec.logical_shape));
+    if (spec.expert) expert_factor[static_cast<size_t>(spec.unit - 1)] = per_element(spec);
   }
   for (int l = 0; l < c.n_layer; ++l) {
     double& block = flops[static_cast<size_t>(l) + 1];
-    if (c.is_moe_block(l)) block -= 6.0 * static_cast<double>(moe_idle_expert_params(c));
+    if (c.is_moe_block(l)) block -= expert_factor[static_cast<size_t>(l)] * static_cast<double>(moe_idle_expert_params(c));
     block += 12.0 * c.d_model * static_cast<double>(T);
   }
   return flops;

@@ -70,5 +70,16 @@ TEST(FreezePatterns, FrozenParametersHaveNoGradientsOrMoments) {
   EXPECT_EQ(predict_model_states(specs, 1, 0).optimizer, 8 * store.grad_numel());
 }
 
+// Catches: MFU counting weight gradients a frozen weight never gets (a LoRA run above 100%).
+TEST(FreezePatterns, FrozenWeightsCostNoWeightGradientFlops) {
+  ModelConfig c = ModelConfig::preset("gpt2-tiny");
+  const double whole = Transformer(c, 1).flops_per_token(64);
+  c.freeze = {"blocks.1.mlp"};
+  int64_t frozen = 0;
+  for (const ParameterSpec& s : model_parameter_specs(c)) frozen += s.frozen ? shape_numel(s.logical_shape) : 0;
+  ASSERT_GT(frozen, 0);
+  EXPECT_DOUBLE_EQ(Transformer(c, 1).flops_per_token(64), whole - 2.0 * static_cast<double>(frozen));
+}
+
 }  // namespace
 }  // namespace ndt
