@@ -13,4 +13,9 @@ namespace ndt {
 // kept (the caller's check names them). "" gives one empty item.
 std::vector<std::string> split_trimmed(std::string_view text, char separator = ',');
 
+// A TOML list of non-empty strings (["wq", "wv"]) as a config file gives it; throws
+// ndt::Error naming `key` and the text. string_list_text writes one back.
+std::vector<std::string> parse_string_list(std::string_view key, const std::string& text);
+std::string string_list_text(const std::vector<std::string>& items);
+
 }  // namespace ndt

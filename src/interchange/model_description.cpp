@@ -1,6 +1,7 @@
 #include "interchange/model_description.h"
 
 #include "core/error.h"
+#include "core/text_list.h"
 
 #include <fmt/format.h>
 
@@ -51,7 +52,7 @@ std::map<std::string, std::string> config_fields(const ModelConfig& c) {
     f["moe_z_loss"] = fmt::format("{}", c.moe_z_loss);
   }
   if (c.lora.enabled()) {
-    f["lora_targets"] = lora_targets_text(c.lora.targets);
+    f["lora_targets"] = string_list_text(c.lora.targets);
     f["lora_rank"] = std::to_string(c.lora.rank);
     f["lora_alpha"] = fmt::format("{}", c.lora.alpha);
   }

@@ -1,11 +1,11 @@
 #include "model/lora_config.h"
 
 #include "core/error.h"
+#include "core/text_list.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <fnmatch.h>
-#include <toml++/toml.h>
 
 #include <algorithm>
 #include <cmath>
@@ -27,29 +27,7 @@ bool LoraConfig::targets_linear(const std::string& name) const {
   return std::any_of(targets.begin(), targets.end(), [&](const std::string& t) { return target_matches(t, name); });
 }
 
-std::string lora_targets_text(const std::vector<std::string>& targets) {
-  std::string out = "[";
-  for (size_t i = 0; i < targets.size(); ++i) out += fmt::format("{}\"{}\"", i ? ", " : "", targets[i]);
-  return out + "]";
-}
-
-std::vector<std::string> parse_lora_targets(const std::string& text) {
-  toml::table table;
-  try {
-    table = toml::parse("v = " + text);
-  } catch (const toml::parse_error& e) {
-    fail("lora.targets = {} is not a TOML list of strings: {}", text, e.description());
-  }
-  const toml::array* list = table["v"].as_array();
-  NDT_CHECK(list != nullptr, "lora.targets = {} is not a list (e.g. [\"wq\", \"wv\"])", text);
-  std::vector<std::string> targets;
-  for (const toml::node& node : *list) {
-    const auto* s = node.as_string();
-    NDT_CHECK(s != nullptr && !s->get().empty(), "lora.targets = {}: each target is a non-empty string", text);
-    targets.push_back(s->get());
-  }
-  return targets;
-}
+std::vector<std::string> parse_lora_targets(const std::string& text) { return parse_string_list("lora.targets", text); }
 
 void validate_lora(const LoraConfig& lora, const std::vector<std::string>& linears, const std::vector<int64_t>& widths,
                    const std::vector<std::string>& expert_linears) {

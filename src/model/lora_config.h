@@ -24,9 +24,8 @@ struct LoraConfig {
   bool targets_linear(const std::string& name) const;
 };
 
-// The TOML list text of targets (["wq", "wv"]) and back; the parser throws naming
-// lora.targets and the text.
-std::string lora_targets_text(const std::vector<std::string>& targets);
+// lora.targets' TOML list (core/text_list.h: parse_string_list; string_list_text writes
+// it back); throws naming lora.targets and the text.
 std::vector<std::string> parse_lora_targets(const std::string& text);
 
 // Throws ndt::Error naming the setting: rank <= 0, alpha <= 0, dropout != 0, a target

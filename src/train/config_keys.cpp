@@ -6,7 +6,6 @@
 #include "core/text_list.h"
 
 #include <fmt/format.h>
-#include <toml++/toml.h>
 
 #include <charconv>
 #include <cmath>
@@ -50,30 +49,10 @@ std::string quoted(const std::string& text) {
 // A list of names: a TOML list of strings (["a", "b"]) as the file gives it, or the same
 // comma-separated ("a, b") as --set may; "" is the empty list.
 std::vector<std::string> parse_name_list(const std::string& key, const std::string& text) {
-  if (text.empty() || text.front() != '[') {
-    std::vector<std::string> items = split_trimmed(text);
-    if (items.size() == 1 && items[0].empty()) return {};
-    return items;
-  }
-  toml::table parsed;
-  try {
-    parsed = toml::parse("v = " + text);
-  } catch (const toml::parse_error& e) {
-    fail("{} = {} is not a TOML list: {}", key, text, e.description());
-  }
-  std::vector<std::string> items;
-  for (const toml::node& n : *parsed["v"].as_array()) {
-    const std::optional<std::string> item = n.value<std::string>();
-    NDT_CHECK(item.has_value(), "{} = {}: every item must be a string", key, text);
-    items.push_back(*item);
-  }
+  if (!text.empty() && text.front() == '[') return parse_string_list(key, text);
+  std::vector<std::string> items = split_trimmed(text);
+  if (items.size() == 1 && items[0].empty()) return {};
   return items;
-}
-
-std::string name_list_text(const std::vector<std::string>& items) {
-  std::string out = "[";
-  for (size_t i = 0; i < items.size(); ++i) out += (i ? ", " : "") + quoted(items[i]);
-  return out + "]";
 }
 
 bool parse_bool(const std::string& key, const std::string& text) {
@@ -104,7 +83,7 @@ ConfigKey field(std::string key, Ref ref, std::string doc) {
     const T& value = ref(const_cast<RunConfig&>(c));
     if constexpr (std::is_same_v<T, bool>) return std::string(value ? "true" : "false");
     else if constexpr (std::is_same_v<T, std::string>) return quoted(value);
-    else if constexpr (std::is_same_v<T, std::vector<std::string>>) return name_list_text(value);
+    else if constexpr (std::is_same_v<T, std::vector<std::string>>) return string_list_text(value);
     else return fmt::format("{}", value);
   };
   return f;
@@ -194,7 +173,7 @@ void add_lora_keys(std::vector<ConfigKey>& f) {
                 "\"wk\", \"wv\", \"wo\"; gpt2 \"mlp.fc\", \"mlp.proj\"; llama \"mlp.gate\", \"mlp.up\", "
                 "\"mlp.down\") or glob pattern (\"mlp.*\"). Every other parameter is then frozen. Empty: no LoRA.";
   targets.set = [](RunConfig& c, const std::string& v) { c.model.lora.targets = parse_lora_targets(v); };
-  targets.get = [](const RunConfig& c) { return lora_targets_text(c.model.lora.targets); };
+  targets.get = [](const RunConfig& c) { return string_list_text(c.model.lora.targets); };
   f.push_back(targets);
   f.push_back(field<int>("lora.rank", NDT_REF(model.lora.rank), "Rank r of each adapter (A [r, in], B [out, r]); at most min(in, out) of every target."));
   f.push_back(field<float>("lora.alpha", NDT_REF(model.lora.alpha), "Scale numerator: an adapted layer computes W x + (alpha / r) B A x."));

@@ -2,6 +2,7 @@
 
 #include "checkpoint/directory.h"
 #include "core/memory.h"
+#include "core/text_list.h"
 #include "kernels/kernels.h"
 #include "parallel/memory_model.h"
 #include "parallel/offload_model.h"
@@ -79,7 +80,7 @@ void RunLog::model_and_data(const TrainingModel& model, const TrainingData& data
     const int64_t trainable = count_trainable_parameters(m), total = count_parameters(m);
     fmt::print(*out_, "LoRA: rank {}, alpha {} on {}: {} trainable parameters (the adapters, {:.3f}% of {}), the rest "
                "frozen\n",
-               m.lora.rank, m.lora.alpha, lora_targets_text(m.lora.targets), trainable,
+               m.lora.rank, m.lora.alpha, string_list_text(m.lora.targets), trainable,
                100.0 * static_cast<double>(trainable) / static_cast<double>(total), total);
   } else if (!m.freeze.empty()) {
     const int64_t trainable = count_trainable_parameters(m), total = count_parameters(m);

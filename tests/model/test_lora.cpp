@@ -5,6 +5,7 @@
 #include "../common/errors.h"
 #include "../common/gradcheck.h"
 #include "core/memory.h"
+#include "core/text_list.h"
 #include "model/lora.h"
 #include "model/transformer.h"
 #include "tiny_model.h"
@@ -196,7 +197,7 @@ TEST(LoraErrors, BadSettingsAreRefusedByName) {
 TEST(LoraErrors, TargetsThatAreNotAListAreRefusedByName) {
   testing::expect_error([] { parse_lora_targets("\"wq\""); }, {"lora.targets = \"wq\"", "not a list"});
   testing::expect_error([] { parse_lora_targets("[1, 2]"); }, {"lora.targets", "non-empty string"});
-  EXPECT_EQ(parse_lora_targets(lora_targets_text({"wq", "mlp.*"})), (std::vector<std::string>{"wq", "mlp.*"}));
+  EXPECT_EQ(parse_lora_targets(string_list_text({"wq", "mlp.*"})), (std::vector<std::string>{"wq", "mlp.*"}));
 }
 
 }  // namespace
