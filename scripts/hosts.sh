@@ -7,7 +7,8 @@
 # they are different nodes to it, its ranks talk TCP between hosts. Needs root.
 #
 #   hosts.sh up N             create hosts 1..N (removing earlier idle ones first; refused
-#                             while a process runs in one: another job is using them)
+#                             while a process still runs in one after 15 s: another job
+#                             is using them)
 #   hosts.sh down             remove everything this script made
 #   hosts.sh link N up|down   restore or cut host N's link
 #   hosts.sh shape RATE DELAY every link at RATE (e.g. 1gbit) with DELAY (e.g. 0.5ms) each way
@@ -47,6 +48,11 @@ down() {
 up() {
   local n="$1"
   for ns in $(ip netns list 2>/dev/null | awk '/^ndt-host[0-9]+/ {print $1}'); do
+    # A job that just ended may leave its daemons a moment to exit: wait up to 15 s.
+    for _ in $(seq 150); do
+      [ -z "$(ip netns pids "$ns" 2>/dev/null)" ] && break
+      sleep 0.1
+    done
     if [ -n "$(ip netns pids "$ns" 2>/dev/null)" ]; then
       echo "hosts.sh: $ns still runs processes ($(ip netns pids "$ns" | tr '\n' ' ')): another job is using the" \
            "emulated hosts; wait for it, or end it with hosts.sh down" >&2
