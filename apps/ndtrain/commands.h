@@ -154,6 +154,7 @@ struct SimulatePipelineOptions {
   std::string schedule = "1f1b";  // a parallel.pp_schedule name
   int pp = 4;
   int virtual_stages = 1;
+  int seq_chunks = 1;  // seq1f1b: sequence chunks per micro-batch
   int micro_batches = 8;
   PipelineCosts costs;
   std::string svg;  // empty: no SVG file

@@ -16,7 +16,8 @@
 //   mpirun -np N ndtrain bench comm [--max-bytes B] [--iters I] [--async]
 //   mpirun -np N ndtrain bench overlap [--bytes B] [--poll-ms MS]
 //   ndtrain config
-//   ndtrain simulate-pipeline --schedule S --pp P [--virtual-stages V] --micro-batches M [--svg FILE]
+//   ndtrain simulate-pipeline --schedule S --pp P [--virtual-stages V] [--seq-chunks K] --micro-batches M
+//                             [--svg FILE]
 //                             [--forward-cost F] [--backward-cost B] [--backward-input-cost BI]
 //                             [--backward-weight-cost BW] [--communication-cost C]
 //   ndtrain plan (--preset NAME | --config FILE) [--device D] [--nodes N] [--devices-per-node G] [--devices D]
@@ -256,10 +257,13 @@ int main(int argc, char** argv) {
   ndt::SimulatePipelineOptions pipeline_options;
   auto* simulate_pipeline = app.add_subcommand(
       "simulate-pipeline", "Time a pipeline schedule with per-action costs: timeline, bubble, live activations");
-  simulate_pipeline->add_option("--schedule", pipeline_options.schedule, "gpipe, 1f1b, interleaved_1f1b or zb_h1");
+  simulate_pipeline->add_option("--schedule", pipeline_options.schedule,
+                                "gpipe, 1f1b, interleaved_1f1b, zb_h1 or seq1f1b");
   simulate_pipeline->add_option("--pp", pipeline_options.pp, "Pipeline ranks");
   simulate_pipeline->add_option("--virtual-stages", pipeline_options.virtual_stages,
                                 "Chunks per rank (interleaved_1f1b: 2 or more)");
+  simulate_pipeline->add_option("--seq-chunks", pipeline_options.seq_chunks,
+                                "Sequence chunks per micro-batch (seq1f1b: 2 or more)");
   simulate_pipeline->add_option("--micro-batches", pipeline_options.micro_batches, "Micro-batches per step");
   simulate_pipeline->add_option("--svg", pipeline_options.svg, "Also draw the timeline into this SVG file");
   simulate_pipeline->add_option("--forward-cost", pipeline_options.costs.forward,

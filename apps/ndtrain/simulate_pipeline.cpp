@@ -12,18 +12,21 @@ namespace ndt {
 
 int run_simulate_pipeline(const SimulatePipelineOptions& o) {
   const PipelineSchedule schedule = pipeline_schedule_from_name(o.schedule);
-  const PipelineShape shape{o.pp, o.virtual_stages, o.micro_batches};
+  const PipelineShape shape{o.pp, o.virtual_stages, o.micro_batches, o.seq_chunks};
   const PipelineSimulation s = simulate_pipeline(schedule, shape, o.costs);
   const PipelineBubbleTheory theory = pipeline_bubble_theory(schedule, shape, o.costs);
 
-  fmt::print("schedule {}: pp {}, virtual stages {}, micro-batches {}; costs F {:g}, B {:g}, BI {:g}, BW {:g}, "
+  fmt::print("schedule {}: pp {}, virtual stages {}, micro-batches {}{}; costs F {:g}, B {:g}, BI {:g}, BW {:g}, "
              "communication {:g}\n",
-             o.schedule, shape.pp, shape.v, shape.m, o.costs.forward, o.costs.backward, o.costs.backward_input,
+             o.schedule, shape.pp, shape.v, shape.m,
+             shape.seq_chunks > 1 ? fmt::format(", sequence chunks {}", shape.seq_chunks) : "", o.costs.forward, o.costs.backward, o.costs.backward_input,
              o.costs.backward_weight, o.costs.communication);
   fmt::print("{}", render_pipeline_text(s));
   fmt::print("makespan {:g}\n", s.makespan);
   fmt::print("rank  busy      bubble   peak live activations{}\n",
-             shape.v > 1 ? " ((micro-batch, chunk) pairs; micro-batch contexts)" : "");
+             shape.v > 1            ? " ((micro-batch, chunk) pairs; micro-batch contexts)"
+             : shape.seq_chunks > 1 ? fmt::format(" ((micro-batch, sequence chunk) units of 1/{})", shape.seq_chunks)
+                                    : "");
   for (int r = 0; r < shape.pp; ++r) {
     fmt::print("{:>4}  {:<8g}  {:>5.1f}%   {}", r, s.busy[r], 100 * s.bubble[r], s.peak_live_activations[r]);
     if (shape.v > 1) fmt::print("; {} contexts", s.peak_live_contexts[static_cast<size_t>(r)]);

@@ -6,6 +6,7 @@
 //   - Context parallelism (cp ranks, docs/context_parallel.md): each rank holds T / cp
 //     tokens of every sequence, as runs of the sequence (CpLayout::runs), and only
 //     attention sees the other ranks' tokens.
+//   - Seq1F1B's sequence chunks: each context holds T / k tokens of every sequence.
 #pragma once
 
 #include <cstdint>
@@ -51,6 +52,9 @@ struct ActivationLayout {
   int tp = 1;
   bool sequence_parallel = false;
   CpLayout cp;
+  // Seq1F1B (model/sequence_chunks.h): each context holds one of seq_chunks chunks of its
+  // sequences, whose attention keeps no probabilities (1: whole sequences).
+  int seq_chunks = 1;
   bool splits_rows() const { return tp > 1 && sequence_parallel; }
   // Rows a rank holds outside the tensor-parallel regions, of `rows` in all.
   int64_t local_rows(int64_t rows) const { return splits_rows() ? rows / tp : rows; }

@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "kernels/kernels.h"
 #include "model/context_parallel_attention.h"
+#include "model/sequence_chunk_attention.h"
 
 #include <algorithm>
 
@@ -154,7 +155,8 @@ BlockActivations carve_block(const ModelConfig& c, const ActivationLayout& tp, i
   m.take(a, &A::q, d.N * d.QD);
   m.take(a, &A::k, d.N * d.KD);
   m.take(a, &A::v, d.N * d.KD);
-  m.take(a, &A::att, attention_probability_floats(tp.cp, B, T, d.NH), recomputed);
+  const int64_t probabilities = tp.seq_chunks > 1 ? 0 : attention_probability_floats(tp.cp, B, T, d.NH);
+  m.take(a, &A::att, probabilities, recomputed);
   m.take(a, &A::lse, int64_t{B} * d.NH * T, recomputed);
   m.take(a, &A::att_out, d.N * d.QD);
   m.take(a, &A::ln2, d.N * d.C, recomputed);
@@ -181,7 +183,8 @@ BlockScratch carve_scratch(const ModelConfig& c, const ActivationLayout& tp, int
   s.dff_a = m.take(d.N * d.F);
   s.dff_b = m.take(d.N * d.F);
   if (c.arch == Arch::llama) s.dff_c = m.take(d.N * d.F);
-  s.cp_scratch = m.take(context_parallel_scratch_floats(tp.cp, B, T, d.NH, d.NKV, d.HS));
+  s.cp_scratch = m.take(tp.seq_chunks > 1 ? sequence_chunk_scratch_floats(B, T, d.NH, d.HS)
+                                          : context_parallel_scratch_floats(tp.cp, B, T, d.NH, d.NKV, d.HS));
   return s;
 }
 
@@ -252,8 +255,8 @@ void carve_workspace_views(Workspace* ws, const ModelConfig& c, const Activation
 
 void check_shape(const ModelConfig& c, const ActivationLayout& tp, int B, int T) {
   NDT_CHECK(B > 0 && T > 0, "batch of {} rows x {} tokens is empty", B, T);
-  NDT_CHECK(int64_t{T} * tp.cp.size <= c.max_seq_len, "sequence length {} exceeds model.max_seq_len = {}",
-            int64_t{T} * tp.cp.size, c.max_seq_len);
+  const int64_t whole = int64_t{T} * tp.cp.size * tp.seq_chunks;
+  NDT_CHECK(whole <= c.max_seq_len, "sequence length {} exceeds model.max_seq_len = {}", whole, c.max_seq_len);
   NDT_CHECK(!tp.splits_rows() || (int64_t{B} * T) % tp.tp == 0,
             "sequence parallel splits the {} x {} tokens of a micro-batch over parallel.tp = {}: not divisible", B, T,
             tp.tp);
@@ -312,6 +315,7 @@ void carve_context(MicroBatchContext& ctx, const ModelConfig& c, const Activatio
   carve_context_views(&ctx, c, tp, B, T, policy, local_units, compute, m);
   ctx.B = B, ctx.T = T;
   ctx.cp = tp.cp;
+  ctx.sequence.count = tp.seq_chunks;
   ctx.moe.resize(static_cast<size_t>(c.n_layer));
   ctx.checkpointing = policy;
 }
@@ -319,14 +323,19 @@ void carve_context(MicroBatchContext& ctx, const ModelConfig& c, const Activatio
 void Workspace::fit(const MicroBatchContext& ctx) {
   const int B = ctx.B, T = ctx.T;
   const CpLayout& cp = ctx.cp;
-  if (B == B_ && T == T_ && cp.size == cp_.size && cp.mode == cp_.mode && cp.chunks == cp_.chunks) return;
+  const int seq_chunks = ctx.sequence.count;
+  if (B == B_ && T == T_ && cp.size == cp_.size && cp.mode == cp_.mode && cp.chunks == cp_.chunks &&
+      seq_chunks == seq_chunks_) {
+    return;
+  }
   ActivationLayout layout = tp_;
   layout.cp = cp;
+  layout.seq_chunks = seq_chunks;
   check_shape(c_, layout, B, T);
   reserve(arena_, workspace_floats(c_, layout, B, T, chunk_rows_, policy_, matmul.dtype));
   Carver m(arena_.data<float>());
   carve_workspace_views(this, c_, layout, B, T, chunk_rows_, policy_, matmul.dtype, m);
-  B_ = B, T_ = T, cp_ = cp;
+  B_ = B, T_ = T, cp_ = cp, seq_chunks_ = seq_chunks;
 }
 
 void pack_block_activations(const MicroBatchContext& ctx, int layer, const BlockActivations& area) {

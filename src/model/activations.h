@@ -15,6 +15,7 @@
 #include "model/activation_layout.h"
 #include "model/matmul.h"
 #include "model/moe.h"
+#include "model/sequence_chunks.h"
 #include "model/tensor_parallel_regions.h"
 
 #include <cstdint>
@@ -114,6 +115,11 @@ struct DeferredWeightGradient {
 struct MicroBatchContext {
   int B = 0, T = 0;  // T: this rank's tokens of each sequence
   CpLayout cp;       // how the sequences are split over context parallelism (size 1: whole)
+  // Seq1F1B: which chunk of its micro-batch's sequences the context holds (count 1:
+  // whole sequences). Whoever schedules the chunks sets index and count before
+  // Transformer::prepare, and the earlier chunks' contexts and the key/value sums before
+  // the first forward.
+  SequenceChunk sequence;
   // Backward computes the gradient of grad_scale x (sum of the token losses, plus their
   // z-loss terms with a z-loss: see z_loss_sum).
   float grad_scale = 0;
@@ -163,7 +169,7 @@ struct BlockScratch {
   float* dff_a = nullptr;      // [N, F]
   float* dff_b = nullptr;      // [N, F]
   float* dff_c = nullptr;      // [N, F] (llama only)
-  float* cp_scratch = nullptr;  // context parallelism's (context_parallel_scratch_floats)
+  float* cp_scratch = nullptr;  // context parallelism's or Seq1F1B's (*_scratch_floats)
 };
 
 // The scratch of every unit, carved for the micro-batch about to run: the blocks'
@@ -199,6 +205,7 @@ class Workspace {
   ActivationCheckpointing policy_;
   int B_ = 0, T_ = 0;  // carved for
   CpLayout cp_;
+  int seq_chunks_ = 1;
   Tensor arena_;
 };
 

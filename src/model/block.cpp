@@ -2,6 +2,7 @@
 
 #include "kernels/kernels.h"
 #include "model/norm.h"
+#include "model/sequence_chunk_attention.h"
 
 #include <cmath>
 #include <utility>
@@ -159,9 +160,14 @@ const ContextParallelAttention& Block::attention(const MicroBatchContext& ctx) c
 
 void Block::attention_core(const MicroBatchContext& ctx, const BlockActivations& a, const BlockDims& d) {
   const int B = ctx.B, T = ctx.T;
-  attention(ctx).forward({a.att_out, a.lse, a.att, a.q, a.k, a.v, B, T, static_cast<int>(d.NH),
-                          static_cast<int>(d.NKV), static_cast<int>(d.HS), ws_.block.cp_scratch,
-                          document_starts(ctx)});
+  const AttentionForward f{a.att_out, a.lse, a.att, a.q, a.k, a.v, B, T, static_cast<int>(d.NH),
+                           static_cast<int>(d.NKV), static_cast<int>(d.HS), ws_.block.cp_scratch,
+                           document_starts(ctx)};
+  if (ctx.sequence.active()) {
+    sequence_chunk_attention_forward(f, ctx.sequence, layer_);  // keeps no probabilities
+    return;
+  }
+  attention(ctx).forward(f);
   round_to_compute(a.att, attention_probability_floats(ctx.cp, B, T, d.NH));
 }
 
@@ -443,9 +449,14 @@ void Block::attention_backward(const MicroBatchContext& ctx, const BlockActivati
   kernels::zero(s.dq, d.N * d.QD);
   kernels::zero(s.dk, d.N * d.KD);
   kernels::zero(s.dv, d.N * d.KD);
-  attention(ctx).backward({s.dq, s.dk, s.dv, s.datt_out, a.q, a.k, a.v, a.att, a.att_out, a.lse, ctx.B, ctx.T,
-                           static_cast<int>(d.NH), static_cast<int>(d.NKV), static_cast<int>(d.HS), s.cp_scratch,
-                           document_starts(ctx)});
+  const AttentionBackward b{s.dq, s.dk, s.dv, s.datt_out, a.q, a.k, a.v, a.att, a.att_out, a.lse, ctx.B, ctx.T,
+                            static_cast<int>(d.NH), static_cast<int>(d.NKV), static_cast<int>(d.HS), s.cp_scratch,
+                            document_starts(ctx)};
+  if (ctx.sequence.active()) {
+    sequence_chunk_attention_backward(b, ctx.sequence, layer_);
+  } else {
+    attention(ctx).backward(b);
+  }
   poll(hooks);
   const auto [dq, dk] = query_key_backward(ctx, a, d);
   kernels::zero(s.dln, d.N * d.C);

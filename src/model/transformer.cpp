@@ -235,15 +235,28 @@ int64_t Transformer::predict_local_row_activation_bytes(const ModelConfig& c, in
 
 void Transformer::prepare(MicroBatchContext& ctx, const int32_t* inputs, const int32_t* targets, int B, int T,
                           float grad_scale, bool forward_only) {
-  prepare_split(ctx, inputs, targets, B, T, grad_scale, forward_only, cp_->layout());
+  ActivationLayout layout = tp_->layout();
+  if (ctx.sequence.active()) {
+    const int k = ctx.sequence.count, chunk = T / k;
+    NDT_CHECK(T % k == 0 && !cp_->layout().active() && !separator_,
+              "sequence chunks: parallel.pp_seq_chunks = {} needs seq_len ({}) divisible by it, parallel.cp = 1 "
+              "(got {}) and no document boundaries",
+              k, T, cp_->layout().size);
+    layout.seq_chunks = k;
+    prepare_split(ctx, inputs, targets, B, T, grad_scale, forward_only, layout,
+                  {TokenRun{0, chunk, ctx.sequence.index * chunk}});
+    return;
+  }
+  layout.cp = cp_->layout();
+  prepare_split(ctx, inputs, targets, B, T, grad_scale, forward_only, layout,
+                layout.cp.runs(layout.cp.active() ? cp_->rank() : 0, T));
 }
 
 void Transformer::prepare_split(MicroBatchContext& ctx, const int32_t* inputs, const int32_t* targets, int B, int T,
-                                float grad_scale, bool forward_only, const CpLayout& cp) {
-  ActivationLayout layout = tp_->layout();
-  layout.cp = cp;
-  const std::vector<TokenRun> runs = cp.runs(cp.active() ? cp_->rank() : 0, T);
-  const int local_T = T / cp.size;
+                                float grad_scale, bool forward_only, const ActivationLayout& layout,
+                                const std::vector<TokenRun>& runs) {
+  int local_T = 0;
+  for (const TokenRun& run : runs) local_T += run.count;
   carve_context(ctx, config_, layout, B, local_T, checkpointing_, local_units_, precision_.compute);
   workspace_.fit(ctx);
   // The documents of the whole rows (every rank finds the same), then each sequence's
@@ -330,7 +343,7 @@ void Transformer::next_token_logits(const int32_t* tokens, int T, float* logits)
     tokens = buffer.data();
   }
   // Whole sequences: every context-parallel rank generates the same tokens alone.
-  prepare_split(own_, tokens, nullptr, 1, padded, 0.0f, /*forward_only=*/true, CpLayout{});
+  prepare_split(own_, tokens, nullptr, 1, padded, 0.0f, /*forward_only=*/true, tp_->layout(), {TokenRun{0, padded, 0}});
   for (int u = 0; u < num_units(); ++u) {
     if (hooks_) hooks_->before_forward(u);
     unit(u).forward(own_);

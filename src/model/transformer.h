@@ -106,7 +106,9 @@ class Transformer {
   // parallelism the rows are whole sequences and ctx keeps this rank's runs of each
   // (ctx.T = T / cp, ctx.positions their true positions). With a document separator the
   // documents of each row are found here, once per micro-batch, from its whole inputs
-  // (ctx.document_starts; positions counted from each token's document start).
+  // (ctx.document_starts; positions counted from each token's document start). With
+  // ctx.sequence.count = k > 1 (Seq1F1B) ctx keeps chunk ctx.sequence.index of the T / k
+  // token chunks of each row (at their true positions).
   void prepare(MicroBatchContext& ctx, const int32_t* inputs, const int32_t* targets, int B, int T, float grad_scale,
                bool forward_only);
 
@@ -150,9 +152,11 @@ class Transformer {
   static int64_t predict_local_row_activation_bytes(const ModelConfig& config, int B, int T, const ActivationLayout& tp = {});
 
  private:
-  // prepare() with the sequences split by `cp` (generation: size 1, whole sequences).
+  // prepare() of the context `layout` describes, holding the tokens of `runs` of each
+  // row (generation: whole sequences).
   void prepare_split(MicroBatchContext& ctx, const int32_t* inputs, const int32_t* targets, int B, int T,
-                     float grad_scale, bool forward_only, const CpLayout& cp);
+                     float grad_scale, bool forward_only, const ActivationLayout& layout,
+                     const std::vector<TokenRun>& runs);
   ModelConfig config_;
   ParameterStore store_;
   std::unique_ptr<TensorParallelRegions> tp_;

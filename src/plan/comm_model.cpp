@@ -629,7 +629,7 @@ void forward_backward(Acc& a) {
       }
     }
   } else {
-    const PipelineShape shape{l.pp, l.c.pp_virtual_stages, static_cast<int>(l.m)};
+    const PipelineShape shape{l.pp, l.c.pp_virtual_stages, static_cast<int>(l.m), l.c.pp_seq_chunks};
     const std::vector<int>& first = l.stages.first_unit;
     for (const PipelineAction& act :
          pipeline_actions(l.c.pp_schedule, shape, l.stage)) {

@@ -311,6 +311,27 @@ void check_data_and_expert_parallel(const RunConfig& c) {
             c.model.n_experts, compute_dtype_config_name(c.precision.compute));
 }
 
+// Seq1F1B: what its sequence chunks do not support yet, each refused by name.
+void check_sequence_chunks(const RunConfig& c) {
+  const int k = c.pp_seq_chunks;
+  NDT_CHECK(k >= 2 && c.seq_len % k == 0,
+            "parallel.pp_schedule = \"seq1f1b\" needs parallel.pp_seq_chunks >= 2 dividing train.seq_len = {}, got {}",
+            c.seq_len, k);
+  auto refuse = [&](bool refused, const std::string& what) {
+    NDT_CHECK(!refused, "parallel.pp_schedule = \"seq1f1b\" (parallel.pp_seq_chunks = {}) is not supported with {}", k,
+              what);
+  };
+  refuse(c.mesh.cp > 1, fmt::format("parallel.cp = {} (sequence chunks of a context-parallel split)", c.mesh.cp));
+  refuse(c.document_boundaries, "data.document_boundaries = true");
+  refuse(c.model.is_moe(), fmt::format("model.n_experts = {} (routing statistics span whole sequences)", c.model.n_experts));
+  refuse(c.activation_checkpointing.mode != CheckpointMode::none,
+         fmt::format("train.activation_checkpointing = \"{}\" (an earlier chunk's keys and values must stay saved)",
+                     checkpoint_mode_name(c.activation_checkpointing.mode)));
+  refuse(c.precision.low(), fmt::format("precision.compute = \"{}\" (an earlier chunk's keys and values are kept "
+                                        "packed)",
+                                        compute_dtype_config_name(c.precision.compute)));
+}
+
 void check_context_and_pipeline(const RunConfig& c) {
   const MeshShape& mesh = c.mesh;
   NDT_CHECK(mesh.pp >= 1, "parallel.pp = {} must be at least 1", mesh.pp);
@@ -325,8 +346,10 @@ void check_context_and_pipeline(const RunConfig& c) {
   }
   NDT_CHECK(c.pp_virtual_stages >= 1, "parallel.pp_virtual_stages = {} must be at least 1", c.pp_virtual_stages);
   parse_pipeline_layers(c.pp_layers);
-  NDT_CHECK(mesh.pp > 1 || (c.pp_virtual_stages == 1 && c.pp_layers.empty()),
-            "parallel.pp_virtual_stages and parallel.pp_layers apply with parallel.pp > 1 (parallel.pp = {})", mesh.pp);
+  NDT_CHECK(mesh.pp > 1 || (c.pp_virtual_stages == 1 && c.pp_layers.empty() && c.pp_seq_chunks == 1),
+            "parallel.pp_virtual_stages, parallel.pp_seq_chunks and parallel.pp_layers apply with parallel.pp > 1 "
+            "(parallel.pp = {})",
+            mesh.pp);
   if (mesh.pp == 1) return;
   NDT_CHECK(c.activation_checkpointing.mode == CheckpointMode::none || c.pp_schedule != PipelineSchedule::zb_h1,
             "parallel.pp_schedule = \"zb_h1\" keeps each block's activations until its weight pass: not with "
@@ -337,6 +360,7 @@ void check_context_and_pipeline(const RunConfig& c) {
             "activations precision.compute = \"{}\" keeps packed only until then: use 1f1b or interleaved_1f1b",
             compute_dtype_config_name(c.precision.compute));
   check_pipeline_partition(c.model, mesh.pp * c.pp_virtual_stages, parse_pipeline_layers(c.pp_layers));
+  if (c.pp_schedule == PipelineSchedule::seq1f1b) check_sequence_chunks(c);
 }
 
 void check_tensor_and_sequence_parallel(const RunConfig& c) {
@@ -453,7 +477,7 @@ MeshShape RunConfig::resolve_mesh(int world_size, int ranks_per_node) const {
             batch_size, micro_batch_size, dp);
   if (m.pp > 1) {
     const int micro_batches = micro_batch_size == 0 ? 1 : batch_size / (micro_batch_size * dp);
-    check_pipeline_shape(pp_schedule, PipelineShape{m.pp, pp_virtual_stages, micro_batches});
+    check_pipeline_shape(pp_schedule, PipelineShape{m.pp, pp_virtual_stages, micro_batches, pp_seq_chunks});
   }
   return m;
 }

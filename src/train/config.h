@@ -93,6 +93,7 @@ struct RunConfig {
   CpChunks cp_chunks = CpChunks::zigzag;  // with cp > 1
   PipelineSchedule pp_schedule = PipelineSchedule::one_f_one_b;
   int pp_virtual_stages = 1;         // chunks per pp rank (interleaved_1f1b: 2 or more)
+  int pp_seq_chunks = 1;             // sequence chunks per micro-batch (seq1f1b: 2 or more)
   std::string pp_layers;             // blocks per chunk, "3,3"; empty: balanced by cost
 
   // [precision]

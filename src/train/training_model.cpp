@@ -71,7 +71,7 @@ TrainingModel::TrainingModel(const RunConfig& config, DeviceMesh& mesh) : config
                                                parse_pipeline_layers(config.pp_layers));
     sync_ = parallelize(*model_, mesh, parallel_options(config, stages.local_units(mesh.coord(Axis::pp), pp)),
                         swap_.get());
-    const PipelineShape shape{pp, config.pp_virtual_stages, config.micro_batches()};
+    const PipelineShape shape{pp, config.pp_virtual_stages, config.micro_batches(), config.pp_seq_chunks};
     pipeline_ = std::make_unique<PipelineRunner>(*model_, mesh.axis(Axis::pp), config.pp_schedule, shape,
                                                  std::move(stages), sync_.get());
     if (config.model.tied_embeddings) tied_ = std::make_unique<TiedEmbedding>(mesh.axis(Axis::pp));

@@ -46,9 +46,10 @@ size_t index_of(const std::vector<PipelineAction>& actions, const PipelineAction
 // reported without the setting and the choices.
 TEST(PipelineSchedule, NamesRoundTripAndUnknownNamesAreRefused) {
   for (PipelineSchedule s : kAll) EXPECT_EQ(pipeline_schedule_from_name(pipeline_schedule_name(s)), s);
-  EXPECT_EQ(pipeline_schedule_names(), (std::vector<std::string>{"gpipe", "1f1b", "interleaved_1f1b", "zb_h1"}));
+  EXPECT_EQ(pipeline_schedule_names(),
+            (std::vector<std::string>{"gpipe", "1f1b", "interleaved_1f1b", "zb_h1", "seq1f1b"}));
   expect_error([] { pipeline_schedule_from_name("1F1B"); },
-               {"parallel.pp_schedule", "\"1F1B\"", "gpipe, 1f1b, interleaved_1f1b, zb_h1"});
+               {"parallel.pp_schedule", "\"1F1B\"", "gpipe, 1f1b, interleaved_1f1b, zb_h1, seq1f1b"});
 }
 
 // Catches: shapes a schedule cannot run accepted (interleaving with m not a multiple

@@ -53,6 +53,14 @@ TEST(SimulatePipelineCli, PrintsTimelineBubbleAndPeaksAndWritesSvg) {
       ndtrain("simulate-pipeline --schedule interleaved_1f1b --pp 4 --virtual-stages 2 --micro-batches 8", dir);
   ASSERT_EQ(interleaved.exit_code, 0) << interleaved.output;
   EXPECT_TRUE(contains(interleaved.output, "theory 15.79% from (p-1)/(v*m+p-1) = 3/19")) << interleaved.output;
+
+  const CommandResult seq =
+      ndtrain("simulate-pipeline --schedule seq1f1b --pp 4 --seq-chunks 2 --micro-batches 4", dir);
+  ASSERT_EQ(seq.exit_code, 0) << seq.output;
+  EXPECT_TRUE(contains(seq.output, "micro-batches 4, sequence chunks 2;")) << seq.output;
+  EXPECT_TRUE(contains(seq.output, "rank  3 |............F0.0F0.1B0.1    F1.0B0.0")) << seq.output;
+  EXPECT_TRUE(contains(seq.output, "units of 1/2)\n   0  12         27.3%   5\n")) << seq.output;
+  EXPECT_TRUE(contains(seq.output, "theory 27.27% from (p-1)/(k*m+p-1) = 3/11")) << seq.output;
 }
 
 // Catches: bad input accepted, or refused without naming the setting and the value.
@@ -61,8 +69,11 @@ TEST(SimulatePipelineCli, BadInputIsRefusedWithTheValues) {
   CommandResult r = ndtrain("simulate-pipeline --schedule zb-h1 --pp 4 --micro-batches 8", dir);
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_TRUE(contains(r.output, "parallel.pp_schedule = \"zb-h1\" is not a known schedule (gpipe, 1f1b, "
-                                 "interleaved_1f1b, zb_h1)"))
+                                 "interleaved_1f1b, zb_h1, seq1f1b)"))
       << r.output;
+  r = ndtrain("simulate-pipeline --schedule 1f1b --pp 4 --micro-batches 8 --seq-chunks 2", dir);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(contains(r.output, "parallel.pp_seq_chunks = 2 cuts micro-batches into sequence chunks")) << r.output;
   r = ndtrain("simulate-pipeline --schedule interleaved_1f1b --pp 4 --virtual-stages 2 --micro-batches 6", dir);
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_TRUE(contains(r.output, "micro-batches (6) to be a multiple of parallel.pp (4)")) << r.output;

@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "core/timing.h"
 #include "kernels/kernels.h"
+#include "model/sequence_chunk_attention.h"
 
 #include <fmt/format.h>
 
@@ -51,20 +52,50 @@ void PipelineRunner::poll() {
   for (WorkHandle& send : sends_) send->test();
 }
 
-MicroBatchContext& PipelineRunner::context(int mb) {
-  std::unique_ptr<MicroBatchContext>& slot = live_[static_cast<size_t>(mb)];
+MicroBatchContext& PipelineRunner::context(const PipelineAction& a) {
+  std::unique_ptr<MicroBatchContext>& slot = live_[static_cast<size_t>(unit_of(a))];
   if (!slot) {
     if (free_.empty()) free_.push_back(std::make_unique<MicroBatchContext>());
     slot = std::move(free_.back());
     free_.pop_back();
-    (*prepare_)(mb, *slot, /*forward_only=*/false);
+    slot->sequence.index = a.seq_chunk;
+    slot->sequence.count = shape_.seq_chunks;
+    (*prepare_)(a.micro_batch, *slot, /*forward_only=*/false);
+    if (shape_.seq_chunks > 1) link_sequence_chunk(*slot, a.micro_batch);
     peak_live_ = std::max(peak_live_, ++live_count_);
   }
   return *slot;
 }
 
-void PipelineRunner::release(int mb) {
-  std::unique_ptr<MicroBatchContext>& slot = live_[static_cast<size_t>(mb)];
+void PipelineRunner::link_sequence_chunk(MicroBatchContext& ctx, int mb) {
+  const int k = shape_.seq_chunks, L = model_.config().n_layer;
+  ctx.sequence.earlier.clear();
+  for (int j = 0; j < ctx.sequence.index; ++j) {
+    const MicroBatchContext* earlier = live_[static_cast<size_t>(mb * k + j)].get();
+    NDT_CHECK(earlier, "seq1f1b: micro-batch {}'s sequence chunk {} runs while chunk {} is not in flight", mb,
+              ctx.sequence.index, j);
+    ctx.sequence.earlier.push_back(earlier);
+  }
+  // The sums of this rank's blocks, one after the other, allocated with the first chunk.
+  ActivationLayout layout = model_.tensor_parallel().layout();
+  layout.seq_chunks = k;
+  const int64_t per_block = sequence_chunk_sum_floats(model_.config(), layout, ctx.B, ctx.T, k);
+  const std::vector<char>& units = model_.local_units();
+  auto here = [&](int layer) { return units.empty() || units[static_cast<size_t>(layer) + 1] != 0; };
+  if (!key_value_sums_.defined()) {
+    int64_t blocks = 0;
+    for (int l = 0; l < L; ++l) blocks += here(l) ? 1 : 0;
+    key_value_sums_ = Tensor::empty({blocks * per_block}, DType::f32, MemTag::activations);
+  }
+  ctx.sequence.key_value_sums.assign(static_cast<size_t>(L), nullptr);
+  float* next = key_value_sums_.data<float>();
+  for (int l = 0; l < L; ++l) {
+    if (here(l)) ctx.sequence.key_value_sums[static_cast<size_t>(l)] = next, next += per_block;
+  }
+}
+
+void PipelineRunner::release(int unit) {
+  std::unique_ptr<MicroBatchContext>& slot = live_[static_cast<size_t>(unit)];
   if (model_.holds_head()) losses_.loss_sum += slot->loss_sum, losses_.z_loss_sum += slot->z_loss_sum;
   free_.push_back(std::move(slot));
   --live_count_;
@@ -91,10 +122,10 @@ void PipelineRunner::forward(int chunk, MicroBatchContext& ctx) {
 void PipelineRunner::run(const PipelineAction& a) {
   const int c = a.chunk;
   switch (a.kind) {
-    case PipelineActionKind::forward: forward(c, context(a.micro_batch)); return;
+    case PipelineActionKind::forward: forward(c, context(a)); return;
     case PipelineActionKind::backward:
     case PipelineActionKind::backward_input: {
-      MicroBatchContext& ctx = context(a.micro_batch);
+      MicroBatchContext& ctx = context(a);
       const bool split = a.kind == PipelineActionKind::backward_input;
       for (int u = end_unit(c) - 1; u >= first_unit(c); --u) {
         if (hooks_) hooks_->before_backward(u);
@@ -108,7 +139,7 @@ void PipelineRunner::run(const PipelineAction& a) {
       return;
     }
     case PipelineActionKind::backward_weight: {
-      MicroBatchContext& ctx = context(a.micro_batch);
+      MicroBatchContext& ctx = context(a);
       for (int u = end_unit(c) - 1; u >= first_unit(c); --u) {
         model_.unit(u).backward_weight(ctx, this);
         if (hooks_) hooks_->after_backward(u);
@@ -116,13 +147,13 @@ void PipelineRunner::run(const PipelineAction& a) {
       return;
     }
     case PipelineActionKind::send_activation: {
-      MicroBatchContext& ctx = context(a.micro_batch);
+      MicroBatchContext& ctx = context(a);
       sends_.push_back(pp_.isend(boundary(ctx, c, /*input=*/false), static_cast<size_t>(boundary_floats(ctx)),
                                  DType::f32, a.peer, pipeline_message_id(a, shape_)));
       return;
     }
     case PipelineActionKind::recv_activation: {
-      MicroBatchContext& ctx = context(a.micro_batch);
+      MicroBatchContext& ctx = context(a);
       pp_.irecv(boundary(ctx, c, /*input=*/true), static_cast<size_t>(boundary_floats(ctx)), DType::f32, a.peer,
                 pipeline_message_id(a, shape_))
           ->wait();
@@ -131,7 +162,7 @@ void PipelineRunner::run(const PipelineAction& a) {
     case PipelineActionKind::send_gradient: {
       // The chunk's backward left dL/d(its input) in the workspace, which the next
       // backward reuses: send a copy.
-      MicroBatchContext& ctx = context(a.micro_batch);
+      MicroBatchContext& ctx = context(a);
       const int64_t n = boundary_floats(ctx);
       Tensor copy = Tensor::empty({n}, DType::f32, MemTag::comm);
       kernels::copy(copy.data<float>(), model_.workspace_dstream(), n);
@@ -141,7 +172,7 @@ void PipelineRunner::run(const PipelineAction& a) {
       return;
     }
     case PipelineActionKind::recv_gradient: {
-      MicroBatchContext& ctx = context(a.micro_batch);
+      MicroBatchContext& ctx = context(a);
       model_.fit_workspace(ctx);
       pp_.irecv(model_.workspace_dstream(), static_cast<size_t>(boundary_floats(ctx)), DType::f32, a.peer,
                 pipeline_message_id(a, shape_))
@@ -160,12 +191,12 @@ PipelineLosses PipelineRunner::sum_over_pp(PipelineLosses local) {
 PipelineLosses PipelineRunner::train(const Prepare& prepare) {
   prepare_ = &prepare;
   live_.clear();
-  live_.resize(static_cast<size_t>(shape_.m));
+  live_.resize(static_cast<size_t>(shape_.m) * shape_.seq_chunks);
   live_count_ = 0;
   losses_ = {};
-  // A micro-batch's context goes back to the pool after the last action that uses it.
-  std::vector<size_t> last_use(static_cast<size_t>(shape_.m), 0);
-  for (size_t i = 0; i < actions_.size(); ++i) last_use[static_cast<size_t>(actions_[i].micro_batch)] = i;
+  // A unit's context goes back to the pool after the last action that uses it.
+  std::vector<size_t> last_use(live_.size(), 0);
+  for (size_t i = 0; i < actions_.size(); ++i) last_use[static_cast<size_t>(unit_of(actions_[i]))] = i;
   times_ = {};
   const auto start = std::chrono::steady_clock::now();
   times_.actions.reserve(actions_.size());
@@ -180,7 +211,8 @@ PipelineLosses PipelineRunner::train(const Prepare& prepare) {
       times_.busy += seconds;
       times_.compute[static_cast<size_t>(actions_[i].kind)].push_back(seconds);
     }
-    if (i == last_use[static_cast<size_t>(actions_[i].micro_batch)]) release(actions_[i].micro_batch);
+    const int unit = unit_of(actions_[i]);
+    if (i == last_use[static_cast<size_t>(unit)]) release(unit);
   }
   for (WorkHandle& send : sends_) send->wait();
   // Nothing needs to stay for a backward: a sharded layout frees what it gathered.

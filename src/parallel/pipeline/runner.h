@@ -7,6 +7,10 @@
 // per micro-batch in flight, holding this rank's units' activations only, taken when
 // the micro-batch's first forward runs here and given back after its last backward:
 // the activation memory is the schedule's (GPipe m contexts, 1F1B at most pp).
+// Seq1F1B (parallel/pipeline/seq1f1b.h): one context per (micro-batch, sequence chunk)
+// unit, T / k tokens of each row, pointed at its micro-batch's earlier chunks' contexts,
+// and one store of key/value gradient sums per rank (model/sequence_chunks.h), allocated
+// with the first context: (k - 1) x 2 x N x KD floats per block of this rank.
 // Gradients only accumulate here; the caller syncs them over data parallelism after
 // the whole schedule.
 #pragma once
@@ -66,6 +70,8 @@ class PipelineRunner : private ModelHooks {
   // Forward only, micro-batch after micro-batch; the same return value.
   PipelineLosses evaluate(int micro_batches, const Prepare& prepare);
 
+  // Contexts held at once in the last train(): micro-batches, or with sequence chunks
+  // (micro-batch, sequence chunk) units.
   int peak_live_contexts() const { return peak_live_; }
   const PipelineStepTimes& last_step_times() const { return times_; }
   const PipelineStages& stages() const { return stages_; }
@@ -79,8 +85,12 @@ class PipelineRunner : private ModelHooks {
   // The units get the runner as their hooks: poll() also tests the sends in flight, since
   // MPI moves a large message (rendezvous) only while its sender is inside an MPI call.
   void poll() override;
-  MicroBatchContext& context(int mb);  // this micro-batch's, taken from the pool if new
-  void release(int mb);
+  // The context of an action's unit (micro-batch, sequence chunk), taken from the pool if new.
+  MicroBatchContext& context(const PipelineAction& action);
+  int unit_of(const PipelineAction& action) const { return action.micro_batch * shape_.seq_chunks + action.seq_chunk; }
+  // Seq1F1B: points a new chunk's context at its micro-batch's earlier chunks and the sums.
+  void link_sequence_chunk(MicroBatchContext& ctx, int mb);
+  void release(int unit);
   void run(const PipelineAction& action);
   void forward(int chunk, MicroBatchContext& ctx);
   float* boundary(MicroBatchContext& ctx, int chunk, bool input);  // the chunk's input or output stream slot
@@ -98,7 +108,8 @@ class PipelineRunner : private ModelHooks {
   std::vector<PipelineAction> actions_;
   const Prepare* prepare_ = nullptr;
   std::vector<std::unique_ptr<MicroBatchContext>> free_;
-  std::vector<std::unique_ptr<MicroBatchContext>> live_;  // [m], null when not live
+  std::vector<std::unique_ptr<MicroBatchContext>> live_;  // [m x k], null when not live
+  Tensor key_value_sums_;  // Seq1F1B's (ledger tag activations)
   int live_count_ = 0, peak_live_ = 0;
   PipelineLosses losses_;  // this rank's, over the step's micro-batches so far
   std::vector<WorkHandle> sends_;

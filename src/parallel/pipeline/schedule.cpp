@@ -1,6 +1,7 @@
 #include "parallel/pipeline/schedule.h"
 
 #include "core/error.h"
+#include "parallel/pipeline/seq1f1b.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -14,7 +15,8 @@ namespace ndt {
 namespace {
 
 constexpr PipelineSchedule kSchedules[] = {PipelineSchedule::gpipe, PipelineSchedule::one_f_one_b,
-                                           PipelineSchedule::interleaved_1f1b, PipelineSchedule::zb_h1};
+                                           PipelineSchedule::interleaved_1f1b, PipelineSchedule::zb_h1,
+                                           PipelineSchedule::seq1f1b};
 
 using Kind = PipelineActionKind;
 
@@ -91,19 +93,14 @@ std::vector<PipelineAction> with_communication(const std::vector<PipelineAction>
   std::vector<PipelineAction> out;
   for (const PipelineAction& a : compute_order) {
     const int before = a.chunk - 1, after = a.chunk + 1;
-    if (a.kind == Kind::forward && remote(before)) {
-      out.push_back({Kind::recv_activation, a.micro_batch, a.chunk, shape.rank_of(before)});
-    }
-    if (computes_input_gradient(a.kind) && remote(after)) {
-      out.push_back({Kind::recv_gradient, a.micro_batch, a.chunk, shape.rank_of(after)});
-    }
+    auto message = [&](Kind kind, int neighbour) {
+      return PipelineAction{kind, a.micro_batch, a.chunk, shape.rank_of(neighbour), a.seq_chunk};
+    };
+    if (a.kind == Kind::forward && remote(before)) out.push_back(message(Kind::recv_activation, before));
+    if (computes_input_gradient(a.kind) && remote(after)) out.push_back(message(Kind::recv_gradient, after));
     out.push_back(a);
-    if (a.kind == Kind::forward && remote(after)) {
-      out.push_back({Kind::send_activation, a.micro_batch, a.chunk, shape.rank_of(after)});
-    }
-    if (computes_input_gradient(a.kind) && remote(before)) {
-      out.push_back({Kind::send_gradient, a.micro_batch, a.chunk, shape.rank_of(before)});
-    }
+    if (a.kind == Kind::forward && remote(after)) out.push_back(message(Kind::send_activation, after));
+    if (computes_input_gradient(a.kind) && remote(before)) out.push_back(message(Kind::send_gradient, before));
   }
   return out;
 }
@@ -144,6 +141,8 @@ void check_ranks_chunks_and_micro_batches(const std::vector<std::vector<Pipeline
       const PipelineAction& a = ranks[r][i];
       NDT_CHECK(a.micro_batch >= 0 && a.micro_batch < shape.m,
                 "rank {} action {}: {} has a micro-batch outside [0, {})", r, i, describe(a), shape.m);
+      NDT_CHECK(a.seq_chunk >= 0 && a.seq_chunk < shape.seq_chunks,
+                "rank {} action {}: {} has a sequence chunk outside [0, {})", r, i, describe(a), shape.seq_chunks);
       NDT_CHECK(a.chunk >= 0 && a.chunk < shape.chunks() && shape.rank_of(a.chunk) == r,
                 "rank {} action {}: {} names a chunk rank {} does not hold (chunk c lives on rank c % {})", r, i,
                 describe(a), r, shape.pp);
@@ -161,6 +160,24 @@ struct ChunkPasses {
   bool gradient_received = false;    // from the rank of the chunk after
 };
 
+// Seq1F1B's backward order on one chunk: a micro-batch's sequence chunks last first (the
+// later ones add to the earlier ones' key/value gradients), and no other micro-batch's
+// backward between them (the runner keeps one micro-batch's sums at a time).
+// later_done: whether the backward of the next sequence chunk has run (true for the last).
+void check_sequence_backward(const PipelineAction& a, bool later_done, std::vector<int>& open_backward,
+                             const std::string& where) {
+  const int seq = a.seq_chunk;
+  int& open = open_backward[static_cast<size_t>(a.chunk)];
+  NDT_CHECK(later_done,
+            "{} runs before the backward of sequence chunk {} (a micro-batch's sequence chunks go backward in "
+            "descending order)",
+            where, seq + 1);
+  NDT_CHECK(open == -1 || open == a.micro_batch,
+            "{} runs while micro-batch {}'s sequence chunks are part-way through their backward of chunk {}", where,
+            open, a.chunk);
+  open = seq == 0 ? -1 : a.micro_batch;
+}
+
 }  // namespace
 
 std::string_view pipeline_schedule_name(PipelineSchedule schedule) {
@@ -169,6 +186,7 @@ std::string_view pipeline_schedule_name(PipelineSchedule schedule) {
     case PipelineSchedule::one_f_one_b: return "1f1b";
     case PipelineSchedule::interleaved_1f1b: return "interleaved_1f1b";
     case PipelineSchedule::zb_h1: return "zb_h1";
+    case PipelineSchedule::seq1f1b: return "seq1f1b";
   }
   return "";
 }
@@ -190,12 +208,23 @@ void check_pipeline_shape(PipelineSchedule schedule, const PipelineShape& shape)
   NDT_CHECK(shape.pp >= 1, "parallel.pp = {} must be at least 1", shape.pp);
   NDT_CHECK(shape.v >= 1, "parallel.pp_virtual_stages = {} must be at least 1", shape.v);
   NDT_CHECK(shape.m >= 1, "the number of micro-batches per step ({}) must be at least 1", shape.m);
-  const int64_t pairs = int64_t{shape.pp} * shape.v * shape.m;
+  NDT_CHECK(shape.seq_chunks >= 1, "parallel.pp_seq_chunks = {} must be at least 1", shape.seq_chunks);
+  const int64_t pairs = int64_t{shape.pp} * shape.v * shape.m * shape.seq_chunks;
   NDT_CHECK(pairs <= kMaxPipelinePairs,
             "parallel.pp = {} x parallel.pp_virtual_stages = {} x {} micro-batches per step = {} (micro-batch, chunk) "
             "pairs in one step's schedule: more than {} (use larger micro-batches)",
             shape.pp, shape.v, shape.m, pairs, kMaxPipelinePairs);
   const std::string_view name = pipeline_schedule_name(schedule);
+  if (schedule == PipelineSchedule::seq1f1b) {
+    NDT_CHECK(shape.seq_chunks >= 2,
+              "parallel.pp_schedule = \"seq1f1b\" needs parallel.pp_seq_chunks >= 2 sequence chunks, got {}",
+              shape.seq_chunks);
+  } else {
+    NDT_CHECK(shape.seq_chunks == 1,
+              "parallel.pp_seq_chunks = {} cuts micro-batches into sequence chunks, which only parallel.pp_schedule = "
+              "\"seq1f1b\" runs (parallel.pp_schedule = \"{}\")",
+              shape.seq_chunks, name);
+  }
   if (schedule != PipelineSchedule::interleaved_1f1b) {
     NDT_CHECK(shape.v == 1,
               "parallel.pp_schedule = \"{}\" runs one stage per rank, but parallel.pp_virtual_stages = {}: use "
@@ -216,9 +245,11 @@ void check_pipeline_shape(PipelineSchedule schedule, const PipelineShape& shape)
 bool is_communication(PipelineActionKind kind) { return is_send(kind) || is_receive(kind); }
 
 std::string describe(const PipelineAction& a) {
-  if (!is_communication(a.kind)) return fmt::format("{}(mb {}, chunk {})", kind_name(a.kind), a.micro_batch, a.chunk);
-  return fmt::format("{}(mb {}, chunk {}, {} rank {})", kind_name(a.kind), a.micro_batch, a.chunk,
-                     is_send(a.kind) ? "to" : "from", a.peer);
+  const std::string unit =
+      a.seq_chunk == 0 ? fmt::format("mb {}", a.micro_batch) : fmt::format("mb {} seq {}", a.micro_batch, a.seq_chunk);
+  if (!is_communication(a.kind)) return fmt::format("{}({}, chunk {})", kind_name(a.kind), unit, a.chunk);
+  return fmt::format("{}({}, chunk {}, {} rank {})", kind_name(a.kind), unit, a.chunk, is_send(a.kind) ? "to" : "from",
+                     a.peer);
 }
 
 int pipeline_message_id(const PipelineAction& a, const PipelineShape& shape) {
@@ -229,7 +260,8 @@ int pipeline_message_id(const PipelineAction& a, const PipelineShape& shape) {
   if (a.kind == Kind::send_gradient) receiving_chunk = a.chunk - 1;
   NDT_CHECK(receiving_chunk >= 0 && receiving_chunk < shape.chunks(), "{} goes past the first or last chunk",
             describe(a));
-  return (a.micro_batch * shape.chunks() + receiving_chunk) * 2 + (activation ? 0 : 1);
+  const int unit = a.micro_batch * shape.seq_chunks + a.seq_chunk;
+  return (unit * shape.chunks() + receiving_chunk) * 2 + (activation ? 0 : 1);
 }
 
 std::vector<PipelineAction> pipeline_actions(PipelineSchedule schedule, const PipelineShape& shape, int rank) {
@@ -242,6 +274,7 @@ std::vector<PipelineAction> pipeline_actions(PipelineSchedule schedule, const Pi
     case PipelineSchedule::interleaved_1f1b: return with_communication(interleaved_compute(shape, rank), shape, rank);
     case PipelineSchedule::zb_h1:
       return with_communication(one_forward_one_backward_compute(shape, rank, rank), shape, rank);
+    case PipelineSchedule::seq1f1b: return with_communication(seq1f1b_compute(shape, rank), shape, rank);
   }
   fail("unknown pipeline schedule {}", static_cast<int>(schedule));
 }
@@ -255,9 +288,10 @@ std::vector<std::vector<PipelineAction>> pipeline_actions_of_all_ranks(PipelineS
 }
 
 int peak_live_contexts(const std::vector<PipelineAction>& actions) {
-  std::map<int, std::pair<size_t, size_t>> span;  // micro-batch -> (first, last) action
+  // (micro-batch, sequence chunk) -> (first, last) action
+  std::map<std::pair<int, int>, std::pair<size_t, size_t>> span;
   for (size_t i = 0; i < actions.size(); ++i) {
-    const auto [it, fresh] = span.try_emplace(actions[i].micro_batch, i, i);
+    const auto [it, fresh] = span.try_emplace(std::pair{actions[i].micro_batch, actions[i].seq_chunk}, i, i);
     it->second.second = i;
   }
   std::vector<int> change(actions.size() + 1, 0);  // +1 where a context is taken, -1 after its last use
@@ -270,7 +304,7 @@ int peak_live_contexts(const std::vector<PipelineAction>& actions) {
 void replay_pipeline_actions(const std::vector<std::vector<PipelineAction>>& ranks, const PipelineShape& shape,
                              const std::function<void(int rank, size_t index)>& step) {
   check_ranks_chunks_and_micro_batches(ranks, shape);
-  const size_t messages = static_cast<size_t>(shape.m) * shape.chunks() * 2;
+  const size_t messages = static_cast<size_t>(shape.m) * shape.seq_chunks * shape.chunks() * 2;
   std::vector<char> sent(messages, 0), received(messages, 0);
   std::vector<size_t> next(ranks.size(), 0);
   for (;;) {
@@ -334,19 +368,28 @@ void check_pipeline_actions(const std::vector<std::vector<PipelineAction>>& rank
       NDT_CHECK(a.peer == peer, "rank {} action {}: {} should name rank {}", r, i, describe(a), peer);
     }
   }
-  const int chunks = shape.chunks();
-  std::vector<ChunkPasses> passes(static_cast<size_t>(shape.m) * chunks);
-  auto at = [&](int mb, int chunk) -> ChunkPasses& { return passes[static_cast<size_t>(mb) * chunks + chunk]; };
+  const int chunks = shape.chunks(), k = shape.seq_chunks;
+  std::vector<ChunkPasses> passes(static_cast<size_t>(shape.m) * k * chunks);
+  auto at = [&](int mb, int seq, int chunk) -> ChunkPasses& {
+    return passes[(static_cast<size_t>(mb) * k + seq) * chunks + chunk];
+  };
+  // Per chunk, the micro-batch whose sequence chunks are part-way through their backward (-1: none).
+  std::vector<int> open_backward(static_cast<size_t>(chunks), -1);
   replay_pipeline_actions(ranks, shape, [&](int r, size_t i) {
     const PipelineAction& a = ranks[r][i];
-    ChunkPasses& p = at(a.micro_batch, a.chunk);
+    const int mb = a.micro_batch, seq = a.seq_chunk;
+    ChunkPasses& p = at(mb, seq, a.chunk);
     auto where = [&] { return fmt::format("rank {} action {}: {}", r, i, describe(a)); };
     switch (a.kind) {
       case Kind::forward:
         NDT_CHECK(!p.forward, "{} runs a second time", where());
-        NDT_CHECK(a.chunk == 0 || at(a.micro_batch, a.chunk - 1).forward,
+        NDT_CHECK(a.chunk == 0 || at(mb, seq, a.chunk - 1).forward,
                   "{} runs before the forward of chunk {} (forward goes in ascending chunk order)", where(),
                   a.chunk - 1);
+        NDT_CHECK(seq == 0 || at(mb, seq - 1, a.chunk).forward,
+                  "{} runs before the forward of sequence chunk {} (a micro-batch's sequence chunks go forward in "
+                  "ascending order)",
+                  where(), seq - 1);
         NDT_CHECK(a.chunk == 0 || shape.rank_of(a.chunk - 1) == r || p.activation_received,
                   "{} runs before its RecvActivation", where());
         p.forward = true;
@@ -355,9 +398,10 @@ void check_pipeline_actions(const std::vector<std::vector<PipelineAction>>& rank
       case Kind::backward_input:
         NDT_CHECK(p.forward, "{} runs before its Forward", where());
         NDT_CHECK(!p.input_gradient, "{}: this micro-batch's backward of the chunk already ran", where());
-        NDT_CHECK(a.chunk == chunks - 1 || at(a.micro_batch, a.chunk + 1).input_gradient,
+        NDT_CHECK(a.chunk == chunks - 1 || at(mb, seq, a.chunk + 1).input_gradient,
                   "{} runs before the backward of chunk {} (backward goes in descending chunk order)", where(),
                   a.chunk + 1);
+        check_sequence_backward(a, seq == k - 1 || at(mb, seq + 1, a.chunk).input_gradient, open_backward, where());
         NDT_CHECK(a.chunk == chunks - 1 || shape.rank_of(a.chunk + 1) == r || p.gradient_received,
                   "{} runs before its RecvGradient", where());
         p.input_gradient = true;
@@ -380,14 +424,16 @@ void check_pipeline_actions(const std::vector<std::vector<PipelineAction>>& rank
     }
   });
   for (int mb = 0; mb < shape.m; ++mb) {
-    for (int c = 0; c < chunks; ++c) {
-      const ChunkPasses& p = at(mb, c);
-      const char* missing = !p.forward          ? "Forward"
-                            : !p.input_gradient  ? "Backward"
-                            : !p.weight_gradient ? "BackwardWeight"
-                                                 : nullptr;
-      NDT_CHECK(missing == nullptr, "micro-batch {} never runs {} on chunk {} (rank {})", mb, missing, c,
-                shape.rank_of(c));
+    for (int seq = 0; seq < k; ++seq) {
+      for (int c = 0; c < chunks; ++c) {
+        const ChunkPasses& p = at(mb, seq, c);
+        const char* missing = !p.forward          ? "Forward"
+                              : !p.input_gradient  ? "Backward"
+                              : !p.weight_gradient ? "BackwardWeight"
+                                                   : nullptr;
+        NDT_CHECK(missing == nullptr, "micro-batch {}{} never runs {} on chunk {} (rank {})", mb,
+                  k > 1 ? fmt::format(" sequence chunk {}", seq) : "", missing, c, shape.rank_of(c));
+      }
     }
   }
 }

@@ -25,7 +25,13 @@
 //                     waits for) and BackwardWeight; rank r defers r weight passes and
 //                     runs them at the end, in the bubble. Same activation peak as 1f1b
 //                     (pp); rank 0 defers none, so it runs the fused Backward.
-// gpipe, 1f1b and zb_h1 run one chunk per rank (v = 1).
+//   seq1f1b           Seq1F1B (Sun et al. 2024): each micro-batch cut into k sequence
+//                     chunks, units of work of T / k tokens in 1f1b's order
+//                     (parallel/pipeline/seq1f1b.h); a micro-batch's sequence chunks pass
+//                     every pipeline chunk forward in ascending and backward in
+//                     descending order. Holds at most pp + k - 1 units of 1 / k.
+// gpipe, 1f1b, zb_h1 and seq1f1b run one chunk per rank (v = 1); all but seq1f1b one
+// sequence chunk (k = 1).
 #pragma once
 
 #include <functional>
@@ -35,9 +41,10 @@
 
 namespace ndt {
 
-enum class PipelineSchedule { gpipe, one_f_one_b, interleaved_1f1b, zb_h1 };
+enum class PipelineSchedule { gpipe, one_f_one_b, interleaved_1f1b, zb_h1, seq1f1b };
 
-// The names of parallel.pp_schedule and the CLI: "gpipe", "1f1b", "interleaved_1f1b", "zb_h1".
+// The names of parallel.pp_schedule and the CLI: "gpipe", "1f1b", "interleaved_1f1b", "zb_h1",
+// "seq1f1b".
 std::string_view pipeline_schedule_name(PipelineSchedule schedule);
 // Throws ndt::Error naming parallel.pp_schedule, the value and the choices.
 PipelineSchedule pipeline_schedule_from_name(std::string_view name);
@@ -47,15 +54,16 @@ struct PipelineShape {
   int pp = 1;  // ranks on the pp axis
   int v = 1;   // chunks (virtual stages) per rank
   int m = 1;   // micro-batches per step
+  int seq_chunks = 1;  // k: sequence chunks per micro-batch (seq1f1b), each a unit of work
   int chunks() const { return pp * v; }
   int rank_of(int chunk) const { return chunk % pp; }
 };
 
 // Throws ndt::Error naming the setting and value when the schedule cannot run this
 // shape: pp, v or m below 1, v != 1 outside interleaved_1f1b, v < 2 or m not a
-// multiple of pp for interleaved_1f1b.
+// multiple of pp for interleaved_1f1b, k < 2 for seq1f1b or k != 1 outside it.
 void check_pipeline_shape(PipelineSchedule schedule, const PipelineShape& shape);
-// The most (micro-batch, chunk) pairs a step's schedule may hold, pp x v x m: the action
+// The most (micro-batch, chunk) pairs a step's schedule may hold, pp x v x m (x k): the action
 // lists (a few actions per pair on every rank) stay within memory and a step's
 // simulation within a second; a step of 64 stages of 4 chunks runs 4096 micro-batches.
 inline constexpr int64_t kMaxPipelinePairs = int64_t{1} << 20;
@@ -76,16 +84,18 @@ struct PipelineAction {
   int micro_batch = 0;
   int chunk = 0;  // always a chunk of the rank that runs the action
   int peer = -1;  // communication: the other rank; compute: -1
+  int seq_chunk = 0;  // seq1f1b: the micro-batch's sequence chunk (0 otherwise)
   bool operator==(const PipelineAction&) const = default;
 };
 
 bool is_communication(PipelineActionKind kind);
-// "Forward(mb 3, chunk 1)", "RecvGradient(mb 0, chunk 2, from rank 3)".
+// "Forward(mb 3, chunk 1)", "RecvGradient(mb 0, chunk 2, from rank 3)"; a sequence chunk
+// other than 0 follows the micro-batch: "Forward(mb 3 seq 1, chunk 1)".
 std::string describe(const PipelineAction& action);
 
 // The same number on a send and its matching receive, distinct for every boundary
-// tensor of a step (usable as an MPI tag): direction, micro-batch and the chunk that
-// receives. Only for communication actions.
+// tensor of a step (usable as an MPI tag): direction, micro-batch, sequence chunk and
+// the chunk that receives. Only for communication actions.
 int pipeline_message_id(const PipelineAction& action, const PipelineShape& shape);
 
 // The ordered actions of one rank (after check_pipeline_shape). Each receive comes
@@ -95,8 +105,8 @@ std::vector<PipelineAction> pipeline_actions(PipelineSchedule schedule, const Pi
 std::vector<std::vector<PipelineAction>> pipeline_actions_of_all_ranks(PipelineSchedule schedule,
                                                                        const PipelineShape& shape);
 
-// The most micro-batches whose context one rank holds at once running `actions`: a
-// micro-batch's context lives from the first action that touches it to the last, as
+// The most micro-batches (seq1f1b: (micro-batch, sequence chunk) units) whose context
+// one rank holds at once running `actions`: a micro-batch's context lives from the first action that touches it to the last, as
 // PipelineRunner takes and returns them. With v = 1 that is the peak of live activations;
 // under interleaving more than (micro-batch, chunk) pairs / v, since one context serves a
 // micro-batch from its first chunk's forward to its last chunk's backward (pp 4, v 2, m 8:
@@ -116,7 +126,11 @@ void replay_pipeline_actions(const std::vector<std::vector<PipelineAction>>& ran
 // not pass every chunk forward exactly once and then backward exactly once (Backward,
 // or BackwardInput then BackwardWeight), forward in ascending and backward in
 // descending chunk order; a send or receive without exactly one match, with a wrong
-// peer, or between chunks of one rank; a deadlock.
+// peer, or between chunks of one rank; a deadlock. With sequence chunks (k > 1) also: a
+// sequence chunk out of range, a micro-batch's sequence chunks passing a chunk forward
+// out of ascending or backward out of descending order, or a backward of one
+// micro-batch on a chunk while another's sequence chunks are part-way through theirs
+// (the runner keeps one micro-batch's key/value gradient sums per rank).
 void check_pipeline_actions(const std::vector<std::vector<PipelineAction>>& ranks, const PipelineShape& shape);
 // check_pipeline_shape, then check_pipeline_actions on the generated lists.
 void check_pipeline_schedule(PipelineSchedule schedule, const PipelineShape& shape);

@@ -75,6 +75,7 @@ double shortest_compute(const PipelineSimulation& s) {
 std::string text_label(const PipelineAction& a, const PipelineShape& shape) {
   std::string label = fmt::format("{}{}", kind_letter(a.kind), a.micro_batch);
   if (shape.v > 1) label += static_cast<char>('a' + a.chunk / shape.pp);
+  if (shape.seq_chunks > 1) label += fmt::format(".{}", a.seq_chunk);
   return label;
 }
 
@@ -133,7 +134,7 @@ PipelineSimulation simulate_pipeline(const std::vector<std::vector<PipelineActio
   s.peak_live_activations.assign(shape.pp, 0);
   std::vector<double> clock(shape.pp, 0);
   std::vector<int> live(shape.pp, 0);
-  std::vector<double> arrival(static_cast<size_t>(shape.m) * shape.chunks() * 2, 0);
+  std::vector<double> arrival(static_cast<size_t>(shape.m) * shape.seq_chunks * shape.chunks() * 2, 0);
   replay_pipeline_actions(ranks, shape, [&](int r, size_t i) {
     const PipelineAction& a = ranks[r][i];
     const PipelineCosts& costs = costs_per_rank[static_cast<size_t>(r)];
@@ -144,7 +145,7 @@ PipelineSimulation simulate_pipeline(const std::vector<std::vector<PipelineActio
       case Kind::recv_activation:
       case Kind::recv_gradient: t.end = std::max(clock[r], arrival[pipeline_message_id(a, shape)]); break;
       default:
-        t.end = t.start + compute_cost(a.kind, costs) / shape.v;
+        t.end = t.start + compute_cost(a.kind, costs) / (shape.v * shape.seq_chunks);
         s.busy[r] += t.end - t.start;
         if (a.kind == Kind::forward) s.peak_live_activations[r] = std::max(s.peak_live_activations[r], ++live[r]);
         if (a.kind == Kind::backward || a.kind == Kind::backward_weight) --live[r];
@@ -175,6 +176,10 @@ PipelineBubbleTheory pipeline_bubble_theory(PipelineSchedule schedule, const Pip
       return {double(p - 1) / (m + p - 1), fmt::format("(p-1)/(m+p-1) = {}/{}", p - 1, m + p - 1)};
     case PipelineSchedule::interleaved_1f1b:
       return {double(p - 1) / (v * m + p - 1), fmt::format("(p-1)/(v*m+p-1) = {}/{}", p - 1, v * m + p - 1)};
+    case PipelineSchedule::seq1f1b: {
+      const int k = shape.seq_chunks;
+      return {double(p - 1) / (k * m + p - 1), fmt::format("(p-1)/(k*m+p-1) = {}/{}", p - 1, k * m + p - 1)};
+    }
     case PipelineSchedule::zb_h1: {
       const double idle = (p - 1) * (costs.forward + costs.backward_input - costs.backward_weight);
       const double work = m * (costs.forward + costs.backward_input + costs.backward_weight);
@@ -198,7 +203,10 @@ std::string render_pipeline_text(const PipelineSimulation& s) {
   auto column = [&](double time) { return static_cast<size_t>(std::lround(time / column_time)); };
   std::string out = fmt::format("time per column {:g}; F forward, B backward, I input gradient, W weight "
                                 "gradient, then the micro-batch{}; '.' idle\n",
-                                column_time, s.shape.v > 1 ? " and the rank's chunk (a, b, ...)" : "");
+                                column_time,
+                                s.shape.v > 1            ? " and the rank's chunk (a, b, ...)"
+                                : s.shape.seq_chunks > 1 ? " and .the sequence chunk"
+                                                         : "");
   const size_t columns = column(s.makespan);
   for (size_t r = 0; r < s.timeline.size(); ++r) {
     std::string line(columns * width, '.');

@@ -16,7 +16,8 @@
 namespace ndt {
 
 // Costs of one micro-batch through one rank's share of the model (all its v chunks:
-// a chunk costs cost / v), in any unit of time. The defaults are the textbook ones:
+// a chunk costs cost / v; with k sequence chunks a unit of work costs cost / k), in any
+// unit of time. The defaults are the textbook ones:
 // backward twice the forward, split evenly into input and weight gradients.
 struct PipelineCosts {
   double forward = 1;
@@ -42,7 +43,8 @@ struct PipelineSimulation {
   std::vector<double> busy;     // per rank: time spent computing
   std::vector<double> bubble;   // per rank: (makespan - busy) / makespan
   double mean_bubble = 0;
-  // Per rank: the most (micro-batch, chunk) activations held at once, each live from
+  // Per rank: the most (micro-batch, chunk) activations held at once (seq1f1b: (micro-
+  // batch, sequence chunk, chunk) units, each 1 / k of a micro-batch's), each live from
   // its Forward until its Backward, or its BackwardWeight after a BackwardInput.
   std::vector<int> peak_live_activations;
   // Per rank: the most micro-batch contexts held at once (peak_live_contexts).
@@ -63,6 +65,7 @@ PipelineSimulation simulate_pipeline(PipelineSchedule schedule, const PipelineSh
 // communication time, and the formula it comes from (p = pp):
 //   gpipe, 1f1b       (p-1) / (m + p - 1)                        (GPipe; Narayanan et al. 2021)
 //   interleaved_1f1b  (p-1) / (v m + p - 1): the bubble time divided by v (Narayanan et al. 2021)
+//   seq1f1b           (p-1) / (k m + p - 1): k m units of 1 / k (Sun et al. 2024)
 //   zb_h1             (p-1)(F + BI - BW) / (m(F + BI + BW) + (p-1)(F + BI - BW))  (Qi et al. 2023)
 struct PipelineBubbleTheory {
   double fraction = 0;
@@ -73,7 +76,8 @@ PipelineBubbleTheory pipeline_bubble_theory(PipelineSchedule schedule, const Pip
 
 // One line per rank, time running left to right: each compute action as its kind
 // (F, B, I for BackwardInput, W for BackwardWeight) and micro-batch, with the rank's
-// chunk index (a, b, ...) when v > 1, padded to its length; '.' where the rank waits.
+// chunk index (a, b, ...) when v > 1 or ".s", the sequence chunk, when k > 1, padded to
+// its length; '.' where the rank waits.
 // Preceded by the scale (time per column). A line has at most 65536 columns whatever
 // the costs' ratio: beyond that actions shorter than a column share columns.
 std::string render_pipeline_text(const PipelineSimulation& simulation);
