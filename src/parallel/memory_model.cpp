@@ -1,6 +1,7 @@
 #include "parallel/memory_model.h"
 
 #include "core/error.h"
+#include "model/sequence_chunk_attention.h"
 
 namespace ndt {
 
@@ -54,6 +55,24 @@ int largest_batch_in_budget(const ModelConfig& config, int T, int loss_chunk_row
     fits = b;
   }
   return fits;
+}
+
+int64_t predict_pipeline_activation_bytes(const ModelConfig& config, int B, int T, int loss_chunk_rows,
+                                          const ActivationLayout& tp, const std::vector<char>& local_units,
+                                          int contexts, int seq_chunks) {
+  ActivationLayout layout = tp;
+  layout.seq_chunks = seq_chunks;
+  const int chunk = T / seq_chunks;
+  int64_t floats = contexts * context_floats(config, layout, B, chunk, {}, local_units) +
+                   workspace_floats(config, layout, B, chunk, loss_chunk_rows);
+  if (seq_chunks > 1) {
+    for (int l = 0; l < config.n_layer; ++l) {
+      if (local_units.empty() || local_units[static_cast<size_t>(l) + 1]) {
+        floats += sequence_chunk_sum_floats(config, layout, B, chunk, seq_chunks);
+      }
+    }
+  }
+  return floats * 4;
 }
 
 }  // namespace ndt

@@ -48,6 +48,16 @@ ModelStateBytes predict_model_states(const std::vector<ParameterSpec>& specs, in
 int largest_batch_in_budget(const ModelConfig& config, int T, int loss_chunk_rows, const ActivationLayout& tp,
                             const ActivationCheckpointing& policy, int64_t model_state_bytes, double budget_bytes);
 
+// Activation bytes (ledger tag activations) a pipeline rank holds after a step: its pool
+// of `contexts` contexts (the schedule's peak_live_contexts), each holding the units
+// `local_units` flags (model/unit.h), and the workspace they share, for micro-batches of
+// B rows of T tokens. Seq1F1B (seq_chunks = k > 1, parallel/pipeline/seq1f1b.h): a
+// context holds T / k tokens and no attention probabilities, and the rank adds the
+// key/value gradient sums of its blocks, (k - 1) x 2 x B x T / k x KD floats each.
+int64_t predict_pipeline_activation_bytes(const ModelConfig& config, int B, int T, int loss_chunk_rows,
+                                          const ActivationLayout& tp, const std::vector<char>& local_units,
+                                          int contexts, int seq_chunks = 1);
+
 // Bytes per parameter of each model state before sharding.
 struct ModelStateAccounting {
   int64_t params = 4, grads = 4, optimizer = 8;

@@ -360,7 +360,14 @@ void check_context_and_pipeline(const RunConfig& c) {
             "activations precision.compute = \"{}\" keeps packed only until then: use 1f1b or interleaved_1f1b",
             compute_dtype_config_name(c.precision.compute));
   check_pipeline_partition(c.model, mesh.pp * c.pp_virtual_stages, parse_pipeline_layers(c.pp_layers));
-  if (c.pp_schedule == PipelineSchedule::seq1f1b) check_sequence_chunks(c);
+  if (c.pp_schedule == PipelineSchedule::seq1f1b) {
+    check_sequence_chunks(c);
+  } else {
+    NDT_CHECK(c.pp_seq_chunks == 1,
+              "parallel.pp_seq_chunks = {} cuts micro-batches into sequence chunks, which only parallel.pp_schedule = "
+              "\"seq1f1b\" runs (parallel.pp_schedule = \"{}\")",
+              c.pp_seq_chunks, pipeline_schedule_name(c.pp_schedule));
+  }
 }
 
 void check_tensor_and_sequence_parallel(const RunConfig& c) {

@@ -66,5 +66,73 @@ TEST_F(Seq1F1BTest, MatchesOneRank) {
   }
 }
 
+// Catches: Seq1F1B's gradients reduced over data parallelism before every unit's
+// backward has added to them (or twice), FSDP freeing a group while a later sequence
+// chunk still needs it, tp ranks' K/V heads or sequence-parallel rows of the wrong
+// chunk: pp=2 x DDP 2, pp=2 x FSDP 2 and pp=2 x tp=2 (with and without SP), k = 2.
+TEST_F(Seq1F1BTest, ComposesWithDataAndTensorParallel) {
+  Communicator& world = testing::world();
+  if (world.size() != 4) GTEST_SKIP() << "needs 4 ranks";
+  for (bool llama : {false, true}) {
+    RunConfig c = run(llama, 10);
+    c.micro_batch_size = 2;  // 1 micro-batch of 2 rows per dp rank; SP splits a chunk's rows over tp
+    const TrainedRun reference = train(c, testing::one_rank_mesh());
+    const RunConfig s = seq1f1b(c, 2, 2);
+    {
+      DeviceMesh mesh(world, s.resolve_mesh(4));  // pp=2 x dp=2
+      expect_same_run(reference, train(s, mesh), what(llama, 2, 2, " x dp=2").c_str());
+    }
+    {
+      RunConfig fsdp = s;
+      fsdp.mesh.dp_shard = 2;
+      fsdp.zero_stage = 3;
+      DeviceMesh mesh(world, fsdp.resolve_mesh(4));
+      expect_same_run(reference, train(fsdp, mesh), what(llama, 2, 2, " x FSDP 2").c_str());
+    }
+    for (bool sp : {false, true}) {
+      RunConfig tp = s;
+      tp.mesh.tp = 2;
+      tp.sequence_parallel = sp;
+      DeviceMesh mesh(world, tp.resolve_mesh(4));  // pp=2 x tp=2
+      expect_same_run(reference, train(tp, mesh), what(llama, 2, 2, sp ? " x tp=2 + SP" : " x tp=2").c_str());
+    }
+  }
+}
+
+// Catches: contexts of whole micro-batches under Seq1F1B (no memory saved), chunks kept
+// past their backward, a memory model that misses the key/value sums or the dropped
+// attention probabilities. After one step the ledger holds exactly the prediction for
+// the schedule's peak of units, and a unit's context is at most 1 / k of a 1F1B
+// micro-batch's (the attention probabilities of a chunk are not kept at all).
+TEST_F(Seq1F1BTest, ActivationsAreOneKthPerUnitAndEqualTheMemoryModel) {
+  Communicator& world = testing::world();
+  const int pp = world.size();
+  for (int k : {1, 2, 4}) {
+    RunConfig c = k == 1 ? run(false, 1) : seq1f1b(run(false, 1), pp, k);
+    c.mesh.pp = pp;
+    DeviceMesh mesh(world, c.resolve_mesh(pp));
+    MemoryLedger& ledger = MemoryLedger::instance();
+    const size_t before = ledger.current(MemTag::activations);
+    Trainer trainer(c, mesh, nullptr);
+    trainer.step();
+    const int rank = mesh.coord(Axis::pp), m = 4;  // micro-batches of run()
+    const PipelineShape shape{pp, 1, m, k};
+    const int live = peak_live_contexts(pipeline_actions(c.pp_schedule, shape, rank));
+    EXPECT_EQ(live, std::min(pp - rank + k - 1, m * k)) << "k " << k << " pp rank " << rank;
+    EXPECT_EQ(trainer.pipeline()->peak_live_contexts(), live) << "k " << k << " pp rank " << rank;
+    const std::vector<char>& units = trainer.model().local_units();
+    const int64_t predicted =
+        predict_pipeline_activation_bytes(c.model, 1, c.seq_len, c.loss_chunk_rows, {}, units, live, k);
+    EXPECT_EQ(static_cast<int64_t>(ledger.current(MemTag::activations) - before), predicted)
+        << "k " << k << " pp rank " << rank;
+    ActivationLayout chunked;
+    chunked.seq_chunks = k;
+    const int64_t unit = context_floats(c.model, chunked, 1, c.seq_len / k, {}, units);
+    const int64_t whole = context_floats(c.model, {}, 1, c.seq_len, {}, units);
+    EXPECT_LE(unit * k, whole) << "k " << k;
+    EXPECT_GE(unit * k, whole * 3 / 4) << "k " << k;
+  }
+}
+
 }  // namespace
 }  // namespace ndt

@@ -212,6 +212,32 @@ TEST_F(ConfigTest, ActivationCheckpointingSettings) {
   EXPECT_EQ(c.activation_checkpointing.mode, CheckpointMode::selective);
 }
 
+// Catches: Seq1F1B accepted where its sequence chunks cannot run (k not dividing the
+// sequence, k = 1, context parallelism, document boundaries, MoE, recompute, low
+// precision), or refused without the setting and its value.
+TEST_F(ConfigTest, Seq1F1BRefusalsNameTheSettings) {
+  const std::vector<std::string> seq = {"parallel.pp=2", "parallel.pp_schedule=seq1f1b", "train.seq_len=64"};
+  auto with = [&](std::vector<std::string> more) {
+    more.insert(more.begin(), seq.begin(), seq.end());
+    return error_of(more);
+  };
+  EXPECT_EQ(with({"parallel.pp_seq_chunks=4"}), "");
+  EXPECT_ERROR_MENTIONS(with({"parallel.pp_seq_chunks=3"}), "parallel.pp_seq_chunks >= 2 dividing train.seq_len = 64, got 3");
+  EXPECT_ERROR_MENTIONS(with({}), "parallel.pp_seq_chunks >= 2 dividing train.seq_len = 64, got 1");
+  EXPECT_ERROR_MENTIONS(with({"parallel.pp_seq_chunks=2", "parallel.cp=2"}), "not supported with parallel.cp = 2");
+  EXPECT_ERROR_MENTIONS(with({"parallel.pp_seq_chunks=2", "data.document_boundaries=true"}),
+                        "not supported with data.document_boundaries = true");
+  EXPECT_ERROR_MENTIONS(with({"parallel.pp_seq_chunks=2", "model.n_experts=4", "model.moe_top_k=2"}),
+                        "not supported with model.n_experts = 4");
+  EXPECT_ERROR_MENTIONS(with({"parallel.pp_seq_chunks=2", "train.activation_checkpointing=selective"}),
+                        "(parallel.pp_seq_chunks = 2) is not supported with train.activation_checkpointing = \"selective\"");
+  EXPECT_ERROR_MENTIONS(with({"parallel.pp_seq_chunks=2", "precision.compute=bf16"}),
+                        "not supported with precision.compute = \"bf16\"");
+  EXPECT_ERROR_MENTIONS(error_of({"parallel.pp=2", "parallel.pp_seq_chunks=2"}),
+                        "parallel.pp_seq_chunks = 2 cuts micro-batches into sequence chunks");
+  EXPECT_ERROR_MENTIONS(error_of({"parallel.pp_seq_chunks=2"}), "apply with parallel.pp > 1");
+}
+
 // Catches: pipeline settings that cannot run accepted until the first step (or never).
 TEST_F(ConfigTest, PipelineSettings) {
   EXPECT_ERROR_MENTIONS(error_of({"parallel.pp=2", "parallel.pp_schedule=dualpipe"}),
