@@ -4,11 +4,13 @@
 // actions, as a fraction of the step's span over all ranks, averaged over the ranks)
 // next to the simulator's prediction from each rank's measured mean action costs and a
 // measured boundary-tensor transfer time,
-// and the contexts rank 0 kept in flight.
+// the contexts rank 0 kept in flight and rank 0's peak of activation bytes (the ledger's,
+// over the schedule's warm-up and timed steps).
 #include "apps/ndtrain/commands.h"
 #include "comm/device_mesh.h"
 #include "comm/mpi_communicator.h"
 #include "core/error.h"
+#include "core/memory.h"
 #include "core/rng.h"
 #include "core/timing.h"
 #include "data/shard.h"
@@ -70,10 +72,11 @@ int run_bench_pipeline(const PipelineBenchOptions& o) {
   print(fmt::format("  boundary tensor [{} x {}, {}]: {:.3f} ms from send to arrival (half a ping-pong)\n",
                     o.micro_batch_size, o.seq_len, shape_of.d_model, 1e3 * communication));
   print("  schedule          | step (median) | tokens/s | bubble measured | simulated (measured costs) | "
-        "contexts on rank 0\n");
+        "contexts on rank 0 | peak activations on rank 0\n");
   for (const std::string& name : split_comma_list(o.schedules)) {
     const PipelineSchedule schedule = pipeline_schedule_from_name(name);
     const int v = schedule == PipelineSchedule::interleaved_1f1b ? 2 : 1;
+    const int seq_chunks = schedule == PipelineSchedule::seq1f1b ? o.seq_chunks : 1;
     RunConfig c;
     c.model = ModelConfig::preset(o.preset);
     c.model.n_layer = o.layers;
@@ -91,7 +94,11 @@ int run_bench_pipeline(const PipelineBenchOptions& o) {
     c.mesh.pp = pp;
     c.pp_schedule = schedule;
     c.pp_virtual_stages = v;
+    c.pp_seq_chunks = seq_chunks;
     DeviceMesh mesh(*world, c.resolve_mesh(pp));
+    MemoryLedger& ledger = MemoryLedger::instance();
+    const size_t activations_before = ledger.current(MemTag::activations);
+    ledger.reset_peaks();
     Trainer trainer(c, mesh, nullptr);
     trainer.step();  // warm-up
     std::vector<double> steps, measured;
@@ -115,10 +122,11 @@ int run_bench_pipeline(const PipelineBenchOptions& o) {
         cost_count[k] += static_cast<double>(t.compute[k].size());
       }
     }
-    // Each rank's mean cost of each compute action (one chunk's; the simulator takes a
-    // rank's share, v chunks), gathered: the stages differ.
+    // Each rank's mean cost of each compute action (one chunk's, of one sequence chunk;
+    // the simulator takes a rank's share of a micro-batch, v chunks x k sequence chunks),
+    // gathered: the stages differ.
     std::array<float, 4> mine{};
-    for (size_t k = 0; k < 4; ++k) mine[k] = cost_count[k] > 0 ? static_cast<float>(v * cost_sum[k] / cost_count[k]) : 0.0f;
+    for (size_t k = 0; k < 4; ++k) mine[k] = cost_count[k] > 0 ? static_cast<float>(v * seq_chunks * cost_sum[k] / cost_count[k]) : 0.0f;
     std::vector<float> all(static_cast<size_t>(4 * pp));
     world->all_gather(mine.data(), all.data(), 4, DType::f32);
     std::vector<PipelineCosts> costs(static_cast<size_t>(pp));
@@ -131,12 +139,14 @@ int run_bench_pipeline(const PipelineBenchOptions& o) {
       c_r.backward_weight = m[3] > 0 ? m[3] : c_r.backward / 2;
       c_r.communication = communication;
     }
-    const PipelineShape shape{pp, v, o.micro_batches};
+    const PipelineShape shape{pp, v, o.micro_batches, seq_chunks};
     const double simulated = simulate_pipeline(pipeline_actions_of_all_ranks(schedule, shape), shape, costs).mean_bubble;
     const double step_s = median(steps);
-    print(fmt::format("  {:<17} | {:>11.3f} s | {:>8.0f} | {:>14.1f}% | {:>25.1f}% | {}\n", name, step_s,
-                      c.batch_size * c.seq_len / step_s, 100.0 * median(measured), 100.0 * simulated,
-                      trainer.pipeline()->peak_live_contexts()));
+    const double peak_mib = static_cast<double>(ledger.peak(MemTag::activations) - activations_before) / (1 << 20);
+    const std::string label = seq_chunks > 1 ? fmt::format("{} k={}", name, seq_chunks) : name;
+    print(fmt::format("  {:<17} | {:>11.3f} s | {:>8.0f} | {:>14.1f}% | {:>25.1f}% | {:>18} | {:>22.2f} MiB\n", label,
+                      step_s, c.batch_size * c.seq_len / step_s, 100.0 * median(measured), 100.0 * simulated,
+                      trainer.pipeline()->peak_live_contexts(), peak_mib));
   }
   world->barrier();
   if (world->rank() == 0) std::filesystem::remove(data);

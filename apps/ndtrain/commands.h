@@ -144,7 +144,8 @@ struct PipelineBenchOptions {
   int micro_batches = 8;
   int micro_batch_size = 2;
   int steps = 5;
-  std::string schedules = "gpipe,1f1b,interleaved_1f1b,zb_h1";
+  std::string schedules = "gpipe,1f1b,interleaved_1f1b,zb_h1,seq1f1b";
+  int seq_chunks = 2;  // seq1f1b's parallel.pp_seq_chunks
 };
 int run_bench_pipeline(const PipelineBenchOptions& options);
 

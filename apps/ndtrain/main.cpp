@@ -12,6 +12,7 @@
 //   ndtrain bench checkpoint [--preset NAME] [--dir DIR] [--reps R]
 //   ndtrain bench offload [--part io|overhead|capacity|all] [--dir DIR] [--rounds R] [--memory-gib G] [--disk-gib D]
 //   mpirun -np P ndtrain bench pipeline [--layers L] [--seq T] [--micro-batches M] [--schedules S,...]
+//                                       [--seq-chunks K]
 //   ndtrain bench recompute [--preset NAME] [--batch B] [--seq T] [--threads N] [--rounds R] [--memory-budget-gib G]
 //   mpirun -np N ndtrain bench comm [--max-bytes B] [--iters I] [--async]
 //   mpirun -np N ndtrain bench overlap [--bytes B] [--poll-ms MS]
@@ -237,6 +238,7 @@ int main(int argc, char** argv) {
   bench_pipeline->add_option("--micro-batch-size", pipeline_bench.micro_batch_size, "Sequences per micro-batch");
   bench_pipeline->add_option("--steps", pipeline_bench.steps, "Timed steps per schedule (medians reported)");
   bench_pipeline->add_option("--schedules", pipeline_bench.schedules, "Comma-separated parallel.pp_schedule names");
+  bench_pipeline->add_option("--seq-chunks", pipeline_bench.seq_chunks, "Sequence chunks per micro-batch of seq1f1b");
 
   // bench comm / bench overlap (apps/ndtrain/bench_comm.cpp)
   ndt::CommBenchOptions comm_bench;

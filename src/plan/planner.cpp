@@ -411,6 +411,11 @@ Candidate LayoutScorer::candidate(const RunConfig& config, const Cluster& cluste
   if (c.m.pp > 1) {
     NDT_CHECK(config.pp_layers.empty(), "the planner balances pipeline stages itself: parallel.pp_layers = \"{}\"",
               config.pp_layers);
+    // Its units hold 1/k of a micro-batch's activations, which the stage memory below
+    // does not model yet (it would count each as a whole micro-batch).
+    NDT_CHECK(config.pp_schedule != PipelineSchedule::seq1f1b,
+              "the planner does not model parallel.pp_schedule = \"seq1f1b\" (parallel.pp_seq_chunks = {}) yet",
+              config.pp_seq_chunks);
     c.facts = &pipeline_facts(config.pp_schedule, c.shape);
     c.split = &stages(config, c.m.pp * config.pp_virtual_stages);
   }

@@ -63,6 +63,24 @@ Layout layout_of(int pp, int dp_replicate, int dp_shard, int cp, int tp, int zer
   return l;
 }
 
+// Catches: a Seq1F1B layout scored as if its units were whole micro-batches (its
+// activations overestimated k-fold) instead of refused by name.
+TEST(PlannerInput, Seq1F1BIsRefusedByName) {
+  ModelConfig m = ModelConfig::preset("gpt2-124m");
+  RunConfig c = run_of(m, 1024, 64, layout_of(2, 1, 1, 1, 1, 0, "seq1f1b", 1, CheckpointMode::none));
+  c.precision.compute = DType::f32;
+  c.pp_seq_chunks = 2;
+  const Cluster cluster = make_cluster(builtin_device("a100-80g"), 0, 2, 2);
+  try {
+    score_layout(c, cluster);
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("parallel.pp_schedule = \"seq1f1b\" (parallel.pp_seq_chunks = 2)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 // Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU Clusters
 // Using Megatron-LM", Table 1, the 145.6B row: GPT, 80 layers, hidden 12288, 96 heads,
 // vocabulary 51200, sequence 2048, batch 2304, tp 8 x pp 8 on 1536 A100-80GB (Selene):
