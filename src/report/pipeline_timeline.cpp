@@ -22,7 +22,9 @@ std::optional<MeasuredPipeline> read_pipeline_timeline(const std::filesystem::pa
     const nlohmann::json j = nlohmann::json::parse(in);
     measured.step = j.at("step").get<int64_t>();
     measured.schedule = j.at("schedule").get<std::string>();
-    s.shape = {j.at("pp").get<int>(), j.at("virtual_stages").get<int>(), j.at("micro_batches").get<int>()};
+    // seq_chunks (Seq1F1B) is absent from files written before it.
+    s.shape = {j.at("pp").get<int>(), j.at("virtual_stages").get<int>(), j.at("micro_batches").get<int>(),
+               j.value("seq_chunks", 1)};
     const nlohmann::json& ranks = j.at("ranks");
     NDT_CHECK(ranks.is_array() && static_cast<int>(ranks.size()) == s.shape.pp,
               "pipeline timeline \"{}\": {} ranks listed for pp = {}", file.string(), ranks.size(), s.shape.pp);
@@ -32,7 +34,7 @@ std::optional<MeasuredPipeline> read_pipeline_timeline(const std::filesystem::pa
       for (const nlohmann::json& a : rank) {
         TimedPipelineAction t;
         t.action = {pipeline_action_kind_from_name(a.at("kind").get<std::string>()), a.at("micro_batch").get<int>(),
-                    a.at("chunk").get<int>(), a.at("peer").get<int>()};
+                    a.at("chunk").get<int>(), a.at("peer").get<int>(), a.value("seq_chunk", 0)};
         t.start = 1e3 * a.at("start_s").get<double>();
         t.end = 1e3 * a.at("end_s").get<double>();
         if (!is_communication(t.action.kind)) busy += t.end - t.start;

@@ -190,6 +190,7 @@ void MetricsWriter::pipeline_timeline(const std::string& out_dir,
                          {"micro_batch", t.action.micro_batch},
                          {"chunk", t.action.chunk},
                          {"peer", t.action.peer},
+                         {"seq_chunk", t.action.seq_chunk},
                          {"start_s", t.start},
                          {"end_s", t.end}});
     }
@@ -200,6 +201,7 @@ void MetricsWriter::pipeline_timeline(const std::string& out_dir,
                                {"pp", shape.pp},
                                {"virtual_stages", shape.v},
                                {"micro_batches", shape.m},
+                               {"seq_chunks", shape.seq_chunks},
                                {"ranks", ranks}};
   AtomicFile out(std::filesystem::path(out_dir) / "pipeline_timeline.json");
   const std::string text = file.dump() + '\n';

@@ -9,11 +9,16 @@
 #include "core/memory.h"
 #include "parallel/memory_model.h"
 #include "parallel/pipeline/runner.h"
+#include "report/pipeline_timeline.h"
 #include "mpi_env.h"
 #include "parity.h"
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
+#include <optional>
 #include <string>
 
 namespace ndt {
@@ -132,6 +137,40 @@ TEST_F(Seq1F1BTest, ActivationsAreOneKthPerUnitAndEqualTheMemoryModel) {
     EXPECT_LE(unit * k, whole) << "k " << k;
     EXPECT_GE(unit * k, whole * 3 / 4) << "k " << k;
   }
+}
+
+// Catches: the measured timeline (pipeline_timeline.json, `ndtrain report`) losing the
+// sequence chunk of each action, so Seq1F1B's units would be drawn as repeated
+// micro-batches: every rank's gathered actions are its schedule's, in order.
+TEST_F(Seq1F1BTest, MeasuredTimelineKeepsTheSequenceChunks) {
+  Communicator& world = testing::world();
+  RunConfig c = seq1f1b(run(false, 1), world.size(), 2);
+  int32_t pid = static_cast<int32_t>(::getpid());
+  world.broadcast(&pid, 1, DType::i32, 0);
+  c.out_dir = "/tmp/ndt_seq1f1b_timeline_" + std::to_string(pid);  // rank 0 owns and writes it
+  c.checkpoint_dir = "";
+  c.save_on_exit = false;
+  {
+    DeviceMesh mesh(world, c.resolve_mesh(world.size()));
+    Trainer trainer(c, mesh, nullptr);
+    trainer.run();
+  }
+  if (world.rank() == 0) {
+    const std::optional<MeasuredPipeline> measured = read_pipeline_timeline(c.out_dir + "/pipeline_timeline.json");
+    ASSERT_TRUE(measured.has_value());
+    const PipelineSimulation& s = measured->simulation;
+    EXPECT_EQ(s.shape.seq_chunks, 2);
+    ASSERT_EQ(static_cast<int>(s.timeline.size()), world.size());
+    for (int r = 0; r < world.size(); ++r) {
+      const std::vector<PipelineAction> expected = pipeline_actions(PipelineSchedule::seq1f1b, s.shape, r);
+      ASSERT_EQ(s.timeline[static_cast<size_t>(r)].size(), expected.size()) << "rank " << r;
+      for (size_t i = 0; i < expected.size(); ++i) {
+        EXPECT_EQ(s.timeline[static_cast<size_t>(r)][i].action, expected[i]) << "rank " << r << " action " << i;
+      }
+    }
+    std::filesystem::remove_all(c.out_dir);
+  }
+  world.barrier();
 }
 
 }  // namespace

@@ -224,11 +224,11 @@ PipelineLosses PipelineRunner::train(const Prepare& prepare) {
 }
 
 std::vector<std::vector<TimedPipelineAction>> PipelineRunner::gather_last_step_timeline() {
-  // An action travels as 6 f32 words: kind, micro-batch, chunk, peer (small integers,
-  // exact in f32), start and end (seconds: f32 keeps well under a microsecond within a
+  // An action travels as 7 f32 words: kind, micro-batch, chunk, peer, sequence chunk
+  // (small integers, exact in f32), start and end (seconds: f32 keeps well under a microsecond within a
   // step of seconds, plenty for a picture). Ranks run lists of different lengths: each
   // pads to the longest.
-  constexpr size_t kWords = 6;
+  constexpr size_t kWords = 7;
   const int32_t mine = static_cast<int32_t>(times_.actions.size());
   std::vector<int32_t> counts(static_cast<size_t>(pp_.size()));
   pp_.all_gather(&mine, counts.data(), 1, DType::i32);
@@ -238,7 +238,8 @@ std::vector<std::vector<TimedPipelineAction>> PipelineRunner::gather_last_step_t
     const TimedPipelineAction& t = times_.actions[i];
     const float words[kWords] = {static_cast<float>(t.action.kind), static_cast<float>(t.action.micro_batch),
                                  static_cast<float>(t.action.chunk), static_cast<float>(t.action.peer),
-                                 static_cast<float>(t.start),       static_cast<float>(t.end)};
+                                 static_cast<float>(t.action.seq_chunk), static_cast<float>(t.start),
+                                 static_cast<float>(t.end)};
     std::copy(words, words + kWords, send.begin() + static_cast<std::ptrdiff_t>(i * kWords));
   }
   pp_.all_gather(send.data(), all.data(), send.size(), DType::f32);
@@ -246,9 +247,9 @@ std::vector<std::vector<TimedPipelineAction>> PipelineRunner::gather_last_step_t
   for (size_t r = 0; r < counts.size(); ++r) {
     for (size_t i = 0; i < static_cast<size_t>(counts[r]); ++i) {
       const float* w = all.data() + (r * longest + i) * kWords;
-      timeline[r].push_back({w[4], w[5],
+      timeline[r].push_back({w[5], w[6],
                              PipelineAction{static_cast<PipelineActionKind>(w[0]), static_cast<int>(w[1]),
-                                            static_cast<int>(w[2]), static_cast<int>(w[3])}});
+                                            static_cast<int>(w[2]), static_cast<int>(w[3]), static_cast<int>(w[4])}});
     }
   }
   return timeline;
