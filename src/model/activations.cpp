@@ -307,6 +307,11 @@ int64_t moe_block_floats(const ModelConfig& c, const ActivationLayout& tp, int B
   return N * c.n_experts + rows * (2 * int64_t{c.d_model} + (c.arch == Arch::llama ? 3 : 2) * F);
 }
 
+int64_t sequence_chunk_sum_floats(const ModelConfig& c, const ActivationLayout& tp, int B, int T, int seq_chunks) {
+  const BlockDims d(c, tp, B, T);
+  return (seq_chunks - 1) * 2 * d.N * d.KD;
+}
+
 void carve_context(MicroBatchContext& ctx, const ModelConfig& c, const ActivationLayout& tp, int B, int T,
                    const ActivationCheckpointing& policy, const std::vector<char>& local_units, DType compute) {
   check_shape(c, tp, B, T);

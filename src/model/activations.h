@@ -233,6 +233,10 @@ int64_t block_local_row_floats(const ModelConfig& c, const ActivationLayout& tp,
 int64_t moe_block_floats(const ModelConfig& c, const ActivationLayout& tp, int B, int T, int layer,
                          const ActivationCheckpointing& policy = {});
 
+// Seq1F1B (model/sequence_chunks.h): floats of one block's key/value gradient sums for
+// sequence chunks of B x T rows, (k - 1) x 2 x B x T x KV heads (/ tp) x head size.
+int64_t sequence_chunk_sum_floats(const ModelConfig& c, const ActivationLayout& tp, int B, int T, int seq_chunks);
+
 // Points the context's views into its arena (allocated or grown here) for B x T.
 void carve_context(MicroBatchContext& ctx, const ModelConfig& c, const ActivationLayout& tp, int B, int T,
                    const ActivationCheckpointing& policy = {}, const std::vector<char>& local_units = {},

@@ -59,9 +59,4 @@ int64_t sequence_chunk_scratch_floats(int64_t B, int64_t T, int64_t NH, int64_t 
   return B * T * NH * HS + B * NH * T;
 }
 
-int64_t sequence_chunk_sum_floats(const ModelConfig& c, const ActivationLayout& tp, int B, int T, int seq_chunks) {
-  const BlockDims d(c, tp, B, T);
-  return (seq_chunks - 1) * 2 * d.N * d.KD;
-}
-
 }  // namespace ndt

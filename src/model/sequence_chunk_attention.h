@@ -26,8 +26,5 @@ void sequence_chunk_attention_backward(const AttentionBackward& a, const Sequenc
 // Workspace scratch for a chunk of B x T rows of NH heads: forward's partial output and
 // log-sum-exp (backward's row term fits in it).
 int64_t sequence_chunk_scratch_floats(int64_t B, int64_t T, int64_t NH, int64_t HS);
-// Floats of one block's key/value sums for chunks of B x T rows: (k - 1) x 2 x B x T x
-// KV heads (/ tp) x head size.
-int64_t sequence_chunk_sum_floats(const ModelConfig& c, const ActivationLayout& tp, int B, int T, int seq_chunks);
 
 }  // namespace ndt

@@ -1,7 +1,6 @@
 #include "parallel/memory_model.h"
 
 #include "core/error.h"
-#include "model/sequence_chunk_attention.h"
 
 namespace ndt {
 
@@ -46,17 +45,6 @@ ModelStateBytes model_states_from_count(int64_t num_params, int dp_shard, int ze
   return m;
 }
 
-int largest_batch_in_budget(const ModelConfig& config, int T, int loss_chunk_rows, const ActivationLayout& tp,
-                            const ActivationCheckpointing& policy, int64_t model_state_bytes, double budget_bytes) {
-  int fits = 0;
-  for (int b = 1; b <= 4096; ++b) {
-    const int64_t bytes = model_state_bytes + Transformer::predict_activation_bytes(config, b, T, loss_chunk_rows, tp, policy);
-    if (static_cast<double>(bytes) > budget_bytes) break;
-    fits = b;
-  }
-  return fits;
-}
-
 int64_t predict_pipeline_activation_bytes(const ModelConfig& config, int B, int T, int loss_chunk_rows,
                                           const ActivationLayout& tp, const std::vector<char>& local_units,
                                           int contexts, int seq_chunks) {
@@ -73,6 +61,17 @@ int64_t predict_pipeline_activation_bytes(const ModelConfig& config, int B, int 
     }
   }
   return floats * 4;
+}
+
+int largest_batch_in_budget(const ModelConfig& config, int T, int loss_chunk_rows, const ActivationLayout& tp,
+                            const ActivationCheckpointing& policy, int64_t model_state_bytes, double budget_bytes) {
+  int fits = 0;
+  for (int b = 1; b <= 4096; ++b) {
+    const int64_t bytes = model_state_bytes + Transformer::predict_activation_bytes(config, b, T, loss_chunk_rows, tp, policy);
+    if (static_cast<double>(bytes) > budget_bytes) break;
+    fits = b;
+  }
+  return fits;
 }
 
 }  // namespace ndt

@@ -42,12 +42,6 @@ struct ModelStateBytes {
 ModelStateBytes predict_model_states(const std::vector<ParameterSpec>& specs, int dp_shard, int zero_stage,
                                      DType compute = DType::f32, int ep = 1);
 
-// The most sequences of T tokens per rank (up to 4096) whose predicted memory, the
-// model states plus one micro-batch's activations (Transformer::predict_activation_bytes
-// with these settings), fits budget_bytes; 0 if not even one does.
-int largest_batch_in_budget(const ModelConfig& config, int T, int loss_chunk_rows, const ActivationLayout& tp,
-                            const ActivationCheckpointing& policy, int64_t model_state_bytes, double budget_bytes);
-
 // Activation bytes (ledger tag activations) a pipeline rank holds after a step: its pool
 // of `contexts` contexts (the schedule's peak_live_contexts), each holding the units
 // `local_units` flags (model/unit.h), and the workspace they share, for micro-batches of
@@ -57,6 +51,12 @@ int largest_batch_in_budget(const ModelConfig& config, int T, int loss_chunk_row
 int64_t predict_pipeline_activation_bytes(const ModelConfig& config, int B, int T, int loss_chunk_rows,
                                           const ActivationLayout& tp, const std::vector<char>& local_units,
                                           int contexts, int seq_chunks = 1);
+
+// The most sequences of T tokens per rank (up to 4096) whose predicted memory, the
+// model states plus one micro-batch's activations (Transformer::predict_activation_bytes
+// with these settings), fits budget_bytes; 0 if not even one does.
+int largest_batch_in_budget(const ModelConfig& config, int T, int loss_chunk_rows, const ActivationLayout& tp,
+                            const ActivationCheckpointing& policy, int64_t model_state_bytes, double budget_bytes);
 
 // Bytes per parameter of each model state before sharding.
 struct ModelStateAccounting {
