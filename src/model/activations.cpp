@@ -300,16 +300,16 @@ int64_t workspace_floats(const ModelConfig& c, const ActivationLayout& tp, int B
   return m.used();
 }
 
+int64_t sequence_chunk_sum_floats(const ModelConfig& c, const ActivationLayout& tp, int B, int T, int seq_chunks) {
+  const BlockDims d(c, tp, B, T);
+  return (seq_chunks - 1) * 2 * d.N * d.KD;
+}
+
 int64_t moe_block_floats(const ModelConfig& c, const ActivationLayout& tp, int B, int T, int layer,
                          const ActivationCheckpointing& policy) {
   if (!c.is_moe_block(layer) || policy.of_block(layer) == CheckpointMode::full) return 0;
   const int64_t N = int64_t{B} * T, rows = N * c.moe_top_k, F = c.expert_d_ff() / tp.tp;
   return N * c.n_experts + rows * (2 * int64_t{c.d_model} + (c.arch == Arch::llama ? 3 : 2) * F);
-}
-
-int64_t sequence_chunk_sum_floats(const ModelConfig& c, const ActivationLayout& tp, int B, int T, int seq_chunks) {
-  const BlockDims d(c, tp, B, T);
-  return (seq_chunks - 1) * 2 * d.N * d.KD;
 }
 
 void carve_context(MicroBatchContext& ctx, const ModelConfig& c, const ActivationLayout& tp, int B, int T,

@@ -224,6 +224,10 @@ int64_t workspace_floats(const ModelConfig& c, const ActivationLayout& tp, int B
 int64_t block_activation_floats(const ModelConfig& c, const ActivationLayout& tp, int B, int T);
 int64_t block_local_row_floats(const ModelConfig& c, const ActivationLayout& tp, int B, int T);
 
+// Seq1F1B (model/sequence_chunks.h): floats of one block's key/value gradient sums for
+// sequence chunks of B x T rows, (k - 1) x 2 x B x T x KV heads (/ tp) x head size.
+int64_t sequence_chunk_sum_floats(const ModelConfig& c, const ActivationLayout& tp, int B, int T, int seq_chunks);
+
 // Floats an MoE block keeps outside the arena (MoeActivations) for B x T local rows,
 // when its routing is balanced and nothing is dropped: the router logits (N x E) and
 // N x top_k routed rows of its inputs, outputs and hidden activations (2 of width F / tp
@@ -232,10 +236,6 @@ int64_t block_local_row_floats(const ModelConfig& c, const ActivationLayout& tp,
 // block or one under full recompute (which keeps nothing).
 int64_t moe_block_floats(const ModelConfig& c, const ActivationLayout& tp, int B, int T, int layer,
                          const ActivationCheckpointing& policy = {});
-
-// Seq1F1B (model/sequence_chunks.h): floats of one block's key/value gradient sums for
-// sequence chunks of B x T rows, (k - 1) x 2 x B x T x KV heads (/ tp) x head size.
-int64_t sequence_chunk_sum_floats(const ModelConfig& c, const ActivationLayout& tp, int B, int T, int seq_chunks);
 
 // Points the context's views into its arena (allocated or grown here) for B x T.
 void carve_context(MicroBatchContext& ctx, const ModelConfig& c, const ActivationLayout& tp, int B, int T,
