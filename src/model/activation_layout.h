@@ -6,7 +6,6 @@
 //   - Context parallelism (cp ranks, docs/context_parallel.md): each rank holds T / cp
 //     tokens of every sequence, as runs of the sequence (CpLayout::runs), and only
 //     attention sees the other ranks' tokens.
-//   - Seq1F1B's sequence chunks: each context holds T / k tokens of every sequence.
 #pragma once
 
 #include <cstdint>

@@ -407,7 +407,7 @@ Candidate LayoutScorer::candidate(const RunConfig& config, const Cluster& cluste
   c.layout.tp = c.m.tp;
   c.layout.sequence_parallel = config.sequence_parallel;
   c.layout.cp = CpLayout{c.m.cp, config.cp_mode, config.cp_chunks};
-  c.shape = PipelineShape{c.m.pp, config.pp_virtual_stages, c.resolved.micro_batches(), config.pp_seq_chunks};
+  c.shape = PipelineShape{c.m.pp, config.pp_virtual_stages, c.resolved.micro_batches()};
   if (c.m.pp > 1) {
     NDT_CHECK(config.pp_layers.empty(), "the planner balances pipeline stages itself: parallel.pp_layers = \"{}\"",
               config.pp_layers);
