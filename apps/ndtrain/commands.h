@@ -144,7 +144,7 @@ struct PipelineBenchOptions {
   int micro_batches = 8;
   int micro_batch_size = 2;
   int steps = 5;
-  std::string schedules = "gpipe,1f1b,interleaved_1f1b,zb_h1";
+  std::string schedules = "gpipe,1f1b,interleaved_1f1b,zb_h1,zb_v,dualpipev";
 };
 int run_bench_pipeline(const PipelineBenchOptions& options);
 

@@ -256,10 +256,11 @@ int main(int argc, char** argv) {
   ndt::SimulatePipelineOptions pipeline_options;
   auto* simulate_pipeline = app.add_subcommand(
       "simulate-pipeline", "Time a pipeline schedule with per-action costs: timeline, bubble, live activations");
-  simulate_pipeline->add_option("--schedule", pipeline_options.schedule, "gpipe, 1f1b, interleaved_1f1b or zb_h1");
+  simulate_pipeline->add_option("--schedule", pipeline_options.schedule,
+                                "gpipe, 1f1b, interleaved_1f1b, zb_h1, zb_v or dualpipev");
   simulate_pipeline->add_option("--pp", pipeline_options.pp, "Pipeline ranks");
   simulate_pipeline->add_option("--virtual-stages", pipeline_options.virtual_stages,
-                                "Chunks per rank (interleaved_1f1b: 2 or more)");
+                                "Chunks per rank (interleaved_1f1b: 2 or more; zb_v, dualpipev: 2)");
   simulate_pipeline->add_option("--micro-batches", pipeline_options.micro_batches, "Micro-batches per step");
   simulate_pipeline->add_option("--svg", pipeline_options.svg, "Also draw the timeline into this SVG file");
   simulate_pipeline->add_option("--forward-cost", pipeline_options.costs.forward,
@@ -299,7 +300,7 @@ int main(int argc, char** argv) {
   plan->add_option("--micro-batch-sizes", plan_options.micro_batches, "Comma list to search (default 1,2,4,8)");
   plan->add_option("--recompute", plan_options.recompute, "Comma list to search (default none,selective,full)");
   plan->add_option("--schedules", plan_options.schedules,
-                   "Comma list of pipeline schedules to search (default 1f1b,interleaved_1f1b,zb_h1,gpipe)");
+                   "Comma list of pipeline schedules to search (default 1f1b,interleaved_1f1b,zb_h1,zb_v,dualpipev,gpipe)");
   plan->add_option("--cp-modes", plan_options.cp_modes, "Comma list to search (default ring,ulysses)");
   plan->add_option("--offload", plan_options.offloads,
                    "Comma list of offload choices to search, where the device has a disk bandwidth (--device cpu "

@@ -58,6 +58,12 @@ const PipelineFacts& pipeline_facts(PipelineSchedule schedule, const PipelineSha
   return cache.emplace(key, PipelineFacts{s.mean_bubble, s.peak_live_contexts}).first->second;
 }
 
+// The chunks per pp rank and their placement (a V or a loop) as one number, for the
+// keys of what depends on which units a stage holds.
+int chunk_arrangement(const RunConfig& c) {
+  return c.pp_virtual_stages * 2 + (pipeline_placement(c.pp_schedule) == PipelinePlacement::v ? 1 : 0);
+}
+
 std::string gib(double bytes) { return fmt::format("{:.2f} GiB", bytes / kGiB); }
 
 std::string overflow_message(const MemoryEstimate& m, int stage, int pp, double budget) {
@@ -322,22 +328,26 @@ class LayoutScorer {
     if (it == stages_.end()) it = stages_.emplace(chunks, partition_pipeline(model_, c.seq_len, chunks)).first;
     return it->second;
   }
-  const std::vector<char>& stage_local_units(int pp, int v, int stage, const PipelineStages& split) {
-    const auto key = std::make_tuple(pp, v, stage);
+  const std::vector<char>& stage_local_units(const RunConfig& c, const PipelineShape& shape, int stage,
+                                            const PipelineStages& split) {
+    const auto key = std::make_tuple(shape.pp, chunk_arrangement(c), stage);
     auto it = local_units_.find(key);
-    if (it == local_units_.end()) it = local_units_.emplace(key, split.local_units(stage, pp)).first;
+    if (it == local_units_.end()) it = local_units_.emplace(key, split.local_units(stage, shape)).first;
     return it->second;
   }
-  // One tp rank's parameter specs of pipeline rank `stage` (pp = 1: the whole model).
-  const std::vector<ParameterSpec>& stage_specs(int tp, int pp, int v, int stage, const std::vector<char>& local_units) {
-    const auto key = std::make_tuple(tp, pp, v, stage);
+  // One tp rank's parameter specs of pipeline rank `stage` (pp = 1: the whole model);
+  // arrangement: chunk_arrangement.
+  const std::vector<ParameterSpec>& stage_specs(int tp, int pp, int arrangement, int stage,
+                                                const std::vector<char>& local_units) {
+    const auto key = std::make_tuple(tp, pp, arrangement, stage);
     auto it = stage_specs_.find(key);
     if (it != stage_specs_.end()) return it->second;
     std::vector<ParameterSpec> specs;
     for (const ParameterSpec& spec : specs_) {
       if (local_units.empty() || local_units[static_cast<size_t>(spec.unit)]) specs.push_back(spec);
     }
-    // A tied output layer's weight lives on the first and the last stage.
+    // A tied output layer's weight lives on the first and the last stage (one rank under
+    // the V placement: no copy).
     const bool head = !local_units.empty() && local_units.back() && !local_units.front();
     if (model_.tied_embeddings && head) specs.push_back(specs_.front());
     return stage_specs_.emplace(key, local_parameter_specs(std::move(specs), tp)).first->second;
@@ -348,11 +358,11 @@ class LayoutScorer {
   // Offloaded: each state's resident peak (the offload model's), with what is on disk and moved.
   TieredStates model_states(const RunConfig& c, const MeshShape& m, int stage, const std::vector<char>& local_units) {
     const int offload = c.offload_params ? 2 : c.offload_optimizer ? 1 : 0;
-    const auto key = std::make_tuple(m.tp, m.pp * 64 + offload, c.pp_virtual_stages * 4096 + c.micro_batches(), stage,
+    const auto key = std::make_tuple(m.tp, m.pp * 64 + offload, chunk_arrangement(c) * 4096 + c.micro_batches(), stage,
                                      m.size(Axis::dp_shard_cp), c.zero_stage, static_cast<int>(c.precision.compute), m.ep);
     auto it = states_.find(key);
     if (it == states_.end()) {
-      const std::vector<ParameterSpec>& specs = stage_specs(m.tp, m.pp, c.pp_virtual_stages, stage, local_units);
+      const std::vector<ParameterSpec>& specs = stage_specs(m.tp, m.pp, chunk_arrangement(c), stage, local_units);
       TieredStates t;
       if (offload == 0) {
         t.resident = predict_model_states(specs, m.size(Axis::dp_shard_cp), c.zero_stage, c.precision.compute, m.ep);
@@ -372,7 +382,7 @@ class LayoutScorer {
   int64_t activation_bytes(const RunConfig& c, const ActivationLayout& layout, int mb, const MeshShape& m, int stage,
                            const std::vector<char>& local_units, const ActivationCheckpointing& policy) {
     const auto key = std::make_tuple(m.tp, layout.sequence_parallel, m.cp, static_cast<int>(layout.cp.mode), mb,
-                                     static_cast<int>(policy.mode), policy.every, m.pp * 1000 + c.pp_virtual_stages,
+                                     static_cast<int>(policy.mode), policy.every, m.pp * 1000 + chunk_arrangement(c),
                                      stage, static_cast<int>(c.precision.compute));
     auto it = activations_.find(key);
     if (it == activations_.end()) {
@@ -407,7 +417,7 @@ Candidate LayoutScorer::candidate(const RunConfig& config, const Cluster& cluste
   c.layout.tp = c.m.tp;
   c.layout.sequence_parallel = config.sequence_parallel;
   c.layout.cp = CpLayout{c.m.cp, config.cp_mode, config.cp_chunks};
-  c.shape = PipelineShape{c.m.pp, config.pp_virtual_stages, c.resolved.micro_batches()};
+  c.shape = pipeline_shape(config.pp_schedule, c.m.pp, config.pp_virtual_stages, c.resolved.micro_batches());
   if (c.m.pp > 1) {
     NDT_CHECK(config.pp_layers.empty(), "the planner balances pipeline stages itself: parallel.pp_layers = \"{}\"",
               config.pp_layers);
@@ -425,7 +435,7 @@ Candidate LayoutScorer::candidate(const RunConfig& config, const Cluster& cluste
 MemoryEstimate LayoutScorer::stage_memory(Candidate& c, int stage) {
   const RunConfig& config = c.config;
   std::vector<char>& local_units = c.stage_units[static_cast<size_t>(stage)];
-  if (c.split) local_units = stage_local_units(c.m.pp, config.pp_virtual_stages, stage, *c.split);
+  if (c.split) local_units = stage_local_units(config, c.shape, stage, *c.split);
   MemoryEstimate mem;
   const TieredStates tiers = model_states(c.resolved, c.m, stage, local_units);
   mem.params = tiers.resident.params, mem.grads = tiers.resident.grads, mem.optimizer = tiers.resident.optimizer;
@@ -611,7 +621,8 @@ bool offload_suits(int zero, const MeshShape& mesh, OffloadChoice offload) {
 
 // The settings tried on one mesh, appended to `out`. Left out: what ndtrain's checks
 // refuse whatever the other settings (Ulysses where the heads on a tp rank do not split
-// over cp, zb_h1 with recompute or a low-precision compute dtype).
+// over cp, the split-backward schedules (zb_h1, zb_v, dualpipev) with recompute or a
+// low-precision compute dtype).
 void add_layouts_of_mesh(const MeshShape& mesh, const RunConfig& base, const PlanSpace& space,
                          const std::vector<OffloadChoice>& offloads, std::vector<Layout>& out) {
   for (int zero : space.zero_stages) {
@@ -625,7 +636,8 @@ void add_layouts_of_mesh(const MeshShape& mesh, const RunConfig& base, const Pla
           for (CheckpointMode recompute : space.recompute) {
             for (PipelineSchedule schedule : space.pp_schedules) {
               if (mesh.pp == 1 && schedule != space.pp_schedules.front()) continue;
-              if (schedule == PipelineSchedule::zb_h1 && (recompute != CheckpointMode::none || base.precision.low())) {
+              if (pipeline_splits_backward(schedule) &&
+                  (recompute != CheckpointMode::none || base.precision.low())) {
                 continue;
               }
               for (OffloadChoice offload : offloads) {
@@ -634,8 +646,10 @@ void add_layouts_of_mesh(const MeshShape& mesh, const RunConfig& base, const Pla
                 l.mesh = mesh, l.zero_stage = zero, l.sequence_parallel = sp, l.cp_mode = cp_mode;
                 l.micro_batch_size = micro, l.recompute = recompute, l.offload = offload;
                 l.pp_schedule = mesh.pp == 1 ? base.pp_schedule : schedule;
-                l.pp_virtual_stages =
-                    mesh.pp > 1 && schedule == PipelineSchedule::interleaved_1f1b ? space.interleaved_stages : 1;
+                l.pp_virtual_stages = mesh.pp == 1                                      ? 1
+                                      : schedule == PipelineSchedule::interleaved_1f1b      ? space.interleaved_stages
+                                      : pipeline_placement(schedule) == PipelinePlacement::v ? 2
+                                                                                            : 1;
                 out.push_back(std::move(l));
               }
             }

@@ -328,14 +328,15 @@ void check_context_and_pipeline(const RunConfig& c) {
   NDT_CHECK(mesh.pp > 1 || (c.pp_virtual_stages == 1 && c.pp_layers.empty()),
             "parallel.pp_virtual_stages and parallel.pp_layers apply with parallel.pp > 1 (parallel.pp = {})", mesh.pp);
   if (mesh.pp == 1) return;
-  NDT_CHECK(c.activation_checkpointing.mode == CheckpointMode::none || c.pp_schedule != PipelineSchedule::zb_h1,
-            "parallel.pp_schedule = \"zb_h1\" keeps each block's activations until its weight pass: not with "
+  const bool split_backward = pipeline_splits_backward(c.pp_schedule);
+  NDT_CHECK(c.activation_checkpointing.mode == CheckpointMode::none || !split_backward,
+            "parallel.pp_schedule = \"{}\" keeps each block's activations until its weight pass: not with "
             "train.activation_checkpointing = \"{}\"",
-            checkpoint_mode_name(c.activation_checkpointing.mode));
-  NDT_CHECK(!c.precision.low() || c.pp_schedule != PipelineSchedule::zb_h1,
-            "parallel.pp_schedule = \"zb_h1\" defers weight gradients past the block's backward, which reads the "
+            pipeline_schedule_name(c.pp_schedule), checkpoint_mode_name(c.activation_checkpointing.mode));
+  NDT_CHECK(!c.precision.low() || !split_backward,
+            "parallel.pp_schedule = \"{}\" defers weight gradients past the block's backward, which reads the "
             "activations precision.compute = \"{}\" keeps packed only until then: use 1f1b or interleaved_1f1b",
-            compute_dtype_config_name(c.precision.compute));
+            pipeline_schedule_name(c.pp_schedule), compute_dtype_config_name(c.precision.compute));
   check_pipeline_partition(c.model, mesh.pp * c.pp_virtual_stages, parse_pipeline_layers(c.pp_layers));
 }
 
@@ -453,7 +454,7 @@ MeshShape RunConfig::resolve_mesh(int world_size, int ranks_per_node) const {
             batch_size, micro_batch_size, dp);
   if (m.pp > 1) {
     const int micro_batches = micro_batch_size == 0 ? 1 : batch_size / (micro_batch_size * dp);
-    check_pipeline_shape(pp_schedule, PipelineShape{m.pp, pp_virtual_stages, micro_batches});
+    check_pipeline_shape(pp_schedule, pipeline_shape(pp_schedule, m.pp, pp_virtual_stages, micro_batches));
   }
   return m;
 }

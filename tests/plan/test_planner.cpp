@@ -137,9 +137,10 @@ TEST(Planner, PredictionsAreTheSharedFunctions) {
     const LayoutScore s = score_layout(c, cluster);
     ASSERT_TRUE(s.rejected.empty()) << l.describe() << ": " << s.rejected;
     const PipelineStages stages = partition_pipeline(m, c.seq_len, l.mesh.pp * l.pp_virtual_stages);
-    const PipelineShape shape{l.mesh.pp, l.pp_virtual_stages, c.batch_size / l.mesh.size(Axis::dp) / l.micro_batch_size};
+    const PipelineShape shape = pipeline_shape(l.pp_schedule, l.mesh.pp, l.pp_virtual_stages,
+                                               c.batch_size / l.mesh.size(Axis::dp) / l.micro_batch_size);
     for (int stage = 0; stage < l.mesh.pp; ++stage) {
-      const std::vector<char> units = l.mesh.pp > 1 ? stages.local_units(stage, l.mesh.pp) : std::vector<char>{};
+      const std::vector<char> units = l.mesh.pp > 1 ? stages.local_units(stage, shape) : std::vector<char>{};
       std::vector<ParameterSpec> specs;
       for (const ParameterSpec& spec : model_parameter_specs(m)) {
         if (units.empty() || units[static_cast<size_t>(spec.unit)]) specs.push_back(spec);

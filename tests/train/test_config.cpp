@@ -225,6 +225,24 @@ TEST_F(ConfigTest, PipelineSettings) {
   EXPECT_ERROR_MENTIONS(error_of({"parallel.pp=2", "parallel.pp_schedule=zb_h1",
                                   "train.activation_checkpointing=full"}),
                         "not with train.activation_checkpointing = \"full\"");
+  // The V schedules split the backward too: the same refusals name them.
+  EXPECT_ERROR_MENTIONS(error_of({"parallel.pp=2", "parallel.pp_schedule=zb_v", "parallel.pp_virtual_stages=2",
+                                  "train.activation_checkpointing=selective"}),
+                        "parallel.pp_schedule = \"zb_v\" keeps each block's activations until its weight pass");
+  EXPECT_ERROR_MENTIONS(error_of({"parallel.pp=2", "parallel.pp_schedule=dualpipev", "parallel.pp_virtual_stages=2",
+                                  "precision.compute=bf16"}),
+                        "parallel.pp_schedule = \"dualpipev\" defers weight gradients");
+  for (const char* v : {"1", "3"}) {
+    const RunConfig one = load_run_config(dir_.file("base.toml"), {"parallel.pp=2", "parallel.pp_schedule=zb_v",
+                                                                   std::string("parallel.pp_virtual_stages=") + v,
+                                                                   "model.n_layer=6"});
+    try {
+      one.resolve_mesh(2);
+      ADD_FAILURE() << "expected an error for v = " << v;
+    } catch (const Error& e) {
+      EXPECT_ERROR_MENTIONS(std::string(e.what()), std::string("needs parallel.pp_virtual_stages = 2, got ") + v);
+    }
+  }
   const RunConfig three = load_run_config(dir_.file("base.toml"), {"parallel.pp=3"});
   try {
     three.resolve_mesh(2);

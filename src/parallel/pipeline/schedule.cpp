@@ -1,6 +1,7 @@
 #include "parallel/pipeline/schedule.h"
 
 #include "core/error.h"
+#include "parallel/pipeline/v_schedules.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -14,7 +15,8 @@ namespace ndt {
 namespace {
 
 constexpr PipelineSchedule kSchedules[] = {PipelineSchedule::gpipe, PipelineSchedule::one_f_one_b,
-                                           PipelineSchedule::interleaved_1f1b, PipelineSchedule::zb_h1};
+                                           PipelineSchedule::interleaved_1f1b, PipelineSchedule::zb_h1,
+                                           PipelineSchedule::zb_v,  PipelineSchedule::dualpipev};
 
 using Kind = PipelineActionKind;
 
@@ -83,26 +85,33 @@ std::vector<PipelineAction> interleaved_compute(const PipelineShape& shape, int 
 bool computes_input_gradient(Kind kind) { return kind == Kind::backward || kind == Kind::backward_input; }
 
 // Adds the point-to-point actions around the compute order: each receive immediately
-// before the action that needs it, each send immediately after the one that produced
-// it, and none between chunks of one rank.
+// before the action that needs it (or, where paired[i], before action i, with action
+// i's own: the pair starts when both inputs are there), each send immediately after
+// the one that produced it, and none between chunks of one rank.
 std::vector<PipelineAction> with_communication(const std::vector<PipelineAction>& compute_order,
-                                               const PipelineShape& shape, int rank) {
+                                               const PipelineShape& shape, int rank,
+                                               const std::vector<char>& paired = {}) {
   auto remote = [&](int chunk) { return chunk >= 0 && chunk < shape.chunks() && shape.rank_of(chunk) != rank; };
   std::vector<PipelineAction> out;
-  for (const PipelineAction& a : compute_order) {
-    const int before = a.chunk - 1, after = a.chunk + 1;
-    if (a.kind == Kind::forward && remote(before)) {
-      out.push_back({Kind::recv_activation, a.micro_batch, a.chunk, shape.rank_of(before)});
+  auto receives = [&](const PipelineAction& a) {
+    if (a.kind == Kind::forward && remote(a.chunk - 1)) {
+      out.push_back({Kind::recv_activation, a.micro_batch, a.chunk, shape.rank_of(a.chunk - 1)});
     }
-    if (computes_input_gradient(a.kind) && remote(after)) {
-      out.push_back({Kind::recv_gradient, a.micro_batch, a.chunk, shape.rank_of(after)});
+    if (computes_input_gradient(a.kind) && remote(a.chunk + 1)) {
+      out.push_back({Kind::recv_gradient, a.micro_batch, a.chunk, shape.rank_of(a.chunk + 1)});
     }
+  };
+  auto is_paired = [&](size_t i) { return i < paired.size() && paired[i]; };
+  for (size_t i = 0; i < compute_order.size(); ++i) {
+    const PipelineAction& a = compute_order[i];
+    if (i == 0 || !is_paired(i - 1)) receives(a);
+    if (is_paired(i)) receives(compute_order.at(i + 1));
     out.push_back(a);
-    if (a.kind == Kind::forward && remote(after)) {
-      out.push_back({Kind::send_activation, a.micro_batch, a.chunk, shape.rank_of(after)});
+    if (a.kind == Kind::forward && remote(a.chunk + 1)) {
+      out.push_back({Kind::send_activation, a.micro_batch, a.chunk, shape.rank_of(a.chunk + 1)});
     }
-    if (computes_input_gradient(a.kind) && remote(before)) {
-      out.push_back({Kind::send_gradient, a.micro_batch, a.chunk, shape.rank_of(before)});
+    if (computes_input_gradient(a.kind) && remote(a.chunk - 1)) {
+      out.push_back({Kind::send_gradient, a.micro_batch, a.chunk, shape.rank_of(a.chunk - 1)});
     }
   }
   return out;
@@ -145,8 +154,8 @@ void check_ranks_chunks_and_micro_batches(const std::vector<std::vector<Pipeline
       NDT_CHECK(a.micro_batch >= 0 && a.micro_batch < shape.m,
                 "rank {} action {}: {} has a micro-batch outside [0, {})", r, i, describe(a), shape.m);
       NDT_CHECK(a.chunk >= 0 && a.chunk < shape.chunks() && shape.rank_of(a.chunk) == r,
-                "rank {} action {}: {} names a chunk rank {} does not hold (chunk c lives on rank c % {})", r, i,
-                describe(a), r, shape.pp);
+                "rank {} action {}: {} names a chunk rank {} does not hold (chunk {} lives on rank {})", r, i,
+                describe(a), r, a.chunk, shape.rank_of(a.chunk));
     }
   }
 }
@@ -169,8 +178,32 @@ std::string_view pipeline_schedule_name(PipelineSchedule schedule) {
     case PipelineSchedule::one_f_one_b: return "1f1b";
     case PipelineSchedule::interleaved_1f1b: return "interleaved_1f1b";
     case PipelineSchedule::zb_h1: return "zb_h1";
+    case PipelineSchedule::zb_v: return "zb_v";
+    case PipelineSchedule::dualpipev: return "dualpipev";
   }
   return "";
+}
+
+bool pipeline_splits_backward(PipelineSchedule schedule) {
+  return schedule == PipelineSchedule::zb_h1 || schedule == PipelineSchedule::zb_v ||
+         schedule == PipelineSchedule::dualpipev;
+}
+
+PipelinePlacement pipeline_placement(PipelineSchedule schedule) {
+  const bool v = schedule == PipelineSchedule::zb_v || schedule == PipelineSchedule::dualpipev;
+  return v ? PipelinePlacement::v : PipelinePlacement::loop;
+}
+
+std::vector<int> PipelineShape::chunks_of(int rank) const {
+  std::vector<int> out;
+  for (int c = 0; c < chunks(); ++c) {
+    if (rank_of(c) == rank) out.push_back(c);
+  }
+  return out;
+}
+
+PipelineShape pipeline_shape(PipelineSchedule schedule, int pp, int v, int m) {
+  return {pp, v, m, pipeline_placement(schedule)};
 }
 
 std::vector<std::string> pipeline_schedule_names() {
@@ -196,10 +229,20 @@ void check_pipeline_shape(PipelineSchedule schedule, const PipelineShape& shape)
             "pairs in one step's schedule: more than {} (use larger micro-batches)",
             shape.pp, shape.v, shape.m, pairs, kMaxPipelinePairs);
   const std::string_view name = pipeline_schedule_name(schedule);
+  NDT_CHECK(shape.placement == pipeline_placement(schedule),
+            "parallel.pp_schedule = \"{}\" runs with {} placement of the chunks, not the shape's", name,
+            pipeline_placement(schedule) == PipelinePlacement::v ? "the V" : "the loop");
+  if (pipeline_placement(schedule) == PipelinePlacement::v) {
+    NDT_CHECK(shape.v == 2,
+              "parallel.pp_schedule = \"{}\" places two chunks per rank in a V: it needs parallel.pp_virtual_stages = "
+              "2, got {}",
+              name, shape.v);
+    return;
+  }
   if (schedule != PipelineSchedule::interleaved_1f1b) {
     NDT_CHECK(shape.v == 1,
               "parallel.pp_schedule = \"{}\" runs one stage per rank, but parallel.pp_virtual_stages = {}: use "
-              "\"interleaved_1f1b\" for virtual stages",
+              "\"interleaved_1f1b\", \"zb_v\" or \"dualpipev\" for virtual stages",
               name, shape.v);
     return;
   }
@@ -242,6 +285,11 @@ std::vector<PipelineAction> pipeline_actions(PipelineSchedule schedule, const Pi
     case PipelineSchedule::interleaved_1f1b: return with_communication(interleaved_compute(shape, rank), shape, rank);
     case PipelineSchedule::zb_h1:
       return with_communication(one_forward_one_backward_compute(shape, rank, rank), shape, rank);
+    case PipelineSchedule::zb_v: return with_communication(zb_v_compute(shape, rank).actions, shape, rank);
+    case PipelineSchedule::dualpipev: {
+      const VComputeOrder order = dualpipev_compute(shape, rank);
+      return with_communication(order.actions, shape, rank, order.paired);
+    }
   }
   fail("unknown pipeline schedule {}", static_cast<int>(schedule));
 }
