@@ -325,6 +325,35 @@ TEST(PipelineValidation, PassesMissingRepeatedOrOutOfOrderAreRefused) {
 
 // Catches: zero bubble's weight pass accepted before its input pass, or a split and a
 // fused backward of the same pass both accepted.
+// Catches: a list that lets another backward overwrite the workspace while a gradient
+// waits there between a rank's two neighbouring chunks (the V's middle on rank pp - 1),
+// which the runner would then read for the wrong micro-batch. pp = 2, m = 2, V placement.
+TEST(PipelineValidation, GradientBetweenARanksChunksIsNotOverwritten) {
+  const PipelineShape shape = pipeline_shape(PipelineSchedule::zb_v, 2, 2, 2);
+  const std::vector<PipelineAction> rank0 = {
+      F(0, 0),        SendA(0, 0, 1), F(1, 0),        SendA(1, 0, 1), RecvA(0, 3, 1), F(0, 3),
+      B(0, 3),        SendG(0, 3, 1), RecvA(1, 3, 1), F(1, 3),        B(1, 3),        SendG(1, 3, 1),
+      RecvG(0, 0, 1), B(0, 0),        RecvG(1, 0, 1), B(1, 0)};
+  const std::vector<PipelineAction> forwards1 = {RecvA(0, 1, 0), F(0, 1), F(0, 2), SendA(0, 2, 0),
+                                                 RecvA(1, 1, 0), F(1, 1), F(1, 2), SendA(1, 2, 0)};
+  auto rank1 = [&](std::vector<PipelineAction> backwards) {
+    std::vector<PipelineAction> list = forwards1;
+    list.insert(list.end(), backwards.begin(), backwards.end());
+    return list;
+  };
+  EXPECT_NO_THROW(check_pipeline_actions({rank0, rank1({RecvG(0, 2, 0), B(0, 2), B(0, 1), SendG(0, 1, 0),
+                                                        RecvG(1, 2, 0), B(1, 2), B(1, 1), SendG(1, 1, 0)})},
+                                         shape));
+  expect_error(
+      [&] {
+        check_pipeline_actions({rank0, rank1({RecvG(0, 2, 0), B(0, 2), RecvG(1, 2, 0), B(1, 2), B(0, 1),
+                                              SendG(0, 1, 0), B(1, 1), SendG(1, 1, 0)})},
+                               shape);
+      },
+      {"rank 1 action 10: RecvGradient(mb 1, chunk 2, from rank 0) runs while the input gradient of "
+       "Backward(mb 0, chunk 2) waits in the workspace for chunk 1"});
+}
+
 TEST(PipelineValidation, WeightPassNeedsItsInputPassFirst) {
   const PipelineShape shape{2, 1, 2};
   Lists lists = pipeline_actions_of_all_ranks(PipelineSchedule::zb_h1, shape);

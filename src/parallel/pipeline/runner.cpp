@@ -88,41 +88,25 @@ void PipelineRunner::forward(int chunk, MicroBatchContext& ctx) {
   }
 }
 
-bool PipelineRunner::local(int chunk) const {
-  return chunk >= 0 && chunk < shape_.chunks() && shape_.rank_of(chunk) == pp_.rank();
-}
-
-void PipelineRunner::backward(const PipelineAction& a, MicroBatchContext& ctx) {
-  const int c = a.chunk;
-  const int64_t n = boundary_floats(ctx);
-  Tensor& kept = local_gradients_[static_cast<size_t>(a.micro_batch)];
-  if (local(c + 1)) {  // the gradient of this chunk's output, kept by the chunk after it
-    model_.fit_workspace(ctx);
-    kernels::copy(model_.workspace_dstream(), kept.data<float>(), n);
-    kept = Tensor();
-  }
-  const bool split = a.kind == PipelineActionKind::backward_input;
-  for (int u = end_unit(c) - 1; u >= first_unit(c); --u) {
-    if (hooks_) hooks_->before_backward(u);
-    if (split) {
-      model_.unit(u).backward_input(ctx, this);
-    } else {
-      model_.unit(u).backward(ctx, this);
-      if (hooks_) hooks_->after_backward(u);
-    }
-  }
-  if (local(c - 1)) {
-    kept = Tensor::empty({n}, DType::f32, MemTag::comm);
-    kernels::copy(kept.data<float>(), model_.workspace_dstream(), n);
-  }
-}
-
 void PipelineRunner::run(const PipelineAction& a) {
   const int c = a.chunk;
   switch (a.kind) {
     case PipelineActionKind::forward: forward(c, context(a.micro_batch)); return;
     case PipelineActionKind::backward:
-    case PipelineActionKind::backward_input: backward(a, context(a.micro_batch)); return;
+    case PipelineActionKind::backward_input: {
+      MicroBatchContext& ctx = context(a.micro_batch);
+      const bool split = a.kind == PipelineActionKind::backward_input;
+      for (int u = end_unit(c) - 1; u >= first_unit(c); --u) {
+        if (hooks_) hooks_->before_backward(u);
+        if (split) {
+          model_.unit(u).backward_input(ctx, this);
+        } else {
+          model_.unit(u).backward(ctx, this);
+          if (hooks_) hooks_->after_backward(u);
+        }
+      }
+      return;
+    }
     case PipelineActionKind::backward_weight: {
       MicroBatchContext& ctx = context(a.micro_batch);
       for (int u = end_unit(c) - 1; u >= first_unit(c); --u) {
@@ -177,8 +161,6 @@ PipelineLosses PipelineRunner::train(const Prepare& prepare) {
   prepare_ = &prepare;
   live_.clear();
   live_.resize(static_cast<size_t>(shape_.m));
-  local_gradients_.clear();
-  local_gradients_.resize(static_cast<size_t>(shape_.m));
   live_count_ = 0;
   losses_ = {};
   // A micro-batch's context goes back to the pool after the last action that uses it.

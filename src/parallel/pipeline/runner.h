@@ -7,6 +7,10 @@
 // per micro-batch in flight, holding this rank's units' activations only, taken when
 // the micro-batch's first forward runs here and given back after its last backward:
 // the activation memory is the schedule's (GPipe m contexts, 1F1B at most pp).
+// Between two neighbouring chunks on one rank (the two middle chunks of the V placement)
+// nothing travels: the forward reads the context's stream slot the chunk before wrote,
+// the backward the input gradient the chunk after left in the workspace, which the
+// schedule's validation keeps from being overwritten in between.
 // Gradients only accumulate here; the caller syncs them over data parallelism after
 // the whole schedule.
 #pragma once
@@ -83,8 +87,6 @@ class PipelineRunner : private ModelHooks {
   void release(int mb);
   void run(const PipelineAction& action);
   void forward(int chunk, MicroBatchContext& ctx);
-  void backward(const PipelineAction& action, MicroBatchContext& ctx);
-  bool local(int chunk) const;  // a chunk of this rank (false past either end)
   float* boundary(MicroBatchContext& ctx, int chunk, bool input);  // the chunk's input or output stream slot
   int64_t boundary_floats(const MicroBatchContext& ctx) const;
   int first_unit(int chunk) const { return stages_.first_unit[static_cast<size_t>(chunk)]; }
@@ -105,10 +107,6 @@ class PipelineRunner : private ModelHooks {
   PipelineLosses losses_;  // this rank's, over the step's micro-batches so far
   std::vector<WorkHandle> sends_;
   std::vector<Tensor> send_buffers_;  // gradients in flight (the workspace is reused)
-  // [m]: under the V placement, a chunk's input gradient kept from its backward until
-  // the backward of the chunk before it on this rank (other actions reuse the workspace
-  // in between).
-  std::vector<Tensor> local_gradients_;
   PipelineStepTimes times_;
 };
 

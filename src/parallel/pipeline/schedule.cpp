@@ -160,6 +160,29 @@ void check_ranks_chunks_and_micro_batches(const std::vector<std::vector<Pipeline
   }
 }
 
+// The input gradient a chunk's backward hands to the chunk before it on the same rank
+// stays in the model's workspace (nothing is sent), where the next backward or
+// gradient receive would overwrite it: that next one must be the handed-to chunk's
+// backward of the same micro-batch. Forwards and weight passes leave it alone.
+void check_local_gradient_handoffs(const std::vector<std::vector<PipelineAction>>& ranks, const PipelineShape& shape) {
+  for (int r = 0; r < static_cast<int>(ranks.size()); ++r) {
+    const PipelineAction* waiting = nullptr;  // the backward whose input gradient is in the workspace
+    for (size_t i = 0; i < ranks[r].size(); ++i) {
+      const PipelineAction& a = ranks[r][i];
+      const bool backward = computes_input_gradient(a.kind);
+      if (!backward && a.kind != Kind::recv_gradient) continue;
+      NDT_CHECK(waiting == nullptr || (backward && a.micro_batch == waiting->micro_batch &&
+                                       a.chunk == waiting->chunk - 1),
+                "rank {} action {}: {} runs while the input gradient of {} waits in the workspace for chunk {} of "
+                "the same rank (a micro-batch's backward passes through a rank's neighbouring chunks need no "
+                "other backward between them)",
+                r, i, describe(a), describe(*waiting), waiting->chunk - 1);
+      const bool hands_on = backward && a.chunk > 0 && shape.rank_of(a.chunk - 1) == r;
+      waiting = hands_on ? &a : nullptr;
+    }
+  }
+}
+
 // Where a micro-batch stands on one chunk while the lists are replayed.
 struct ChunkPasses {
   bool forward = false;
@@ -382,6 +405,7 @@ void check_pipeline_actions(const std::vector<std::vector<PipelineAction>>& rank
       NDT_CHECK(a.peer == peer, "rank {} action {}: {} should name rank {}", r, i, describe(a), peer);
     }
   }
+  check_local_gradient_handoffs(ranks, shape);
   const int chunks = shape.chunks();
   std::vector<ChunkPasses> passes(static_cast<size_t>(shape.m) * chunks);
   auto at = [&](int mb, int chunk) -> ChunkPasses& { return passes[static_cast<size_t>(mb) * chunks + chunk]; };

@@ -152,7 +152,10 @@ void replay_pipeline_actions(const std::vector<std::vector<PipelineAction>>& ran
 // not pass every chunk forward exactly once and then backward exactly once (Backward,
 // or BackwardInput then BackwardWeight), forward in ascending and backward in
 // descending chunk order; a send or receive without exactly one match, with a wrong
-// peer, or between chunks of one rank; a deadlock.
+// peer, or between chunks of one rank; another backward or gradient receive between the
+// backward passes of one micro-batch through two neighbouring chunks of one rank (the
+// gradient between them waits in the model's workspace, parallel/pipeline/runner.h); a
+// deadlock.
 void check_pipeline_actions(const std::vector<std::vector<PipelineAction>>& ranks, const PipelineShape& shape);
 // check_pipeline_shape, then check_pipeline_actions on the generated lists.
 void check_pipeline_schedule(PipelineSchedule schedule, const PipelineShape& shape);
