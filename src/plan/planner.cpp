@@ -47,6 +47,7 @@ bool is_gradient_axis(Axis a) {
 struct PipelineFacts {
   double bubble = 0;
   std::vector<int> contexts;  // per rank: micro-batch contexts held at once
+  std::vector<int> deferred;  // per rank: weight halves pending at once (peak_deferred_weight_halves)
 };
 
 const PipelineFacts& pipeline_facts(PipelineSchedule schedule, const PipelineShape& shape) {
@@ -55,7 +56,11 @@ const PipelineFacts& pipeline_facts(PipelineSchedule schedule, const PipelineSha
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
   const PipelineSimulation s = simulate_pipeline(schedule, shape);
-  return cache.emplace(key, PipelineFacts{s.mean_bubble, s.peak_live_contexts}).first->second;
+  PipelineFacts facts{s.mean_bubble, s.peak_live_contexts, {}};
+  for (int r = 0; r < shape.pp; ++r) {
+    facts.deferred.push_back(peak_deferred_weight_halves(pipeline_actions(schedule, shape, r)));
+  }
+  return cache.emplace(key, std::move(facts)).first->second;
 }
 
 std::string gib(double bytes) { return fmt::format("{:.2f} GiB", bytes / kGiB); }
@@ -440,6 +445,14 @@ MemoryEstimate LayoutScorer::stage_memory(Candidate& c, int stage) {
   const int64_t workspace = workspace_floats(config.model, c.layout, mb, config.seq_len / c.m.cp, config.loss_chunk_rows,
                                              config.activation_checkpointing, config.precision.compute) * 4;
   mem.activations = mem.in_flight * (one_context - workspace) + workspace;
+  // Split backward: the pending weight halves' copies, each of one chunk of the stage.
+  const int deferred = c.facts ? c.facts->deferred[static_cast<size_t>(stage)] : 0;
+  if (deferred > 0) {
+    mem.activations += deferred * deferred_weight_bytes(config.model, c.layout, mb, config.seq_len / c.m.cp,
+                                                        config.activation_checkpointing, local_units,
+                                                        config.precision.compute) /
+                       config.pp_virtual_stages;
+  }
   return mem;
 }
 
@@ -611,7 +624,7 @@ bool offload_suits(int zero, const MeshShape& mesh, OffloadChoice offload) {
 
 // The settings tried on one mesh, appended to `out`. Left out: what ndtrain's checks
 // refuse whatever the other settings (Ulysses where the heads on a tp rank do not split
-// over cp, zb_h1 with recompute or a low-precision compute dtype).
+// over cp).
 void add_layouts_of_mesh(const MeshShape& mesh, const RunConfig& base, const PlanSpace& space,
                          const std::vector<OffloadChoice>& offloads, std::vector<Layout>& out) {
   for (int zero : space.zero_stages) {
@@ -625,9 +638,6 @@ void add_layouts_of_mesh(const MeshShape& mesh, const RunConfig& base, const Pla
           for (CheckpointMode recompute : space.recompute) {
             for (PipelineSchedule schedule : space.pp_schedules) {
               if (mesh.pp == 1 && schedule != space.pp_schedules.front()) continue;
-              if (schedule == PipelineSchedule::zb_h1 && (recompute != CheckpointMode::none || base.precision.low())) {
-                continue;
-              }
               for (OffloadChoice offload : offloads) {
                 if (!offload_suits(zero, mesh, offload)) continue;
                 Layout l;

@@ -328,14 +328,6 @@ void check_context_and_pipeline(const RunConfig& c) {
   NDT_CHECK(mesh.pp > 1 || (c.pp_virtual_stages == 1 && c.pp_layers.empty()),
             "parallel.pp_virtual_stages and parallel.pp_layers apply with parallel.pp > 1 (parallel.pp = {})", mesh.pp);
   if (mesh.pp == 1) return;
-  NDT_CHECK(c.activation_checkpointing.mode == CheckpointMode::none || c.pp_schedule != PipelineSchedule::zb_h1,
-            "parallel.pp_schedule = \"zb_h1\" keeps each block's activations until its weight pass: not with "
-            "train.activation_checkpointing = \"{}\"",
-            checkpoint_mode_name(c.activation_checkpointing.mode));
-  NDT_CHECK(!c.precision.low() || c.pp_schedule != PipelineSchedule::zb_h1,
-            "parallel.pp_schedule = \"zb_h1\" defers weight gradients past the block's backward, which reads the "
-            "activations precision.compute = \"{}\" keeps packed only until then: use 1f1b or interleaved_1f1b",
-            compute_dtype_config_name(c.precision.compute));
   check_pipeline_partition(c.model, mesh.pp * c.pp_virtual_stages, parse_pipeline_layers(c.pp_layers));
 }
 

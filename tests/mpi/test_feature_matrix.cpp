@@ -65,9 +65,9 @@ const std::vector<Layout>& four_rank_layouts() {
       {"ddp, selective recompute", mesh(1, 1, 1, 1, 1), 0, false, 0, "", "1f1b", CheckpointMode::selective},
       {"fsdp x ep, full recompute", mesh(1, 4, 1, 1, 2), 3, false, 0, "", "1f1b", CheckpointMode::full},
       {"pp zero-bubble x ddp", mesh(2, 1, 1, 1, 1), 0, false, 1, "", "zb_h1"},
-      {"pp zero-bubble x full recompute", mesh(2, 1, 1, 1, 1), 0, false, 1,
-       "parallel.pp_schedule = \"zb_h1\" keeps each block's activations until its weight pass", "zb_h1",
-       CheckpointMode::full},
+      {"pp zero-bubble x full recompute", mesh(2, 1, 1, 1, 1), 0, false, 1, "", "zb_h1", CheckpointMode::full},
+      {"pp zero-bubble x selective recompute", mesh(2, 1, 1, 1, 1), 0, false, 1, "", "zb_h1",
+       CheckpointMode::selective},
   };
   return layouts;
 }

@@ -18,6 +18,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <map>
 #include <optional>
 
 namespace ndt {
@@ -132,7 +133,8 @@ TEST(Planner, PredictionsAreTheSharedFunctions) {
   for (const Layout& l : {layout_of(1, 2, 4, 1, 1, 3, "1f1b", 1, CheckpointMode::none),
                           layout_of(2, 1, 2, 1, 2, 1, "1f1b", 1, CheckpointMode::selective),
                           layout_of(2, 1, 1, 2, 2, 0, "gpipe", 1, CheckpointMode::full),
-                          layout_of(2, 1, 4, 1, 1, 1, "interleaved_1f1b", 2, CheckpointMode::none)}) {
+                          layout_of(2, 1, 4, 1, 1, 1, "interleaved_1f1b", 2, CheckpointMode::none),
+                          layout_of(2, 1, 2, 1, 2, 1, "zb_h1", 1, CheckpointMode::selective)}) {
     const RunConfig c = run_of(m, 64, 16, l);
     const LayoutScore s = score_layout(c, cluster);
     ASSERT_TRUE(s.rejected.empty()) << l.describe() << ": " << s.rejected;
@@ -155,12 +157,18 @@ TEST(Planner, PredictionsAreTheSharedFunctions) {
                                                                     c.activation_checkpointing, units, DType::bf16);
       const int64_t workspace =
           workspace_floats(m, layout, 1, c.seq_len / l.mesh.cp, c.loss_chunk_rows, c.activation_checkpointing, DType::bf16) * 4;
-      EXPECT_EQ(got.activations, got.in_flight * (context - workspace) + workspace) << l.describe() << " stage " << stage;
       // The contexts the runner holds, interleaved or not (tests/mpi/test_pipeline.cpp
-      // holds the runner's ledger to the same rule).
+      // holds the runner's ledger to the same rule), and with a split backward the pending
+      // weight halves' copies (tests/mpi/test_zero_bubble.cpp).
       const int contexts = l.mesh.pp > 1 ? peak_live_contexts(pipeline_actions(
                                                l.pp_schedule, shape, stage))
                                          : 1;
+      const int pending = l.mesh.pp > 1 ? peak_deferred_weight_halves(pipeline_actions(l.pp_schedule, shape, stage)) : 0;
+      const int64_t deferred = deferred_weight_bytes(m, layout, 1, c.seq_len / l.mesh.cp, c.activation_checkpointing,
+                                                     units, DType::bf16);
+      EXPECT_EQ(got.activations, got.in_flight * (context - workspace) + workspace + pending * deferred)
+          << l.describe() << " stage " << stage;
+      if (l.pp_schedule == PipelineSchedule::zb_h1) EXPECT_EQ(pending, stage == 1 ? 2 : 0);
       EXPECT_EQ(got.in_flight, contexts) << l.describe() << " stage " << stage;
       EXPECT_EQ(got.comm_buffers, predict_comm_buffer_bytes(c, cluster.devices(), stage));
     }
@@ -231,6 +239,35 @@ TEST(Planner, SearchesEveryMeshAndRanksByStepTime) {
   EXPECT_EQ(j.at("memory_bytes").at("total").get<int64_t>(), r.layouts.front().memory.total());
   const std::string csv = plan_csv(r);
   EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), r.candidates + 1);
+}
+
+// Catches: zero bubble left out of the search with recompute or low precision (which
+// ndtrain once refused), or planned without the bytes its pending weight halves keep.
+TEST(Planner, SearchesZeroBubbleWithRecomputeAndLowPrecision) {
+  RunConfig base;
+  base.model = ModelConfig::preset("llama-tiny");
+  base.seq_len = 64, base.batch_size = 8;
+  base.precision.compute = DType::bf16;
+  const Cluster cluster = make_cluster(builtin_device("h100-sxm"), 1, 2, 0);
+  PlanSpace space;
+  space.zero_stages = {0};
+  space.micro_batch_sizes = {1};
+  space.recompute = {CheckpointMode::selective, CheckpointMode::full};
+  space.pp_schedules = {PipelineSchedule::one_f_one_b, PipelineSchedule::zb_h1};
+  space.cp_modes = {CpMode::ring};
+  const PlanResult r = plan_layouts(base, cluster, space);
+  std::map<std::pair<CheckpointMode, PipelineSchedule>, int64_t> last_stage_activations;
+  for (const LayoutScore& s : r.layouts) {
+    if (s.layout.mesh.pp != 2 || !s.rejected.empty()) continue;
+    last_stage_activations[{s.layout.recompute, s.layout.pp_schedule}] = s.stages.back().activations;
+  }
+  for (CheckpointMode recompute : space.recompute) {
+    ASSERT_TRUE(last_stage_activations.count({recompute, PipelineSchedule::zb_h1})) << checkpoint_mode_name(recompute);
+    // The last stage keeps a context more (released after its weight half) and the
+    // pending halves' copies.
+    const int64_t zero_bubble = last_stage_activations[{recompute, PipelineSchedule::zb_h1}];
+    EXPECT_GT(zero_bubble, (last_stage_activations[{recompute, PipelineSchedule::one_f_one_b}]));
+  }
 }
 
 // Catches: offload left out of the search on a device with a disk, planned on one without,
