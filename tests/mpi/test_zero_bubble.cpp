@@ -1,7 +1,7 @@
 // The zero-bubble schedule (zb_h1, pp = world size) with low precision and activation
 // checkpointing, whose deferred weight halves read what the block's backward left
-// (model/block.h): in fp32 with full and selective recompute it trains like one rank
-// with the same recompute (1e-5); in bf16, fp16 (loss scaling) and fp8 like one rank in
+// (model/block.h): in fp32 with full (GPT-2) and selective (Llama) recompute it trains
+// like one rank with the same recompute (1e-5); in bf16, fp16 (loss scaling) and fp8 like one rank in
 // the same precision, within that precision's own rounding distance (as the precision
 // parity tests hold every layout), and in bf16 with recompute bitwise like without; the
 // bytes the pending weight halves keep equal the memory model on every pp rank.
@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <string>
+#include <utility>
 
 namespace ndt {
 namespace {
@@ -58,11 +59,14 @@ std::string describe(const char* precision, CheckpointMode recompute) {
 
 // Catches: a deferred weight half reading a recomputed input after another block's
 // recompute overwrote it (the recompute area is one block's, shared).
+// GPT-2 (tied) with full recompute, Llama (untied, GQA, QK-norm) with selective.
 TEST_F(ZeroBubbleTest, RecomputeMatchesOneRank) {
-  for (CheckpointMode recompute : {CheckpointMode::full, CheckpointMode::selective}) {
-    const RunConfig c = run(DType::f32, false, recompute);
+  for (const auto& [llama, recompute] : {std::pair{false, CheckpointMode::full}, {true, CheckpointMode::selective}}) {
+    RunConfig c = run(DType::f32, false, recompute);
+    if (llama) testing::use_llama(c);
     const TrainedRun reference = train(c, testing::one_rank_mesh());
-    testing::expect_same_run(reference, on_pipeline(c), describe("fp32", recompute).c_str());
+    const std::string what = std::string(llama ? "llama " : "gpt2 ") + describe("fp32", recompute);
+    testing::expect_same_run(reference, on_pipeline(c), what.c_str());
   }
 }
 
