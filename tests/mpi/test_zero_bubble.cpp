@@ -3,8 +3,9 @@
 // (model/block.h): in fp32 with full (GPT-2) and selective (Llama) recompute it trains
 // like one rank with the same recompute (1e-5); in bf16, fp16 (loss scaling) and fp8 like one rank in
 // the same precision, within that precision's own rounding distance (as the precision
-// parity tests hold every layout), and in bf16 with recompute bitwise like without; the
-// bytes the pending weight halves keep equal the memory model on every pp rank.
+// parity tests hold every layout; on 4 ranks also pp = 2 x tp = 2 with sequence parallel),
+// and in bf16 with recompute bitwise like without; the bytes the pending weight halves
+// keep equal the memory model on every pp rank.
 #include "../common/one_rank_mesh.h"
 #include "../common/temp_dir.h"
 #include "../train/test_support.h"
@@ -42,10 +43,17 @@ class ZeroBubbleTest : public ::testing::Test {
     c.activation_checkpointing = {recompute, 1};
     return c;
   }
-  static TrainedRun on_pipeline(RunConfig c) {
-    Communicator& world = testing::world();
-    c.mesh.pp = world.size();
+  // zb_h1 on pp = world size / tp (tp > 1: with sequence parallel).
+  static RunConfig on_pipeline(RunConfig c, int tp = 1) {
+    c.mesh.pp = testing::world().size() / tp;
+    c.mesh.tp = tp;
+    c.sequence_parallel = tp > 1;
     c.pp_schedule = PipelineSchedule::zb_h1;
+    return c;
+  }
+  static TrainedRun train_on_pipeline(const RunConfig& config, int tp = 1) {
+    Communicator& world = testing::world();
+    const RunConfig c = on_pipeline(config, tp);
     DeviceMesh mesh(world, c.resolve_mesh(world.size()));
     return train(c, mesh);
   }
@@ -66,7 +74,7 @@ TEST_F(ZeroBubbleTest, RecomputeMatchesOneRank) {
     if (llama) testing::use_llama(c);
     const TrainedRun reference = train(c, testing::one_rank_mesh());
     const std::string what = std::string(llama ? "llama " : "gpt2 ") + describe("fp32", recompute);
-    testing::expect_same_run(reference, on_pipeline(c), what.c_str());
+    testing::expect_same_run(reference, train_on_pipeline(c), what.c_str());
   }
 }
 
@@ -82,7 +90,25 @@ void expect_bitwise(const TrainedRun& a, const TrainedRun& b, const std::string&
 // halves other than the fused backward's, and (bitwise against no recompute) recomputed
 // inputs that differ from the packed ones.
 TEST_F(ZeroBubbleTest, LowPrecisionMatchesOneRankWithinItsRounding) {
-  const TrainedRun fp32 = train(run(DType::f32, false, CheckpointMode::none), testing::one_rank_mesh());
+  auto low = [&](DType compute, bool fp8, CheckpointMode recompute) {
+    RunConfig c = run(compute, fp8, recompute);
+    c.steps = 10;
+    return c;
+  };
+  const TrainedRun fp32 = train(low(DType::f32, false, CheckpointMode::none), testing::one_rank_mesh());
+  auto expect_within = [](const TrainedRun& reference, const TrainedRun& run, const Difference& band,
+                          const std::string& what) {
+    const Difference d = compare(reference, run);
+    if (testing::world().rank() == 0) {
+      std::printf("%s against one rank: loss %.1e, gradient norm %.1e, parameters %.1e (%.2f, %.2f, %.2f of the "
+                  "precision's distance from fp32)\n",
+                  what.c_str(), d.losses, d.norms, d.params, d.losses / band.losses, d.norms / band.norms,
+                  d.params / band.params);
+    }
+    EXPECT_LT(d.losses, band.losses) << what;
+    EXPECT_LT(d.norms, band.norms) << what;
+    EXPECT_LT(d.params, band.params) << what;
+  };
   struct Case {
     const char* name;
     DType compute;
@@ -90,33 +116,29 @@ TEST_F(ZeroBubbleTest, LowPrecisionMatchesOneRankWithinItsRounding) {
   };
   Difference bf16_band;
   for (const Case& p : {Case{"bf16", DType::bf16, false}, {"fp16", DType::f16, false}, {"fp8", DType::bf16, true}}) {
-    const TrainedRun reference = train(run(p.compute, p.fp8, CheckpointMode::none), testing::one_rank_mesh());
+    const TrainedRun reference = train(low(p.compute, p.fp8, CheckpointMode::none), testing::one_rank_mesh());
     // The precision's own rounding: its one-rank run against fp32's. fp8 is held to
     // bf16's (its own distance is ten times larger), as tests/mpi/test_precision.cpp does.
-    const Difference own = compare(fp32, reference);
-    if (p.compute == DType::bf16 && !p.fp8) bf16_band = own;
-    const Difference band = p.fp8 ? bf16_band : own;
-    const bool recomputes = p.compute == DType::bf16 && !p.fp8;
+    const bool bf16 = p.compute == DType::bf16 && !p.fp8;
+    if (bf16) bf16_band = compare(fp32, reference);
+    const Difference band = p.fp8 || bf16 ? bf16_band : compare(fp32, reference);
     TrainedRun packed;
     for (CheckpointMode recompute : {CheckpointMode::none, CheckpointMode::selective, CheckpointMode::full}) {
-      if (recompute != CheckpointMode::none && !recomputes) continue;
+      if (recompute != CheckpointMode::none && !bf16) continue;
       const std::string what = describe(p.name, recompute);
-      const TrainedRun pipelined = on_pipeline(run(p.compute, p.fp8, recompute));
-      const Difference d = compare(reference, pipelined);
-      if (testing::world().rank() == 0) {
-        std::printf("%s against one rank: loss %.1e, gradient norm %.1e, parameters %.1e (%.2f, %.2f, %.2f of the "
-                    "precision's distance from fp32)\n",
-                    what.c_str(), d.losses, d.norms, d.params, d.losses / band.losses, d.norms / band.norms,
-                    d.params / band.params);
-      }
-      EXPECT_LT(d.losses, band.losses) << what;
-      EXPECT_LT(d.norms, band.norms) << what;
-      EXPECT_LT(d.params, band.params) << what;
+      const TrainedRun pipelined = train_on_pipeline(low(p.compute, p.fp8, recompute));
+      expect_within(reference, pipelined, band, what);
       if (recompute == CheckpointMode::none) {
         packed = pipelined;
       } else {
         expect_bitwise(pipelined, packed, what + " against no recompute");
       }
+    }
+    // pp = 2 x tp = 2 with sequence parallel: the kept inputs and output gradients are
+    // this tp rank's columns, of all rows (the row-parallel layers' gathered gradient).
+    if (bf16 && testing::world().size() == 4) {
+      const TrainedRun tp = train_on_pipeline(low(p.compute, p.fp8, CheckpointMode::selective), 2);
+      expect_within(reference, tp, band, "bf16 zb_h1, recompute selective, pp=2 x tp=2 + SP");
     }
   }
 }
@@ -131,12 +153,13 @@ TEST_F(ZeroBubbleTest, PendingWeightHalvesKeepWhatTheMemoryModelSays) {
   struct Case {
     DType compute;
     CheckpointMode recompute;
+    int tp = 1;
   };
   for (const Case& k : {Case{DType::f32, CheckpointMode::none}, {DType::bf16, CheckpointMode::selective},
-                        {DType::f32, CheckpointMode::full}, {DType::bf16, CheckpointMode::none}}) {
-    RunConfig c = run(k.compute, false, k.recompute);
-    c.mesh.pp = world.size();
-    c.pp_schedule = PipelineSchedule::zb_h1;
+                        {DType::f32, CheckpointMode::full}, {DType::bf16, CheckpointMode::none},
+                        {DType::bf16, CheckpointMode::full, 2}}) {
+    if (world.size() % (2 * k.tp) != 0) continue;
+    const RunConfig c = on_pipeline(run(k.compute, false, k.recompute), k.tp);
     DeviceMesh mesh(world, c.resolve_mesh(world.size()));
     Trainer trainer(c, mesh, nullptr);
     trainer.step();
@@ -145,12 +168,12 @@ TEST_F(ZeroBubbleTest, PendingWeightHalvesKeepWhatTheMemoryModelSays) {
     const size_t start = ledger.current(MemTag::activations);
     trainer.step();
     const int rank = mesh.coord(Axis::pp), m = c.batch_size / c.micro_batch_size;
-    const int pending = peak_deferred_weight_halves(pipeline_actions(PipelineSchedule::zb_h1, {world.size(), 1, m}, rank));
+    const int pending = peak_deferred_weight_halves(pipeline_actions(PipelineSchedule::zb_h1, {c.mesh.pp, 1, m}, rank));
     EXPECT_EQ(pending, rank == 0 ? 0 : std::min(m, rank + 1));  // zb_h1 defers `rank` halves, one more at its peak
-    const int64_t one = deferred_weight_bytes(c.model, {}, 1, c.seq_len, c.activation_checkpointing,
-                                              trainer.model().local_units(), k.compute);
+    const int64_t one = deferred_weight_bytes(c.model, trainer.model().tensor_parallel().layout(), 1, c.seq_len,
+                                              c.activation_checkpointing, trainer.model().local_units(), k.compute);
     const std::string what = describe(k.compute == DType::f32 ? "fp32" : "bf16", k.recompute) + " on pp rank " +
-                             std::to_string(rank);
+                             std::to_string(rank) + (k.tp > 1 ? " x tp=2 + SP" : "");
     EXPECT_EQ(static_cast<int64_t>(ledger.peak(MemTag::activations) - start), pending * one) << what;
     EXPECT_EQ(ledger.current(MemTag::activations), start) << what;
   }
