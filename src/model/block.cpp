@@ -351,6 +351,20 @@ void Block::keep_deferred_inputs(const MicroBatchContext& ctx, DeferredWeightHal
   }
 }
 
+void Block::restore_deferred_inputs(const MicroBatchContext& ctx, const BlockActivations& a,
+                                    const DeferredWeightHalf& deferred) const {
+  for (const DeferredInput& in : deferred.inputs) {
+    const PackedActivation* packed = packed_view(ctx, in.view);
+    if (packed) {
+      kernels::cast_from_lowp(ctx.compute, packed->data, a.*(in.view), packed->numel);
+    } else if (in.kept.dtype() == DType::f32) {
+      kernels::copy(a.*(in.view), in.kept.data<float>(), in.numel);
+    } else {
+      kernels::cast_from_lowp(in.kept.dtype(), static_cast<const uint16_t*>(in.kept.raw()), a.*(in.view), in.numel);
+    }
+  }
+}
+
 const PackedActivation* Block::packed_view(const MicroBatchContext& ctx, float* BlockActivations::*view) const {
   for (const PackedActivation& p : ctx.packed[static_cast<size_t>(layer_)]) {
     if (p.view == view) return &p;
@@ -364,17 +378,7 @@ void Block::backward_weight(MicroBatchContext& ctx, ModelHooks* hooks) {
   DeferredWeightHalf& deferred = ctx.deferred[static_cast<size_t>(layer_)];
   ws_.fit(ctx);
   const BlockActivations a = activations(ctx);
-  // The inputs back into the recompute area, which other blocks used in between.
-  for (const DeferredInput& in : deferred.inputs) {
-    const PackedActivation* packed = packed_view(ctx, in.view);
-    if (packed) {
-      kernels::cast_from_lowp(ctx.compute, packed->data, a.*(in.view), packed->numel);
-    } else if (in.kept.dtype() == DType::f32) {
-      kernels::copy(a.*(in.view), in.kept.data<float>(), in.numel);
-    } else {
-      kernels::cast_from_lowp(in.kept.dtype(), static_cast<const uint16_t*>(in.kept.raw()), a.*(in.view), in.numel);
-    }
-  }
+  restore_deferred_inputs(ctx, a, deferred);
   for (DeferredWeightGradient& w : deferred.gradients) {
     w.apply(w.dout.data<float>(), a);
     poll(hooks);
@@ -399,20 +403,14 @@ class LinearBackward {
     const float* inp = a_.*input;
     if (!deferred_) return layer.backward(dinp, dout, inp, rows_);
     layer.backward_input(dinp, dout, inp, rows_);
-    if (!has_weight_half(layer)) return;
-    defer([&layer, input, rows = rows_](const float* dy, const BlockActivations& a) {
-      layer.backward_weight(dy, a.*input, rows);
-    }, dout, layer, input);
+    if (has_weight_half(layer)) defer(layer, dout, input);
   }
 
   void row(const RowParallelLinear& layer, float* dinp, const float* dout, View input, float* dbias) const {
     const float* inp = a_.*input;
     if (!deferred_) return layer.backward(tp_, dinp, dout_full_, dout, inp, rows_, dbias);
     const float* dy = layer.backward_input(tp_, dinp, dout_full_, dout, inp, rows_, dbias);
-    if (!has_weight_half(layer)) return;
-    defer([&layer, input, rows = rows_](const float* g, const BlockActivations& a) {
-      layer.backward_weight(g, a.*input, rows);
-    }, dy, layer, input);
+    if (has_weight_half(layer)) defer(layer, dy, input);
   }
 
  private:
@@ -423,15 +421,21 @@ class LinearBackward {
     return layer.weight->trainable() || (layer.bias && layer.bias->trainable());
   }
 
-  template <class Apply, class Layer>
-  void defer(Apply apply, const float* dout, const Layer& layer, View input) const {
+  // dout: the [rows, OC] output gradient the weight half multiplies with the input.
+  template <class Layer>
+  void defer(const Layer& layer, const float* dout, View input) const {
     const int64_t numel = rows_ * layer.weight->local_shape[0];
     Tensor copy = Tensor::empty({numel}, DType::f32, MemTag::activations);
     kernels::copy(copy.data<float>(), dout, numel);
+    auto apply = [&layer, input, rows = rows_](const float* dy, const BlockActivations& a) {
+      layer.backward_weight(dy, a.*input, rows);
+    };
     deferred_->gradients.push_back({std::move(copy), apply});
     std::vector<DeferredInput>& inputs = deferred_->inputs;
-    const bool noted = std::any_of(inputs.begin(), inputs.end(), [&](const DeferredInput& in) { return in.view == input; });
-    if (!noted) inputs.push_back({input, rows_ * layer.weight->local_shape[1], Tensor()});
+    auto same_view = [&](const DeferredInput& in) { return in.view == input; };
+    if (std::none_of(inputs.begin(), inputs.end(), same_view)) {
+      inputs.push_back({input, rows_ * layer.weight->local_shape[1], Tensor()});
+    }
   }
 
   const TensorParallelRegions& tp_;

@@ -85,6 +85,10 @@ class Block : public Unit {
   // Copies of the deferred layers' inputs the context does not keep (recomputed ones),
   // taken before another block's backward reuses the recompute area.
   void keep_deferred_inputs(const MicroBatchContext& ctx, DeferredWeightHalf& deferred) const;
+  // The deferred layers' inputs back into the recompute area (a), which other blocks
+  // used in between: from the context's packed copies and the input half's.
+  void restore_deferred_inputs(const MicroBatchContext& ctx, const BlockActivations& a,
+                               const DeferredWeightHalf& deferred) const;
   // This block's packed slot of `view` in the context (low precision), or null.
   const PackedActivation* packed_view(const MicroBatchContext& ctx, float* BlockActivations::*view) const;
   // Low precision under recompute: the linear layers' inputs the recompute rewrote in
