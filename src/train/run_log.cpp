@@ -32,8 +32,9 @@ std::string describe_sync(const RunConfig& config, const GradientSync& sync) {
 // the axes of more than one rank, and whether their groups stay inside a node.
 std::string describe_topology(DeviceMesh& mesh) {
   std::string axes;
-  for (Axis axis : {Axis::pp, Axis::dp_replicate, Axis::dp_shard, Axis::dp, Axis::cp, Axis::tp, Axis::ep}) {
-    if (mesh.size(axis) == 1 || (axis == Axis::dp && mesh.size(Axis::dp) == mesh.size(Axis::dp_shard)) ||
+  for (Axis axis : {Axis::pp, Axis::dp_replicate, Axis::dp_shard, Axis::dp, Axis::cp, Axis::cp_ulysses, Axis::cp_ring,
+                    Axis::tp, Axis::ep}) {
+    if (mesh.size(axis) == 1 || (axis == Axis::cp_ring && mesh.size(axis) == mesh.size(Axis::cp)) || (axis == Axis::dp && mesh.size(Axis::dp) == mesh.size(Axis::dp_shard)) ||
         (axis == Axis::dp && mesh.size(Axis::dp) == mesh.size(Axis::dp_replicate))) {
       continue;
     }
@@ -148,6 +149,13 @@ void RunLog::axes(const TrainingModel& model, DeviceMesh& mesh) {
                cp.size, cp_mode_name(cp.mode), cp.chunk_count(), config_.seq_len / cp.chunk_count(),
                cp.chunks == CpChunks::zigzag ? "rank r: chunks r and 2cp-1-r" : "rank r: chunk r",
                config_.seq_len / cp.size, config_.seq_len);
+    if (cp.mode == CpMode::usp) {
+      fmt::print(*out_, "USP: Ulysses all-to-alls inside {} groups of {} consecutive cp ranks (cp_ulysses), ring attention "
+                 "over {} positions (cp_ring) with {} of the heads on each rank; ring position p holds the ring's chunks "
+                 "({}), split contiguously over its group\n",
+                 cp.size / cp.ulysses, cp.ulysses, cp.size / cp.ulysses, fmt::format("1/{}", cp.ulysses),
+                 cp.chunks == CpChunks::zigzag ? "p and 2cr-1-p" : "p");
+    }
   }
   if (m.is_moe()) mixture_of_experts(model, mesh);
   if (layout.tp > 1) {
