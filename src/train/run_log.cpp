@@ -45,6 +45,14 @@ std::string describe_topology(DeviceMesh& mesh) {
   return "nodes: " + mesh.topology().describe() + axes;
 }
 
+// Which chunks rank r holds, in words.
+std::string cp_chunk_rule(const CpLayout& cp) {
+  const bool zigzag = cp.chunks == CpChunks::zigzag;
+  if (cp.mode != CpMode::usp) return zigzag ? "rank r: chunks r and 2cp-1-r" : "rank r: chunk r";
+  return fmt::format("ring position p = r / {}: chunk{}, each rank of the position a contiguous 1/{} of them",
+                     cp.ulysses, zigzag ? "s p and 2cr-1-p" : " p", cp.ulysses);
+}
+
 }  // namespace
 
 bool RunLog::recomputes(const TrainingModel& model) const {
@@ -143,18 +151,17 @@ void RunLog::axes(const TrainingModel& model, DeviceMesh& mesh) {
   const ActivationLayout layout = model.model().activation_layout();
   if (layout.cp.active()) {
     const CpLayout& cp = layout.cp;
+    const bool usp = cp.mode == CpMode::usp;
+    const CpLayout cut = usp ? cp.ring() : cp;  // USP: the ring's chunks, each split over a Ulysses group
     fmt::print(*out_, "context parallel: {} ranks, {} attention, {} chunks of {} tokens ({}); each rank holds {} of the {} "
                "tokens of every sequence; gradients reduced over dp x cp; backward recomputes the attention "
                "scores (HFU counts it)\n",
-               cp.size, cp_mode_name(cp.mode), cp.chunk_count(), config_.seq_len / cp.chunk_count(),
-               cp.chunks == CpChunks::zigzag ? "rank r: chunks r and 2cp-1-r" : "rank r: chunk r",
-               config_.seq_len / cp.size, config_.seq_len);
-    if (cp.mode == CpMode::usp) {
+               cp.size, cp_mode_name(cp.mode), cut.chunk_count(), config_.seq_len / cut.chunk_count(),
+               cp_chunk_rule(cp), config_.seq_len / cp.size, config_.seq_len);
+    if (usp) {
       fmt::print(*out_, "USP: Ulysses all-to-alls inside {} groups of {} consecutive cp ranks (cp_ulysses), ring attention "
-                 "over {} positions (cp_ring) with {} of the heads on each rank; ring position p holds the ring's chunks "
-                 "({}), split contiguously over its group\n",
-                 cp.size / cp.ulysses, cp.ulysses, cp.size / cp.ulysses, fmt::format("1/{}", cp.ulysses),
-                 cp.chunks == CpChunks::zigzag ? "p and 2cr-1-p" : "p");
+                 "over {} positions (cp_ring) on 1/{} of the heads\n",
+                 cut.size, cp.ulysses, cut.size, cp.ulysses);
     }
   }
   if (m.is_moe()) mixture_of_experts(model, mesh);
