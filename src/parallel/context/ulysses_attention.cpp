@@ -8,7 +8,7 @@
 
 namespace ndt {
 
-UlyssesAttention::UlyssesAttention(Communicator& cp, const CpLayout& layout) : cp_(cp), layout_(layout) {
+UlyssesAttention::UlyssesAttention(Communicator& cp, const CpLayout& layout) : CpGroupAttention(cp, layout) {
   NDT_CHECK(layout.size == cp.size(), "Ulysses attention: the layout's cp = {} but the cp group has {} ranks",
             layout.size, cp.size());
 }
@@ -17,10 +17,6 @@ HeadAllToAll UlyssesAttention::exchange(int whole) const {
   std::vector<std::vector<int32_t>> rows;
   for (int j = 0; j < layout_.size; ++j) rows.push_back(layout_.positions(j, whole));
   return HeadAllToAll(cp_, std::move(rows));
-}
-
-void UlyssesAttention::sum_over_ranks(float* x, int64_t n) const {
-  cp_.all_reduce(x, static_cast<size_t>(n), DType::f32, ReduceOp::sum);
 }
 
 void UlyssesAttention::forward(const AttentionForward& a) const {

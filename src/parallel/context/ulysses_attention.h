@@ -15,30 +15,24 @@
 // N x (3 QD + 2 KD) in (q, k, v, output, output gradient) and N x (QD + 2 KD) back.
 #pragma once
 
-#include "comm/communicator.h"
-#include "model/context_parallel_attention.h"
+#include "parallel/context/cp_group_attention.h"
 #include "parallel/context/head_all_to_all.h"
 
 #include <cstdint>
 
 namespace ndt {
 
-class UlyssesAttention : public ContextParallelAttention {
+class UlyssesAttention : public CpGroupAttention {
  public:
   // cp: the cp axis's communicator; layout.size must equal its size.
   UlyssesAttention(Communicator& cp, const CpLayout& layout);
-  CpLayout layout() const override { return layout_; }
-  int rank() const override { return cp_.rank(); }
   void forward(const AttentionForward& a) const override;
   void backward(const AttentionBackward& a) const override;
-  void sum_over_ranks(float* x, int64_t n) const override;
 
  private:
   // The all-to-all over cp, every rank's rows placed at their sequence positions
   // (CpLayout::positions) in sequences of `whole` tokens: built once per forward or backward.
   HeadAllToAll exchange(int whole) const;
-  Communicator& cp_;
-  CpLayout layout_;
 };
 
 }  // namespace ndt

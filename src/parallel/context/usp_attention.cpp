@@ -23,16 +23,12 @@ void validate_cp_ulysses(int cp, CpMode mode, int cp_ulysses) {
 }
 
 UspAttention::UspAttention(Communicator& cp, Communicator& cp_ulysses, Communicator& cp_ring, const CpLayout& layout)
-    : cp_(cp), cp_ulysses_(cp_ulysses), layout_(layout), ring_(cp_ring, layout.ring()) {
+    : CpGroupAttention(cp, layout), cp_ulysses_(cp_ulysses), ring_(cp_ring, layout.ring()) {
   NDT_CHECK(layout.mode == CpMode::usp && layout.size == cp.size() && layout.ulysses == cp_ulysses.size() &&
                 layout.size == cp_ulysses.size() * cp_ring.size(),
             "USP attention: the layout's cp = {} and cp_ulysses = {} but the groups have cp {}, cp_ulysses {} and "
             "cp_ring {} ranks",
             layout.size, layout.ulysses, cp.size(), cp_ulysses.size(), cp_ring.size());
-}
-
-void UspAttention::sum_over_ranks(float* x, int64_t n) const {
-  cp_.all_reduce(x, static_cast<size_t>(n), DType::f32, ReduceOp::sum);
 }
 
 HeadAllToAll UspAttention::exchange(int T) const {

@@ -17,8 +17,7 @@
 //     2 x N x KD floats, as plain ring's; forward cr - 1 sends, backward 2 cr - 1.
 #pragma once
 
-#include "comm/communicator.h"
-#include "model/context_parallel_attention.h"
+#include "parallel/context/cp_group_attention.h"
 #include "parallel/context/head_all_to_all.h"
 #include "parallel/context/ring_attention.h"
 
@@ -26,23 +25,18 @@
 
 namespace ndt {
 
-class UspAttention : public ContextParallelAttention {
+class UspAttention : public CpGroupAttention {
  public:
   // cp, cp_ulysses, cp_ring: the mesh's communicators (core/axis.h); layout: mode usp, its
   // size cp's and its ulysses cp_ulysses's.
   UspAttention(Communicator& cp, Communicator& cp_ulysses, Communicator& cp_ring, const CpLayout& layout);
-  CpLayout layout() const override { return layout_; }
-  int rank() const override { return cp_.rank(); }
   void forward(const AttentionForward& a) const override;
   void backward(const AttentionBackward& a) const override;
-  void sum_over_ranks(float* x, int64_t n) const override;
 
  private:
   // The all-to-all over cp_ulysses for T local rows, gathered in the ring position's order.
   HeadAllToAll exchange(int T) const;
-  Communicator& cp_;
   Communicator& cp_ulysses_;
-  CpLayout layout_;
   RingAttention ring_;  // over cp_ring, on the gathered rows
 };
 
