@@ -55,7 +55,7 @@ struct PlanSpace {
                                                 PipelineSchedule::zb_h1, PipelineSchedule::gpipe};
   int interleaved_stages = 2;     // pp_virtual_stages of interleaved_1f1b
   int max_tp = 0;                 // 0: one node's devices (tp across nodes is not searched)
-  std::vector<CpMode> cp_modes = {CpMode::ring, CpMode::ulysses};
+  std::vector<CpMode> cp_modes = {CpMode::ring, CpMode::ulysses, CpMode::usp};  // usp: every cp_ulysses
 };
 
 struct MemoryEstimate {

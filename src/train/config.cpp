@@ -6,7 +6,8 @@
 #include "parallel/pipeline/stages.h"
 #include "parallel/expert/expert_parallel.h"
 #include "parallel/tensor/tensor_parallel.h"
-#include "parallel/context/ulysses_attention.h"
+#include "parallel/context/head_all_to_all.h"
+#include "parallel/context/usp_attention.h"
 
 #include "core/error.h"
 #include "core/input_file.h"
@@ -315,12 +316,14 @@ void check_context_and_pipeline(const RunConfig& c) {
   const MeshShape& mesh = c.mesh;
   NDT_CHECK(mesh.pp >= 1, "parallel.pp = {} must be at least 1", mesh.pp);
   NDT_CHECK(mesh.cp >= 1, "parallel.cp = {} must be at least 1", mesh.cp);
-  const CpLayout cp{mesh.cp, c.cp_mode, c.cp_chunks};
+  const CpLayout cp{mesh.cp, c.cp_mode, c.cp_chunks, mesh.cp_ulysses};
   if (cp.active()) {
+    validate_cp_ulysses(mesh.cp, c.cp_mode, mesh.cp_ulysses);
     cp.check_sequence(c.seq_len);
-    if (cp.mode == CpMode::ulysses && mesh.tp >= 1 && c.model.n_head % mesh.tp == 0 &&
-        c.model.kv_heads() % mesh.tp == 0) {
-      validate_ulysses(c.model.n_head / mesh.tp, c.model.kv_heads() / mesh.tp, mesh.cp);
+    const bool heads_split_over_tp = mesh.tp >= 1 && c.model.n_head % mesh.tp == 0 && c.model.kv_heads() % mesh.tp == 0;
+    if (cp.mode != CpMode::ring && heads_split_over_tp) {
+      validate_head_split(c.model.n_head / mesh.tp, c.model.kv_heads() / mesh.tp, cp.mode,
+                          cp.mode == CpMode::usp ? mesh.cp_ulysses : mesh.cp);
     }
   }
   NDT_CHECK(c.pp_virtual_stages >= 1, "parallel.pp_virtual_stages = {} must be at least 1", c.pp_virtual_stages);

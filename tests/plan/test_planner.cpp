@@ -20,6 +20,8 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <set>
+#include <utility>
 
 namespace ndt {
 namespace {
@@ -268,6 +270,49 @@ TEST(Planner, SearchesZeroBubbleWithRecomputeAndLowPrecision) {
     const int64_t zero_bubble = last_stage_activations[{recompute, PipelineSchedule::zb_h1}];
     EXPECT_GT(zero_bubble, (last_stage_activations[{recompute, PipelineSchedule::one_f_one_b}]));
   }
+}
+
+// USP in the search: on 8 devices every cp of 4 or 8 is tried with each cp_ulysses
+// strictly between 1 and cp over which the heads split (llama-tiny: 4 heads, 2 KV heads:
+// 2 only); its all-to-alls are counted on cp_ulysses, its ring sends on cp_ring (a ring of
+// cp / cp_ulysses), nothing on cp; at cp = 8 USP's ring of 4 sends 10/22 of plain ring's bytes.
+// Catches: USP missing from the search, a group size the checks refuse, its traffic on
+// the wrong axis or with the ring's length taken as cp.
+TEST(Planner, SearchesUspWithEachUlyssesGroupSize) {
+  RunConfig base;
+  base.model = ModelConfig::preset("llama-tiny");
+  base.model.n_kv_head = 2;
+  base.seq_len = 256, base.batch_size = 8;
+  const Cluster cluster = make_cluster(builtin_device("h100-sxm"), 1, 8, 0);
+  PlanSpace space;
+  space.zero_stages = {0};
+  space.micro_batch_sizes = {1};
+  space.recompute = {CheckpointMode::none};
+  space.pp_schedules = {PipelineSchedule::one_f_one_b};
+  space.cp_modes = {CpMode::ring, CpMode::usp};
+  const PlanResult r = plan_layouts(base, cluster, space);
+  std::set<std::pair<int, int>> usp;  // (cp, cp_ulysses)
+  const auto sent = [](const LayoutScore& s, Axis a) { return s.comm[static_cast<size_t>(a)].wire_bytes; };
+  int64_t ring8 = 0, usp8 = 0;
+  for (const LayoutScore& s : r.layouts) {
+    const MeshShape& m = s.layout.mesh;
+    if (!s.rejected.empty() || m.cp == 1 || m.pp > 1 || m.tp > 1) continue;
+    if (s.layout.cp_mode == CpMode::ring) {
+      EXPECT_EQ(m.cp_ulysses, 1);
+      if (m.cp == 8) ring8 = sent(s, Axis::cp);
+      continue;
+    }
+    usp.insert({m.cp, m.cp_ulysses});
+    EXPECT_GT(s.comm[static_cast<size_t>(Axis::cp_ulysses)].calls, 0) << s.layout.describe();
+    EXPECT_GT(sent(s, Axis::cp_ring), 0) << s.layout.describe();
+    EXPECT_EQ(s.comm[static_cast<size_t>(Axis::cp)].calls, 0) << s.layout.describe();
+    EXPECT_NE(s.layout.describe().find("usp (ulysses 2 x ring"), std::string::npos) << s.layout.describe();
+    if (m.cp == 8) usp8 = sent(s, Axis::cp_ring);
+  }
+  EXPECT_EQ(usp, (std::set<std::pair<int, int>>{{4, 2}, {8, 2}}));
+  ASSERT_GT(ring8, 0);
+  // Per block: a ring of 4 sends 3 + 7 blocks of 2 N KD floats, one of 8 sends 7 + 15 of the same size.
+  EXPECT_EQ(usp8 * 22, ring8 * 10);
 }
 
 // Catches: offload left out of the search on a device with a disk, planned on one without,
