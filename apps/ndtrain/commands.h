@@ -56,6 +56,7 @@ struct TrainBenchOptions {
   int cp = 1;          // under mpirun: context-parallel group size
   std::string cp_mode = "ring";
   std::string cp_chunks = "zigzag";
+  int cp_ulysses = 1;  // with cp_mode "usp": the Ulysses ranks of each group (the rest of cp: the ring)
   int ep = 1;          // under mpirun: expert-parallel group size (an MoE preset; borrowed from the data-parallel ranks)
   int vocab = 0;       // 0: the preset's vocabulary
   std::string activation_checkpointing = "none";

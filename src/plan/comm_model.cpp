@@ -103,6 +103,7 @@ struct Layout {
     if (a == Axis::edp_shard && ep == 1) return comm(Axis::dp_shard_cp);
     if (a == Axis::dp_shard_cp && cp == 1) return Axis::dp_shard;
     if (a == Axis::dp_cp && cp == 1) return Axis::dp;
+    if (a == Axis::cp_ring && mesh.cp_ulysses == 1) return Axis::cp;
     return a;
   }
   // Shard and reduce groups: the experts' (under ep > 1) and the rest.
@@ -267,32 +268,38 @@ int64_t attention_dims(const Layout& l, bool queries) {
   const ModelConfig& m = l.c.model;
   return int64_t{queries ? m.n_head : m.kv_heads()} / l.tp * m.head_dim();
 }
+// USP: Ulysses' all-to-alls over cp_ulysses around a ring over cp_ring whose rows are
+// cp_ulysses x this rank's with KD / cp_ulysses: its K/V block is 2 N KD floats, as plain ring's.
+Axis ulysses_axis(const Layout& l) { return l.c.cp_mode == CpMode::usp ? Axis::cp_ulysses : Axis::cp; }
+Axis ring_axis(const Layout& l) { return l.c.cp_mode == CpMode::usp ? Axis::cp_ring : Axis::cp; }
 void attention_forward(Acc& a, int64_t times) {
   const Layout& l = a.l;
   if (l.cp == 1) return;
   const int64_t QD = attention_dims(l, true), KD = attention_dims(l, false);
-  if (l.c.cp_mode == CpMode::ulysses) {  // q, k, v to heads, the output back
-    a.op(Axis::cp, CommOp::all_to_all, l.N * QD * kF32, 2 * times);
-    a.op(Axis::cp, CommOp::all_to_all, l.N * KD * kF32, 2 * times);
-    return;
+  if (l.c.cp_mode != CpMode::ring) {  // q, k, v to heads, the output back
+    a.op(ulysses_axis(l), CommOp::all_to_all, l.N * QD * kF32, 2 * times);
+    a.op(ulysses_axis(l), CommOp::all_to_all, l.N * KD * kF32, 2 * times);
   }
+  if (l.c.cp_mode == CpMode::ulysses) return;
   const int64_t block = 2 * l.N * KD * kF32;  // K and V of this rank's tokens, around the ring
-  a.op(Axis::cp, CommOp::send, block, (l.cp - 1) * times);
-  a.op(Axis::cp, CommOp::recv, block, (l.cp - 1) * times);
+  const int ring = l.size(ring_axis(l));
+  a.op(ring_axis(l), CommOp::send, block, (ring - 1) * times);
+  a.op(ring_axis(l), CommOp::recv, block, (ring - 1) * times);
 }
 void attention_backward(Acc& a, int64_t times) {
   const Layout& l = a.l;
   if (l.cp == 1) return;
   const int64_t QD = attention_dims(l, true), KD = attention_dims(l, false);
-  if (l.c.cp_mode == CpMode::ulysses) {  // q, k, v, out, dout to heads; dq, dk, dv back
-    a.op(Axis::cp, CommOp::all_to_all, l.N * QD * kF32, 4 * times);
-    a.op(Axis::cp, CommOp::all_to_all, l.N * KD * kF32, 4 * times);
-    return;
+  if (l.c.cp_mode != CpMode::ring) {  // q, k, v, out, dout to heads; dq, dk, dv back
+    a.op(ulysses_axis(l), CommOp::all_to_all, l.N * QD * kF32, 4 * times);
+    a.op(ulysses_axis(l), CommOp::all_to_all, l.N * KD * kF32, 4 * times);
   }
+  if (l.c.cp_mode == CpMode::ulysses) return;
   // K/V around the ring again, and the dK/dV sums one step further (home to their owner).
   const int64_t block = 2 * l.N * KD * kF32;
-  a.op(Axis::cp, CommOp::send, block, (2 * l.cp - 1) * times);
-  a.op(Axis::cp, CommOp::recv, block, (2 * l.cp - 1) * times);
+  const int ring = l.size(ring_axis(l));
+  a.op(ring_axis(l), CommOp::send, block, (2 * ring - 1) * times);
+  a.op(ring_axis(l), CommOp::recv, block, (2 * ring - 1) * times);
 }
 
 // ---- mixture of experts: routing statistics over cp, the exchange over ep

@@ -22,6 +22,7 @@
 #include <numeric>
 #include <thread>
 #include <tuple>
+#include <utility>
 
 namespace ndt {
 
@@ -47,6 +48,7 @@ bool is_gradient_axis(Axis a) {
 struct PipelineFacts {
   double bubble = 0;
   std::vector<int> contexts;  // per rank: micro-batch contexts held at once
+  std::vector<int> deferred;  // per rank: weight halves pending at once (peak_deferred_weight_halves)
 };
 
 const PipelineFacts& pipeline_facts(PipelineSchedule schedule, const PipelineShape& shape) {
@@ -55,7 +57,11 @@ const PipelineFacts& pipeline_facts(PipelineSchedule schedule, const PipelineSha
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
   const PipelineSimulation s = simulate_pipeline(schedule, shape);
-  return cache.emplace(key, PipelineFacts{s.mean_bubble, s.peak_live_contexts}).first->second;
+  PipelineFacts facts{s.mean_bubble, s.peak_live_contexts, {}};
+  for (int r = 0; r < shape.pp; ++r) {
+    facts.deferred.push_back(peak_deferred_weight_halves(pipeline_actions(schedule, shape, r)));
+  }
+  return cache.emplace(key, std::move(facts)).first->second;
 }
 
 // The chunks per pp rank and their placement (a V or a loop) as one number, for the
@@ -89,6 +95,7 @@ std::string overflow_message(const MemoryEstimate& m, int stage, int pp, double 
 bool is_alias_axis(Axis axis, const MeshShape& m) {
   if ((axis == Axis::dp_shard_cp || axis == Axis::dp_cp) && m.cp == 1) return true;
   if ((axis == Axis::edp || axis == Axis::edp_shard) && m.ep == 1) return true;
+  if (axis == Axis::cp_ring && m.cp_ulysses == 1) return true;
   return false;
 }
 
@@ -149,6 +156,7 @@ std::string Layout::describe() const {
   if (axes.empty()) axes = "one device";
   if (mesh.tp > 1 && sequence_parallel) axes += " +sp";
   if (mesh.cp > 1) axes += fmt::format(" {}", cp_mode_name(cp_mode));
+  if (mesh.cp_ulysses > 1) axes += fmt::format(" (ulysses {} x ring {})", mesh.cp_ulysses, mesh.cp / mesh.cp_ulysses);
   const std::string sharding = zero_stage == 3 ? "fsdp" : zero_stage > 0 ? fmt::format("zero{}", zero_stage) : "ddp";
   std::string pipeline;
   if (mesh.pp > 1) {
@@ -237,10 +245,11 @@ CommSeconds communication_seconds(const Candidate& c, const StepCommunication& c
     }
     t.comm_s[a] = axis_s;
     if (axis == Axis::tp || axis == Axis::ep) s.per_micro_batch_s += axis_s / micro_batches;
-    if (axis == Axis::cp) {
-      // The ring passes K and V behind the attention of the chunk it holds; Ulysses'
-      // all-to-alls are on the critical path.
-      const bool hidden = c.config.cp_mode == CpMode::ring && c.cluster.device.overlaps_communication;
+    if (axis == Axis::cp || axis == Axis::cp_ulysses || axis == Axis::cp_ring) {
+      // The ring (USP's on cp_ring) passes K and V behind the attention of the chunk it
+      // holds; Ulysses' all-to-alls (USP's on cp_ulysses) are on the critical path.
+      const bool ring = axis == Axis::cp_ring || (axis == Axis::cp && c.config.cp_mode == CpMode::ring);
+      const bool hidden = ring && c.cluster.device.overlaps_communication;
       s.per_micro_batch_s += (hidden ? std::max(0.0, axis_s - attention_s) : axis_s) / micro_batches;
     }
   }
@@ -416,7 +425,7 @@ Candidate LayoutScorer::candidate(const RunConfig& config, const Cluster& cluste
   c.m = c.resolved.mesh;
   c.layout.tp = c.m.tp;
   c.layout.sequence_parallel = config.sequence_parallel;
-  c.layout.cp = CpLayout{c.m.cp, config.cp_mode, config.cp_chunks};
+  c.layout.cp = CpLayout{c.m.cp, config.cp_mode, config.cp_chunks, c.m.cp_ulysses};
   c.shape = pipeline_shape(config.pp_schedule, c.m.pp, config.pp_virtual_stages, c.resolved.micro_batches());
   if (c.m.pp > 1) {
     NDT_CHECK(config.pp_layers.empty(), "the planner balances pipeline stages itself: parallel.pp_layers = \"{}\"",
@@ -450,6 +459,14 @@ MemoryEstimate LayoutScorer::stage_memory(Candidate& c, int stage) {
   const int64_t workspace = workspace_floats(config.model, c.layout, mb, config.seq_len / c.m.cp, config.loss_chunk_rows,
                                              config.activation_checkpointing, config.precision.compute) * 4;
   mem.activations = mem.in_flight * (one_context - workspace) + workspace;
+  // Split backward: the pending weight halves' copies, each of one chunk of the stage.
+  const int deferred = c.facts ? c.facts->deferred[static_cast<size_t>(stage)] : 0;
+  if (deferred > 0) {
+    mem.activations += deferred * deferred_weight_bytes(config.model, c.layout, mb, config.seq_len / c.m.cp,
+                                                        config.activation_checkpointing, local_units,
+                                                        config.precision.compute) /
+                       config.pp_virtual_stages;
+  }
   return mem;
 }
 
@@ -611,6 +628,24 @@ bool ulysses_splits_heads(const ModelConfig& model, int tp, int cp) {
          (model.kv_heads() / tp) % cp == 0;
 }
 
+// The context-parallel attentions tried on a mesh, each with its parallel.cp_ulysses:
+// without cp the first mode alone; Ulysses where this tp rank's heads split over cp; USP
+// with every divisor of cp strictly between 1 and cp over which they split.
+std::vector<std::pair<CpMode, int>> cp_choices(const ModelConfig& model, const MeshShape& mesh,
+                                               const std::vector<CpMode>& modes) {
+  if (mesh.cp == 1) return {{modes.front(), 1}};
+  std::vector<std::pair<CpMode, int>> choices;
+  for (CpMode mode : modes) {
+    if (mode == CpMode::ring) choices.emplace_back(mode, 1);
+    if (mode == CpMode::ulysses && ulysses_splits_heads(model, mesh.tp, mesh.cp)) choices.emplace_back(mode, 1);
+    if (mode != CpMode::usp) continue;
+    for (int u : divisors(mesh.cp)) {
+      if (u > 1 && u < mesh.cp && ulysses_splits_heads(model, mesh.tp, u)) choices.emplace_back(mode, u);
+    }
+  }
+  return choices;
+}
+
 // ZeRO without ranks to shard over is DDP, not a layout of its own, unless it offloads;
 // offload needs ZeRO (the optimizer) or FSDP without replicas (parameters).
 bool offload_suits(int zero, const MeshShape& mesh, OffloadChoice offload) {
@@ -621,29 +656,23 @@ bool offload_suits(int zero, const MeshShape& mesh, OffloadChoice offload) {
 
 // The settings tried on one mesh, appended to `out`. Left out: what ndtrain's checks
 // refuse whatever the other settings (Ulysses where the heads on a tp rank do not split
-// over cp, the split-backward schedules (zb_h1, zb_v, dualpipev) with recompute or a
-// low-precision compute dtype).
+// over cp, USP where they do not over cp_ulysses).
 void add_layouts_of_mesh(const MeshShape& mesh, const RunConfig& base, const PlanSpace& space,
                          const std::vector<OffloadChoice>& offloads, std::vector<Layout>& out) {
   for (int zero : space.zero_stages) {
     if (zero == 0 && mesh.dp_shard > 1 && mesh.ep == 1) continue;
     for (bool sp : {false, true}) {
       if (sp && mesh.tp == 1) continue;
-      for (CpMode cp_mode : space.cp_modes) {
-        if (mesh.cp == 1 && cp_mode != space.cp_modes.front()) continue;
-        if (cp_mode == CpMode::ulysses && !ulysses_splits_heads(base.model, mesh.tp, mesh.cp)) continue;
+      for (const auto& [cp_mode, cp_ulysses] : cp_choices(base.model, mesh, space.cp_modes)) {
         for (int micro : space.micro_batch_sizes) {
           for (CheckpointMode recompute : space.recompute) {
             for (PipelineSchedule schedule : space.pp_schedules) {
               if (mesh.pp == 1 && schedule != space.pp_schedules.front()) continue;
-              if (pipeline_splits_backward(schedule) &&
-                  (recompute != CheckpointMode::none || base.precision.low())) {
-                continue;
-              }
               for (OffloadChoice offload : offloads) {
                 if (!offload_suits(zero, mesh, offload)) continue;
                 Layout l;
                 l.mesh = mesh, l.zero_stage = zero, l.sequence_parallel = sp, l.cp_mode = cp_mode;
+                l.mesh.cp_ulysses = cp_ulysses;
                 l.micro_batch_size = micro, l.recompute = recompute, l.offload = offload;
                 l.pp_schedule = mesh.pp == 1 ? base.pp_schedule : schedule;
                 l.pp_virtual_stages = mesh.pp == 1                                      ? 1

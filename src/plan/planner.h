@@ -56,7 +56,7 @@ struct PlanSpace {
                                                 PipelineSchedule::dualpipev,   PipelineSchedule::gpipe};
   int interleaved_stages = 2;     // pp_virtual_stages of interleaved_1f1b (zb_v and dualpipev: always 2)
   int max_tp = 0;                 // 0: one node's devices (tp across nodes is not searched)
-  std::vector<CpMode> cp_modes = {CpMode::ring, CpMode::ulysses};
+  std::vector<CpMode> cp_modes = {CpMode::ring, CpMode::ulysses, CpMode::usp};  // usp: every cp_ulysses
 };
 
 struct MemoryEstimate {

@@ -207,11 +207,6 @@ std::string_view pipeline_schedule_name(PipelineSchedule schedule) {
   return "";
 }
 
-bool pipeline_splits_backward(PipelineSchedule schedule) {
-  return schedule == PipelineSchedule::zb_h1 || schedule == PipelineSchedule::zb_v ||
-         schedule == PipelineSchedule::dualpipev;
-}
-
 PipelinePlacement pipeline_placement(PipelineSchedule schedule) {
   const bool v = schedule == PipelineSchedule::zb_v || schedule == PipelineSchedule::dualpipev;
   return v ? PipelinePlacement::v : PipelinePlacement::loop;

@@ -58,11 +58,6 @@ std::string_view pipeline_schedule_name(PipelineSchedule schedule);
 PipelineSchedule pipeline_schedule_from_name(std::string_view name);
 std::vector<std::string> pipeline_schedule_names();
 
-// Whether the schedule splits backward passes into BackwardInput and BackwardWeight
-// (zb_h1, zb_v, dualpipev): the weight pass reads the block's activations after its
-// input pass, which the checks of recompute and low precision refuse.
-bool pipeline_splits_backward(PipelineSchedule schedule);
-
 // Where the chunks live (see the top of this file).
 enum class PipelinePlacement { loop, v };
 // The placement a schedule runs with: v for zb_v and dualpipev, else loop.
