@@ -143,6 +143,44 @@ TEST_F(ZeroBubbleTest, LowPrecisionMatchesOneRankWithinItsRounding) {
   }
 }
 
+// Catches: the V schedules (two chunks per rank, a micro-batch's weight halves pending on
+// both) reading a recomputed or unpacked input that the rank's other chunk overwrote.
+// GPT-2 with 8 blocks (a chunk each at pp = 4): fp32 with full recompute against one rank
+// (1e-5); bf16 against one rank within bf16's own distance from fp32, and with selective
+// recompute bitwise like without.
+TEST_F(ZeroBubbleTest, VSchedulesWithRecomputeAndLowPrecisionMatchOneRank) {
+  for (PipelineSchedule schedule : {PipelineSchedule::zb_v, PipelineSchedule::dualpipev}) {
+    auto v_run = [&](DType compute, CheckpointMode recompute) {
+      RunConfig c = run(compute, false, recompute);
+      c.model.n_layer = 8;
+      c.steps = 10;
+      return c;
+    };
+    auto on_v = [&](RunConfig c) {
+      c = on_pipeline(c);
+      c.pp_schedule = schedule;
+      c.pp_virtual_stages = 2;
+      Communicator& world = testing::world();
+      DeviceMesh mesh(world, c.resolve_mesh(world.size()));
+      return train(c, mesh);
+    };
+    const std::string name(pipeline_schedule_name(schedule));
+    const RunConfig full = v_run(DType::f32, CheckpointMode::full);
+    testing::expect_same_run(train(full, testing::one_rank_mesh()), on_v(full), (name + ", fp32, full recompute").c_str());
+    // bf16 against one rank within bf16's own distance from fp32, and recompute bitwise.
+    const RunConfig bf16 = v_run(DType::bf16, CheckpointMode::none);
+    const TrainedRun reference = train(bf16, testing::one_rank_mesh());
+    const Difference band = compare(train(v_run(DType::f32, CheckpointMode::none), testing::one_rank_mesh()), reference);
+    const TrainedRun pipelined = on_v(bf16);
+    const Difference d = compare(reference, pipelined);
+    EXPECT_LT(d.losses, band.losses) << name << ", bf16";
+    EXPECT_LT(d.norms, band.norms) << name << ", bf16";
+    EXPECT_LT(d.params, band.params) << name << ", bf16";
+    expect_bitwise(on_v(v_run(DType::bf16, CheckpointMode::selective)), pipelined,
+                   name + ", bf16: selective recompute against none");
+  }
+}
+
 // Catches: pending weight halves keeping more than they read (the recompute area, an
 // input per layer that reads it) or less, a memory model that disagrees, and copies not
 // freed by the weight halves. Measured over a second step, when the runner's pool of
