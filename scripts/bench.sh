@@ -2,7 +2,7 @@
 # The benchmarks behind docs/performance.md. Builds, then prints, for each model and
 # thread count, training tokens/s and MFU next to the sgemm throughput at the same
 # thread count, and memory (predicted, ledger, process RSS). Slow: the gpt2-124m runs
-# take a few minutes on 2 cores. Usage: scripts/bench.sh [train] [comm] [dp] [zero] [tp] [cp] [moe] [checkpoint] [hosts]
+# take a few minutes on 2 cores. Usage: scripts/bench.sh [train] [comm] [dp] [zero] [tp] [cp] [usp] [moe] [checkpoint] [hosts]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh ndtrain >/dev/null
@@ -47,6 +47,17 @@ for part in $what; do
       done
       ./build/ndtrain bench train --preset llama-tiny --batch 1 --seq 1024 --steps 1 --memory-budget-gib 1
       ;;
+    usp)
+      # cp = 4 on 4 ranks (oversubscribed on 2 cores, one thread per rank): ring, Ulysses
+      # and USP (2 Ulysses ranks x a ring of 2), alternated three times.
+      for round in 1 2 3; do
+        for mode in ring ulysses usp; do
+          ulysses=()
+          [[ "$mode" == usp ]] && ulysses=(--cp-ulysses 2)
+          mpirun -np 4 "${mpirun_flags[@]}" ./build/ndtrain bench train --preset gpt2-tiny --batch 1 --seq 4096 --threads 1 --steps 4 --cp 4 --cp-mode "$mode" "${ulysses[@]}"
+        done
+      done
+      ;;
     moe)
       # llama-moe-tiny (8 experts, top-2): one rank with 2 threads, then 2 ranks with one
       # thread each, DDP (every expert on both) and ep = 2, alternated three times.
@@ -63,6 +74,6 @@ for part in $what; do
     hosts)
       bash scripts/bench_hosts.sh
       ;;
-    *) echo "unknown benchmark '$part' (train, comm, dp, zero, tp, cp, moe, checkpoint, hosts)" >&2; exit 2 ;;
+    *) echo "unknown benchmark '$part' (train, comm, dp, zero, tp, cp, usp, moe, checkpoint, hosts)" >&2; exit 2 ;;
   esac
 done

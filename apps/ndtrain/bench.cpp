@@ -26,6 +26,7 @@
 #include "parallel/memory_model.h"
 #include "parallel/parallelize.h"
 #include "parallel/context/ring_attention.h"
+#include "parallel/context/usp_attention.h"
 #include "parallel/tensor/tensor_parallel.h"
 #include "apps/ndtrain/synthetic_rows.h"
 #include "train/training_model.h"
@@ -75,7 +76,12 @@ void print_longest_sequences(const ModelConfig& config, int B, const ActivationC
                              const std::function<void(const std::string&)>& print) {
   std::string line;
   for (int n : {1, 2, 4, 8}) {
-    ActivationLayout layout{tp, sequence_parallel, CpLayout{n, cp.mode, cp.chunks}};
+    // USP needs a ring of 2 or more groups of cp_ulysses ranks.
+    if (cp.mode == CpMode::usp && n > 1 && (n <= cp.ulysses || n % cp.ulysses != 0)) {
+      line += fmt::format("{}cp={}: -", line.empty() ? "" : ", ", n);
+      continue;
+    }
+    ActivationLayout layout{tp, sequence_parallel, CpLayout{n, cp.mode, cp.chunks, cp.ulysses}};
     ModelConfig long_model = config;
     int longest = 0;
     for (int T = 64;; T += 64) {
@@ -91,6 +97,12 @@ void print_longest_sequences(const ModelConfig& config, int B, const ActivationC
                     budget_bytes / (1024.0 * 1024.0 * 1024.0), B, B == 1 ? "" : "s", cp_mode_name(cp.mode), line));
 }
 
+// The communicators context parallelism sends on: cp, and under USP its two parts.
+std::vector<Axis> context_parallel_axes(const CpLayout& cp) {
+  if (cp.mode == CpMode::usp) return {Axis::cp, Axis::cp_ulysses, Axis::cp_ring};
+  return {Axis::cp};
+}
+
 // Context parallelism's traffic and, for the ring, the share of its transfers the block
 // compute hid. A training step's waits on cp also hold the skew between ranks (each
 // ring step is a rendezvous), so the hidden share is measured on one block's ring
@@ -99,10 +111,14 @@ void print_longest_sequences(const ModelConfig& config, int B, const ActivationC
 void print_context_parallel(DeviceMesh& mesh, const Transformer& model, const CpLayout& cp, int B, int T, int steps,
                             double cp_wait, double step_s, const std::function<void(const std::string&)>& print) {
   Communicator& comm = mesh.axis(Axis::cp);
-  print(fmt::format("  context parallel ({}): {:.1f} MiB sent per rank per step on cp; median {:.3f} s per step "
+  std::string sent;
+  for (Axis axis : context_parallel_axes(cp)) {
+    sent += fmt::format("{}{:.1f} MiB on {}", sent.empty() ? "" : ", ",
+                        mesh.axis(axis).stats().total_wire_bytes() / double(1 << 20) / (steps + 1), axis_name(axis));
+  }
+  print(fmt::format("  context parallel ({}): sent per rank per step: {}; median {:.3f} s per step "
                     "waiting for it ({:.1f}% of the step)\n",
-                    cp_mode_name(cp.mode), comm.stats().total_wire_bytes() / double(1 << 20) / (steps + 1), cp_wait,
-                    100.0 * cp_wait / step_s));
+                    cp_mode_name(cp.mode), sent, cp_wait, 100.0 * cp_wait / step_s));
   if (cp.mode != CpMode::ring) return;
   const ModelConfig& c = model.config();
   const int n = cp.size, tp = model.tensor_parallel().size(), local = T / n, HS = c.head_dim();
@@ -225,7 +241,8 @@ int run_bench_train(const TrainBenchOptions& o) {
   NDT_CHECK(o.tp >= 1 && ranks % o.tp == 0, "--tp {} does not divide the {} ranks", o.tp, ranks);
   NDT_CHECK(o.cp >= 1 && (ranks / o.tp) % o.cp == 0, "--cp {} does not divide the {} ranks left by --tp {}", o.cp,
             ranks / o.tp, o.tp);
-  const CpLayout cp_layout{o.cp, cp_mode_from_name(o.cp_mode), cp_chunks_from_name(o.cp_chunks)};
+  const CpLayout cp_layout{o.cp, cp_mode_from_name(o.cp_mode), cp_chunks_from_name(o.cp_chunks), o.cp_ulysses};
+  if (cp_layout.active()) validate_cp_ulysses(o.cp, cp_layout.mode, o.cp_ulysses);
   if (cp_layout.active()) cp_layout.check_sequence(o.seq_len);
   const int dp = ranks / o.tp / o.cp;
   NDT_CHECK(o.batch % dp == 0, "--batch {} is not a multiple of the {} data-parallel ranks", o.batch, dp);
@@ -233,6 +250,7 @@ int run_bench_train(const TrainBenchOptions& o) {
   // ZeRO, and expert parallelism (which borrows dp_shard x cp), put the data-parallel ranks on dp_shard.
   MeshShape shape = o.zero_stage > 0 || o.ep > 1 ? MeshShape{1, 1, dp, o.cp, o.tp} : MeshShape{1, dp, 1, o.cp, o.tp};
   shape.ep = o.ep;
+  shape.cp_ulysses = o.cp_ulysses;
   std::unique_ptr<DeviceMesh> mesh = world ? std::make_unique<DeviceMesh>(*world, shape) : std::make_unique<DeviceMesh>();
   auto print = [rank](const std::string& text) {
     if (rank == 0) fmt::print("{}", text), std::fflush(stdout);
@@ -250,6 +268,7 @@ int run_bench_train(const TrainBenchOptions& o) {
   const ActivationCheckpointing& checkpointing = run.activation_checkpointing;
   auto* fsdp = dynamic_cast<FullyShardedDataParallel*>(sync);
   const FetchRows rows = synthetic_rows(T, config.vocab_size);
+  const std::string usp_shape = o.cp_ulysses > 1 ? fmt::format(" {} x ring {}", o.cp_ulysses, o.cp / o.cp_ulysses) : "";
   print(fmt::format("bench train: {} ({:.2f}M parameters, vocab {}), B={} T={}, {} rank{} x {} thread{}{}{}{}\n",
                     o.preset, count_parameters(config) / 1e6, config.vocab_size, o.batch, T, ranks,
                     ranks == 1 ? "" : "s", o.threads, o.threads == 1 ? "" : "s",
@@ -258,7 +277,7 @@ int run_bench_train(const TrainBenchOptions& o) {
                                                     o.zero_stage == 3 && !o.prefetch ? " without prefetch" : ""),
                     o.tp > 1 ? fmt::format(", tp={}{}", o.tp, o.sequence_parallel ? " with sequence parallel" : "")
                              : "",
-                    o.cp > 1 ? fmt::format(", cp={} ({}, {} chunks)", o.cp, o.cp_mode, o.cp_chunks) : "",
+                    o.cp > 1 ? fmt::format(", cp={} ({}{}, {} chunks)", o.cp, o.cp_mode, usp_shape, o.cp_chunks) : "",
                     o.ep > 1 ? fmt::format(", ep={}", o.ep) : ""));
   if (config.is_moe()) {
     print(fmt::format("  mixture of experts: {} experts of width {}, top-{}: {:.2f}M of {:.2f}M matmul parameters "
@@ -292,14 +311,19 @@ int run_bench_train(const TrainBenchOptions& o) {
   // Seconds spent in tp and cp communication so far (blocking calls: the whole call;
   // non-blocking: the wait).
   auto axis_seconds = [&](Axis axis) { return mesh->axis(axis).stats().total_wait_seconds(); };
+  auto cp_seconds = [&] {
+    double total = 0;
+    for (Axis axis : context_parallel_axes(cp_layout)) total += axis_seconds(axis);
+    return total;
+  };
   std::vector<double> seconds, gather_waits, tp_waits, cp_waits, ep_waits;
   MoeTotals moe;
   for (int s = 0; s <= o.steps; ++s) {
     const double waited = fsdp ? fsdp->gather_wait_seconds() : 0, tp_before = axis_seconds(Axis::tp),
-                 cp_before = axis_seconds(Axis::cp), ep_before = axis_seconds(Axis::ep);
+                 cp_before = cp_seconds(), ep_before = axis_seconds(Axis::ep);
     const double dt = train_step(true);
     const double gather_wait = fsdp ? fsdp->gather_wait_seconds() - waited : 0,
-                 tp_wait = axis_seconds(Axis::tp) - tp_before, cp_wait = axis_seconds(Axis::cp) - cp_before,
+                 tp_wait = axis_seconds(Axis::tp) - tp_before, cp_wait = cp_seconds() - cp_before,
                  ep_wait = axis_seconds(Axis::ep) - ep_before;
     moe = model.take_moe_totals();  // the last step's
     print(fmt::format("  step {}: {:.3f} s{}{}{}{}{}\n", s, dt,

@@ -75,7 +75,9 @@ int run_bench_pipeline(const PipelineBenchOptions& o) {
         "contexts on rank 0 | peak activations on rank 0\n");
   for (const std::string& name : split_comma_list(o.schedules)) {
     const PipelineSchedule schedule = pipeline_schedule_from_name(name);
-    const int v = schedule == PipelineSchedule::interleaved_1f1b ? 2 : 1;
+    const bool two_chunks =
+        schedule == PipelineSchedule::interleaved_1f1b || pipeline_placement(schedule) == PipelinePlacement::v;
+    const int v = two_chunks ? 2 : 1;
     const int seq_chunks = schedule == PipelineSchedule::seq1f1b ? o.seq_chunks : 1;
     RunConfig c;
     c.model = ModelConfig::preset(o.preset);
@@ -134,12 +136,12 @@ int run_bench_pipeline(const PipelineBenchOptions& o) {
       const float* m = all.data() + 4 * r;
       PipelineCosts& c_r = costs[static_cast<size_t>(r)];
       c_r.forward = m[0];
-      c_r.backward = m[1] > 0 ? m[1] : m[2] + m[3];  // zb_h1 ranks > 0 run no fused backward
+      c_r.backward = m[1] > 0 ? m[1] : m[2] + m[3];  // zb_h1's ranks > 0 and zb_v run no fused backward
       c_r.backward_input = m[2] > 0 ? m[2] : c_r.backward / 2;
       c_r.backward_weight = m[3] > 0 ? m[3] : c_r.backward / 2;
       c_r.communication = communication;
     }
-    const PipelineShape shape{pp, v, o.micro_batches, seq_chunks};
+    const PipelineShape shape = pipeline_shape(schedule, pp, v, o.micro_batches, seq_chunks);
     const double simulated = simulate_pipeline(pipeline_actions_of_all_ranks(schedule, shape), shape, costs).mean_bubble;
     const double step_s = median(steps);
     const double peak_mib = static_cast<double>(ledger.peak(MemTag::activations) - activations_before) / (1 << 20);

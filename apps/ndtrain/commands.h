@@ -56,6 +56,7 @@ struct TrainBenchOptions {
   int cp = 1;          // under mpirun: context-parallel group size
   std::string cp_mode = "ring";
   std::string cp_chunks = "zigzag";
+  int cp_ulysses = 1;  // with cp_mode "usp": the Ulysses ranks of each group (the rest of cp: the ring)
   int ep = 1;          // under mpirun: expert-parallel group size (an MoE preset; borrowed from the data-parallel ranks)
   int vocab = 0;       // 0: the preset's vocabulary
   std::string activation_checkpointing = "none";
@@ -144,7 +145,7 @@ struct PipelineBenchOptions {
   int micro_batches = 8;
   int micro_batch_size = 2;
   int steps = 5;
-  std::string schedules = "gpipe,1f1b,interleaved_1f1b,zb_h1,seq1f1b";
+  std::string schedules = "gpipe,1f1b,interleaved_1f1b,zb_h1,zb_v,dualpipev,seq1f1b";
   int seq_chunks = 2;  // seq1f1b's parallel.pp_seq_chunks
 };
 int run_bench_pipeline(const PipelineBenchOptions& options);

@@ -5,7 +5,8 @@
 //                    [--separator TOKEN] [--threads N] [--special-in-text]]
 //   ndtrain tokenize --tokenizer FILE [--decode] [--ordinary]
 //   ndtrain bench train [--preset NAME] [--batch B] [--seq T] [--threads N] [--steps S] [--zero-stage Z]
-//                       [--tp N] [--sequence-parallel] [--cp N] [--cp-mode M] [--cp-chunks C] [--ep N] [--vocab V]
+//                       [--tp N] [--sequence-parallel] [--cp N] [--cp-mode M] [--cp-chunks C] [--cp-ulysses U]
+//                       [--ep N] [--vocab V]
 //                       [--activation-checkpointing P]
 //                       [--checkpointing-every K] [--memory-budget-gib G]
 //   ndtrain bench tokenizer [--text FILE] [--threads N]
@@ -159,9 +160,13 @@ int main(int argc, char** argv) {
   bench_train->add_flag("--sequence-parallel", bench_options.sequence_parallel, "With --tp: sequence parallel")
       ->needs("--tp");
   bench_train->add_option("--cp", bench_options.cp, "Under mpirun: context-parallel ranks per group (docs/context_parallel.md)");
-  bench_train->add_option("--cp-mode", bench_options.cp_mode, "With --cp: ring or ulysses")->needs("--cp");
+  bench_train->add_option("--cp-mode", bench_options.cp_mode, "With --cp: ring, ulysses or usp (with --cp-ulysses)")
+      ->needs("--cp");
   bench_train->add_option("--ep", bench_options.ep, "Under mpirun, with an MoE preset (gpt2-moe-tiny, llama-moe-tiny): expert-parallel ranks, borrowed from the data-parallel ranks (docs/moe.md)");
   bench_train->add_option("--cp-chunks", bench_options.cp_chunks, "With --cp: zigzag or contiguous")->needs("--cp");
+  bench_train->add_option("--cp-ulysses", bench_options.cp_ulysses,
+                          "With --cp-mode usp: the Ulysses ranks of each group; the rest of --cp is the ring")
+      ->needs("--cp-mode");
   bench_train->add_option("--activation-checkpointing", bench_options.activation_checkpointing,
                           "none, full or selective (train.activation_checkpointing)");
   bench_train->add_option("--checkpointing-every", bench_options.checkpointing_every,
@@ -260,10 +265,10 @@ int main(int argc, char** argv) {
   auto* simulate_pipeline = app.add_subcommand(
       "simulate-pipeline", "Time a pipeline schedule with per-action costs: timeline, bubble, live activations");
   simulate_pipeline->add_option("--schedule", pipeline_options.schedule,
-                                "gpipe, 1f1b, interleaved_1f1b, zb_h1 or seq1f1b");
+                                "gpipe, 1f1b, interleaved_1f1b, zb_h1, zb_v, dualpipev or seq1f1b");
   simulate_pipeline->add_option("--pp", pipeline_options.pp, "Pipeline ranks");
   simulate_pipeline->add_option("--virtual-stages", pipeline_options.virtual_stages,
-                                "Chunks per rank (interleaved_1f1b: 2 or more)");
+                                "Chunks per rank (interleaved_1f1b: 2 or more; zb_v, dualpipev: 2)");
   simulate_pipeline->add_option("--seq-chunks", pipeline_options.seq_chunks,
                                 "Sequence chunks per micro-batch (seq1f1b: 2 or more)");
   simulate_pipeline->add_option("--micro-batches", pipeline_options.micro_batches, "Micro-batches per step");
@@ -305,8 +310,9 @@ int main(int argc, char** argv) {
   plan->add_option("--micro-batch-sizes", plan_options.micro_batches, "Comma list to search (default 1,2,4,8)");
   plan->add_option("--recompute", plan_options.recompute, "Comma list to search (default none,selective,full)");
   plan->add_option("--schedules", plan_options.schedules,
-                   "Comma list of pipeline schedules to search (default 1f1b,interleaved_1f1b,zb_h1,gpipe)");
-  plan->add_option("--cp-modes", plan_options.cp_modes, "Comma list to search (default ring,ulysses)");
+                   "Comma list of pipeline schedules to search (default 1f1b,interleaved_1f1b,zb_h1,zb_v,dualpipev,gpipe)");
+  plan->add_option("--cp-modes", plan_options.cp_modes,
+                   "Comma list to search (default ring,ulysses,usp; usp with every parallel.cp_ulysses)");
   plan->add_option("--offload", plan_options.offloads,
                    "Comma list of offload choices to search, where the device has a disk bandwidth (--device cpu "
                    "measures one; default none,optimizer,params; docs/offload.md)");

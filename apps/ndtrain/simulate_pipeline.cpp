@@ -12,7 +12,7 @@ namespace ndt {
 
 int run_simulate_pipeline(const SimulatePipelineOptions& o) {
   const PipelineSchedule schedule = pipeline_schedule_from_name(o.schedule);
-  const PipelineShape shape{o.pp, o.virtual_stages, o.micro_batches, o.seq_chunks};
+  const PipelineShape shape = pipeline_shape(schedule, o.pp, o.virtual_stages, o.micro_batches, o.seq_chunks);
   const PipelineSimulation s = simulate_pipeline(schedule, shape, o.costs);
   const PipelineBubbleTheory theory = pipeline_bubble_theory(schedule, shape, o.costs);
 

@@ -25,6 +25,8 @@ int MeshShape::size(Axis axis) const {
   if (axis == Axis::ep) return ep;
   if (axis == Axis::edp) return dp_replicate * dp_shard * cp / ep;
   if (axis == Axis::edp_shard) return dp_shard * cp / ep;
+  if (axis == Axis::cp_ulysses) return cp_ulysses;
+  if (axis == Axis::cp_ring) return cp / cp_ulysses;
   return sizes_of(*this)[static_cast<size_t>(axis)];
 }
 
@@ -33,6 +35,7 @@ std::string MeshShape::str() const {
   std::string s;
   for (size_t i = 0; i < sizes.size(); ++i) s += fmt::format("{}{}={}", i ? " x " : "", axis_name(kMeshAxes[i]), sizes[i]);
   if (ep > 1) s += fmt::format(" (ep={})", ep);
+  if (cp_ulysses > 1) s += fmt::format(" (cp_ulysses={})", cp_ulysses);
   return s;
 }
 
@@ -47,6 +50,9 @@ void MeshShape::validate(int world_size) const {
   NDT_CHECK(dp_shard * cp % ep == 0,
             "parallel.ep = {} must divide the data-parallel ranks it borrows, parallel.dp_shard x cp = {} x {} = {}", ep,
             dp_shard, cp, dp_shard * cp);
+  NDT_CHECK(cp_ulysses >= 1 && cp % cp_ulysses == 0,
+            "parallel.cp_ulysses = {} must be at least 1 and divide parallel.cp = {} (USP: cp = cp_ulysses x the ring)",
+            cp_ulysses, cp);
 }
 
 DeviceMesh::DeviceMesh(Communicator& world, const MeshShape& shape)
@@ -102,6 +108,9 @@ int DeviceMesh::group_of(Axis axis, const std::array<int, 5>& c) const {
                            dsc / shape_.ep) * shape_.tp + c[4];
     case Axis::edp: return (c[0] * shape_.ep + dsc % shape_.ep) * shape_.tp + c[4];
     case Axis::edp_shard: return ((c[0] * shape_.dp_replicate + c[1]) * shape_.ep + dsc % shape_.ep) * shape_.tp + c[4];
+    // USP: the cp group cut into Ulysses groups of consecutive cp ranks, and across them the rings.
+    case Axis::cp_ulysses: return without({3}) * (shape_.cp / shape_.cp_ulysses) + c[3] / shape_.cp_ulysses;
+    case Axis::cp_ring: return without({3}) * shape_.cp_ulysses + c[3] % shape_.cp_ulysses;
   }
   return 0;
 }
@@ -118,7 +127,7 @@ void DeviceMesh::build_axes() {
   auto alias = [&](Axis axis, Axis of) { axes_[static_cast<size_t>(axis)] = axes_[static_cast<size_t>(of)]; };
   for (Axis axis : {Axis::pp, Axis::dp_replicate, Axis::dp_shard, Axis::cp, Axis::tp, Axis::dp}) split(axis);
   // Without cp, dp_shard_cp and dp_cp are dp_shard and dp; with ep = 1, edp and edp_shard
-  // are dp_cp and dp_shard_cp: the same objects, the same counters.
+  // are dp_cp and dp_shard_cp; without USP, cp_ring is cp: the same objects, the same counters.
   if (shape_.cp == 1) {
     alias(Axis::dp_shard_cp, Axis::dp_shard), alias(Axis::dp_cp, Axis::dp);
   } else {
@@ -129,6 +138,12 @@ void DeviceMesh::build_axes() {
     alias(Axis::edp, Axis::dp_cp), alias(Axis::edp_shard, Axis::dp_shard_cp);
   } else {
     split(Axis::edp), split(Axis::edp_shard);
+  }
+  split(Axis::cp_ulysses);
+  if (shape_.cp_ulysses == 1) {
+    alias(Axis::cp_ring, Axis::cp);
+  } else {
+    split(Axis::cp_ring);
   }
   place_on_nodes();
 }
@@ -189,6 +204,8 @@ int DeviceMesh::coord(Axis axis) const {
   if (axis == Axis::dp_cp) return coord(Axis::dp) * shape_.cp + coords_[3];
   if (axis == Axis::ep) return coord(Axis::dp_shard_cp) % shape_.ep;
   if (axis == Axis::edp_shard) return coord(Axis::dp_shard_cp) / shape_.ep;
+  if (axis == Axis::cp_ulysses) return coords_[3] % shape_.cp_ulysses;
+  if (axis == Axis::cp_ring) return coords_[3] / shape_.cp_ulysses;
   if (axis == Axis::edp) {
     return coords_[1] * (shape_.size(Axis::dp_shard_cp) / shape_.ep) + coord(Axis::dp_shard_cp) / shape_.ep;
   }

@@ -30,14 +30,19 @@ struct MeshShape {
   // Expert parallelism: not a factor of the world size (product() leaves it out); its
   // ranks are borrowed from dp_shard x cp, which it must divide.
   int ep = 1;
+  // USP: the cp ranks of each Ulysses group (consecutive cp ranks), which must divide cp;
+  // the rest, cp / cp_ulysses, is the ring (cp_ring). 1 without USP.
+  int cp_ulysses = 1;
 
-  // Also the flattenings dp, dp_shard_cp, dp_cp and the expert groups ep, edp, edp_shard (core/axis.h).
+  // Also the flattenings dp, dp_shard_cp, dp_cp, the expert groups ep, edp, edp_shard and
+  // USP's cp_ulysses and cp_ring (core/axis.h).
   int size(Axis axis) const;
   int64_t product() const { return int64_t{pp} * dp_replicate * dp_shard * cp * tp; }
-  // "pp=1 x dp_replicate=2 x dp_shard=1 x cp=1 x tp=1", with " (ep=2)" appended when ep > 1.
+  // "pp=1 x dp_replicate=2 x dp_shard=1 x cp=1 x tp=1", with " (ep=2)" appended when ep > 1
+  // and " (cp_ulysses=2)" when cp_ulysses > 1.
   std::string str() const;
-  // Throws unless every size is positive, the product equals world_size and ep divides
-  // dp_shard x cp, naming the sizes.
+  // Throws unless every size is positive, the product equals world_size, ep divides
+  // dp_shard x cp and cp_ulysses divides cp, naming the sizes.
   void validate(int world_size) const;
 };
 
@@ -57,12 +62,13 @@ class DeviceMesh {
   // The communicator along an axis, flattening or expert group (without cp, dp_shard_cp
   // is dp_shard's communicator and dp_cp is dp's; with ep = 1, edp is dp_cp's and
   // edp_shard is dp_shard_cp's: the same objects, the same counters; ep is then each
-  // rank alone).
+  // rank alone; with cp_ulysses = 1, cp_ring is cp's and cp_ulysses each rank alone).
   Communicator& axis(Axis axis) { return *axes_[static_cast<size_t>(axis)]; }
   // This rank's coordinate along an axis (a flattening: row-major over its axes, e.g. dp:
   // dp_replicate_coord * dp_shard + dp_shard_coord; ep: dp_shard_cp's % ep; edp: its rank
   // among the dp_cp ranks of its ep coordinate, dp_replicate_coord * (dp_shard_cp / ep) +
-  // dp_shard_cp's / ep; edp_shard: dp_shard_cp's / ep).
+  // dp_shard_cp's / ep; edp_shard: dp_shard_cp's / ep; cp_ulysses: cp's % cp_ulysses;
+  // cp_ring: cp's / cp_ulysses).
   int coord(Axis axis) const;
   int size(Axis axis) const { return shape_.size(axis); }
 

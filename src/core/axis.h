@@ -16,6 +16,11 @@
 // edp_shard is edp within one replica: the dp_shard_cp ranks with the same ep
 // coordinate (dp_shard_cp / ep of them), over which ZeRO and FSDP shard the experts
 // as they shard the other parameters over dp_shard_cp. With ep = 1, it is dp_shard_cp.
+// USP (parallel.cp_mode = "usp", docs/context_parallel.md) splits cp in two: cp_ulysses,
+// groups of cp_ulysses consecutive cp ranks (one node) that exchange heads by all-to-all,
+// and cp_ring, the cp / cp_ulysses ranks with the same cp_ulysses coordinate, around
+// which the ring attention passes K/V. Without USP, cp_ulysses is each rank alone and
+// cp_ring is cp itself.
 #pragma once
 
 #include <array>
@@ -24,14 +29,16 @@
 
 namespace ndt {
 
-enum class Axis { pp, dp_replicate, dp_shard, cp, tp, dp, dp_shard_cp, dp_cp, ep, edp, edp_shard };
-inline constexpr size_t kNumAxes = 11;  // the mesh axes, the flattenings and the expert groups
+enum class Axis { pp, dp_replicate, dp_shard, cp, tp, dp, dp_shard_cp, dp_cp, ep, edp, edp_shard, cp_ulysses, cp_ring };
+// The mesh axes, the flattenings, the expert groups and USP's two parts of cp.
+inline constexpr size_t kNumAxes = 13;
 
 // The five mesh axes in mesh order (dp, a flattening, is not among them).
 inline constexpr std::array<Axis, 5> kMeshAxes = {Axis::pp, Axis::dp_replicate, Axis::dp_shard, Axis::cp, Axis::tp};
 
-// "pp", "dp_replicate", "dp_shard", "cp", "tp", "dp", "dp_shard_cp", "dp_cp", "ep", "edp", "edp_shard": the
-// names of the config keys (parallel.<name>; edp and edp_shard are not), of the communicators' counters and of the metrics.
+// "pp", "dp_replicate", "dp_shard", "cp", "tp", "dp", "dp_shard_cp", "dp_cp", "ep", "edp", "edp_shard",
+// "cp_ulysses", "cp_ring": the names of the config keys (parallel.<name>; edp, edp_shard and cp_ring are not), of
+// the communicators' counters and of the metrics.
 constexpr std::string_view axis_name(Axis axis) {
   switch (axis) {
     case Axis::pp: return "pp";
@@ -45,6 +52,8 @@ constexpr std::string_view axis_name(Axis axis) {
     case Axis::ep: return "ep";
     case Axis::edp: return "edp";
     case Axis::edp_shard: return "edp_shard";
+    case Axis::cp_ulysses: return "cp_ulysses";
+    case Axis::cp_ring: return "cp_ring";
   }
   return "?";
 }

@@ -5,7 +5,9 @@
 //     holds rows / tp of the rows.
 //   - Context parallelism (cp ranks, docs/context_parallel.md): each rank holds T / cp
 //     tokens of every sequence, as runs of the sequence (CpLayout::runs), and only
-//     attention sees the other ranks' tokens.
+//     attention sees the other ranks' tokens. Under USP the ring's layout of
+//     cp / cp_ulysses positions gives each position its runs, and each of the position's
+//     cp_ulysses ranks holds a contiguous 1 / cp_ulysses of them.
 #pragma once
 
 #include <cstdint>
@@ -14,9 +16,10 @@
 
 namespace ndt {
 
-// parallel.cp_mode: ring attention (keys and values travel around the cp ranks) or
-// Ulysses (all-to-all from token-split to head-split and back).
-enum class CpMode { ring, ulysses };
+// parallel.cp_mode: ring attention (keys and values travel around the cp ranks),
+// Ulysses (all-to-all from token-split to head-split and back), or USP, both: Ulysses
+// inside groups of parallel.cp_ulysses ranks, ring attention across the groups.
+enum class CpMode { ring, ulysses, usp };
 // parallel.cp_chunks: zigzag (2 x cp chunks; rank r holds chunks r and 2cp-1-r, equal
 // causal work on every rank) or contiguous (cp chunks; rank r holds chunk r).
 enum class CpChunks { zigzag, contiguous };
@@ -35,9 +38,13 @@ struct CpLayout {
   int size = 1;
   CpMode mode = CpMode::ring;
   CpChunks chunks = CpChunks::zigzag;
+  int ulysses = 1;  // USP: the ranks of each Ulysses group (parallel.cp_ulysses); else 1
   bool active() const { return size > 1; }
-  // The number of equal chunks a sequence is cut into; seq_len must divide by it.
+  // The number of equal chunks a sequence is cut into; seq_len must divide by it. Under
+  // USP the ring's chunks (2 or 1 per position) each cut into cp_ulysses: as many.
   int chunk_count() const { return chunks == CpChunks::zigzag ? 2 * size : size; }
+  // USP's ring: cp / cp_ulysses positions, each holding the rows of one Ulysses group.
+  CpLayout ring() const { return {size / ulysses, CpMode::ring, chunks}; }
   // Rank `rank`'s runs of a sequence of T tokens (the whole sequence), in its local row
   // order; their counts add up to T / size.
   std::vector<TokenRun> runs(int rank, int T) const;

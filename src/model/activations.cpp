@@ -312,6 +312,28 @@ int64_t moe_block_floats(const ModelConfig& c, const ActivationLayout& tp, int B
   return N * c.n_experts + rows * (2 * int64_t{c.d_model} + (c.arch == Arch::llama ? 3 : 2) * F);
 }
 
+int64_t deferred_weight_bytes(const ModelConfig& c, const ActivationLayout& tp, int B, int T,
+                              const ActivationCheckpointing& policy, const std::vector<char>& local_units,
+                              DType compute) {
+  const int64_t input_bytes = compute == DType::f32 ? 4 : static_cast<int64_t>(dtype_size(compute));
+  int64_t bytes = 0;
+  for (int l = 0; l < c.n_layer; ++l) {
+    if (!local_units.empty() && !local_units[static_cast<size_t>(1 + l)]) continue;
+    const BlockDims d(c, tp, B, T, l);
+    const CheckpointMode mode = policy.of_block(l);
+    const bool dense_mlp = d.F > 0 && !c.is_moe_block(l);
+    // Output gradients: q, k, v, attention output; fc (gate), up (llama), proj (down).
+    int64_t dout = d.N * (d.QD + 2 * d.KD + d.C);
+    if (dense_mlp) dout += d.N * ((c.arch == Arch::llama ? 2 : 1) * d.F + d.C);
+    // Recomputed inputs: ln1 and (full) att_out; ln2 and ff_act of a dense MLP.
+    int64_t inputs = 0;
+    if (mode != CheckpointMode::none) inputs += d.N * d.C + (dense_mlp ? d.N * (d.C + d.F) : 0);
+    if (mode == CheckpointMode::full) inputs += d.N * d.QD;
+    bytes += 4 * dout + input_bytes * inputs;
+  }
+  return bytes;
+}
+
 void carve_context(MicroBatchContext& ctx, const ModelConfig& c, const ActivationLayout& tp, int B, int T,
                    const ActivationCheckpointing& policy, const std::vector<char>& local_units, DType compute) {
   check_shape(c, tp, B, T);

@@ -104,10 +104,31 @@ struct PackedActivation {
 // One linear layer's weight gradient, deferred by a split backward (zero-bubble
 // schedules): the output gradient the input half computed, copied (the workspace is
 // reused by the next unit), and what adds dout^T x input to the weight and bias
-// gradients.
+// gradients, reading the input from the block's views (a: the context's, or the
+// recompute area's, where the weight half restored it).
 struct DeferredWeightGradient {
   Tensor dout;  // ledger tag activations
-  std::function<void(const float* dout)> apply;
+  std::function<void(const float* dout, const BlockActivations& a)> apply;
+};
+
+// A linear layer's input that a deferred weight half reads and the context does not keep
+// in fp32 (one per view, shared by the layers that read it: ln1 by q, k and v). The
+// weight half restores it into the recompute area before the gradients run: from the
+// context's packed copy (low precision), else from `kept`, the copy the input half made
+// of what the block recomputed (activation checkpointing): fp32, or in low precision
+// the compute dtype, the very bits the weight GEMM reads (the block rounds recomputed
+// inputs as it packs kept ones: Block::round_recomputed_inputs).
+struct DeferredInput {
+  float* BlockActivations::*view = nullptr;
+  int64_t numel = 0;
+  Tensor kept;  // ledger tag activations; undefined: restored from the context's packed copy
+};
+
+// What a block's backward_input leaves for its backward_weight.
+struct DeferredWeightHalf {
+  bool pending = false;  // between the two halves (also when every weight is frozen)
+  std::vector<DeferredInput> inputs;
+  std::vector<DeferredWeightGradient> gradients;
 };
 
 // One micro-batch in flight, owned by whoever schedules the units (one per micro-batch
@@ -143,8 +164,8 @@ struct MicroBatchContext {
   DType compute = DType::f32;
   HeadActivations head;
   ActivationCheckpointing checkpointing;  // what the blocks saved (set by carve_context)
-  // Per block: the weight gradients its backward_input left for its backward_weight.
-  std::vector<std::vector<DeferredWeightGradient>> deferred;
+  // Per block: what its backward_input left for its backward_weight.
+  std::vector<DeferredWeightHalf> deferred;
   double loss_sum = 0;  // the sum of the token losses (cross-entropy), set by the head's forward
   // The sum of the tokens' z-loss terms, z_loss x lse^2 (Transformer::set_z_loss; 0 without
   // it), set with loss_sum. Backward's gradient is that of grad_scale x (loss_sum + z_loss_sum).
@@ -236,6 +257,19 @@ int64_t sequence_chunk_sum_floats(const ModelConfig& c, const ActivationLayout& 
 // block or one under full recompute (which keeps nothing).
 int64_t moe_block_floats(const ModelConfig& c, const ActivationLayout& tp, int B, int T, int layer,
                          const ActivationCheckpointing& policy = {});
+
+// Bytes one micro-batch's deferred weight halves keep (DeferredWeightHalf) from a split
+// backward's input half to its weight half (zero-bubble schedules), summed over the
+// blocks of local_units (empty: all), every linear layer trainable (a frozen one keeps
+// nothing): per block the fp32 output gradient of each linear whose weight half is
+// deferred ([N, its output width]: q, k, v, the attention output and a dense MLP's; an
+// MoE block runs its MLP's backward whole in the input half), and the inputs of those
+// linears that the policy recomputes (selective: ln1, ln2, ff_act; full: also att_out),
+// in fp32 or, in low precision, in the compute dtype. Inputs the context keeps, in fp32
+// or packed, cost nothing more.
+int64_t deferred_weight_bytes(const ModelConfig& c, const ActivationLayout& tp, int B, int T,
+                              const ActivationCheckpointing& policy = {}, const std::vector<char>& local_units = {},
+                              DType compute = DType::f32);
 
 // Points the context's views into its arena (allocated or grown here) for B x T.
 void carve_context(MicroBatchContext& ctx, const ModelConfig& c, const ActivationLayout& tp, int B, int T,

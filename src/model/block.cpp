@@ -4,6 +4,7 @@
 #include "model/norm.h"
 #include "model/sequence_chunk_attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
@@ -302,6 +303,14 @@ void Block::moe_mlp_backward(MicroBatchContext& ctx, const BlockActivations& a, 
   poll(hooks);
 }
 
+void Block::round_recomputed_inputs(const MicroBatchContext& ctx, const BlockActivations& a, const BlockDims& d) const {
+  if (ctx.checkpointing.of_block(layer_) == CheckpointMode::none || ws_.matmul.dtype == DType::f32) return;
+  round_to_compute(a.ln1, d.N * d.C);
+  round_to_compute(a.att_out, d.N * d.QD);
+  round_to_compute(a.ln2, d.N * d.C);
+  if (d.F > 0) round_to_compute(a.ff_act, d.N * d.F);
+}
+
 void Block::recompute(MicroBatchContext& ctx, const BlockActivations& a, const BlockDims& d) {
   switch (ctx.checkpointing.of_block(layer_)) {
     case CheckpointMode::none: return;
@@ -324,53 +333,90 @@ void Block::recompute(MicroBatchContext& ctx, const BlockActivations& a, const B
 void Block::backward(MicroBatchContext& ctx, ModelHooks* hooks) { backward_pass(ctx, hooks, nullptr); }
 
 void Block::backward_input(MicroBatchContext& ctx, ModelHooks* hooks) {
-  NDT_CHECK(ctx.checkpointing.of_block(layer_) == CheckpointMode::none,
-            "block {}: a split backward (zero-bubble) keeps the block's activations until its weight half, which "
-            "activation checkpointing ({}) does not save",
-            layer_, checkpoint_mode_name(ctx.checkpointing.mode));
   if (ctx.deferred.size() < static_cast<size_t>(c_.n_layer)) ctx.deferred.resize(static_cast<size_t>(c_.n_layer));
-  std::vector<DeferredWeightGradient>& deferred = ctx.deferred[static_cast<size_t>(layer_)];
-  NDT_CHECK(deferred.empty(), "block {}: backward_input twice without backward_weight", layer_);
+  DeferredWeightHalf& deferred = ctx.deferred[static_cast<size_t>(layer_)];
+  NDT_CHECK(!deferred.pending, "block {}: backward_input twice without backward_weight", layer_);
   backward_pass(ctx, hooks, &deferred);
-  // Every weight frozen: nothing deferred; an empty entry still pairs the two halves.
-  if (deferred.empty()) deferred.push_back({Tensor(), [](const float*) {}});
+  keep_deferred_inputs(ctx, deferred);
+  deferred.pending = true;  // also with every weight frozen (nothing deferred): it pairs the two halves
+}
+
+void Block::keep_deferred_inputs(const MicroBatchContext& ctx, DeferredWeightHalf& deferred) const {
+  const BlockActivations& saved = ctx.blocks[static_cast<size_t>(layer_)];
+  std::erase_if(deferred.inputs, [&](const DeferredInput& in) { return saved.*(in.view) != nullptr; });
+  const BlockActivations a = activations(ctx);
+  const DType compute = ws_.matmul.dtype;
+  for (DeferredInput& in : deferred.inputs) {
+    if (packed_view(ctx, in.view)) continue;  // the context keeps it packed
+    in.kept = Tensor::empty({in.numel}, compute, MemTag::activations);
+    if (compute == DType::f32) {
+      kernels::copy(in.kept.data<float>(), a.*(in.view), in.numel);
+    } else {
+      kernels::cast_to_lowp(compute, a.*(in.view), static_cast<uint16_t*>(in.kept.raw()), in.numel);
+    }
+  }
+}
+
+void Block::restore_deferred_inputs(const MicroBatchContext& ctx, const BlockActivations& a,
+                                    const DeferredWeightHalf& deferred) const {
+  for (const DeferredInput& in : deferred.inputs) {
+    const PackedActivation* packed = packed_view(ctx, in.view);
+    if (packed) {
+      kernels::cast_from_lowp(ctx.compute, packed->data, a.*(in.view), packed->numel);
+    } else if (in.kept.dtype() == DType::f32) {
+      kernels::copy(a.*(in.view), in.kept.data<float>(), in.numel);
+    } else {
+      kernels::cast_from_lowp(in.kept.dtype(), static_cast<const uint16_t*>(in.kept.raw()), a.*(in.view), in.numel);
+    }
+  }
+}
+
+const PackedActivation* Block::packed_view(const MicroBatchContext& ctx, float* BlockActivations::*view) const {
+  for (const PackedActivation& p : ctx.packed[static_cast<size_t>(layer_)]) {
+    if (p.view == view) return &p;
+  }
+  return nullptr;
 }
 
 void Block::backward_weight(MicroBatchContext& ctx, ModelHooks* hooks) {
-  NDT_CHECK(static_cast<size_t>(layer_) < ctx.deferred.size() && !ctx.deferred[static_cast<size_t>(layer_)].empty(),
+  NDT_CHECK(static_cast<size_t>(layer_) < ctx.deferred.size() && ctx.deferred[static_cast<size_t>(layer_)].pending,
             "block {}: backward_weight without backward_input", layer_);
-  std::vector<DeferredWeightGradient>& deferred = ctx.deferred[static_cast<size_t>(layer_)];
-  for (DeferredWeightGradient& w : deferred) {
-    w.apply(w.dout.defined() ? w.dout.data<float>() : nullptr);
+  DeferredWeightHalf& deferred = ctx.deferred[static_cast<size_t>(layer_)];
+  ws_.fit(ctx);
+  const BlockActivations a = activations(ctx);
+  restore_deferred_inputs(ctx, a, deferred);
+  for (DeferredWeightGradient& w : deferred.gradients) {
+    w.apply(w.dout.data<float>(), a);
     poll(hooks);
   }
-  deferred.clear();  // frees the copies
+  deferred = {};  // frees the copies
 }
 
 // A linear layer's backward under a fused or split (zero-bubble) pass: fused, both halves
 // in one matmul backward (a low-precision output gradient is then rounded once for both);
 // split, the input half now and the weight half later, from a copy of the output gradient
-// (the workspace is reused before the weight half runs).
+// (the workspace is reused before the weight half runs) and the layer's input, which
+// the weight half finds in the block's views (noted in `inputs`; Block::backward_weight
+// restores what the context does not keep).
 class LinearBackward {
  public:
-  LinearBackward(const TensorParallelRegions& tp, float* dout_full, int64_t rows,
-                 std::vector<DeferredWeightGradient>* deferred)
-      : tp_(tp), dout_full_(dout_full), rows_(rows), deferred_(deferred) {}
+  using View = float* BlockActivations::*;
+  LinearBackward(const TensorParallelRegions& tp, const BlockActivations& a, float* dout_full, int64_t rows,
+                 DeferredWeightHalf* deferred)
+      : tp_(tp), a_(a), dout_full_(dout_full), rows_(rows), deferred_(deferred) {}
 
-  void column(const ColumnParallelLinear& layer, float* dinp, const float* dout, const float* inp) const {
+  void column(const ColumnParallelLinear& layer, float* dinp, const float* dout, View input) const {
+    const float* inp = a_.*input;
     if (!deferred_) return layer.backward(dinp, dout, inp, rows_);
     layer.backward_input(dinp, dout, inp, rows_);
-    if (!has_weight_half(layer)) return;
-    defer([&layer, inp, rows = rows_](const float* dy) { layer.backward_weight(dy, inp, rows); }, dout,
-          rows_ * layer.weight->local_shape[0]);
+    if (has_weight_half(layer)) defer(layer, dout, input);
   }
 
-  void row(const RowParallelLinear& layer, float* dinp, const float* dout, const float* inp, float* dbias) const {
+  void row(const RowParallelLinear& layer, float* dinp, const float* dout, View input, float* dbias) const {
+    const float* inp = a_.*input;
     if (!deferred_) return layer.backward(tp_, dinp, dout_full_, dout, inp, rows_, dbias);
     const float* dy = layer.backward_input(tp_, dinp, dout_full_, dout, inp, rows_, dbias);
-    if (!has_weight_half(layer)) return;
-    defer([&layer, inp, rows = rows_](const float* g) { layer.backward_weight(g, inp, rows); }, dy,
-          rows_ * layer.weight->local_shape[0]);
+    if (has_weight_half(layer)) defer(layer, dy, input);
   }
 
  private:
@@ -381,20 +427,31 @@ class LinearBackward {
     return layer.weight->trainable() || (layer.bias && layer.bias->trainable());
   }
 
-  template <class Apply>
-  void defer(Apply apply, const float* dout, int64_t numel) const {
+  // dout: the [rows, OC] output gradient the weight half multiplies with the input.
+  template <class Layer>
+  void defer(const Layer& layer, const float* dout, View input) const {
+    const int64_t numel = rows_ * layer.weight->local_shape[0];
     Tensor copy = Tensor::empty({numel}, DType::f32, MemTag::activations);
     kernels::copy(copy.data<float>(), dout, numel);
-    deferred_->push_back({std::move(copy), apply});
+    auto apply = [&layer, input, rows = rows_](const float* dy, const BlockActivations& a) {
+      layer.backward_weight(dy, a.*input, rows);
+    };
+    deferred_->gradients.push_back({std::move(copy), apply});
+    std::vector<DeferredInput>& inputs = deferred_->inputs;
+    auto same_view = [&](const DeferredInput& in) { return in.view == input; };
+    if (std::none_of(inputs.begin(), inputs.end(), same_view)) {
+      inputs.push_back({input, rows_ * layer.weight->local_shape[1], Tensor()});
+    }
   }
 
   const TensorParallelRegions& tp_;
+  const BlockActivations& a_;
   float* dout_full_;
   int64_t rows_;
-  std::vector<DeferredWeightGradient>* deferred_;
+  DeferredWeightHalf* deferred_;
 };
 
-void Block::backward_pass(MicroBatchContext& ctx, ModelHooks* hooks, std::vector<DeferredWeightGradient>* deferred) {
+void Block::backward_pass(MicroBatchContext& ctx, ModelHooks* hooks, DeferredWeightHalf* deferred) {
   ws_.fit(ctx);
   const TensorParallelRegions& tp = *tp_;
   const BlockDims d(c_, tp.layout(), ctx.B, ctx.T, layer_);
@@ -402,8 +459,9 @@ void Block::backward_pass(MicroBatchContext& ctx, ModelHooks* hooks, std::vector
   const BlockActivations a = activations(ctx);
   unpack_block_activations(ctx, layer_, ws_.recompute);
   recompute(ctx, a, d);
+  round_recomputed_inputs(ctx, a, d);
   BlockScratch& s = ws_.block;
-  const LinearBackward linear(tp, s.dout_full, d.N, deferred);
+  const LinearBackward linear(tp, a, s.dout_full, d.N, deferred);
   partial_.begin();
   // MLP: dres is dL/dx_out, which is also dL/d(mlp output).
   if (moe_.active()) {
@@ -428,15 +486,15 @@ void Block::dense_mlp_backward(const BlockActivations& a, const BlockDims& d, co
                                ModelHooks* hooks) {
   BlockScratch& s = ws_.block;
   kernels::zero(s.dff_a, d.N * d.F);
-  linear.row(proj_, s.dff_a, ws_.dstream, a.ff_act, partial_.grad(proj_.bias));
+  linear.row(proj_, s.dff_a, ws_.dstream, &BlockActivations::ff_act, partial_.grad(proj_.bias));
   poll(hooks);
   kernels::zero(s.dln, d.N * d.C);
   activation_backward(a, d);
   if (c_.arch == Arch::llama) {
-    linear.column(up_, s.dln, s.dff_c, a.ln2);
+    linear.column(up_, s.dln, s.dff_c, &BlockActivations::ln2);
     poll(hooks);
   }
-  linear.column(fc_, s.dln, s.dff_b, a.ln2);
+  linear.column(fc_, s.dln, s.dff_b, &BlockActivations::ln2);
   poll(hooks);
 }
 
@@ -444,7 +502,7 @@ void Block::attention_backward(const MicroBatchContext& ctx, const BlockActivati
                                const LinearBackward& linear, ModelHooks* hooks) {
   BlockScratch& s = ws_.block;
   kernels::zero(s.datt_out, d.N * d.QD);
-  linear.row(wo_, s.datt_out, ws_.dstream, a.att_out, partial_.grad(wo_.bias));
+  linear.row(wo_, s.datt_out, ws_.dstream, &BlockActivations::att_out, partial_.grad(wo_.bias));
   poll(hooks);
   kernels::zero(s.dq, d.N * d.QD);
   kernels::zero(s.dk, d.N * d.KD);
@@ -460,11 +518,11 @@ void Block::attention_backward(const MicroBatchContext& ctx, const BlockActivati
   poll(hooks);
   const auto [dq, dk] = query_key_backward(ctx, a, d);
   kernels::zero(s.dln, d.N * d.C);
-  linear.column(wq_, s.dln, dq, a.ln1);
+  linear.column(wq_, s.dln, dq, &BlockActivations::ln1);
   poll(hooks);
-  linear.column(wk_, s.dln, dk, a.ln1);
+  linear.column(wk_, s.dln, dk, &BlockActivations::ln1);
   poll(hooks);
-  linear.column(wv_, s.dln, s.dv, a.ln1);
+  linear.column(wv_, s.dln, s.dv, &BlockActivations::ln1);
   poll(hooks);
 }
 

@@ -43,8 +43,10 @@ class Block : public Unit {
   // workspace.dstream: dL/dx_out in, dL/dx_in out.
   void backward(MicroBatchContext& ctx, ModelHooks* hooks) override;
   // The same in two halves; the weight half runs the linear layers' weight and bias
-  // gradients the input half left in the context. Not with activation checkpointing
-  // (the weight half needs the block's saved activations).
+  // gradients the input half left in the context (DeferredWeightHalf), reading the
+  // layers' inputs from the context or, restored into the recompute area, from the
+  // context's packed copies (low precision) and the copies the input half kept of what
+  // the block recomputed (activation checkpointing): bitwise the fused backward's.
   void backward_input(MicroBatchContext& ctx, ModelHooks* hooks) override;
   void backward_weight(MicroBatchContext& ctx, ModelHooks* hooks) override;
   void bind(const TensorParallelRegions& tp) override;
@@ -79,7 +81,21 @@ class Block : public Unit {
   void moe_mlp_backward(MicroBatchContext& ctx, const BlockActivations& a, const BlockDims& d, ModelHooks* hooks);
   MoeBatch moe_batch(const MicroBatchContext& ctx) const;
   // The backward; deferred == null: fused, else the weight gradients go there.
-  void backward_pass(MicroBatchContext& ctx, ModelHooks* hooks, std::vector<DeferredWeightGradient>* deferred);
+  void backward_pass(MicroBatchContext& ctx, ModelHooks* hooks, DeferredWeightHalf* deferred);
+  // Copies of the deferred layers' inputs the context does not keep (recomputed ones),
+  // taken before another block's backward reuses the recompute area.
+  void keep_deferred_inputs(const MicroBatchContext& ctx, DeferredWeightHalf& deferred) const;
+  // The deferred layers' inputs back into the recompute area (a), which other blocks
+  // used in between: from the context's packed copies and the input half's.
+  void restore_deferred_inputs(const MicroBatchContext& ctx, const BlockActivations& a,
+                               const DeferredWeightHalf& deferred) const;
+  // This block's packed slot of `view` in the context (low precision), or null.
+  const PackedActivation* packed_view(const MicroBatchContext& ctx, float* BlockActivations::*view) const;
+  // Low precision under recompute: the linear layers' inputs the recompute rewrote in
+  // fp32 (norm outputs, attention output, MLP activation) rounded to the compute dtype,
+  // as the packed ones are, so every weight gradient (fp8's re-quantisation too) reads
+  // the same values with or without recompute, fused or split.
+  void round_recomputed_inputs(const MicroBatchContext& ctx, const BlockActivations& a, const BlockDims& d) const;
   // The dense MLP's backward from dstream (dL/d mlp output) into dln (dL/d ln2).
   void dense_mlp_backward(const BlockActivations& a, const BlockDims& d, const LinearBackward& linear,
                           ModelHooks* hooks);

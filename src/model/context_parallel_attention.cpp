@@ -26,7 +26,11 @@ int64_t context_parallel_scratch_floats(const CpLayout& cp, int64_t B, int64_t T
   if (cp.mode == CpMode::ulysses) return N * (7 * QD + 4 * KD) + rows;
   const int64_t forward = 2 * (2 * N * KD) + N * QD + rows;
   const int64_t backward = 4 * (2 * N * KD) + rows;
-  return std::max(forward, backward);
+  const int64_t ring = std::max(forward, backward);
+  // USP's ring runs on cp_ulysses x N rows of NH / cp_ulysses and NKV / cp_ulysses heads:
+  // the same floats as above; before it the head-split tensors and the all-to-all's buffers.
+  if (cp.mode == CpMode::usp) return N * (6 * QD + 4 * KD) + ring;
+  return ring;
 }
 
 }  // namespace ndt

@@ -3,8 +3,9 @@
 // includes nothing from parallel/ or comm/, as with tensor parallelism
 // (model/tensor_parallel_regions.h). The base class is context parallelism of size 1:
 // the local causal kernel on whole sequences. parallelize() installs ring attention
-// (parallel/context/ring_attention.h) or Ulysses (parallel/context/ulysses_attention.h), whose
-// communication runs over the cp mesh axis.
+// (parallel/context/ring_attention.h), Ulysses (parallel/context/ulysses_attention.h) or USP
+// (parallel/context/usp_attention.h), whose communication runs over the cp mesh axis
+// (USP's over its two parts, cp_ulysses and cp_ring).
 //
 // Under cp = n a context holds T / n tokens of each of its B sequences (the runs of
 // ActivationLayout's CpLayout), with their true positions in ctx.positions; everything
@@ -78,7 +79,9 @@ int64_t attention_probability_floats(const CpLayout& cp, int64_t B, int64_t T, i
 //   ring: forward, two K/V receive buffers, one partial output and its log-sum-exp;
 //     backward, two K/V and two dK/dV buffers and the row term;
 //   Ulysses: the head-split q, k, v, output, output gradient and dq, dk, dv, a send and a
-//     receive buffer, and the row term.
+//     receive buffer, and the row term;
+//   USP: Ulysses' head-split tensors and buffers, then the ring's scratch for its
+//     cp_ulysses x T rows of NH / cp_ulysses heads (as many floats as the ring's for T rows).
 int64_t context_parallel_scratch_floats(const CpLayout& cp, int64_t B, int64_t T, int64_t NH, int64_t NKV,
                                         int64_t HS);
 

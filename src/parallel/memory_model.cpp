@@ -2,6 +2,8 @@
 
 #include "core/error.h"
 
+#include <algorithm>
+
 namespace ndt {
 
 ModelStateBytes predict_model_states(const std::vector<ParameterSpec>& specs, int dp_shard, int zero_stage,
@@ -72,6 +74,15 @@ int largest_batch_in_budget(const ModelConfig& config, int T, int loss_chunk_row
     fits = b;
   }
   return fits;
+}
+
+int peak_deferred_weight_halves(const std::vector<PipelineAction>& actions) {
+  int pending = 0, peak = 0;
+  for (const PipelineAction& a : actions) {
+    if (a.kind == PipelineActionKind::backward_input) peak = std::max(peak, ++pending);
+    if (a.kind == PipelineActionKind::backward_weight) --pending;
+  }
+  return peak;
 }
 
 }  // namespace ndt

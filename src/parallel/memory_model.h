@@ -20,10 +20,17 @@
 // before sharding.
 // Frozen parameters (ParameterSpec::frozen: fine-tuning) count in params only: Psi in
 // the grads and moments terms is the trainable parameters'.
+//
+// Split-backward pipeline schedules (zero-bubble) keep, besides the contexts, what each
+// pending weight half reads (deferred_weight_bytes, model/activations.h: the linear
+// layers' output gradients in fp32, and the inputs the context does not keep, by
+// compute dtype and recompute policy): at most peak_deferred_weight_halves of them at
+// once on a rank.
 #pragma once
 
 #include "model/parameter.h"
 #include "model/transformer.h"
+#include "parallel/pipeline/schedule.h"
 
 #include <cstdint>
 #include <vector>
@@ -57,6 +64,11 @@ int64_t predict_pipeline_activation_bytes(const ModelConfig& config, int B, int 
 // with these settings), fits budget_bytes; 0 if not even one does.
 int largest_batch_in_budget(const ModelConfig& config, int T, int loss_chunk_rows, const ActivationLayout& tp,
                             const ActivationCheckpointing& policy, int64_t model_state_bytes, double budget_bytes);
+
+// The most weight halves a rank's action list leaves pending at once: (micro-batch,
+// chunk) pairs between their BackwardInput and their BackwardWeight. 0 for a schedule
+// that does not split backward.
+int peak_deferred_weight_halves(const std::vector<PipelineAction>& actions);
 
 // Bytes per parameter of each model state before sharding.
 struct ModelStateAccounting {

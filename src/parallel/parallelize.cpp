@@ -6,6 +6,7 @@
 #include "parallel/data/fsdp.h"
 #include "parallel/context/ring_attention.h"
 #include "parallel/context/ulysses_attention.h"
+#include "parallel/context/usp_attention.h"
 #include "parallel/tensor/tensor_parallel.h"
 #include "parallel/data/zero_stage1.h"
 
@@ -63,8 +64,10 @@ void check_parallel_options(const Transformer& model, const MeshShape& shape, co
   NDT_CHECK(!o.offload.params || o.zero_stage == 3, "offload.params = \"disk\" needs parallel.zero_stage = 3 (FSDP), "
             "not {}", o.zero_stage);
   validate_tensor_parallel(model.config(), shape.tp, false, 1);
-  if (shape.cp > 1 && o.cp_mode == CpMode::ulysses) {
-    validate_ulysses(model.config().n_head / shape.tp, model.config().kv_heads() / shape.tp, shape.cp);
+  if (shape.cp > 1) validate_cp_ulysses(shape.cp, o.cp_mode, shape.cp_ulysses);
+  if (shape.cp > 1 && o.cp_mode != CpMode::ring) {
+    validate_head_split(model.config().n_head / shape.tp, model.config().kv_heads() / shape.tp, o.cp_mode,
+                        o.cp_mode == CpMode::usp ? shape.cp_ulysses : shape.cp);
   }
   if (shape.ep > 1) validate_expert_parallel(model.config(), shape.ep);
   if (shape.pp > 1) {
@@ -103,12 +106,15 @@ void split_over_axes(Transformer& model, DeviceMesh& mesh, const ParallelOptions
     store.keep_only([&](const Parameter& p) { return o.local_units[static_cast<size_t>(p.unit())] || p.pipeline_copy; });
   }
   if (shape.cp > 1) {
-    const CpLayout layout{shape.cp, o.cp_mode, o.cp_chunks};
+    const CpLayout layout{shape.cp, o.cp_mode, o.cp_chunks, shape.cp_ulysses};
     Communicator& cp = mesh.axis(Axis::cp);
     if (o.cp_mode == CpMode::ring) {
       model.set_context_parallel(std::make_unique<RingAttention>(cp, layout));
-    } else {
+    } else if (o.cp_mode == CpMode::ulysses) {
       model.set_context_parallel(std::make_unique<UlyssesAttention>(cp, layout));
+    } else {
+      model.set_context_parallel(
+          std::make_unique<UspAttention>(cp, mesh.axis(Axis::cp_ulysses), mesh.axis(Axis::cp_ring), layout));
     }
   }
 }

@@ -11,7 +11,7 @@
 //      norm, checkpoints and the memory model read;
 //   2. keeps each rank's tp block of every parameter sharded on tp and installs the
 //      Megatron region operators (sequence parallel or not) into the model's units, and
-//      under context parallelism ring attention or Ulysses into its blocks (parameters
+//      under context parallelism ring attention, Ulysses or USP into its blocks (parameters
 //      replicated over cp, gradients Partial on cp: reduced and sharded over dp x cp);
 //      under expert parallelism (mesh ep > 1) keeps each rank's ep block of the routed
 //      experts and installs the all-to-all dispatch (parallel/expert/expert_parallel.h);
@@ -40,8 +40,8 @@ struct ParallelOptions {
   bool reshard_after_forward = true;
   bool prefetch = true;
   bool sequence_parallel = false;
-  // Context parallelism (mesh cp > 1): ring attention or Ulysses, and how each
-  // sequence is cut (model/activation_layout.h).
+  // Context parallelism (mesh cp > 1): ring attention, Ulysses or USP (over the mesh's
+  // cp_ulysses x cp_ring), and how each sequence is cut (model/activation_layout.h).
   CpMode cp_mode = CpMode::ring;
   CpChunks cp_chunks = CpChunks::zigzag;
   AdamWConfig adamw;

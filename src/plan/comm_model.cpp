@@ -80,6 +80,7 @@ struct Layout {
   int units = 0;
   std::vector<char> local_units;  // empty: all
   PipelineStages stages;          // pp > 1
+  PipelineShape shape;            // pp > 1: the schedule's, with its placement
   int pp_chunks = 1;
   bool holds_head = true;
   // The parameters, shared with other predictions of the same model, tp, ep, sequence
@@ -102,6 +103,7 @@ struct Layout {
     if (a == Axis::edp_shard && ep == 1) return comm(Axis::dp_shard_cp);
     if (a == Axis::dp_shard_cp && cp == 1) return Axis::dp_shard;
     if (a == Axis::dp_cp && cp == 1) return Axis::dp;
+    if (a == Axis::cp_ring && mesh.cp_ulysses == 1) return Axis::cp;
     return a;
   }
   // Shard and reduce groups: the experts' (under ep > 1) and the rest.
@@ -215,7 +217,8 @@ Layout make_layout(const RunConfig& c, int pp_stage, const PipelineStages* stage
                       : partition_pipeline(m, c.seq_len, l.pp * c.pp_virtual_stages, parse_pipeline_layers(c.pp_layers));
     NDT_CHECK(l.stages.chunks() == l.pp * c.pp_virtual_stages, "comm model: a partition into {} chunks for pp x v = {}",
               l.stages.chunks(), l.pp * c.pp_virtual_stages);
-    l.local_units = l.stages.local_units(pp_stage, l.pp);
+    l.shape = pipeline_shape(c.pp_schedule, l.pp, c.pp_virtual_stages, c.micro_batches());
+    l.local_units = l.stages.local_units(pp_stage, l.shape);
     l.pp_chunks = l.stages.chunks();
     l.holds_head = l.local_units.back() != 0;
   }
@@ -265,32 +268,38 @@ int64_t attention_dims(const Layout& l, bool queries) {
   const ModelConfig& m = l.c.model;
   return int64_t{queries ? m.n_head : m.kv_heads()} / l.tp * m.head_dim();
 }
+// USP: Ulysses' all-to-alls over cp_ulysses around a ring over cp_ring whose rows are
+// cp_ulysses x this rank's with KD / cp_ulysses: its K/V block is 2 N KD floats, as plain ring's.
+Axis ulysses_axis(const Layout& l) { return l.c.cp_mode == CpMode::usp ? Axis::cp_ulysses : Axis::cp; }
+Axis ring_axis(const Layout& l) { return l.c.cp_mode == CpMode::usp ? Axis::cp_ring : Axis::cp; }
 void attention_forward(Acc& a, int64_t times) {
   const Layout& l = a.l;
   if (l.cp == 1) return;
   const int64_t QD = attention_dims(l, true), KD = attention_dims(l, false);
-  if (l.c.cp_mode == CpMode::ulysses) {  // q, k, v to heads, the output back
-    a.op(Axis::cp, CommOp::all_to_all, l.N * QD * kF32, 2 * times);
-    a.op(Axis::cp, CommOp::all_to_all, l.N * KD * kF32, 2 * times);
-    return;
+  if (l.c.cp_mode != CpMode::ring) {  // q, k, v to heads, the output back
+    a.op(ulysses_axis(l), CommOp::all_to_all, l.N * QD * kF32, 2 * times);
+    a.op(ulysses_axis(l), CommOp::all_to_all, l.N * KD * kF32, 2 * times);
   }
+  if (l.c.cp_mode == CpMode::ulysses) return;
   const int64_t block = 2 * l.N * KD * kF32;  // K and V of this rank's tokens, around the ring
-  a.op(Axis::cp, CommOp::send, block, (l.cp - 1) * times);
-  a.op(Axis::cp, CommOp::recv, block, (l.cp - 1) * times);
+  const int ring = l.size(ring_axis(l));
+  a.op(ring_axis(l), CommOp::send, block, (ring - 1) * times);
+  a.op(ring_axis(l), CommOp::recv, block, (ring - 1) * times);
 }
 void attention_backward(Acc& a, int64_t times) {
   const Layout& l = a.l;
   if (l.cp == 1) return;
   const int64_t QD = attention_dims(l, true), KD = attention_dims(l, false);
-  if (l.c.cp_mode == CpMode::ulysses) {  // q, k, v, out, dout to heads; dq, dk, dv back
-    a.op(Axis::cp, CommOp::all_to_all, l.N * QD * kF32, 4 * times);
-    a.op(Axis::cp, CommOp::all_to_all, l.N * KD * kF32, 4 * times);
-    return;
+  if (l.c.cp_mode != CpMode::ring) {  // q, k, v, out, dout to heads; dq, dk, dv back
+    a.op(ulysses_axis(l), CommOp::all_to_all, l.N * QD * kF32, 4 * times);
+    a.op(ulysses_axis(l), CommOp::all_to_all, l.N * KD * kF32, 4 * times);
   }
+  if (l.c.cp_mode == CpMode::ulysses) return;
   // K/V around the ring again, and the dK/dV sums one step further (home to their owner).
   const int64_t block = 2 * l.N * KD * kF32;
-  a.op(Axis::cp, CommOp::send, block, (2 * l.cp - 1) * times);
-  a.op(Axis::cp, CommOp::recv, block, (2 * l.cp - 1) * times);
+  const int ring = l.size(ring_axis(l));
+  a.op(ring_axis(l), CommOp::send, block, (2 * ring - 1) * times);
+  a.op(ring_axis(l), CommOp::recv, block, (2 * ring - 1) * times);
 }
 
 // ---- mixture of experts: routing statistics over cp, the exchange over ep
@@ -629,10 +638,8 @@ void forward_backward(Acc& a) {
       }
     }
   } else {
-    const PipelineShape shape{l.pp, l.c.pp_virtual_stages, static_cast<int>(l.m), l.c.pp_seq_chunks};
     const std::vector<int>& first = l.stages.first_unit;
-    for (const PipelineAction& act :
-         pipeline_actions(l.c.pp_schedule, shape, l.stage)) {
+    for (const PipelineAction& act : pipeline_actions(l.c.pp_schedule, l.shape, l.stage)) {
       const int begin = first[static_cast<size_t>(act.chunk)], end = first[static_cast<size_t>(act.chunk) + 1];
       switch (act.kind) {
         case PipelineActionKind::forward:
@@ -659,8 +666,11 @@ void pipeline_messages(Acc& a) {
   const Layout& l = a.l;
   if (l.pp == 1) return;
   const int64_t boundary = l.Nl * l.C * kF32;
-  for (int chunk = l.stage; chunk < l.pp_chunks; chunk += l.pp) {
-    const int64_t inputs = chunk > 0 ? l.m : 0, outputs = chunk + 1 < l.pp_chunks ? l.m : 0;
+  // A boundary travels only between chunks on different ranks (not between the two
+  // middle chunks of a V, both on rank pp - 1).
+  auto remote = [&](int chunk) { return chunk >= 0 && chunk < l.pp_chunks && l.shape.rank_of(chunk) != l.stage; };
+  for (int chunk : l.shape.chunks_of(l.stage)) {
+    const int64_t inputs = remote(chunk - 1) ? l.m : 0, outputs = remote(chunk + 1) ? l.m : 0;
     a.op(Axis::pp, CommOp::recv, boundary, inputs + outputs);  // activations in, gradients in
     a.op(Axis::pp, CommOp::send, boundary, inputs + outputs);  // gradients out, activations out
   }
@@ -695,8 +705,11 @@ void trainer_collectives(Acc& a) {
   }
   add(a.s.world, CommOp::all_reduce, kF32, world);  // every rank finite
   if (l.pp > 1) a.op(Axis::pp, CommOp::all_reduce, losses * kF32);  // from the stage with the head
-  // A tied embedding's two copies (first and last stage), in whatever form the sync holds them.
-  if (l.pp > 1 && c.model.tied_embeddings && (l.stage == 0 || l.stage == l.pp - 1)) {
+  // A tied embedding's two copies (the first and the last chunk's ranks, unless one rank
+  // holds both, as under the V placement), in whatever form the sync holds them.
+  const bool two_copies = l.pp > 1 && l.shape.rank_of(0) != l.shape.rank_of(l.pp_chunks - 1);
+  if (two_copies && c.model.tied_embeddings &&
+      (l.stage == l.shape.rank_of(0) || l.stage == l.shape.rank_of(l.pp_chunks - 1))) {
     const LocalParam& wte = *std::find_if(l.params().begin(), l.params().end(), [](const LocalParam& p) { return p.wte; });
     const int64_t numel = c.zero_stage >= 1 ? l.padded_numel(wte) : wte.numel();
     add(a.s.tied_embedding, CommOp::all_reduce, numel * kF32, 2);

@@ -44,7 +44,9 @@ int64_t axis_extent(Axis axis, const MeshShape& m) {
   const int64_t tp = m.tp, cp = m.cp, sh = m.dp_shard, rep = m.dp_replicate;
   switch (axis) {
     case Axis::tp: return tp;
-    case Axis::cp: return tp * cp;
+    case Axis::cp:
+    case Axis::cp_ring: return tp * cp;
+    case Axis::cp_ulysses: return tp * m.cp_ulysses;
     case Axis::ep: return tp * m.ep;
     case Axis::dp_shard:
     case Axis::dp_shard_cp:

@@ -22,6 +22,7 @@
 #include <numeric>
 #include <thread>
 #include <tuple>
+#include <utility>
 
 namespace ndt {
 
@@ -47,6 +48,7 @@ bool is_gradient_axis(Axis a) {
 struct PipelineFacts {
   double bubble = 0;
   std::vector<int> contexts;  // per rank: micro-batch contexts held at once
+  std::vector<int> deferred;  // per rank: weight halves pending at once (peak_deferred_weight_halves)
 };
 
 const PipelineFacts& pipeline_facts(PipelineSchedule schedule, const PipelineShape& shape) {
@@ -55,7 +57,17 @@ const PipelineFacts& pipeline_facts(PipelineSchedule schedule, const PipelineSha
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
   const PipelineSimulation s = simulate_pipeline(schedule, shape);
-  return cache.emplace(key, PipelineFacts{s.mean_bubble, s.peak_live_contexts}).first->second;
+  PipelineFacts facts{s.mean_bubble, s.peak_live_contexts, {}};
+  for (int r = 0; r < shape.pp; ++r) {
+    facts.deferred.push_back(peak_deferred_weight_halves(pipeline_actions(schedule, shape, r)));
+  }
+  return cache.emplace(key, std::move(facts)).first->second;
+}
+
+// The chunks per pp rank and their placement (a V or a loop) as one number, for the
+// keys of what depends on which units a stage holds.
+int chunk_arrangement(const RunConfig& c) {
+  return c.pp_virtual_stages * 2 + (pipeline_placement(c.pp_schedule) == PipelinePlacement::v ? 1 : 0);
 }
 
 std::string gib(double bytes) { return fmt::format("{:.2f} GiB", bytes / kGiB); }
@@ -83,6 +95,7 @@ std::string overflow_message(const MemoryEstimate& m, int stage, int pp, double 
 bool is_alias_axis(Axis axis, const MeshShape& m) {
   if ((axis == Axis::dp_shard_cp || axis == Axis::dp_cp) && m.cp == 1) return true;
   if ((axis == Axis::edp || axis == Axis::edp_shard) && m.ep == 1) return true;
+  if (axis == Axis::cp_ring && m.cp_ulysses == 1) return true;
   return false;
 }
 
@@ -143,6 +156,7 @@ std::string Layout::describe() const {
   if (axes.empty()) axes = "one device";
   if (mesh.tp > 1 && sequence_parallel) axes += " +sp";
   if (mesh.cp > 1) axes += fmt::format(" {}", cp_mode_name(cp_mode));
+  if (mesh.cp_ulysses > 1) axes += fmt::format(" (ulysses {} x ring {})", mesh.cp_ulysses, mesh.cp / mesh.cp_ulysses);
   const std::string sharding = zero_stage == 3 ? "fsdp" : zero_stage > 0 ? fmt::format("zero{}", zero_stage) : "ddp";
   std::string pipeline;
   if (mesh.pp > 1) {
@@ -231,10 +245,11 @@ CommSeconds communication_seconds(const Candidate& c, const StepCommunication& c
     }
     t.comm_s[a] = axis_s;
     if (axis == Axis::tp || axis == Axis::ep) s.per_micro_batch_s += axis_s / micro_batches;
-    if (axis == Axis::cp) {
-      // The ring passes K and V behind the attention of the chunk it holds; Ulysses'
-      // all-to-alls are on the critical path.
-      const bool hidden = c.config.cp_mode == CpMode::ring && c.cluster.device.overlaps_communication;
+    if (axis == Axis::cp || axis == Axis::cp_ulysses || axis == Axis::cp_ring) {
+      // The ring (USP's on cp_ring) passes K and V behind the attention of the chunk it
+      // holds; Ulysses' all-to-alls (USP's on cp_ulysses) are on the critical path.
+      const bool ring = axis == Axis::cp_ring || (axis == Axis::cp && c.config.cp_mode == CpMode::ring);
+      const bool hidden = ring && c.cluster.device.overlaps_communication;
       s.per_micro_batch_s += (hidden ? std::max(0.0, axis_s - attention_s) : axis_s) / micro_batches;
     }
   }
@@ -322,22 +337,26 @@ class LayoutScorer {
     if (it == stages_.end()) it = stages_.emplace(chunks, partition_pipeline(model_, c.seq_len, chunks)).first;
     return it->second;
   }
-  const std::vector<char>& stage_local_units(int pp, int v, int stage, const PipelineStages& split) {
-    const auto key = std::make_tuple(pp, v, stage);
+  const std::vector<char>& stage_local_units(const RunConfig& c, const PipelineShape& shape, int stage,
+                                            const PipelineStages& split) {
+    const auto key = std::make_tuple(shape.pp, chunk_arrangement(c), stage);
     auto it = local_units_.find(key);
-    if (it == local_units_.end()) it = local_units_.emplace(key, split.local_units(stage, pp)).first;
+    if (it == local_units_.end()) it = local_units_.emplace(key, split.local_units(stage, shape)).first;
     return it->second;
   }
-  // One tp rank's parameter specs of pipeline rank `stage` (pp = 1: the whole model).
-  const std::vector<ParameterSpec>& stage_specs(int tp, int pp, int v, int stage, const std::vector<char>& local_units) {
-    const auto key = std::make_tuple(tp, pp, v, stage);
+  // One tp rank's parameter specs of pipeline rank `stage` (pp = 1: the whole model);
+  // arrangement: chunk_arrangement.
+  const std::vector<ParameterSpec>& stage_specs(int tp, int pp, int arrangement, int stage,
+                                                const std::vector<char>& local_units) {
+    const auto key = std::make_tuple(tp, pp, arrangement, stage);
     auto it = stage_specs_.find(key);
     if (it != stage_specs_.end()) return it->second;
     std::vector<ParameterSpec> specs;
     for (const ParameterSpec& spec : specs_) {
       if (local_units.empty() || local_units[static_cast<size_t>(spec.unit)]) specs.push_back(spec);
     }
-    // A tied output layer's weight lives on the first and the last stage.
+    // A tied output layer's weight lives on the first and the last stage (one rank under
+    // the V placement: no copy).
     const bool head = !local_units.empty() && local_units.back() && !local_units.front();
     if (model_.tied_embeddings && head) specs.push_back(specs_.front());
     return stage_specs_.emplace(key, local_parameter_specs(std::move(specs), tp)).first->second;
@@ -348,11 +367,11 @@ class LayoutScorer {
   // Offloaded: each state's resident peak (the offload model's), with what is on disk and moved.
   TieredStates model_states(const RunConfig& c, const MeshShape& m, int stage, const std::vector<char>& local_units) {
     const int offload = c.offload_params ? 2 : c.offload_optimizer ? 1 : 0;
-    const auto key = std::make_tuple(m.tp, m.pp * 64 + offload, c.pp_virtual_stages * 4096 + c.micro_batches(), stage,
+    const auto key = std::make_tuple(m.tp, m.pp * 64 + offload, chunk_arrangement(c) * 4096 + c.micro_batches(), stage,
                                      m.size(Axis::dp_shard_cp), c.zero_stage, static_cast<int>(c.precision.compute), m.ep);
     auto it = states_.find(key);
     if (it == states_.end()) {
-      const std::vector<ParameterSpec>& specs = stage_specs(m.tp, m.pp, c.pp_virtual_stages, stage, local_units);
+      const std::vector<ParameterSpec>& specs = stage_specs(m.tp, m.pp, chunk_arrangement(c), stage, local_units);
       TieredStates t;
       if (offload == 0) {
         t.resident = predict_model_states(specs, m.size(Axis::dp_shard_cp), c.zero_stage, c.precision.compute, m.ep);
@@ -372,7 +391,7 @@ class LayoutScorer {
   int64_t activation_bytes(const RunConfig& c, const ActivationLayout& layout, int mb, const MeshShape& m, int stage,
                            const std::vector<char>& local_units, const ActivationCheckpointing& policy) {
     const auto key = std::make_tuple(m.tp, layout.sequence_parallel, m.cp, static_cast<int>(layout.cp.mode), mb,
-                                     static_cast<int>(policy.mode), policy.every, m.pp * 1000 + c.pp_virtual_stages,
+                                     static_cast<int>(policy.mode), policy.every, m.pp * 1000 + chunk_arrangement(c),
                                      stage, static_cast<int>(c.precision.compute));
     auto it = activations_.find(key);
     if (it == activations_.end()) {
@@ -406,8 +425,8 @@ Candidate LayoutScorer::candidate(const RunConfig& config, const Cluster& cluste
   c.m = c.resolved.mesh;
   c.layout.tp = c.m.tp;
   c.layout.sequence_parallel = config.sequence_parallel;
-  c.layout.cp = CpLayout{c.m.cp, config.cp_mode, config.cp_chunks};
-  c.shape = PipelineShape{c.m.pp, config.pp_virtual_stages, c.resolved.micro_batches()};
+  c.layout.cp = CpLayout{c.m.cp, config.cp_mode, config.cp_chunks, c.m.cp_ulysses};
+  c.shape = pipeline_shape(config.pp_schedule, c.m.pp, config.pp_virtual_stages, c.resolved.micro_batches());
   if (c.m.pp > 1) {
     NDT_CHECK(config.pp_layers.empty(), "the planner balances pipeline stages itself: parallel.pp_layers = \"{}\"",
               config.pp_layers);
@@ -430,7 +449,7 @@ Candidate LayoutScorer::candidate(const RunConfig& config, const Cluster& cluste
 MemoryEstimate LayoutScorer::stage_memory(Candidate& c, int stage) {
   const RunConfig& config = c.config;
   std::vector<char>& local_units = c.stage_units[static_cast<size_t>(stage)];
-  if (c.split) local_units = stage_local_units(c.m.pp, config.pp_virtual_stages, stage, *c.split);
+  if (c.split) local_units = stage_local_units(config, c.shape, stage, *c.split);
   MemoryEstimate mem;
   const TieredStates tiers = model_states(c.resolved, c.m, stage, local_units);
   mem.params = tiers.resident.params, mem.grads = tiers.resident.grads, mem.optimizer = tiers.resident.optimizer;
@@ -445,6 +464,14 @@ MemoryEstimate LayoutScorer::stage_memory(Candidate& c, int stage) {
   const int64_t workspace = workspace_floats(config.model, c.layout, mb, config.seq_len / c.m.cp, config.loss_chunk_rows,
                                              config.activation_checkpointing, config.precision.compute) * 4;
   mem.activations = mem.in_flight * (one_context - workspace) + workspace;
+  // Split backward: the pending weight halves' copies, each of one chunk of the stage.
+  const int deferred = c.facts ? c.facts->deferred[static_cast<size_t>(stage)] : 0;
+  if (deferred > 0) {
+    mem.activations += deferred * deferred_weight_bytes(config.model, c.layout, mb, config.seq_len / c.m.cp,
+                                                        config.activation_checkpointing, local_units,
+                                                        config.precision.compute) /
+                       config.pp_virtual_stages;
+  }
   return mem;
 }
 
@@ -606,6 +633,24 @@ bool ulysses_splits_heads(const ModelConfig& model, int tp, int cp) {
          (model.kv_heads() / tp) % cp == 0;
 }
 
+// The context-parallel attentions tried on a mesh, each with its parallel.cp_ulysses:
+// without cp the first mode alone; Ulysses where this tp rank's heads split over cp; USP
+// with every divisor of cp strictly between 1 and cp over which they split.
+std::vector<std::pair<CpMode, int>> cp_choices(const ModelConfig& model, const MeshShape& mesh,
+                                               const std::vector<CpMode>& modes) {
+  if (mesh.cp == 1) return {{modes.front(), 1}};
+  std::vector<std::pair<CpMode, int>> choices;
+  for (CpMode mode : modes) {
+    if (mode == CpMode::ring) choices.emplace_back(mode, 1);
+    if (mode == CpMode::ulysses && ulysses_splits_heads(model, mesh.tp, mesh.cp)) choices.emplace_back(mode, 1);
+    if (mode != CpMode::usp) continue;
+    for (int u : divisors(mesh.cp)) {
+      if (u > 1 && u < mesh.cp && ulysses_splits_heads(model, mesh.tp, u)) choices.emplace_back(mode, u);
+    }
+  }
+  return choices;
+}
+
 // ZeRO without ranks to shard over is DDP, not a layout of its own, unless it offloads;
 // offload needs ZeRO (the optimizer) or FSDP without replicas (parameters).
 bool offload_suits(int zero, const MeshShape& mesh, OffloadChoice offload) {
@@ -616,31 +661,29 @@ bool offload_suits(int zero, const MeshShape& mesh, OffloadChoice offload) {
 
 // The settings tried on one mesh, appended to `out`. Left out: what ndtrain's checks
 // refuse whatever the other settings (Ulysses where the heads on a tp rank do not split
-// over cp, zb_h1 with recompute or a low-precision compute dtype).
+// over cp, USP where they do not over cp_ulysses).
 void add_layouts_of_mesh(const MeshShape& mesh, const RunConfig& base, const PlanSpace& space,
                          const std::vector<OffloadChoice>& offloads, std::vector<Layout>& out) {
   for (int zero : space.zero_stages) {
     if (zero == 0 && mesh.dp_shard > 1 && mesh.ep == 1) continue;
     for (bool sp : {false, true}) {
       if (sp && mesh.tp == 1) continue;
-      for (CpMode cp_mode : space.cp_modes) {
-        if (mesh.cp == 1 && cp_mode != space.cp_modes.front()) continue;
-        if (cp_mode == CpMode::ulysses && !ulysses_splits_heads(base.model, mesh.tp, mesh.cp)) continue;
+      for (const auto& [cp_mode, cp_ulysses] : cp_choices(base.model, mesh, space.cp_modes)) {
         for (int micro : space.micro_batch_sizes) {
           for (CheckpointMode recompute : space.recompute) {
             for (PipelineSchedule schedule : space.pp_schedules) {
               if (mesh.pp == 1 && schedule != space.pp_schedules.front()) continue;
-              if (schedule == PipelineSchedule::zb_h1 && (recompute != CheckpointMode::none || base.precision.low())) {
-                continue;
-              }
               for (OffloadChoice offload : offloads) {
                 if (!offload_suits(zero, mesh, offload)) continue;
                 Layout l;
                 l.mesh = mesh, l.zero_stage = zero, l.sequence_parallel = sp, l.cp_mode = cp_mode;
+                l.mesh.cp_ulysses = cp_ulysses;
                 l.micro_batch_size = micro, l.recompute = recompute, l.offload = offload;
                 l.pp_schedule = mesh.pp == 1 ? base.pp_schedule : schedule;
-                l.pp_virtual_stages =
-                    mesh.pp > 1 && schedule == PipelineSchedule::interleaved_1f1b ? space.interleaved_stages : 1;
+                l.pp_virtual_stages = mesh.pp == 1                                      ? 1
+                                      : schedule == PipelineSchedule::interleaved_1f1b      ? space.interleaved_stages
+                                      : pipeline_placement(schedule) == PipelinePlacement::v ? 2
+                                                                                            : 1;
                 out.push_back(std::move(l));
               }
             }

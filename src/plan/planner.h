@@ -52,10 +52,11 @@ struct PlanSpace {
   std::vector<CheckpointMode> recompute = {CheckpointMode::none, CheckpointMode::selective, CheckpointMode::full};
   std::vector<int> micro_batch_sizes = {1, 2, 4, 8};  // sequences per micro-batch and rank
   std::vector<PipelineSchedule> pp_schedules = {PipelineSchedule::one_f_one_b, PipelineSchedule::interleaved_1f1b,
-                                                PipelineSchedule::zb_h1, PipelineSchedule::gpipe};
-  int interleaved_stages = 2;     // pp_virtual_stages of interleaved_1f1b
+                                                PipelineSchedule::zb_h1,       PipelineSchedule::zb_v,
+                                                PipelineSchedule::dualpipev,   PipelineSchedule::gpipe};
+  int interleaved_stages = 2;     // pp_virtual_stages of interleaved_1f1b (zb_v and dualpipev: always 2)
   int max_tp = 0;                 // 0: one node's devices (tp across nodes is not searched)
-  std::vector<CpMode> cp_modes = {CpMode::ring, CpMode::ulysses};
+  std::vector<CpMode> cp_modes = {CpMode::ring, CpMode::ulysses, CpMode::usp};  // usp: every cp_ulysses
 };
 
 struct MemoryEstimate {

@@ -22,9 +22,11 @@ std::optional<MeasuredPipeline> read_pipeline_timeline(const std::filesystem::pa
     const nlohmann::json j = nlohmann::json::parse(in);
     measured.step = j.at("step").get<int64_t>();
     measured.schedule = j.at("schedule").get<std::string>();
+    // The schedule gives the placement, by which the drawing names a rank's chunks;
     // seq_chunks (Seq1F1B) is absent from files written before it.
-    s.shape = {j.at("pp").get<int>(), j.at("virtual_stages").get<int>(), j.at("micro_batches").get<int>(),
-               j.value("seq_chunks", 1)};
+    s.shape = pipeline_shape(pipeline_schedule_from_name(measured.schedule), j.at("pp").get<int>(),
+                             j.at("virtual_stages").get<int>(), j.at("micro_batches").get<int>(),
+                             j.value("seq_chunks", 1));
     const nlohmann::json& ranks = j.at("ranks");
     NDT_CHECK(ranks.is_array() && static_cast<int>(ranks.size()) == s.shape.pp,
               "pipeline timeline \"{}\": {} ranks listed for pp = {}", file.string(), ranks.size(), s.shape.pp);

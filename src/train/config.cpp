@@ -6,7 +6,8 @@
 #include "parallel/pipeline/stages.h"
 #include "parallel/expert/expert_parallel.h"
 #include "parallel/tensor/tensor_parallel.h"
-#include "parallel/context/ulysses_attention.h"
+#include "parallel/context/head_all_to_all.h"
+#include "parallel/context/usp_attention.h"
 
 #include "core/error.h"
 #include "core/input_file.h"
@@ -336,12 +337,14 @@ void check_context_and_pipeline(const RunConfig& c) {
   const MeshShape& mesh = c.mesh;
   NDT_CHECK(mesh.pp >= 1, "parallel.pp = {} must be at least 1", mesh.pp);
   NDT_CHECK(mesh.cp >= 1, "parallel.cp = {} must be at least 1", mesh.cp);
-  const CpLayout cp{mesh.cp, c.cp_mode, c.cp_chunks};
+  const CpLayout cp{mesh.cp, c.cp_mode, c.cp_chunks, mesh.cp_ulysses};
   if (cp.active()) {
+    validate_cp_ulysses(mesh.cp, c.cp_mode, mesh.cp_ulysses);
     cp.check_sequence(c.seq_len);
-    if (cp.mode == CpMode::ulysses && mesh.tp >= 1 && c.model.n_head % mesh.tp == 0 &&
-        c.model.kv_heads() % mesh.tp == 0) {
-      validate_ulysses(c.model.n_head / mesh.tp, c.model.kv_heads() / mesh.tp, mesh.cp);
+    const bool heads_split_over_tp = mesh.tp >= 1 && c.model.n_head % mesh.tp == 0 && c.model.kv_heads() % mesh.tp == 0;
+    if (cp.mode != CpMode::ring && heads_split_over_tp) {
+      validate_head_split(c.model.n_head / mesh.tp, c.model.kv_heads() / mesh.tp, cp.mode,
+                          cp.mode == CpMode::usp ? mesh.cp_ulysses : mesh.cp);
     }
   }
   NDT_CHECK(c.pp_virtual_stages >= 1, "parallel.pp_virtual_stages = {} must be at least 1", c.pp_virtual_stages);
@@ -351,14 +354,6 @@ void check_context_and_pipeline(const RunConfig& c) {
             "(parallel.pp = {})",
             mesh.pp);
   if (mesh.pp == 1) return;
-  NDT_CHECK(c.activation_checkpointing.mode == CheckpointMode::none || c.pp_schedule != PipelineSchedule::zb_h1,
-            "parallel.pp_schedule = \"zb_h1\" keeps each block's activations until its weight pass: not with "
-            "train.activation_checkpointing = \"{}\"",
-            checkpoint_mode_name(c.activation_checkpointing.mode));
-  NDT_CHECK(!c.precision.low() || c.pp_schedule != PipelineSchedule::zb_h1,
-            "parallel.pp_schedule = \"zb_h1\" defers weight gradients past the block's backward, which reads the "
-            "activations precision.compute = \"{}\" keeps packed only until then: use 1f1b or interleaved_1f1b",
-            compute_dtype_config_name(c.precision.compute));
   check_pipeline_partition(c.model, mesh.pp * c.pp_virtual_stages, parse_pipeline_layers(c.pp_layers));
   if (c.pp_schedule == PipelineSchedule::seq1f1b) {
     check_sequence_chunks(c);
@@ -484,7 +479,7 @@ MeshShape RunConfig::resolve_mesh(int world_size, int ranks_per_node) const {
             batch_size, micro_batch_size, dp);
   if (m.pp > 1) {
     const int micro_batches = micro_batch_size == 0 ? 1 : batch_size / (micro_batch_size * dp);
-    check_pipeline_shape(pp_schedule, PipelineShape{m.pp, pp_virtual_stages, micro_batches, pp_seq_chunks});
+    check_pipeline_shape(pp_schedule, pipeline_shape(pp_schedule, m.pp, pp_virtual_stages, micro_batches, pp_seq_chunks));
   }
   return m;
 }

@@ -82,6 +82,8 @@ std::vector<Axis> reported_axes(const MeshShape& mesh) {
   }
   // With ep > 1, its groups (edp is dp_cp's communicator otherwise, edp_shard dp_shard_cp's).
   if (mesh.ep > 1) axes.insert(axes.end(), {Axis::ep, Axis::edp, Axis::edp_shard});
+  // USP's two parts of cp (without USP cp_ring is cp's communicator and cp_ulysses each rank alone).
+  if (mesh.cp_ulysses > 1) axes.insert(axes.end(), {Axis::cp_ulysses, Axis::cp_ring});
   return axes;
 }
 

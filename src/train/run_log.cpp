@@ -32,8 +32,9 @@ std::string describe_sync(const RunConfig& config, const GradientSync& sync) {
 // the axes of more than one rank, and whether their groups stay inside a node.
 std::string describe_topology(DeviceMesh& mesh) {
   std::string axes;
-  for (Axis axis : {Axis::pp, Axis::dp_replicate, Axis::dp_shard, Axis::dp, Axis::cp, Axis::tp, Axis::ep}) {
-    if (mesh.size(axis) == 1 || (axis == Axis::dp && mesh.size(Axis::dp) == mesh.size(Axis::dp_shard)) ||
+  for (Axis axis : {Axis::pp, Axis::dp_replicate, Axis::dp_shard, Axis::dp, Axis::cp, Axis::cp_ulysses, Axis::cp_ring,
+                    Axis::tp, Axis::ep}) {
+    if (mesh.size(axis) == 1 || (axis == Axis::cp_ring && mesh.size(axis) == mesh.size(Axis::cp)) || (axis == Axis::dp && mesh.size(Axis::dp) == mesh.size(Axis::dp_shard)) ||
         (axis == Axis::dp && mesh.size(Axis::dp) == mesh.size(Axis::dp_replicate))) {
       continue;
     }
@@ -42,6 +43,14 @@ std::string describe_topology(DeviceMesh& mesh) {
                         n == 1 ? std::string("inside a node") : fmt::format("crosses nodes ({} per group)", n));
   }
   return "nodes: " + mesh.topology().describe() + axes;
+}
+
+// Which chunks rank r holds, in words.
+std::string cp_chunk_rule(const CpLayout& cp) {
+  const bool zigzag = cp.chunks == CpChunks::zigzag;
+  if (cp.mode != CpMode::usp) return zigzag ? "rank r: chunks r and 2cp-1-r" : "rank r: chunk r";
+  return fmt::format("ring position p = r / {}: chunk{}, each rank of the position a contiguous 1/{} of them",
+                     cp.ulysses, zigzag ? "s p and 2cr-1-p" : " p", cp.ulysses);
 }
 
 }  // namespace
@@ -142,12 +151,18 @@ void RunLog::axes(const TrainingModel& model, DeviceMesh& mesh) {
   const ActivationLayout layout = model.model().activation_layout();
   if (layout.cp.active()) {
     const CpLayout& cp = layout.cp;
+    const bool usp = cp.mode == CpMode::usp;
+    const CpLayout cut = usp ? cp.ring() : cp;  // USP: the ring's chunks, each split over a Ulysses group
     fmt::print(*out_, "context parallel: {} ranks, {} attention, {} chunks of {} tokens ({}); each rank holds {} of the {} "
                "tokens of every sequence; gradients reduced over dp x cp; backward recomputes the attention "
                "scores (HFU counts it)\n",
-               cp.size, cp_mode_name(cp.mode), cp.chunk_count(), config_.seq_len / cp.chunk_count(),
-               cp.chunks == CpChunks::zigzag ? "rank r: chunks r and 2cp-1-r" : "rank r: chunk r",
-               config_.seq_len / cp.size, config_.seq_len);
+               cp.size, cp_mode_name(cp.mode), cut.chunk_count(), config_.seq_len / cut.chunk_count(),
+               cp_chunk_rule(cp), config_.seq_len / cp.size, config_.seq_len);
+    if (usp) {
+      fmt::print(*out_, "USP: Ulysses all-to-alls inside {} groups of {} consecutive cp ranks (cp_ulysses), ring attention "
+                 "over {} positions (cp_ring) on 1/{} of the heads\n",
+                 cut.size, cp.ulysses, cut.size, cp.ulysses);
+    }
   }
   if (m.is_moe()) mixture_of_experts(model, mesh);
   if (layout.tp > 1) {

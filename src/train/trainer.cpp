@@ -33,8 +33,10 @@ RunConfig resolved_for(const RunConfig& config, DeviceMesh& mesh) {
             mesh.shape().str(), resolved.mesh.str());
   check_run_fits_in_memory(resolved, resolved.mesh, physical_memory_bytes());  // before anything allocates
   // Tensor parallelism (and Ulysses) communicates in every block: inside a node only.
-  for (const auto& [axis, what] : {std::pair{Axis::tp, "parallel.tp"}, {Axis::cp, "parallel.cp (Ulysses)"}}) {
+  for (const auto& [axis, what] : {std::pair{Axis::tp, "parallel.tp"}, {Axis::cp, "parallel.cp (Ulysses)"},
+                                   {Axis::cp_ulysses, "parallel.cp_ulysses (USP)"}}) {
     if (axis == Axis::cp && resolved.cp_mode != CpMode::ulysses) continue;
+    if (axis == Axis::cp_ulysses && resolved.cp_mode != CpMode::usp) continue;
     NDT_CHECK(resolved.allow_cross_node_tp || mesh.nodes_spanned(axis) == 1,
               "{} = {}: its groups span {} nodes ({}), but they communicate in every block and need a node's own "
               "links: give each node a multiple of the group's ranks (the mesh puts tp innermost), or set "

@@ -69,12 +69,13 @@ TrainingModel::TrainingModel(const RunConfig& config, DeviceMesh& mesh) : config
   } else {
     PipelineStages stages = partition_pipeline(config.model, config.seq_len, pp * config.pp_virtual_stages,
                                                parse_pipeline_layers(config.pp_layers));
-    sync_ = parallelize(*model_, mesh, parallel_options(config, stages.local_units(mesh.coord(Axis::pp), pp)),
+    const PipelineShape shape =
+        pipeline_shape(config.pp_schedule, pp, config.pp_virtual_stages, config.micro_batches(), config.pp_seq_chunks);
+    sync_ = parallelize(*model_, mesh, parallel_options(config, stages.local_units(mesh.coord(Axis::pp), shape)),
                         swap_.get());
-    const PipelineShape shape{pp, config.pp_virtual_stages, config.micro_batches(), config.pp_seq_chunks};
     pipeline_ = std::make_unique<PipelineRunner>(*model_, mesh.axis(Axis::pp), config.pp_schedule, shape,
                                                  std::move(stages), sync_.get());
-    if (config.model.tied_embeddings) tied_ = std::make_unique<TiedEmbedding>(mesh.axis(Axis::pp));
+    if (config.model.tied_embeddings) tied_ = std::make_unique<TiedEmbedding>(mesh.axis(Axis::pp), shape);
   }
   const size_t rows = static_cast<size_t>(config.micro_batch_size) * config.seq_len;
   inputs_.resize(rows);

@@ -24,8 +24,16 @@ inline MeshShape mesh(int pp, int dp_shard, int cp, int tp, int ep) {
   return m;
 }
 
+// USP: the mesh's cp as cp_ulysses Ulysses ranks x the ring (with_layout sets
+// parallel.cp_mode = "usp" for a mesh with cp_ulysses > 1).
+inline MeshShape usp(MeshShape m, int cp_ulysses) {
+  m.cp_ulysses = cp_ulysses;
+  return m;
+}
+
 inline RunConfig with_layout(RunConfig config, const Layout& layout) {
   config.mesh = layout.mesh;
+  if (layout.mesh.cp_ulysses > 1) config.cp_mode = CpMode::usp;
   config.zero_stage = layout.zero_stage;
   config.sequence_parallel = layout.sequence_parallel;
   config.micro_batch_size = layout.micro;

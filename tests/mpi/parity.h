@@ -55,6 +55,18 @@ inline void use_llama(RunConfig& c) {
   c.model.qk_norm = true;
 }
 
+// tiny_run on sequences of 144 tokens for context parallelism: chunks of 36 (cp = 2) or
+// 18 (cp = 4), local sequences of 72 or 36 tokens, none a multiple of the attention
+// kernel's row block; clipping off (GPT-2) or never firing (Llama).
+inline RunConfig long_context_run(const std::string& train, bool llama) {
+  RunConfig c = tiny_run(train, 4, 0);
+  c.model.max_seq_len = 144;
+  c.seq_len = 144;
+  if (llama) use_llama(c);
+  c.grad_clip = llama ? 1e3f : 0.0f;
+  return c;
+}
+
 // A mixture-of-experts version of tiny_run: 4 experts of width 48, top-2, every block;
 // clipping off (GPT-2) or never firing (Llama), as the parity tests need.
 inline RunConfig moe_run(const std::string& train, bool llama) {

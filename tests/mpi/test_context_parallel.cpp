@@ -1,5 +1,5 @@
-// Context parallelism (docs/context_parallel.md): ring attention and Ulysses alone
-// against whole-sequence attention; training on cp = world ranks against one rank for
+// Context parallelism (docs/context_parallel.md): ring attention, Ulysses and USP (on 4
+// ranks: 2 x 2; its training tests in test_usp.cpp) alone against whole-sequence attention; training on cp = world ranks against one rank for
 // both families and both modes; composed with DDP, FSDP, tensor + sequence parallel and
 // pipeline parallel; the bytes a step sends on cp against the theory; activation
 // memory against the prediction and its 1/cp scaling; the causal work per rank.
@@ -12,6 +12,7 @@
 #include "parallel/parallelize.h"
 #include "parallel/context/ring_attention.h"
 #include "parallel/context/ulysses_attention.h"
+#include "parallel/context/usp_attention.h"
 #include "parity.h"
 
 #include <gtest/gtest.h>
@@ -37,6 +38,7 @@ struct AttentionCase {
   CpMode mode;
   CpChunks chunks;
   int NKV;
+  int ulysses = 1;  // USP: parallel.cp_ulysses
 };
 void PrintTo(const AttentionCase& c, std::ostream* os) { *os << c.name; }
 
@@ -72,7 +74,11 @@ TEST_P(ContextParallelAttentionTest, EqualsWholeSequenceAttention) {
   Communicator& world = testing::world();
   const AttentionCase& c = GetParam();
   const int n = world.size(), B = 2, NH = 8, NKV = c.NKV, HS = 16;
-  const CpLayout layout{n, c.mode, c.chunks};
+  if (c.mode == CpMode::usp && (n <= c.ulysses || n % c.ulysses != 0)) GTEST_SKIP() << "USP needs a ring of 2 or more";
+  const CpLayout layout{n, c.mode, c.chunks, c.ulysses};
+  MeshShape shape;
+  shape.cp = n, shape.cp_ulysses = c.ulysses;
+  DeviceMesh mesh(world, shape);
   const int T = layout.chunk_count() * 37, local = T / n;
   const int64_t QD = int64_t{NH} * HS, KD = int64_t{NKV} * HS;
   const auto q = random_vector(int64_t{B} * T * QD, 1), k = random_vector(int64_t{B} * T * KD, 2),
@@ -87,10 +93,13 @@ TEST_P(ContextParallelAttentionTest, EqualsWholeSequenceAttention) {
   const auto lq = rows_at(q, positions, B, T, QD), lk = rows_at(k, positions, B, T, KD),
              lv = rows_at(v, positions, B, T, KD), ldout = rows_at(dout, positions, B, T, QD);
   std::unique_ptr<ContextParallelAttention> attention;
+  Communicator& cp = mesh.axis(Axis::cp);
   if (c.mode == CpMode::ring) {
-    attention = std::make_unique<RingAttention>(world, layout);
+    attention = std::make_unique<RingAttention>(cp, layout);
+  } else if (c.mode == CpMode::ulysses) {
+    attention = std::make_unique<UlyssesAttention>(cp, layout);
   } else {
-    attention = std::make_unique<UlyssesAttention>(world, layout);
+    attention = std::make_unique<UspAttention>(cp, mesh.axis(Axis::cp_ulysses), mesh.axis(Axis::cp_ring), layout);
   }
   std::vector<float> lout(lq.size()), llse(size_t(B) * NH * local),
       latt(static_cast<size_t>(attention_probability_floats(layout, B, local, NH))),
@@ -117,7 +126,9 @@ INSTANTIATE_TEST_SUITE_P(
                       AttentionCase{"ring_zigzag_gqa", CpMode::ring, CpChunks::zigzag, 4},
                       AttentionCase{"ring_contiguous_gqa", CpMode::ring, CpChunks::contiguous, 4},
                       AttentionCase{"ulysses_zigzag", CpMode::ulysses, CpChunks::zigzag, 8},
-                      AttentionCase{"ulysses_contiguous_gqa", CpMode::ulysses, CpChunks::contiguous, 4}),
+                      AttentionCase{"ulysses_contiguous_gqa", CpMode::ulysses, CpChunks::contiguous, 4},
+                      AttentionCase{"usp_zigzag", CpMode::usp, CpChunks::zigzag, 8, 2},
+                      AttentionCase{"usp_contiguous_gqa", CpMode::usp, CpChunks::contiguous, 4, 2}),
     [](const auto& info) { return std::string(info.param.name); });
 
 // The visible query-key pairs each rank's ring attention computes (its attention FLOPs
@@ -163,21 +174,10 @@ struct Family {
 };
 void PrintTo(const Family& f, std::ostream* os) { *os << f.name; }
 
-// A tiny model on sequences of 144 tokens: chunks of 36 (cp = 2) or 18 (cp = 4), local
-// sequences of 72 or 36 tokens, none a multiple of the attention kernel's row block.
-RunConfig long_run(const std::string& train_file, bool llama) {
-  RunConfig c = tiny_run(train_file, 4, 0);
-  c.model.max_seq_len = 144;
-  c.seq_len = 144;
-  if (llama) testing::use_llama(c);
-  c.grad_clip = llama ? 1e3f : 0.0f;  // a clip that never fires; clipping off
-  return c;
-}
-
 class ContextParallelTest : public ::testing::TestWithParam<Family> {
  protected:
   ContextParallelTest() { write_shard(dir_.file("train.bin"), testing::synthetic_text(30000, 7)); }
-  RunConfig run() const { return long_run(dir_.file("train.bin"), GetParam().llama); }
+  RunConfig run() const { return testing::long_context_run(dir_.file("train.bin"), GetParam().llama); }
   RunConfig cp_run(int cp) const {
     RunConfig c = run();
     c.mesh.cp = cp;
@@ -251,7 +251,7 @@ TEST(ContextParallel3D, CpFsdpTpOnEightRanks) {
   testing::TempDir dir;
   write_shard(dir.file("train.bin"), testing::synthetic_text(30000, 8));
   for (bool llama : {false, true}) {
-    RunConfig base = long_run(dir.file("train.bin"), llama);
+    RunConfig base = testing::long_context_run(dir.file("train.bin"), llama);
     base.steps = 10;
     const testing::TrainedRun reference = train(base, testing::one_rank_mesh());
     RunConfig config = base;
@@ -281,7 +281,7 @@ TEST(ContextParallelComm, BytesPerStepMatchTheory) {
   testing::TempDir dir;
   write_shard(dir.file("train.bin"), testing::synthetic_text(30000, 9));
   for (CpMode mode : {CpMode::ring, CpMode::ulysses}) {
-    RunConfig c = long_run(dir.file("train.bin"), false);
+    RunConfig c = testing::long_context_run(dir.file("train.bin"), false);
     c.mesh.cp = n;
     c.cp_mode = mode;
     c.steps = 1;
@@ -311,7 +311,8 @@ TEST(ContextParallelComm, BytesPerStepMatchTheory) {
   }
 }
 
-// The activation ledger of one micro-batch equals the prediction on every rank, and
+// The activation ledger of one micro-batch equals the prediction on every rank (USP on
+// 4 ranks: 2 x 2), and
 // the prediction falls as 1/cp (within 10% from cp = 2 to 16; the loss's logits chunk
 // does not shrink): no probabilities are kept (backward recomputes them), everything
 // else is T / cp rows.
@@ -322,8 +323,11 @@ TEST(ContextParallelMemory, ActivationsFollowThePredictionAndScaleAsOneOverCp) {
   RunConfig c = tiny_run("", 2, 0);
   c.model.max_seq_len = 512;
   const int T = 512, B = 2;
-  for (CpMode mode : {CpMode::ring, CpMode::ulysses}) {
-    const MeshShape shape{1, 1, 1, n, 1};
+  for (CpMode mode : {CpMode::ring, CpMode::ulysses, CpMode::usp}) {
+    if (mode == CpMode::usp && n != 4) continue;  // USP: 2 x 2
+    const int ulysses = mode == CpMode::usp ? 2 : 1;
+    MeshShape shape{1, 1, 1, n, 1};
+    shape.cp_ulysses = ulysses;
     DeviceMesh mesh(world, shape);
     const size_t before = MemoryLedger::instance().current(MemTag::activations);
     int64_t predicted = 0;
@@ -347,14 +351,16 @@ TEST(ContextParallelMemory, ActivationsFollowThePredictionAndScaleAsOneOverCp) {
     // this rank's share.
     const int64_t whole = Transformer::predict_activation_bytes(c.model, B, T, c.loss_chunk_rows, {});
     EXPECT_LT(predicted * n, whole) << cp_mode_name(mode);
-    // From cp = 2 on, cp x (the activations per rank) stays within 10% of cp = 2's (it
-    // grows a little: the loss's logits chunk does not shrink).
+    // From cp = 2 on (USP: 4), cp x (the activations per rank) stays within 10% of
+    // cp = 2's (it grows a little: the loss's logits chunk does not shrink).
     auto at = [&](int cp) {
-      const ActivationLayout layout{1, false, CpLayout{cp, mode, CpChunks::zigzag}};
+      const ActivationLayout layout{1, false, CpLayout{cp, mode, CpChunks::zigzag, ulysses}};
       return static_cast<double>(Transformer::predict_activation_bytes(c.model, B, T, c.loss_chunk_rows, layout));
     };
+    const int first = 2 * ulysses;
     for (int cp : {4, 8, 16}) {
-      const double scaled = cp * at(cp) / (2 * at(2));
+      if (cp <= first) continue;
+      const double scaled = cp * at(cp) / (first * at(first));
       EXPECT_GE(scaled, 1.0) << cp_mode_name(mode) << " cp = " << cp;
       EXPECT_LT(scaled, 1.1) << cp_mode_name(mode) << " cp = " << cp;
     }

@@ -72,11 +72,12 @@ struct Layout {
   const char* name;
   int tp = 1, cp = 1, pp = 1;
   CpMode mode = CpMode::ring;
+  int cp_ulysses = 1;
 };
 
 RunConfig on(const RunConfig& base, const Layout& l) {
   RunConfig c = base;
-  c.mesh.tp = l.tp, c.mesh.cp = l.cp, c.mesh.pp = l.pp;
+  c.mesh.tp = l.tp, c.mesh.cp = l.cp, c.mesh.pp = l.pp, c.mesh.cp_ulysses = l.cp_ulysses;
   c.sequence_parallel = l.tp > 1;
   c.cp_mode = l.mode;
   if (l.pp > 1) c.micro_batch_size = 1;
@@ -96,8 +97,11 @@ TEST_P(DocumentBoundariesLayouts, EqualDocumentsAloneAndOneRank) {
   const RunConfig base = documents_run(dir.file("train.bin"), GetParam().llama);
   const testing::FirstStep alone = documents_alone(base);
   const testing::TrainedRun reference = testing::train(base, testing::one_rank_mesh());
-  for (const Layout& l : {Layout{"tp=2", 2}, Layout{"cp=2 ring", 1, 2}, Layout{"cp=2 ulysses", 1, 2, 1, CpMode::ulysses},
-                          Layout{"pp=2", 1, 1, 2}}) {
+  std::vector<Layout> layouts = {Layout{"tp=2", 2}, Layout{"cp=2 ring", 1, 2},
+                                 Layout{"cp=2 ulysses", 1, 2, 1, CpMode::ulysses}, Layout{"pp=2", 1, 1, 2}};
+  // USP: each rank's document starts are its ring position's, at the gathered rows.
+  if (world.size() % 4 == 0) layouts.push_back(Layout{"cp=2x2 usp", 1, 4, 1, CpMode::usp, 2});
+  for (const Layout& l : layouts) {
     const RunConfig config = on(base, l);
     DeviceMesh mesh(world, config.resolve_mesh(world.size()));
     const testing::TrainedRun run = testing::train(config, mesh);

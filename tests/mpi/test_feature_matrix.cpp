@@ -29,6 +29,7 @@ namespace {
 
 using testing::Layout;
 using testing::mesh;
+using testing::usp;
 
 // Every axis alone and the 2-D combinations, on 4 ranks.
 const std::vector<Layout>& four_rank_layouts() {
@@ -45,6 +46,7 @@ const std::vector<Layout>& four_rank_layouts() {
       {"tp + sp", mesh(1, 1, 1, 4, 1), 0, true},
       {"ep", mesh(1, 4, 1, 1, 4)},
       {"cp", mesh(1, 1, 4, 1, 1)},
+      {"usp (cp 2 x 2)", usp(mesh(1, 1, 4, 1, 1), 2)},
       {"pp x ddp", mesh(2, 1, 1, 1, 1), 0, false, 1},
       {"fsdp x tp", mesh(1, 2, 1, 2, 1), 3},
       {"fsdp x tp + sp", mesh(1, 2, 1, 2, 1), 3, true},
@@ -65,9 +67,9 @@ const std::vector<Layout>& four_rank_layouts() {
       {"ddp, selective recompute", mesh(1, 1, 1, 1, 1), 0, false, 0, "", "1f1b", CheckpointMode::selective},
       {"fsdp x ep, full recompute", mesh(1, 4, 1, 1, 2), 3, false, 0, "", "1f1b", CheckpointMode::full},
       {"pp zero-bubble x ddp", mesh(2, 1, 1, 1, 1), 0, false, 1, "", "zb_h1"},
-      {"pp zero-bubble x full recompute", mesh(2, 1, 1, 1, 1), 0, false, 1,
-       "parallel.pp_schedule = \"zb_h1\" keeps each block's activations until its weight pass", "zb_h1",
-       CheckpointMode::full},
+      {"pp zero-bubble x full recompute", mesh(2, 1, 1, 1, 1), 0, false, 1, "", "zb_h1", CheckpointMode::full},
+      {"pp zero-bubble x selective recompute", mesh(2, 1, 1, 1, 1), 0, false, 1, "", "zb_h1",
+       CheckpointMode::selective},
   };
   return layouts;
 }
@@ -78,6 +80,8 @@ const std::vector<Layout>& eight_rank_layouts() {
       {"pp x fsdp x tp + sp", mesh(2, 2, 1, 2, 1), 3, true, 1},
       {"hsdp x tp", mesh(1, 2, 1, 2, 1), 3},
       {"cp x fsdp x tp + sp", mesh(1, 2, 2, 2, 1), 3, true},
+      {"usp (2 x 2) x fsdp", usp(mesh(1, 2, 4, 1, 1), 2), 3},
+      {"usp (2 x 2) x tp + sp", usp(mesh(1, 1, 4, 2, 1), 2), 0, true},
       {"dp x tp x ep", mesh(1, 2, 1, 2, 2)},
       {"pp x ep x tp", mesh(2, 2, 1, 2, 2), 0, false, 1},
       {"ep x cp x tp", mesh(1, 1, 2, 2, 2)},

@@ -1,6 +1,7 @@
 // Pipeline parallelism against one rank: every schedule (GPipe, 1F1B, interleaved 1F1B,
-// ZB-H1) on pp = world size, GPT-2 (tied embeddings: the first and the last stage hold
-// the table) and Llama (untied, GQA, QK-norm): the same losses, gradient norms and final
+// ZB-H1, and ZB-V and DualPipeV on the V placement) on pp = world size, GPT-2 (tied
+// embeddings: the first and the last stage hold the table; rank 0 alone under the V)
+// and Llama (untied, GQA, QK-norm): the same losses, gradient norms and final
 // parameters; composed with DDP, ZeRO-1/2/3 and tp + SP on 4 ranks, and pp x FSDP x tp
 // on 8; the activation memory the
 // schedule implies (GPipe m contexts, 1F1B at most pp - rank); the bytes sent on pp;
@@ -51,7 +52,9 @@ struct Schedule {
   const char* name;
   int virtual_stages;
 };
-constexpr Schedule kSchedules[] = {{"gpipe", 1}, {"1f1b", 1}, {"interleaved_1f1b", 2}, {"zb_h1", 1}};
+constexpr Schedule kSchedules[] = {{"gpipe", 1},         {"1f1b", 1}, {"interleaved_1f1b", 2},
+                                   {"zb_h1", 1},         {"zb_v", 2}, {"dualpipev", 2}};
+constexpr const char* kVSchedules[] = {"zb_v", "dualpipev"};
 
 // Catches: a boundary tensor sent to the wrong stage or micro-batch, a tied embedding
 // whose two copies drift apart (gradients not summed between the first and the last
@@ -124,6 +127,24 @@ TEST_F(PipelineTest, ComposesWithDataAndTensorParallel) {
                                schedule;
       expect_same_run(reference, train(zero, mesh), what.c_str());
     }
+    // The V placement (rank 0 holds the embedding and the head) under DDP, FSDP and tp + SP.
+    for (const char* schedule : kVSchedules) {
+      RunConfig v = c;
+      v.pp_schedule = pipeline_schedule_from_name(schedule);
+      v.pp_virtual_stages = 2;
+      for (const auto& [dp, fsdp, tp] : {std::tuple{2, 1, 1}, {1, 2, 1}, {1, 1, 2}}) {
+        RunConfig layout = v;
+        layout.mesh.dp_shard = fsdp;
+        layout.zero_stage = fsdp > 1 ? 3 : 0;
+        layout.mesh.tp = tp;
+        layout.sequence_parallel = tp > 1;
+        layout.micro_batch_size = tp > 1 ? 2 : 1;
+        DeviceMesh mesh(world, layout.resolve_mesh(4));
+        const std::string what = std::string(llama ? "llama" : "gpt2") + " pp=2 " + schedule +
+                                 (dp > 1 ? " x dp=2" : fsdp > 1 ? " x FSDP dp_shard=2" : " x tp=2 + SP");
+        expect_same_run(reference, train(layout, mesh), what.c_str());
+      }
+    }
     c.mesh.tp = 2;
     c.micro_batch_size = 2;  // sequence parallel splits a micro-batch's tokens over tp
     for (bool sp : {false, true}) {
@@ -152,6 +173,11 @@ TEST_F(PipelineTest, ThreeDimensionalLayoutOnEightRanks) {
     c.sequence_parallel = true;
     DeviceMesh mesh(world, c.resolve_mesh(8));
     expect_same_run(reference, train(c, mesh), llama ? "llama pp=2 x fsdp=2 x tp=2" : "gpt2 pp=2 x fsdp=2 x tp=2");
+    if (llama) continue;
+    c.pp_schedule = PipelineSchedule::dualpipev;  // the V placement in the 3D layout
+    c.pp_virtual_stages = 2;
+    DeviceMesh v_mesh(world, c.resolve_mesh(8));
+    expect_same_run(reference, train(c, v_mesh), "gpt2 pp=2 dualpipev x fsdp=2 x tp=2");
   }
 }
 
@@ -163,7 +189,8 @@ TEST_F(PipelineTest, ActivationsFollowTheSchedule) {
   RunConfig c = run(false);
   c.mesh.pp = pp;
   const int m = 8;
-  for (const auto& [schedule, v] : {std::pair{"gpipe", 1}, {"1f1b", 1}, {"interleaved_1f1b", 2}}) {
+  for (const auto& [schedule, v] :
+       {std::pair{"gpipe", 1}, {"1f1b", 1}, {"interleaved_1f1b", 2}, {"zb_v", 2}, {"dualpipev", 2}}) {
     c.pp_schedule = pipeline_schedule_from_name(schedule);
     c.pp_virtual_stages = v;
     DeviceMesh mesh(world, c.resolve_mesh(pp));
@@ -172,12 +199,14 @@ TEST_F(PipelineTest, ActivationsFollowTheSchedule) {
     Trainer trainer(c, mesh, nullptr);
     trainer.step();
     const int rank = mesh.coord(Axis::pp);
-    // GPipe m, 1F1B pp - rank; interleaved: the rule the planner uses (a micro-batch's
-    // context from its first chunk's forward to its last backward), more than pairs / v.
+    // GPipe m, 1F1B pp - rank; two chunks per rank (interleaved, the V schedules): the
+    // rule the planner uses (a micro-batch's context from its first chunk's forward to
+    // its last backward), more than pairs / v.
     const int live = std::string(schedule) == "gpipe"  ? m
                      : std::string(schedule) == "1f1b" ? std::min(m, pp - rank)
                                                        : peak_live_contexts(pipeline_actions(
-                                                             PipelineSchedule::interleaved_1f1b, {pp, v, m}, rank));
+                                                             c.pp_schedule, pipeline_shape(c.pp_schedule, pp, v, m),
+                                                             rank));
     EXPECT_EQ(trainer.pipeline()->peak_live_contexts(), live) << schedule << " on pp rank " << rank;
     const std::vector<char>& units = trainer.model().local_units();
     const ActivationLayout tp;
@@ -233,12 +262,14 @@ TEST_F(PipelineTest, BytesOnPpAreTheBoundaryTensors) {
     Trainer trainer(c, mesh, nullptr);
     mesh.axis(Axis::pp).stats() = {};
     trainer.step();
-    // Every boundary between chunks (pp x v - 1 of them) carries each micro-batch's
-    // activation forward and its gradient backward: [seq_len, d_model] floats each.
+    // Every boundary between chunks on different ranks carries each micro-batch's
+    // activation forward and its gradient backward: [seq_len, d_model] floats each. In a
+    // loop pp x v - 1 boundaries; in a V 2 pp - 2 (chunks pp - 1 and pp share rank pp - 1).
     const CommStats& stats = mesh.axis(Axis::pp).stats();
     int32_t sent = static_cast<int32_t>(stats[CommOp::send].payload_bytes);
     world.all_reduce(&sent, 1, DType::i32, ReduceOp::sum);
-    const int64_t boundaries = int64_t{pp} * s.virtual_stages - 1, m = 8;
+    const bool v_placement = pipeline_placement(c.pp_schedule) == PipelinePlacement::v;
+    const int64_t boundaries = v_placement ? 2 * pp - 2 : int64_t{pp} * s.virtual_stages - 1, m = 8;
     EXPECT_EQ(sent, 2 * boundaries * m * c.seq_len * c.model.d_model * 4) << s.name;
   }
 }

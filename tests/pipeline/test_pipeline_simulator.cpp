@@ -79,6 +79,55 @@ TEST(PipelineSimulator, ZeroBubbleIdlesAThirdOfOneFOneB) {
   EXPECT_NEAR(simulate_pipeline(PipelineSchedule::zb_h1, {4, 1, 8}).mean_bubble, 3.0 / 27, 1e-12);
 }
 
+// Catches: a V schedule whose order leaves more idle time than its published bubble, at
+// the costs the formulas assume (F = BI = BW per stage: every chunk-pass the same).
+// ZB-V (Qi et al. 2024, section 6: zero bubble at equal costs, but for the ramp of p - 1
+// chunk-forwards): idle (p-1) F/2 per rank, fraction (p-1)/(6m+p-1) at F = 1. DualPipeV
+// (DeepSeek's DualPipe README table: (PP/2-1)(F&B+B-3W) with its PP = 2p stages and chunk
+// costs, F&B = F+B here): idle (p-1)(1/2 + 1 + 1 - 3/2) = p - 1, fraction (p-1)/(3m+p-1),
+// ZB-H1's. Every rank idles the same; ZB-V below ZB-H1.
+TEST(PipelineSimulator, VSchedulesHaveThePublishedBubble) {
+  for (int p : {2, 3, 4}) {
+    for (int m : {2 * p, 2 * p + 3, 12}) {
+      SCOPED_TRACE(fmt::format("p {} m {}", p, m));
+      const PipelineSimulation zb_v = simulate_pipeline(PipelineSchedule::zb_v, pipeline_shape(PipelineSchedule::zb_v, p, 2, m));
+      const PipelineSimulation dual =
+          simulate_pipeline(PipelineSchedule::dualpipev, pipeline_shape(PipelineSchedule::dualpipev, p, 2, m));
+      for (int r = 0; r < p; ++r) {
+        EXPECT_NEAR(zb_v.makespan - zb_v.busy[r], (p - 1) * 0.5, 1e-12) << "zb_v rank " << r;
+        EXPECT_NEAR(dual.makespan - dual.busy[r], p - 1.0, 1e-12) << "dualpipev rank " << r;
+      }
+      EXPECT_NEAR(zb_v.mean_bubble, double(p - 1) / (6 * m + p - 1), 1e-12);
+      EXPECT_NEAR(dual.mean_bubble, double(p - 1) / (3 * m + p - 1), 1e-12);
+      for (PipelineSchedule s : {PipelineSchedule::zb_v, PipelineSchedule::dualpipev}) {
+        const PipelineSimulation& sim = s == PipelineSchedule::zb_v ? zb_v : dual;
+        EXPECT_NEAR(pipeline_bubble_theory(s, pipeline_shape(s, p, 2, m), {}).fraction, sim.mean_bubble, 1e-12)
+            << pipeline_schedule_name(s);
+      }
+      const double zb_h1 = simulate_pipeline(PipelineSchedule::zb_h1, {p, 1, m}).mean_bubble;
+      EXPECT_LT(zb_v.mean_bubble, zb_h1);
+      EXPECT_NEAR(dual.mean_bubble, zb_h1, 1e-12);
+    }
+  }
+}
+
+// Catches: a V schedule holding more activations than published: ZB-V 1F1B's p stages'
+// worth (2p chunk-activations of half a stage; Qi et al. 2024), DualPipeV PP + 1 = 2p + 1
+// chunk-activations (DualPipe README), once m >= 2p.
+TEST(PipelineSimulator, VSchedulesHoldThePublishedActivations) {
+  for (int p : {2, 3, 4}) {
+    for (int m : {2 * p, 12}) {
+      SCOPED_TRACE(fmt::format("p {} m {}", p, m));
+      const auto peak = [&](PipelineSchedule s) {
+        const std::vector<int> live = simulate_pipeline(s, pipeline_shape(s, p, 2, m)).peak_live_activations;
+        return *std::max_element(live.begin(), live.end());
+      };
+      EXPECT_EQ(peak(PipelineSchedule::zb_v), 2 * p);
+      EXPECT_EQ(peak(PipelineSchedule::dualpipev), 2 * p + 1);
+    }
+  }
+}
+
 // Catches: activations counted at the wrong passes (freed at BackwardInput instead of
 // BackwardWeight, or never freed): GPipe holds m, 1F1B min(p - r, m) on rank r (rank 0
 // exactly p when m >= p), ZB-H1 min(p, m) on every rank, interleaved rank 0 its warm-up

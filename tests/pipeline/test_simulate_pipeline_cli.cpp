@@ -61,6 +61,15 @@ TEST(SimulatePipelineCli, PrintsTimelineBubbleAndPeaksAndWritesSvg) {
   EXPECT_TRUE(contains(seq.output, "rank  3 |............F0.0F0.1B0.1    F1.0B0.0")) << seq.output;
   EXPECT_TRUE(contains(seq.output, "units of 1/2)\n   0  12         27.3%   5\n")) << seq.output;
   EXPECT_TRUE(contains(seq.output, "theory 27.27% from (p-1)/(k*m+p-1) = 3/11")) << seq.output;
+  // The V schedules: their chunk letters and formulas (docs/pipeline.md's figures).
+  const CommandResult zb_v = ndtrain("simulate-pipeline --schedule zb_v --pp 4 --virtual-stages 2 --micro-batches 8", dir);
+  ASSERT_EQ(zb_v.exit_code, 0) << zb_v.output;
+  EXPECT_TRUE(contains(zb_v.output, "rank  3 |.........F0aF0bF1aF1b")) << zb_v.output;
+  EXPECT_TRUE(contains(zb_v.output, "mean bubble 5.88%; theory 5.88%")) << zb_v.output;
+  const CommandResult dual =
+      ndtrain("simulate-pipeline --schedule dualpipev --pp 4 --virtual-stages 2 --micro-batches 8", dir);
+  ASSERT_EQ(dual.exit_code, 0) << dual.output;
+  EXPECT_TRUE(contains(dual.output, "mean bubble 11.11%; theory 11.11% from (p-1)(F&B+B-3W)")) << dual.output;
 }
 
 // Catches: bad input accepted, or refused without naming the setting and the value.
@@ -69,7 +78,7 @@ TEST(SimulatePipelineCli, BadInputIsRefusedWithTheValues) {
   CommandResult r = ndtrain("simulate-pipeline --schedule zb-h1 --pp 4 --micro-batches 8", dir);
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_TRUE(contains(r.output, "parallel.pp_schedule = \"zb-h1\" is not a known schedule (gpipe, 1f1b, "
-                                 "interleaved_1f1b, zb_h1, seq1f1b)"))
+                                 "interleaved_1f1b, zb_h1, zb_v, dualpipev, seq1f1b)"))
       << r.output;
   r = ndtrain("simulate-pipeline --schedule 1f1b --pp 4 --micro-batches 8 --seq-chunks 2", dir);
   EXPECT_EQ(r.exit_code, 1);
@@ -77,6 +86,11 @@ TEST(SimulatePipelineCli, BadInputIsRefusedWithTheValues) {
   r = ndtrain("simulate-pipeline --schedule interleaved_1f1b --pp 4 --virtual-stages 2 --micro-batches 6", dir);
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_TRUE(contains(r.output, "micro-batches (6) to be a multiple of parallel.pp (4)")) << r.output;
+  r = ndtrain("simulate-pipeline --schedule dualpipev --pp 4 --micro-batches 8", dir);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(contains(r.output, "\"dualpipev\" places two chunks per rank in a V: it needs "
+                                 "parallel.pp_virtual_stages = 2, got 1"))
+      << r.output;
   r = ndtrain("simulate-pipeline --schedule 1f1b --pp 4 --micro-batches 8 --backward-cost -2", dir);
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_TRUE(contains(r.output, "--backward-cost) = -2")) << r.output;

@@ -137,6 +137,30 @@ TEST(CommModel, PipelineSendsOneActivationAndOneGradientPerMicroBatch) {
   }
 }
 
+// Catches: the V placement counted as a loop: at pp = 2 rank 0 holds chunks 0 and 3, rank
+// 1 chunks 1 and 2, so each rank sends 2 boundaries per micro-batch (rank 0: chunk 0's
+// activation, chunk 3's gradient; rank 1: chunk 2's activation, chunk 1's gradient) and
+// nothing between chunks 1 and 2; the tied embedding and head both on rank 0: no sum.
+TEST(CommModel, VPlacementSendsNothingInsideARankAndSumsNoTiedCopies) {
+  RunConfig c = small_gpt2();
+  c.mesh = mesh_of(2, 1, 1, 1);
+  c.micro_batch_size = 1;
+  c.batch_size = 8;
+  c.model.n_layer = 4;  // 4 chunks
+  c.pp_virtual_stages = 2;
+  const int64_t boundary = 1 * 32 * 64 * 4;
+  for (PipelineSchedule schedule : {PipelineSchedule::zb_v, PipelineSchedule::dualpipev}) {
+    c.pp_schedule = schedule;
+    for (int stage : {0, 1}) {
+      const StepCommunication s = predict_step_communication(c, 2, stage);
+      EXPECT_EQ(s[Axis::pp][CommOp::send].calls, 2 * 8) << stage;
+      EXPECT_EQ(s[Axis::pp][CommOp::send].payload_bytes, 2 * 8 * boundary) << stage;
+      EXPECT_EQ(s[Axis::pp][CommOp::recv].payload_bytes, 2 * 8 * boundary) << stage;
+      EXPECT_EQ(s.tied_embedding[CommOp::all_reduce].payload_bytes, 0) << stage;
+    }
+  }
+}
+
 // Catches: a prediction that walks ranks or tensors: a 405B Llama over 16K ranks (tp 8 x
 // pp 16 x dp 128, FSDP; and with cp 16) predicted in well under a millisecond.
 TEST(CommModel, Llama405bOnSixteenThousandRanksIsPredictedInUnderAMillisecond) {

@@ -18,7 +18,10 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <map>
 #include <optional>
+#include <set>
+#include <utility>
 
 namespace ndt {
 namespace {
@@ -150,14 +153,16 @@ TEST(Planner, PredictionsAreTheSharedFunctions) {
   for (const Layout& l : {layout_of(1, 2, 4, 1, 1, 3, "1f1b", 1, CheckpointMode::none),
                           layout_of(2, 1, 2, 1, 2, 1, "1f1b", 1, CheckpointMode::selective),
                           layout_of(2, 1, 1, 2, 2, 0, "gpipe", 1, CheckpointMode::full),
-                          layout_of(2, 1, 4, 1, 1, 1, "interleaved_1f1b", 2, CheckpointMode::none)}) {
+                          layout_of(2, 1, 4, 1, 1, 1, "interleaved_1f1b", 2, CheckpointMode::none),
+                          layout_of(2, 1, 2, 1, 2, 1, "zb_h1", 1, CheckpointMode::selective)}) {
     const RunConfig c = run_of(m, 64, 16, l);
     const LayoutScore s = score_layout(c, cluster);
     ASSERT_TRUE(s.rejected.empty()) << l.describe() << ": " << s.rejected;
     const PipelineStages stages = partition_pipeline(m, c.seq_len, l.mesh.pp * l.pp_virtual_stages);
-    const PipelineShape shape{l.mesh.pp, l.pp_virtual_stages, c.batch_size / l.mesh.size(Axis::dp) / l.micro_batch_size};
+    const PipelineShape shape = pipeline_shape(l.pp_schedule, l.mesh.pp, l.pp_virtual_stages,
+                                               c.batch_size / l.mesh.size(Axis::dp) / l.micro_batch_size);
     for (int stage = 0; stage < l.mesh.pp; ++stage) {
-      const std::vector<char> units = l.mesh.pp > 1 ? stages.local_units(stage, l.mesh.pp) : std::vector<char>{};
+      const std::vector<char> units = l.mesh.pp > 1 ? stages.local_units(stage, shape) : std::vector<char>{};
       std::vector<ParameterSpec> specs;
       for (const ParameterSpec& spec : model_parameter_specs(m)) {
         if (units.empty() || units[static_cast<size_t>(spec.unit)]) specs.push_back(spec);
@@ -173,12 +178,18 @@ TEST(Planner, PredictionsAreTheSharedFunctions) {
                                                                     c.activation_checkpointing, units, DType::bf16);
       const int64_t workspace =
           workspace_floats(m, layout, 1, c.seq_len / l.mesh.cp, c.loss_chunk_rows, c.activation_checkpointing, DType::bf16) * 4;
-      EXPECT_EQ(got.activations, got.in_flight * (context - workspace) + workspace) << l.describe() << " stage " << stage;
       // The contexts the runner holds, interleaved or not (tests/mpi/test_pipeline.cpp
-      // holds the runner's ledger to the same rule).
+      // holds the runner's ledger to the same rule), and with a split backward the pending
+      // weight halves' copies (tests/mpi/test_zero_bubble.cpp).
       const int contexts = l.mesh.pp > 1 ? peak_live_contexts(pipeline_actions(
                                                l.pp_schedule, shape, stage))
                                          : 1;
+      const int pending = l.mesh.pp > 1 ? peak_deferred_weight_halves(pipeline_actions(l.pp_schedule, shape, stage)) : 0;
+      const int64_t deferred = deferred_weight_bytes(m, layout, 1, c.seq_len / l.mesh.cp, c.activation_checkpointing,
+                                                     units, DType::bf16);
+      EXPECT_EQ(got.activations, got.in_flight * (context - workspace) + workspace + pending * deferred)
+          << l.describe() << " stage " << stage;
+      if (l.pp_schedule == PipelineSchedule::zb_h1) EXPECT_EQ(pending, stage == 1 ? 2 : 0);
       EXPECT_EQ(got.in_flight, contexts) << l.describe() << " stage " << stage;
       EXPECT_EQ(got.comm_buffers, predict_comm_buffer_bytes(c, cluster.devices(), stage));
     }
@@ -249,6 +260,78 @@ TEST(Planner, SearchesEveryMeshAndRanksByStepTime) {
   EXPECT_EQ(j.at("memory_bytes").at("total").get<int64_t>(), r.layouts.front().memory.total());
   const std::string csv = plan_csv(r);
   EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), r.candidates + 1);
+}
+
+// Catches: zero bubble left out of the search with recompute or low precision (which
+// ndtrain once refused), or planned without the bytes its pending weight halves keep.
+TEST(Planner, SearchesZeroBubbleWithRecomputeAndLowPrecision) {
+  RunConfig base;
+  base.model = ModelConfig::preset("llama-tiny");
+  base.seq_len = 64, base.batch_size = 8;
+  base.precision.compute = DType::bf16;
+  const Cluster cluster = make_cluster(builtin_device("h100-sxm"), 1, 2, 0);
+  PlanSpace space;
+  space.zero_stages = {0};
+  space.micro_batch_sizes = {1};
+  space.recompute = {CheckpointMode::selective, CheckpointMode::full};
+  space.pp_schedules = {PipelineSchedule::one_f_one_b, PipelineSchedule::zb_h1};
+  space.cp_modes = {CpMode::ring};
+  const PlanResult r = plan_layouts(base, cluster, space);
+  std::map<std::pair<CheckpointMode, PipelineSchedule>, int64_t> last_stage_activations;
+  for (const LayoutScore& s : r.layouts) {
+    if (s.layout.mesh.pp != 2 || !s.rejected.empty()) continue;
+    last_stage_activations[{s.layout.recompute, s.layout.pp_schedule}] = s.stages.back().activations;
+  }
+  for (CheckpointMode recompute : space.recompute) {
+    ASSERT_TRUE(last_stage_activations.count({recompute, PipelineSchedule::zb_h1})) << checkpoint_mode_name(recompute);
+    // The last stage keeps a context more (released after its weight half) and the
+    // pending halves' copies.
+    const int64_t zero_bubble = last_stage_activations[{recompute, PipelineSchedule::zb_h1}];
+    EXPECT_GT(zero_bubble, (last_stage_activations[{recompute, PipelineSchedule::one_f_one_b}]));
+  }
+}
+
+// USP in the search: on 8 devices every cp of 4 or 8 is tried with each cp_ulysses
+// strictly between 1 and cp over which the heads split (llama-tiny: 4 heads, 2 KV heads:
+// 2 only); its all-to-alls are counted on cp_ulysses, its ring sends on cp_ring (a ring of
+// cp / cp_ulysses), nothing on cp; at cp = 8 USP's ring of 4 sends 10/22 of plain ring's bytes.
+// Catches: USP missing from the search, a group size the checks refuse, its traffic on
+// the wrong axis or with the ring's length taken as cp.
+TEST(Planner, SearchesUspWithEachUlyssesGroupSize) {
+  RunConfig base;
+  base.model = ModelConfig::preset("llama-tiny");
+  base.model.n_kv_head = 2;
+  base.seq_len = 256, base.batch_size = 8;
+  const Cluster cluster = make_cluster(builtin_device("h100-sxm"), 1, 8, 0);
+  PlanSpace space;
+  space.zero_stages = {0};
+  space.micro_batch_sizes = {1};
+  space.recompute = {CheckpointMode::none};
+  space.pp_schedules = {PipelineSchedule::one_f_one_b};
+  space.cp_modes = {CpMode::ring, CpMode::usp};
+  const PlanResult r = plan_layouts(base, cluster, space);
+  std::set<std::pair<int, int>> usp;  // (cp, cp_ulysses)
+  const auto sent = [](const LayoutScore& s, Axis a) { return s.comm[static_cast<size_t>(a)].wire_bytes; };
+  int64_t ring8 = 0, usp8 = 0;
+  for (const LayoutScore& s : r.layouts) {
+    const MeshShape& m = s.layout.mesh;
+    if (!s.rejected.empty() || m.cp == 1 || m.pp > 1 || m.tp > 1) continue;
+    if (s.layout.cp_mode == CpMode::ring) {
+      EXPECT_EQ(m.cp_ulysses, 1);
+      if (m.cp == 8) ring8 = sent(s, Axis::cp);
+      continue;
+    }
+    usp.insert({m.cp, m.cp_ulysses});
+    EXPECT_GT(s.comm[static_cast<size_t>(Axis::cp_ulysses)].calls, 0) << s.layout.describe();
+    EXPECT_GT(sent(s, Axis::cp_ring), 0) << s.layout.describe();
+    EXPECT_EQ(s.comm[static_cast<size_t>(Axis::cp)].calls, 0) << s.layout.describe();
+    EXPECT_NE(s.layout.describe().find("usp (ulysses 2 x ring"), std::string::npos) << s.layout.describe();
+    if (m.cp == 8) usp8 = sent(s, Axis::cp_ring);
+  }
+  EXPECT_EQ(usp, (std::set<std::pair<int, int>>{{4, 2}, {8, 2}}));
+  ASSERT_GT(ring8, 0);
+  // Per block: a ring of 4 sends 3 + 7 blocks of 2 N KD floats, one of 8 sends 7 + 15 of the same size.
+  EXPECT_EQ(usp8 * 22, ring8 * 10);
 }
 
 // Catches: offload left out of the search on a device with a disk, planned on one without,

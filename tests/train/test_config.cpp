@@ -88,6 +88,38 @@ TEST_F(ConfigTest, TensorParallelSizesMustDivide) {
                         "parallel.sequence_parallel = true needs parallel.tp > 1");
 }
 
+// USP: cp_ulysses only under cp_mode "usp", dividing cp and strictly between 1 and it;
+// this rank's heads and KV heads (after tp) dividing by cp_ulysses.
+TEST_F(ConfigTest, UspSettings) {
+  EXPECT_EQ(error_of({"parallel.cp=4", "parallel.cp_mode=usp", "parallel.cp_ulysses=2", "train.seq_len=128"}), "");
+  EXPECT_EQ(error_of({"parallel.cp=6", "parallel.cp_mode=usp", "parallel.cp_ulysses=2", "parallel.cp_chunks=contiguous",
+                      "train.seq_len=36"}),
+            "");
+  EXPECT_ERROR_MENTIONS(error_of({"parallel.cp=4", "parallel.cp_ulysses=2", "train.seq_len=128"}),
+                        "parallel.cp_ulysses = 2 applies to parallel.cp_mode = \"usp\" only (parallel.cp_mode = "
+                        "\"ring\")");
+  EXPECT_ERROR_MENTIONS(error_of({"parallel.cp=4", "parallel.cp_mode=ulysses", "parallel.cp_ulysses=4",
+                                  "train.seq_len=128"}),
+                        "parallel.cp_ulysses = 4 applies to parallel.cp_mode = \"usp\" only (parallel.cp_mode = "
+                        "\"ulysses\")");
+  for (const char* ulysses : {"parallel.cp_ulysses=1", "parallel.cp_ulysses=4", "parallel.cp_ulysses=3"}) {
+    EXPECT_ERROR_MENTIONS(error_of({"parallel.cp=4", "parallel.cp_mode=usp", ulysses, "train.seq_len=128"}),
+                          "parallel.cp_mode = \"usp\" needs parallel.cp_ulysses (the Ulysses ranks of each group; the "
+                          "rest of parallel.cp is the ring) to divide parallel.cp = 4 and lie strictly between 1 and it, "
+                          "not " + std::string(ulysses).substr(20));
+  }
+  EXPECT_ERROR_MENTIONS(error_of({"parallel.cp=4", "parallel.cp_mode=usp", "parallel.cp_ulysses=2", "train.seq_len=100"}),
+                        "train.seq_len = 100 must divide into 8 chunks of equal length for parallel.cp = 4 with zigzag");
+  // gpt2-tiny has 4 heads: 1 per tp rank at tp = 4; llama-tiny with 2 KV heads and tp = 2: 1.
+  EXPECT_ERROR_MENTIONS(error_of({"parallel.cp=4", "parallel.tp=4", "parallel.cp_mode=usp", "parallel.cp_ulysses=2",
+                                  "train.seq_len=128"}),
+                        "parallel.cp_mode = \"usp\" splits the attention heads over parallel.cp_ulysses = 2: this "
+                        "rank's 1 heads and 1 KV heads (after tensor parallelism) must both divide by it");
+  EXPECT_ERROR_MENTIONS(error_of({"parallel.cp=4", "parallel.tp=2", "parallel.cp_mode=usp", "parallel.cp_ulysses=2",
+                                  "model.preset=llama-tiny", "model.n_kv_head=2", "train.seq_len=128"}),
+                        "this rank's 2 heads and 1 KV heads");
+}
+
 TEST_F(ConfigTest, ContextParallelSettings) {
   EXPECT_EQ(error_of({"parallel.cp=2", "train.seq_len=128"}), "");
   EXPECT_EQ(error_of({"parallel.cp=4", "parallel.cp_mode=ulysses", "parallel.cp_chunks=contiguous", "train.seq_len=36"}),
@@ -99,7 +131,7 @@ TEST_F(ConfigTest, ContextParallelSettings) {
                         "train.seq_len = 30 must divide into 4 chunks of equal length for parallel.cp = 4 with "
                         "contiguous chunks");
   EXPECT_ERROR_MENTIONS(error_of({"parallel.cp_mode=star"}), "parallel.cp_mode = \"star\" is not a context-parallel "
-                                                           "mode: ring or ulysses");
+                                                           "mode: ring, ulysses or usp");
   EXPECT_ERROR_MENTIONS(error_of({"parallel.cp_chunks=random"}), "parallel.cp_chunks = \"random\" is not a chunk "
                                                                 "layout: zigzag or contiguous");
   // gpt2-tiny has 4 heads (and 4 KV heads); llama-tiny with 2 KV heads.
@@ -248,9 +280,24 @@ TEST_F(ConfigTest, PipelineSettings) {
   EXPECT_ERROR_MENTIONS(error_of({"parallel.pp_virtual_stages=2"}), "apply with parallel.pp > 1");
   EXPECT_ERROR_MENTIONS(error_of({"parallel.pp=2", "parallel.pp_layers=1,x"}), "\"x\" is not a number of blocks");
   EXPECT_ERROR_MENTIONS(error_of({"parallel.pp=2", "parallel.pp_layers=1,5"}), "sums to 6 blocks");
-  EXPECT_ERROR_MENTIONS(error_of({"parallel.pp=2", "parallel.pp_schedule=zb_h1",
-                                  "train.activation_checkpointing=full"}),
-                        "not with train.activation_checkpointing = \"full\"");
+  // Zero bubble with recompute and low precision trains (tests/mpi/test_zero_bubble.cpp).
+  EXPECT_EQ(error_of({"parallel.pp=2", "parallel.pp_schedule=zb_h1", "train.activation_checkpointing=full",
+                      "precision.compute=bf16"}),
+            "");
+  EXPECT_EQ(error_of({"parallel.pp=2", "parallel.pp_schedule=zb_v", "parallel.pp_virtual_stages=2",
+                      "train.activation_checkpointing=selective", "precision.compute=bf16"}),
+            "");
+  for (const char* v : {"1", "3"}) {
+    const RunConfig one = load_run_config(dir_.file("base.toml"), {"parallel.pp=2", "parallel.pp_schedule=zb_v",
+                                                                   std::string("parallel.pp_virtual_stages=") + v,
+                                                                   "model.n_layer=6"});
+    try {
+      one.resolve_mesh(2);
+      ADD_FAILURE() << "expected an error for v = " << v;
+    } catch (const Error& e) {
+      EXPECT_ERROR_MENTIONS(std::string(e.what()), std::string("needs parallel.pp_virtual_stages = 2, got ") + v);
+    }
+  }
   const RunConfig three = load_run_config(dir_.file("base.toml"), {"parallel.pp=3"});
   try {
     three.resolve_mesh(2);

@@ -73,13 +73,9 @@ int64_t causal_pairs(const TokenRun& queries, const TokenRun& keys) {
   return pairs;
 }
 
-RingAttention::RingAttention(Communicator& cp, const CpLayout& layout) : cp_(cp), layout_(layout) {
+RingAttention::RingAttention(Communicator& cp, const CpLayout& layout) : CpGroupAttention(cp, layout) {
   NDT_CHECK(layout.size == cp.size(), "ring attention: the layout's cp = {} but the cp group has {} ranks",
             layout.size, cp.size());
-}
-
-void RingAttention::sum_over_ranks(float* x, int64_t n) const {
-  cp_.all_reduce(x, static_cast<size_t>(n), DType::f32, ReduceOp::sum);
 }
 
 void RingAttention::forward(const AttentionForward& a) const {

@@ -19,29 +19,23 @@
 // (2 x N x KD floats), backward cp - 1 K/V sends and cp dK/dV sends of the same size.
 #pragma once
 
-#include "comm/communicator.h"
-#include "model/context_parallel_attention.h"
+#include "parallel/context/cp_group_attention.h"
 
 #include <cstdint>
 
 namespace ndt {
 
-class RingAttention : public ContextParallelAttention {
+class RingAttention : public CpGroupAttention {
  public:
   // cp: the cp axis's communicator; layout.size must equal its size.
   RingAttention(Communicator& cp, const CpLayout& layout);
-  CpLayout layout() const override { return layout_; }
-  int rank() const override { return cp_.rank(); }
   void forward(const AttentionForward& a) const override;
   void backward(const AttentionBackward& a) const override;
-  void sum_over_ranks(float* x, int64_t n) const override;
   // Query-key score pairs this rank computed in forward so far (visible pairs, summed
   // over sequences and heads): the attention FLOPs are 4 x head size x this.
   int64_t score_pairs() const { return score_pairs_; }
 
  private:
-  Communicator& cp_;
-  CpLayout layout_;
   mutable int64_t score_pairs_ = 0;
 };
 

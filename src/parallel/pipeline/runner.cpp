@@ -261,18 +261,19 @@ PipelineLosses PipelineRunner::evaluate(int micro_batches, const Prepare& prepar
   MicroBatchContext ctx;
   for (int mb = 0; mb < micro_batches; ++mb) {
     prepare(mb, ctx, /*forward_only=*/true);
-    for (int c = rank; c < shape_.chunks(); c += shape_.pp) {
+    for (int c : shape_.chunks_of(rank)) {
       // Chunk c's input comes from chunk c - 1's rank, its output goes to chunk c + 1's
-      // (the messages of a schedule's forward, with their ids).
-      const PipelineAction in{PipelineActionKind::recv_activation, mb, c, shape_.rank_of(c - 1)};
-      const PipelineAction out{PipelineActionKind::send_activation, mb, c, shape_.rank_of(c + 1)};
-      if (c > 0 && shape_.pp > 1) {
+      // (the messages of a schedule's forward, with their ids), where that is another rank.
+      const PipelineAction in{PipelineActionKind::recv_activation, mb, c, c > 0 ? shape_.rank_of(c - 1) : rank};
+      const PipelineAction out{PipelineActionKind::send_activation, mb, c,
+                               c + 1 < shape_.chunks() ? shape_.rank_of(c + 1) : rank};
+      if (in.peer != rank) {
         pp_.irecv(boundary(ctx, c, true), static_cast<size_t>(boundary_floats(ctx)), DType::f32, in.peer,
                   pipeline_message_id(in, shape_))
             ->wait();
       }
       forward(c, ctx);
-      if (c + 1 < shape_.chunks() && shape_.pp > 1) {
+      if (out.peer != rank) {
         pp_.isend(boundary(ctx, c, false), static_cast<size_t>(boundary_floats(ctx)), DType::f32, out.peer,
                   pipeline_message_id(out, shape_))
             ->wait();

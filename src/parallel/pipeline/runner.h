@@ -11,6 +11,10 @@
 // unit, T / k tokens of each row, pointed at its micro-batch's earlier chunks' contexts,
 // and one store of key/value gradient sums per rank (model/sequence_chunks.h), allocated
 // with the first context: (k - 1) x 2 x N x KD floats per block of this rank.
+// Between two neighbouring chunks on one rank (the two middle chunks of the V placement)
+// nothing travels: the forward reads the context's stream slot the chunk before wrote,
+// the backward the input gradient the chunk after left in the workspace, which the
+// schedule's validation keeps from being overwritten in between.
 // Gradients only accumulate here; the caller syncs them over data parallelism after
 // the whole schedule.
 #pragma once

@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "parallel/pipeline/seq1f1b.h"
+#include "parallel/pipeline/v_schedules.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -16,6 +17,7 @@ namespace {
 
 constexpr PipelineSchedule kSchedules[] = {PipelineSchedule::gpipe, PipelineSchedule::one_f_one_b,
                                            PipelineSchedule::interleaved_1f1b, PipelineSchedule::zb_h1,
+                                           PipelineSchedule::zb_v,  PipelineSchedule::dualpipev,
                                            PipelineSchedule::seq1f1b};
 
 using Kind = PipelineActionKind;
@@ -85,22 +87,33 @@ std::vector<PipelineAction> interleaved_compute(const PipelineShape& shape, int 
 bool computes_input_gradient(Kind kind) { return kind == Kind::backward || kind == Kind::backward_input; }
 
 // Adds the point-to-point actions around the compute order: each receive immediately
-// before the action that needs it, each send immediately after the one that produced
-// it, and none between chunks of one rank.
+// before the action that needs it (or, where paired[i], before action i, with action
+// i's own: the pair starts when both inputs are there), each send immediately after
+// the one that produced it, and none between chunks of one rank.
 std::vector<PipelineAction> with_communication(const std::vector<PipelineAction>& compute_order,
-                                               const PipelineShape& shape, int rank) {
+                                               const PipelineShape& shape, int rank,
+                                               const std::vector<char>& paired = {}) {
   auto remote = [&](int chunk) { return chunk >= 0 && chunk < shape.chunks() && shape.rank_of(chunk) != rank; };
   std::vector<PipelineAction> out;
-  for (const PipelineAction& a : compute_order) {
-    const int before = a.chunk - 1, after = a.chunk + 1;
-    auto message = [&](Kind kind, int neighbour) {
-      return PipelineAction{kind, a.micro_batch, a.chunk, shape.rank_of(neighbour), a.seq_chunk};
-    };
-    if (a.kind == Kind::forward && remote(before)) out.push_back(message(Kind::recv_activation, before));
-    if (computes_input_gradient(a.kind) && remote(after)) out.push_back(message(Kind::recv_gradient, after));
+  auto message = [&](Kind kind, const PipelineAction& a, int neighbour) {
+    return PipelineAction{kind, a.micro_batch, a.chunk, shape.rank_of(neighbour), a.seq_chunk};
+  };
+  auto receives = [&](const PipelineAction& a) {
+    if (a.kind == Kind::forward && remote(a.chunk - 1)) out.push_back(message(Kind::recv_activation, a, a.chunk - 1));
+    if (computes_input_gradient(a.kind) && remote(a.chunk + 1)) {
+      out.push_back(message(Kind::recv_gradient, a, a.chunk + 1));
+    }
+  };
+  auto is_paired = [&](size_t i) { return i < paired.size() && paired[i]; };
+  for (size_t i = 0; i < compute_order.size(); ++i) {
+    const PipelineAction& a = compute_order[i];
+    if (i == 0 || !is_paired(i - 1)) receives(a);
+    if (is_paired(i)) receives(compute_order.at(i + 1));
     out.push_back(a);
-    if (a.kind == Kind::forward && remote(after)) out.push_back(message(Kind::send_activation, after));
-    if (computes_input_gradient(a.kind) && remote(before)) out.push_back(message(Kind::send_gradient, before));
+    if (a.kind == Kind::forward && remote(a.chunk + 1)) out.push_back(message(Kind::send_activation, a, a.chunk + 1));
+    if (computes_input_gradient(a.kind) && remote(a.chunk - 1)) {
+      out.push_back(message(Kind::send_gradient, a, a.chunk - 1));
+    }
   }
   return out;
 }
@@ -144,8 +157,31 @@ void check_ranks_chunks_and_micro_batches(const std::vector<std::vector<Pipeline
       NDT_CHECK(a.seq_chunk >= 0 && a.seq_chunk < shape.seq_chunks,
                 "rank {} action {}: {} has a sequence chunk outside [0, {})", r, i, describe(a), shape.seq_chunks);
       NDT_CHECK(a.chunk >= 0 && a.chunk < shape.chunks() && shape.rank_of(a.chunk) == r,
-                "rank {} action {}: {} names a chunk rank {} does not hold (chunk c lives on rank c % {})", r, i,
-                describe(a), r, shape.pp);
+                "rank {} action {}: {} names a chunk rank {} does not hold (chunk {} lives on rank {})", r, i,
+                describe(a), r, a.chunk, shape.rank_of(a.chunk));
+    }
+  }
+}
+
+// The input gradient a chunk's backward hands to the chunk before it on the same rank
+// stays in the model's workspace (nothing is sent), where the next backward or
+// gradient receive would overwrite it: that next one must be the handed-to chunk's
+// backward of the same micro-batch. Forwards and weight passes leave it alone.
+void check_local_gradient_handoffs(const std::vector<std::vector<PipelineAction>>& ranks, const PipelineShape& shape) {
+  for (int r = 0; r < static_cast<int>(ranks.size()); ++r) {
+    const PipelineAction* waiting = nullptr;  // the backward whose input gradient is in the workspace
+    for (size_t i = 0; i < ranks[r].size(); ++i) {
+      const PipelineAction& a = ranks[r][i];
+      const bool backward = computes_input_gradient(a.kind);
+      if (!backward && a.kind != Kind::recv_gradient) continue;
+      NDT_CHECK(waiting == nullptr || (backward && a.micro_batch == waiting->micro_batch &&
+                                       a.seq_chunk == waiting->seq_chunk && a.chunk == waiting->chunk - 1),
+                "rank {} action {}: {} runs while the input gradient of {} waits in the workspace for chunk {} of "
+                "the same rank (a micro-batch's backward passes through a rank's neighbouring chunks need no "
+                "other backward between them)",
+                r, i, describe(a), describe(*waiting), waiting->chunk - 1);
+      const bool hands_on = backward && a.chunk > 0 && shape.rank_of(a.chunk - 1) == r;
+      waiting = hands_on ? &a : nullptr;
     }
   }
 }
@@ -186,9 +222,28 @@ std::string_view pipeline_schedule_name(PipelineSchedule schedule) {
     case PipelineSchedule::one_f_one_b: return "1f1b";
     case PipelineSchedule::interleaved_1f1b: return "interleaved_1f1b";
     case PipelineSchedule::zb_h1: return "zb_h1";
+    case PipelineSchedule::zb_v: return "zb_v";
+    case PipelineSchedule::dualpipev: return "dualpipev";
     case PipelineSchedule::seq1f1b: return "seq1f1b";
   }
   return "";
+}
+
+PipelinePlacement pipeline_placement(PipelineSchedule schedule) {
+  const bool v = schedule == PipelineSchedule::zb_v || schedule == PipelineSchedule::dualpipev;
+  return v ? PipelinePlacement::v : PipelinePlacement::loop;
+}
+
+std::vector<int> PipelineShape::chunks_of(int rank) const {
+  std::vector<int> out;
+  for (int c = 0; c < chunks(); ++c) {
+    if (rank_of(c) == rank) out.push_back(c);
+  }
+  return out;
+}
+
+PipelineShape pipeline_shape(PipelineSchedule schedule, int pp, int v, int m, int seq_chunks) {
+  return {pp, v, m, seq_chunks, pipeline_placement(schedule)};
 }
 
 std::vector<std::string> pipeline_schedule_names() {
@@ -225,10 +280,20 @@ void check_pipeline_shape(PipelineSchedule schedule, const PipelineShape& shape)
               "\"seq1f1b\" runs (parallel.pp_schedule = \"{}\")",
               shape.seq_chunks, name);
   }
+  NDT_CHECK(shape.placement == pipeline_placement(schedule),
+            "parallel.pp_schedule = \"{}\" runs with {} placement of the chunks, not the shape's", name,
+            pipeline_placement(schedule) == PipelinePlacement::v ? "the V" : "the loop");
+  if (pipeline_placement(schedule) == PipelinePlacement::v) {
+    NDT_CHECK(shape.v == 2,
+              "parallel.pp_schedule = \"{}\" places two chunks per rank in a V: it needs parallel.pp_virtual_stages = "
+              "2, got {}",
+              name, shape.v);
+    return;
+  }
   if (schedule != PipelineSchedule::interleaved_1f1b) {
     NDT_CHECK(shape.v == 1,
               "parallel.pp_schedule = \"{}\" runs one stage per rank, but parallel.pp_virtual_stages = {}: use "
-              "\"interleaved_1f1b\" for virtual stages",
+              "\"interleaved_1f1b\", \"zb_v\" or \"dualpipev\" for virtual stages",
               name, shape.v);
     return;
   }
@@ -274,6 +339,11 @@ std::vector<PipelineAction> pipeline_actions(PipelineSchedule schedule, const Pi
     case PipelineSchedule::interleaved_1f1b: return with_communication(interleaved_compute(shape, rank), shape, rank);
     case PipelineSchedule::zb_h1:
       return with_communication(one_forward_one_backward_compute(shape, rank, rank), shape, rank);
+    case PipelineSchedule::zb_v: return with_communication(zb_v_compute(shape, rank).actions, shape, rank);
+    case PipelineSchedule::dualpipev: {
+      const VComputeOrder order = dualpipev_compute(shape, rank);
+      return with_communication(order.actions, shape, rank, order.paired);
+    }
     case PipelineSchedule::seq1f1b: return with_communication(seq1f1b_compute(shape, rank), shape, rank);
   }
   fail("unknown pipeline schedule {}", static_cast<int>(schedule));
@@ -368,6 +438,7 @@ void check_pipeline_actions(const std::vector<std::vector<PipelineAction>>& rank
       NDT_CHECK(a.peer == peer, "rank {} action {}: {} should name rank {}", r, i, describe(a), peer);
     }
   }
+  check_local_gradient_handoffs(ranks, shape);
   const int chunks = shape.chunks(), k = shape.seq_chunks;
   std::vector<ChunkPasses> passes(static_cast<size_t>(shape.m) * k * chunks);
   auto at = [&](int mb, int seq, int chunk) -> ChunkPasses& {

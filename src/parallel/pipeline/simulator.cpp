@@ -74,7 +74,7 @@ double shortest_compute(const PipelineSimulation& s) {
 
 std::string text_label(const PipelineAction& a, const PipelineShape& shape) {
   std::string label = fmt::format("{}{}", kind_letter(a.kind), a.micro_batch);
-  if (shape.v > 1) label += static_cast<char>('a' + a.chunk / shape.pp);
+  if (shape.v > 1) label += static_cast<char>('a' + shape.local_index(a.chunk));
   if (shape.seq_chunks > 1) label += fmt::format(".{}", a.seq_chunk);
   return label;
 }
@@ -186,6 +186,20 @@ PipelineBubbleTheory pipeline_bubble_theory(PipelineSchedule schedule, const Pip
       return {idle / (work + idle),
               fmt::format("(p-1)(F+BI-BW)/(m(F+BI+BW)+(p-1)(F+BI-BW)) = {:g}/{:g}", idle, work + idle)};
     }
+    case PipelineSchedule::zb_v: {
+      const double idle = (p - 1) * costs.forward / 2;  // the ramp: p - 1 chunk-forwards
+      const double work = m * (costs.forward + costs.backward_input + costs.backward_weight);
+      return {idle / (work + idle), fmt::format("(p-1)(F/2)/(m(F+BI+BW)+(p-1)(F/2)) = {:g}/{:g}", idle, work + idle)};
+    }
+    case PipelineSchedule::dualpipev: {
+      // Per chunk (half a rank's costs): F&B = F + B (no overlap here), B = BI + BW.
+      const double f = costs.forward / 2, b = (costs.backward_input + costs.backward_weight) / 2;
+      const double idle = (p - 1) * ((f + b) + b - 3 * costs.backward_weight / 2);
+      const double work = m * (costs.forward + costs.backward_input + costs.backward_weight);
+      return {idle / (work + idle),
+              fmt::format("(p-1)(F&B+B-3W)/(m(F+BI+BW)+(p-1)(F&B+B-3W)), chunk costs, F&B = F+B = {:g}/{:g}", idle,
+                          work + idle)};
+    }
   }
   fail("unknown pipeline schedule {}", static_cast<int>(schedule));
 }
@@ -248,7 +262,7 @@ std::string render_pipeline_svg(const PipelineSimulation& s, const std::string& 
     for (const TimedPipelineAction& t : s.timeline[r]) {
       if (is_communication(t.action.kind)) continue;
       const double x = left + t.start * unit, w = (t.end - t.start) * unit;
-      const int local_chunk = t.action.chunk / s.shape.pp;
+      const int local_chunk = s.shape.local_index(t.action.chunk);
       const double opacity = s.shape.v > 1 ? 1 - 0.45 * local_chunk / (s.shape.v - 1) : 1;
       svg += fmt::format(
           "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{}\" fill=\"{}\" fill-opacity=\"{:.2f}\" "

@@ -67,6 +67,12 @@ PipelineSimulation simulate_pipeline(PipelineSchedule schedule, const PipelineSh
 //   interleaved_1f1b  (p-1) / (v m + p - 1): the bubble time divided by v (Narayanan et al. 2021)
 //   seq1f1b           (p-1) / (k m + p - 1): k m units of 1 / k (Sun et al. 2024)
 //   zb_h1             (p-1)(F + BI - BW) / (m(F + BI + BW) + (p-1)(F + BI - BW))  (Qi et al. 2023)
+//   zb_v              (p-1)(F/2) / (m(F + BI + BW) + (p-1)(F/2)): zero bubble at F = BI = BW
+//                     (Qi et al. 2024, section 6) but for the ramp, p - 1 chunk-forwards
+//                     before rank p - 1 starts; the simulator gives it at F = BI = BW, m >= 2p - 1
+//   dualpipev         idle (p-1)(F&B + B - 3W) over it plus m(F + BI + BW), with chunk costs
+//                     F = F/2, B = (BI + BW)/2, W = BW/2 and F&B = F + B (DualPipe's README
+//                     table, "PP/2 - 1" for its PP = 2p stages); at F = BI = BW, m >= 2p
 struct PipelineBubbleTheory {
   double fraction = 0;
   std::string formula;  // e.g. "(p-1)/(m+p-1) = 3/11"

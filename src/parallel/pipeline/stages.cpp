@@ -19,9 +19,10 @@ int PipelineStages::chunk_of_unit(int unit) const {
   fail("unit {} is outside the {} units of the pipeline", unit, first_unit.back());
 }
 
-std::vector<char> PipelineStages::local_units(int rank, int pp) const {
+std::vector<char> PipelineStages::local_units(int rank, const PipelineShape& shape) const {
+  NDT_CHECK(shape.chunks() == chunks(), "pipeline: {} chunks of units for pp x v = {}", chunks(), shape.chunks());
   std::vector<char> local(static_cast<size_t>(first_unit.back()), 0);
-  for (int c = rank; c < chunks(); c += pp) {
+  for (int c : shape.chunks_of(rank)) {
     for (int u = first_unit[static_cast<size_t>(c)]; u < first_unit[static_cast<size_t>(c) + 1]; ++u) {
       local[static_cast<size_t>(u)] = 1;
     }

@@ -1,6 +1,6 @@
 // Pipeline parallelism splits the model's units (model/unit.h: the embedding, the
-// blocks, the head) into pp x v contiguous chunks; chunk c runs on pp rank c % pp
-// (parallel/pipeline/schedule.h). This file decides the split and communicates
+// blocks, the head) into pp x v contiguous chunks, placed on the pp ranks by the
+// schedule's placement (PipelineShape::rank_of, parallel/pipeline/schedule.h). This file decides the split and communicates
 // nothing: by default it balances a cost model, per token the training FLOPs of each
 // unit (a block 6 x its parameters + 12 x d_model x T; the head 6 x vocab x d_model
 // for the output layer; the embedding a lookup, 0), minimising the largest chunk;
@@ -8,6 +8,7 @@
 #pragma once
 
 #include "model/config.h"
+#include "parallel/pipeline/schedule.h"
 
 #include <string>
 #include <vector>
@@ -20,8 +21,9 @@ struct PipelineStages {
   std::vector<int> first_unit;
   int chunks() const { return static_cast<int>(first_unit.size()) - 1; }
   int chunk_of_unit(int unit) const;
-  // One flag per unit: whether pp rank `rank` of `pp` runs it.
-  std::vector<char> local_units(int rank, int pp) const;
+  // One flag per unit: whether pp rank `rank` runs it (its chunks under the shape's
+  // placement).
+  std::vector<char> local_units(int rank, const PipelineShape& shape) const;
   // "units 0-3 | 4-7", for the run header.
   std::string describe() const;
 };

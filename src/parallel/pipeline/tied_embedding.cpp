@@ -6,9 +6,10 @@ namespace {
 constexpr const char* kEmbedding = "wte.weight";
 }  // namespace
 
-TiedEmbedding::TiedEmbedding(Communicator& pp) : pp_size_(pp.size()), pp_rank_(pp.rank()) {
-  const bool end = pp_rank_ == 0 || pp_rank_ == pp_size_ - 1;
-  ends_ = pp.split(end ? 0 : 1, pp_rank_, "pp");
+TiedEmbedding::TiedEmbedding(Communicator& pp, const PipelineShape& shape) {
+  const int rank = pp.rank();
+  const bool end = rank == shape.rank_of(0) || rank == shape.rank_of(shape.chunks() - 1);
+  ends_ = pp.split(end ? 0 : 1, rank, "pp");
 }
 
 void TiedEmbedding::sum_gradients(const ParameterStore& store, GradientSync& sync) {
