@@ -3,13 +3,14 @@
 // signature and contract are the backend function of the same name (the CPU backend,
 // ndt::cpu, kernels/cpu/*.h, documents each in full), and ndt::kernels::NAME is a
 // callable with exactly that signature that routes to the active backend (backend()).
-// A CUDA backend adds kernels/cuda/ with the same functions, an enumerator in Backend
-// and its function pointer in Routed below (one place, for every kernel); callers do not
-// change. The switch costs one predictable branch per call, outside any hot loop; the
-// GEMM-sized work dominates.
+// The CUDA backend (kernels/cuda/, built with NDT_CUDA, docs/gpu.md) pairs its function
+// of the same name and signature with each cpu kernel in kernels/cuda/twins.cpp; a
+// kernel without a twin throws ndt::Error naming it when called on that backend. Callers
+// do not change. The switch costs one predictable branch per call, outside any hot loop;
+// the GEMM-sized work dominates.
 //
-// Pointers: every pointer is host memory today. With a device backend they are that
-// device's memory (Tensor::device() says where a tensor lives).
+// Pointers: the active backend's memory: host memory on cpu, device memory on cuda
+// (Tensor::device() says where a tensor lives; Tensor::copy_from moves it).
 //
 // Accumulation contract (as in the cpu headers): forward kernels overwrite their
 // outputs; backward kernels add (+=) into their gradients, so a tensor used twice gets
@@ -36,13 +37,15 @@
 
 namespace ndt::kernels {
 
-// Which implementation the functions below run. cuda would be the next enumerator.
-enum class Backend { cpu };
-const char* backend_name(Backend backend);  // "cpu"
+// Which implementation the functions below run.
+enum class Backend { cpu, cuda };
+const char* backend_name(Backend backend);  // "cpu", "cuda"
 // The active backend: cpu unless set_backend chose another.
 Backend backend();
 // Chooses the backend, once at start-up before any kernel runs (not synchronised with
-// running kernels). Throws ndt::Error naming the value for a backend this build lacks.
+// running kernels); cuda starts the device (its memory for Device::cuda tensors). Throws
+// ndt::Error naming the value for a backend this build lacks (cuda with NDT_CUDA=off)
+// or a device that cannot start (no GPU).
 void set_backend(Backend backend);
 
 // What runs the GEMMs, for logs: e.g. "OpenBLAS SkylakeX kernels".
@@ -84,6 +87,17 @@ using AdamWStep = cpu::AdamWStep;
 namespace detail {
 
 [[noreturn]] void unknown_backend(const char* kernel);
+[[noreturn]] void no_cuda_twin(const char* kernel);
+
+// The cuda backend's form of the cpu kernel Cpu: call() is defined out of line, once per
+// build (kernels/cuda/twins.cpp with NDT_CUDA; else kernels.cpp, where it throws), so this
+// header, and every file including it, is the same with and without CUDA.
+template <auto Cpu>
+struct CudaTwin;
+template <typename R, typename... Args, R (*Cpu)(Args...)>
+struct CudaTwin<Cpu> {
+  static R call(const char* name, Args... args);
+};
 
 // A kernel routed to the active backend: cpu::NAME's signature, deduced from it.
 template <auto Cpu>
@@ -95,6 +109,8 @@ struct Routed<Cpu> {
     switch (backend()) {
       case Backend::cpu:
         return Cpu(args...);
+      case Backend::cuda:
+        return CudaTwin<Cpu>::call(name, args...);
     }
     unknown_backend(name);
   }
