@@ -15,19 +15,24 @@ std::once_flag g_started_once;
 bool g_started = false;
 int g_device = -1;
 
+// A device index >= 0 from the environment variable `name`, or -1 where it is unset.
+long index_from(const char* name) {
+  const char* value = std::getenv(name);
+  if (!value) return -1;
+  char* end = nullptr;
+  const long index = std::strtol(value, &end, 10);
+  NDT_CHECK(end != value && *end == '\0' && index >= 0, "{}={}: expected a device index >= 0", name, value);
+  return index;
+}
+
 // NDT_CUDA_DEVICE, else the node-local rank (Open MPI, Slurm) modulo the device count.
 int chosen_device(int count) {
-  for (const char* name : {"NDT_CUDA_DEVICE", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"}) {
-    if (const char* value = std::getenv(name)) {
-      char* end = nullptr;
-      const long index = std::strtol(value, &end, 10);
-      NDT_CHECK(end != value && *end == '\0' && index >= 0, "{}={}: expected a device index >= 0", name, value);
-      if (name[0] == 'N') {
-        NDT_CHECK(index < count, "NDT_CUDA_DEVICE={}: this process sees {} CUDA device(s)", value, count);
-        return static_cast<int>(index);
-      }
-      return static_cast<int>(index % count);
-    }
+  if (const long index = index_from("NDT_CUDA_DEVICE"); index >= 0) {
+    NDT_CHECK(index < count, "NDT_CUDA_DEVICE={}: this process sees {} CUDA device(s)", index, count);
+    return static_cast<int>(index);
+  }
+  for (const char* local_rank : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"}) {
+    if (const long index = index_from(local_rank); index >= 0) return static_cast<int>(index % count);
   }
   return 0;
 }
