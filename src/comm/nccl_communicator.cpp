@@ -207,14 +207,17 @@ WorkHandle NcclCommunicator::iall_to_all_v(const void* send, const std::vector<s
   NDT_CHECK(send_counts.size() == static_cast<size_t>(size()) && recv_counts.size() == static_cast<size_t>(size()),
             "all_to_all_v on mesh axis \"{}\": {} send and {} receive counts for a group of {} ranks", axis(),
             send_counts.size(), recv_counts.size(), size());
-  int64_t payload = 0, wire = 0;
+  int64_t payload = 0, wire = 0, inter_node = 0;
   for (int j = 0; j < size(); ++j) {
     const int64_t block = bytes_of(send_counts[static_cast<size_t>(j)], dtype);
     payload += block;
     if (j != rank()) wire += block;
+    if (j != rank() && crosses_to(j)) inter_node += block;
   }
-  return launch(CommOp::all_to_all_v, payload, wire, -1, dtype,
-                [&] { grouped_exchange(send, send_counts, recv, recv_counts, dtype); });
+  WorkHandle work = launch(CommOp::all_to_all_v, payload, wire, -1, dtype,
+                           [&] { grouped_exchange(send, send_counts, recv, recv_counts, dtype); });
+  stats_[CommOp::all_to_all_v].inter_node_wire_bytes += inter_node;  // per block: launch() cannot tell
+  return work;
 }
 
 WorkHandle NcclCommunicator::isend(const void* buf, size_t count, DType dtype, int dst, int tag) {
