@@ -71,8 +71,8 @@ TEST_F(CudaMemory, CopiesBetweenHostAndDeviceAndWithinTheDevice) {
 TEST_F(CudaMemory, AKernelWithoutACudaTwinIsRefusedByName) {
   std::vector<float> x(8, 1.0f);
   Tensor d = on_device(x);
-  testing::expect_error([&] { kernels::cross_entropy_row_max(d.data<float>(), d.data<float>(), 2, 4); },
-                        {"kernels::cross_entropy_row_max", "cuda backend has no such kernel"});
+  testing::expect_error([&] { kernels::attention_row_dot(d.data<float>(), d.data<float>(), d.data<float>(), 1, 2, 1, 4); },
+                        {"kernels::attention_row_dot", "cuda backend has no such kernel"});
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // The CUDA elementwise kernels against their CPU twins on random inputs: the small
 // helpers, casts (bit for bit), GELU and SwiGLU, AdamW, embedding, cross-entropy with
-// z-loss and RoPE; forward kernels overwrite, backward ones add (+=) into what the
+// z-loss (fused and in vocab-slice pieces), the vocab-slice embedding and RoPE; forward kernels overwrite, backward ones add (+=) into what the
 // gradients held before (random here, so an overwrite fails).
 #include "../common/errors.h"
 #include "../common/gradcheck.h"
@@ -154,6 +154,44 @@ TEST_F(CudaElementwise, CrossEntropyWithZLossMatchesCpu) {
                                                              dbad.data<int32_t>(), N, V, 1.0f, 0.0f, nullptr); },
                         {"softmax_cross_entropy", "target 301 of row 4", "[0, 301)"});
   EXPECT_EQ(on_host<float>(dlogits), logits) << "a refused call touches nothing";
+}
+
+// The vocab-parallel pieces on two slices of the vocabulary, each against the CPU's.
+TEST_F(CudaElementwise, VocabSlicePiecesMatchCpu) {
+  const int N = 7, V = 90, C = 12;
+  const std::vector<int32_t> targets = {3, 89, 44, kIgnoredTarget, 45, 0, 60};
+  for (int64_t begin : {int64_t{0}, int64_t{45}}) {
+    std::vector<float> logits = random_vector(N * V, 26, 3.0f), row_max(N), sums(N), target_logit(N), losses(N), z(N);
+    Tensor dl = on_device(logits), dt = on_device(targets), dmax = on_device(row_max), dsums = on_device(sums),
+           dtarget = on_device(target_logit), dlosses = on_device(losses), dz = on_device(z);
+    kernels::cross_entropy_row_max(dl.data<float>(), dmax.data<float>(), N, V);
+    kernels::cross_entropy_exp_sums(dl.data<float>(), dmax.data<float>(), dt.data<int32_t>(), begin,
+                                    dsums.data<float>(), dtarget.data<float>(), N, V, true);
+    kernels::cross_entropy_finish(dl.data<float>(), dlosses.data<float>(), dmax.data<float>(), dsums.data<float>(),
+                                  dtarget.data<float>(), dt.data<int32_t>(), begin, N, V, 0.5f, 1e-4f,
+                                  dz.data<float>());
+    cpu::cross_entropy_row_max(logits.data(), row_max.data(), N, V);
+    cpu::cross_entropy_exp_sums(logits.data(), row_max.data(), targets.data(), begin, sums.data(),
+                                target_logit.data(), N, V, true);
+    cpu::cross_entropy_finish(logits.data(), losses.data(), row_max.data(), sums.data(), target_logit.data(),
+                              targets.data(), begin, N, V, 0.5f, 1e-4f, z.data());
+    EXPECT_EQ(on_host<float>(dmax), row_max);
+    EXPECT_EQ(on_host<float>(dtarget), target_logit);
+    expect_close(on_host<float>(dsums), sums, V, "exp sums");
+    expect_close(on_host<float>(dlosses), losses, V, "losses");
+    expect_close(on_host<float>(dz), z, V, "z-losses");
+    expect_close(on_host<float>(dl), logits, V, "gradient of the slice");
+
+    const std::vector<float> table = random_vector(45 * C, 27), dout = random_vector(N * C, 28);
+    std::vector<float> out = random_vector(N * C, 29), dtable = random_vector(45 * C, 30);
+    Tensor dtab = on_device(table), ddout = on_device(dout), dout_r = on_device(out), ddtab = on_device(dtable);
+    kernels::embedding_forward_range(dout_r.data<float>(), dt.data<int32_t>(), dtab.data<float>(), begin, 45, N, C);
+    kernels::embedding_backward_range(ddtab.data<float>(), ddout.data<float>(), dt.data<int32_t>(), begin, 45, N, C);
+    cpu::embedding_forward_range(out.data(), targets.data(), table.data(), begin, 45, N, C);
+    cpu::embedding_backward_range(dtable.data(), dout.data(), targets.data(), begin, 45, N, C);
+    EXPECT_EQ(on_host<float>(dout_r), out) << "owned rows copied, the others zero";
+    EXPECT_EQ(on_host<float>(ddtab), dtable) << "rows added in order";
+  }
 }
 
 TEST_F(CudaElementwise, RopeMatchesCpu) {

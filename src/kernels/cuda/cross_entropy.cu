@@ -1,5 +1,5 @@
-// Fused softmax cross-entropy with z-loss (kernels/cpu/cross_entropy.h), one block per
-// row: the block reduces the row's max, then its sum of exps in double (as the CPU twin),
+// Softmax cross-entropy with z-loss (kernels/cpu/cross_entropy.h), fused or in the three
+// pieces of a vocab-parallel caller, one block per row: the block reduces the row's max, then its sum of exps in double (as the CPU twin),
 // and overwrites the row with the gradient. Targets are checked first, on the device, and
 // a bad one is refused before any row is touched, as on the CPU.
 #include "core/targets.h"
@@ -70,6 +70,62 @@ __global__ void cross_entropy_kernel(float* logits, float* losses, const int32_t
   }
 }
 
+// The three pieces of a vocab-parallel caller (kernels/cpu/cross_entropy.h), one block per row.
+__global__ void row_max_kernel(const float* logits, float* row_max, int V) {
+  const float* row = logits + int64_t{blockIdx.x} * V;
+  float mx = -INFINITY;
+  for (int j = threadIdx.x; j < V; j += blockDim.x) mx = fmaxf(mx, row[j]);
+  mx = block_reduce(mx, [](float a, float b) { return fmaxf(a, b); });
+  if (threadIdx.x == 0) row_max[blockIdx.x] = mx;
+}
+
+__global__ void exp_sums_kernel(float* logits, const float* row_max, const int32_t* targets, int64_t vocab_begin,
+                                float* sums, float* target_logit, int V, bool keep_exp) {
+  const int n = blockIdx.x;
+  float* row = logits + int64_t{n} * V;
+  const float mx = row_max[n];
+  const int64_t t = targets[n] - vocab_begin;
+  const float target = t >= 0 && t < V ? row[t] : 0.0f;  // read before the row may become exps
+  __syncthreads();
+  double sum = 0.0;
+  for (int j = threadIdx.x; j < V; j += blockDim.x) {
+    const float e = expf(row[j] - mx);
+    if (keep_exp) row[j] = e;
+    sum += e;
+  }
+  sum = block_reduce(sum, [](double a, double b) { return a + b; });
+  if (threadIdx.x == 0) {
+    sums[n] = static_cast<float>(sum);
+    target_logit[n] = target;
+  }
+}
+
+__global__ void finish_kernel(float* logits, float* losses, const float* row_max, const float* sums,
+                              const float* target_logit, const int32_t* targets, int64_t vocab_begin, int V,
+                              float grad_scale, float z_loss, float* z_losses) {
+  const int n = blockIdx.x;
+  float* row = logits + int64_t{n} * V;
+  const bool with_grad = grad_scale != 0.0f;
+  if (targets[n] == kIgnoredTarget) {
+    if (threadIdx.x == 0) {
+      losses[n] = 0.0f;
+      if (z_losses) z_losses[n] = 0.0f;
+    }
+    for (int j = threadIdx.x; with_grad && j < V; j += blockDim.x) row[j] = 0.0f;
+    return;
+  }
+  const double lse = static_cast<double>(row_max[n]) + log(static_cast<double>(sums[n]));
+  if (threadIdx.x == 0) {
+    losses[n] = static_cast<float>(lse - static_cast<double>(target_logit[n]));
+    if (z_losses) z_losses[n] = static_cast<float>(z_loss * lse * lse);
+  }
+  if (!with_grad) return;
+  const double scale = z_loss == 0.0f ? grad_scale : grad_scale * (1.0 + 2.0 * z_loss * lse);
+  const float f = static_cast<float>(scale / static_cast<double>(sums[n]));
+  const int64_t t = targets[n] - vocab_begin;
+  for (int j = threadIdx.x; j < V; j += blockDim.x) row[j] = row[j] * f - (j == t ? grad_scale : 0.0f);
+}
+
 }  // namespace
 
 void softmax_cross_entropy(float* logits, float* losses, const int32_t* targets, int N, int V, float grad_scale,
@@ -85,6 +141,28 @@ void softmax_cross_entropy(float* logits, float* losses, const int32_t* targets,
   }
   cross_entropy_kernel<<<N, kRowThreads>>>(logits, losses, targets, V, grad_scale, z_loss, z_losses);
   check_launch("softmax_cross_entropy");
+}
+
+void cross_entropy_row_max(const float* logits, float* row_max, int rows, int V) {
+  if (rows <= 0) return;
+  row_max_kernel<<<rows, kRowThreads>>>(logits, row_max, V);
+  check_launch("cross_entropy_row_max");
+}
+
+void cross_entropy_exp_sums(float* logits, const float* row_max, const int32_t* targets, int64_t vocab_begin,
+                            float* sums, float* target_logit, int rows, int V, bool keep_exp) {
+  if (rows <= 0) return;
+  exp_sums_kernel<<<rows, kRowThreads>>>(logits, row_max, targets, vocab_begin, sums, target_logit, V, keep_exp);
+  check_launch("cross_entropy_exp_sums");
+}
+
+void cross_entropy_finish(float* logits, float* losses, const float* row_max, const float* sums,
+                          const float* target_logit, const int32_t* targets, int64_t vocab_begin, int rows, int V,
+                          float grad_scale, float z_loss, float* z_losses) {
+  if (rows <= 0) return;
+  finish_kernel<<<rows, kRowThreads>>>(logits, losses, row_max, sums, target_logit, targets, vocab_begin, V,
+                                       grad_scale, z_loss, z_losses);
+  check_launch("cross_entropy_finish");
 }
 
 }  // namespace ndt::cuda

@@ -81,10 +81,20 @@ void swiglu_backward(float* dgate, float* dup, const float* dout, const float* g
 // embedding.h (ids on the device; backward deterministic: one thread per column, rows in order)
 void embedding_forward(float* out, const int32_t* ids, const float* table, int N, int C, bool accumulate);
 void embedding_backward(float* dtable, const float* dout, const int32_t* ids, int N, int C);
+void embedding_forward_range(float* out, const int32_t* ids, const float* table, int64_t vocab_begin,
+                             int64_t local_vocab, int64_t rows, int64_t C);
+void embedding_backward_range(float* dtable, const float* dout, const int32_t* ids, int64_t vocab_begin,
+                              int64_t local_vocab, int64_t rows, int64_t C);
 
-// cross_entropy.h: the fused form (one block per row)
+// cross_entropy.h: fused, or in three pieces for a vocab-parallel caller (one block per row)
 void softmax_cross_entropy(float* logits, float* losses, const int32_t* targets, int N, int V, float grad_scale,
                            float z_loss, float* z_losses);
+void cross_entropy_row_max(const float* logits, float* row_max, int rows, int V);
+void cross_entropy_exp_sums(float* logits, const float* row_max, const int32_t* targets, int64_t vocab_begin,
+                            float* sums, float* target_logit, int rows, int V, bool keep_exp);
+void cross_entropy_finish(float* logits, float* losses, const float* row_max, const float* sums,
+                          const float* target_logit, const int32_t* targets, int64_t vocab_begin, int rows, int V,
+                          float grad_scale, float z_loss, float* z_losses);
 
 // adamw.h
 void adamw_update(float* param, const float* grad, float* m, float* v, int64_t n, const cpu::AdamWStep& step);

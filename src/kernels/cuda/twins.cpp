@@ -59,7 +59,12 @@ NDT_CUDA_KERNEL(swiglu_forward)
 NDT_CUDA_KERNEL(swiglu_backward)
 NDT_CUDA_KERNEL(embedding_forward)
 NDT_CUDA_KERNEL(embedding_backward)
+NDT_CUDA_KERNEL(embedding_forward_range)
+NDT_CUDA_KERNEL(embedding_backward_range)
 NDT_CUDA_KERNEL(softmax_cross_entropy)
+NDT_CUDA_KERNEL(cross_entropy_row_max)
+NDT_CUDA_KERNEL(cross_entropy_exp_sums)
+NDT_CUDA_KERNEL(cross_entropy_finish)
 NDT_CUDA_KERNEL(adamw_update)
 
 #undef NDT_CUDA_KERNEL
