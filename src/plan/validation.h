@@ -11,8 +11,9 @@
 //              leave out transient dispatch buffers, are reported, not enforced; under
 //              ZeRO/FSDP the comm-buffer prediction is a lower bound, the peak depending
 //              on when a poll finds a reduction done)
-//   step time  the median step against the planner's step time: the error is reported
-//              (the aim is 25%), not enforced
+//   step time  the median step against the planner's step time on a calibrated profile
+//              (plan/calibration.h) of the run's rank count: within the time bound
+//              (default 20%)
 #pragma once
 
 #include <string>
@@ -37,7 +38,10 @@ struct ValidationRow {
 
 // Runs the set in `dir` (empty: a fresh temporary folder, removed afterwards unless
 // keep), printing one line per run as it finishes and then the table; returns 0 when
-// every bound holds, 1 otherwise.
-int run_plan_validation(const std::string& dir, bool keep);
+// every bound holds, 1 otherwise. `device_files`: device files (`ndtrain plan
+// --calibrate`), each used for the runs of its devices_per_node ranks; the rank counts
+// without one are calibrated first, into `dir`. time_bound_percent: the step-time bound.
+int run_plan_validation(const std::string& dir, bool keep, const std::vector<std::string>& device_files,
+                        double time_bound_percent);
 
 }  // namespace ndt
