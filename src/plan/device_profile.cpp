@@ -26,13 +26,16 @@ namespace {
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 // The GPUs' figures as their vendor publishes them (dense, no sparsity; memory in GiB,
-// the unit the devices report). Two figures are not published and are assumptions, the
-// same for every GPU here: link latencies (3 us inside a node, 10 us between nodes) and
-// gemm_efficiency (the share of peak large bf16 GEMMs reach: 0.8 on A100, 0.75 on
-// Hopper and Blackwell). A device file overrides any of them.
+// the unit the devices report). Three figures are not published for the devices and are
+// assumptions: link latencies (3 us inside a node, 10 us between nodes), gemm_efficiency
+// (the share of peak large bf16 GEMMs reach: 0.8 on A100, 0.75 on Hopper and Blackwell)
+// and the attention core's share of the bf16 peak, from what FlashAttention kernels
+// publish: 0.6 on A100 (FlashAttention-2: 50-73% of peak, Dao 2023), 0.6 on Hopper and
+// Blackwell (FlashAttention-3 / cuDNN class: 75% forward, backward lower, Shah et al. 2024).
+// A device file overrides any of them.
 DeviceProfile gpu(const char* name, const char* source, double memory_gib, double fp32_tflops, double bf16_tflops,
                   double fp8_tflops, double memory_tb_s, double gemm_efficiency, double nvlink_gb_s,
-                  double network_gbit_s) {
+                  double network_gbit_s, double attention_share = 0.6) {
   DeviceProfile d;
   d.name = name;
   d.source = source;
@@ -42,6 +45,7 @@ DeviceProfile gpu(const char* name, const char* source, double memory_gib, doubl
   d.peak_fp8 = fp8_tflops * 1e12;
   d.memory_bytes_per_s = memory_tb_s * 1e12;
   d.gemm_efficiency = gemm_efficiency;
+  d.attention_flops_per_s = attention_share * d.peak_bf16;
   d.devices_per_node = 8;
   d.intra_node = {nvlink_gb_s * 1e9, 3e-6};
   d.inter_node = {network_gbit_s / 8 * 1e9, 10e-6};
