@@ -214,25 +214,6 @@ TEST(PublishedFigures, TorchtitanLlama3OnA100) {
   }
 }
 
-// torchtitan, docs/performance.md (Llama 3.1 on Grand Teton), Table 1: Llama 3.1 8B with
-// FSDP on 8 H100 (96 GB HBM2e at 2.4 TB/s, 500 W), local batch 2 (global 16), selective
-// recompute, bf16, without torch.compile: 5762 tokens/s per GPU. The H100 profile with
-// that memory and bandwidth, and the attention of PyTorch's scaled_dot_product_attention
-// there, FlashAttention-2, which reaches 35% of an H100's peak (Shah et al. 2024,
-// "FlashAttention-3", abstract); sequence 8192 (torchtitan's Llama 3.1 8B setting).
-// Catches: a step-time model off on a one-node FSDP run on Hopper.
-TEST(PublishedFigures, TorchtitanLlama31On8H100) {
-  DeviceProfile h100 = builtin_device("h100-sxm");
-  h100.memory_bytes = 96.0 * (1 << 30), h100.memory_bytes_per_s = 2.4e12;
-  h100.attention_flops_per_s = 0.35 * h100.peak_bf16;
-  const Cluster cluster = make_cluster(h100, 1, 8, 0);
-  const PublishedRun run{"torchtitan docs/performance.md, Table 1", "Llama 3.1 8B, FSDP 8 H100, selective recompute",
-                         5762};
-  const auto choices = with_open_choices(ModelConfig::preset("llama3-8b"), 8192, 16,
-                                         layout_of(1, 1, 8, 1, 1, 3, "1f1b", 1, kNone), {3}, {kSelective});
-  EXPECT_LT(std::abs(throughput_error(run, fastest_fitting(choices, cluster), cluster)), 0.35);
-}
-
 // Megatron-Bridge, docs/performance-summary.md, 25.11 NeMo container, DGX-H100, FP8
 // (current scaling), sequence 8192, micro-batch 1: Llama 3 8B on 8 GPUs, global batch 128,
 // FSDP: 14451 tokens/s per GPU; Llama 3 70B on 64, global batch 128, tp 4 x pp 8 with 5
