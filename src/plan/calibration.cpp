@@ -156,6 +156,7 @@ void calibrate_ranks(const std::string& out) {
   d.name = fmt::format("cpu-{}-ranks", ranks);
   d.memory_bytes = physical_memory_bytes() / ranks;
   d.peak_fp32 = std::max(fma, fastest_gemm);
+  d.fma_flops_per_s = fma;
   for (int s : kGemmWidths) {
     d.gemm_efficiency_by_size.push_back({std::cbrt(4.0 * s * s * s), mean[i++] / d.peak_fp32});
   }
