@@ -24,18 +24,19 @@ namespace ndt {
 
 namespace {
 
-// The median seconds of `f`, called at least 3 times and for at least 50 ms in all.
-double median_seconds(const std::function<void()>& f) {
-  std::vector<double> times;
+// The mean seconds of `f`, called at least 3 times and for at least 50 ms in all. The
+// mean, not the median: a step is a sum of many kernels and collectives, so on a shared
+// machine it takes their expected time, the waits for a descheduled thread included.
+double mean_seconds(const std::function<void()>& f) {
+  int calls = 0;
+  const auto t0 = std::chrono::steady_clock::now();
   double total = 0;
-  while (times.size() < 3 || (total < 0.05 && times.size() < 1000)) {
-    const auto t0 = std::chrono::steady_clock::now();
+  while (calls < 3 || (total < 0.05 && calls < 1000)) {
     f();
-    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    total += times.back();
+    ++calls;
+    total = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
+  return total / calls;
 }
 
 // The GEMM sizes measured: m = 4s rows (tokens), n = k = s (a layer's width).
@@ -47,7 +48,7 @@ double linear_layer_flops(int s) {
   const int m = 4 * s, n = s, k = s;
   std::vector<float> x(static_cast<size_t>(m) * k, 0.01f), w(static_cast<size_t>(n) * k, 0.02f),
       y(static_cast<size_t>(m) * n, 0.0f), dw(w.size(), 0.0f);
-  const double seconds = median_seconds([&] {
+  const double seconds = mean_seconds([&] {
     kernels::gemm(false, true, m, n, k, 1.0f, x.data(), k, w.data(), k, 0.0f, y.data(), n);
     kernels::gemm(false, false, m, k, n, 1.0f, y.data(), n, w.data(), k, 0.0f, x.data(), k);
     kernels::gemm(true, false, n, k, m, 1.0f, y.data(), n, x.data(), k, 0.0f, dw.data(), k);
@@ -62,7 +63,7 @@ double attention_flops() {
   const size_t n = static_cast<size_t>(B) * T * NH * HS;
   std::vector<float> q(n, 0.1f), k(n, 0.2f), v(n, 0.3f), out(n), dout(n, 0.01f), dq(n), dk(n), dv(n);
   std::vector<float> lse(static_cast<size_t>(B) * NH * T), att(static_cast<size_t>(B) * NH * T * T);
-  const double seconds = median_seconds([&] {
+  const double seconds = mean_seconds([&] {
     kernels::attention_forward(out.data(), lse.data(), att.data(), q.data(), k.data(), v.data(), nullptr, B, T, NH, NH, HS);
     kernels::attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(), v.data(), att.data(),
                                 nullptr, B, T, NH, NH, HS);
@@ -77,7 +78,7 @@ double elementwise_bytes_per_s() {
   const size_t nc = static_cast<size_t>(N) * C;
   std::vector<float> x(nc, 0.5f), out(nc), dx(nc), dout(nc, 0.01f), weight(C, 1.0f), bias(C, 0.0f), dweight(C), dbias(C);
   std::vector<float> mean(N), rstd(N), h(4 * nc, 0.3f), g(4 * nc), dh(4 * nc), dg(4 * nc, 0.01f);
-  const double seconds = median_seconds([&] {
+  const double seconds = mean_seconds([&] {
     kernels::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), weight.data(), bias.data(), N, C, 1e-5f);
     kernels::layernorm_backward(dx.data(), dweight.data(), dbias.data(), dout.data(), x.data(), weight.data(), mean.data(),
                                 rstd.data(), N, C);
@@ -91,22 +92,17 @@ double elementwise_bytes_per_s() {
 double copy_bytes_per_s() {
   const size_t bytes = size_t{64} << 20;
   std::vector<char> a(bytes, 1), b(bytes, 0);
-  return static_cast<double>(bytes) / median_seconds([&] { std::memcpy(b.data(), a.data(), bytes); });
+  return static_cast<double>(bytes) / mean_seconds([&] { std::memcpy(b.data(), a.data(), bytes); });
 }
 
-// The median seconds of one all-reduce of `floats` floats on the world, over `calls`
-// calls (a fixed count: every rank must make the same calls).
+// The mean seconds of one all-reduce of `floats` floats on the world, over `calls` calls
+// (a fixed count: every rank must make the same calls).
 double all_reduce_seconds(Communicator& world, size_t floats, int calls) {
   std::vector<float> data(floats, 1.0f);
-  std::vector<double> times;
   world.barrier();
-  for (int c = 0; c < calls; ++c) {
-    const auto t0 = std::chrono::steady_clock::now();
-    world.all_reduce(data.data(), floats, DType::f32, ReduceOp::sum);
-    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int c = 0; c < calls; ++c) world.all_reduce(data.data(), floats, DType::f32, ReduceOp::sum);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / calls;
 }
 
 }  // namespace
@@ -156,6 +152,7 @@ void calibrate_ranks(const std::string& out) {
   d.name = fmt::format("cpu-{}-ranks", ranks);
   d.memory_bytes = physical_memory_bytes() / ranks;
   d.peak_fp32 = std::max(fma, fastest_gemm);
+  d.fma_flops_per_s = fma;
   for (int s : kGemmWidths) {
     d.gemm_efficiency_by_size.push_back({std::cbrt(4.0 * s * s * s), mean[i++] / d.peak_fp32});
   }

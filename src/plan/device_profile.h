@@ -46,6 +46,10 @@ struct DeviceProfile {
   // The attention core (scores, softmax, weighted sum; forward and backward) in FLOP/s
   // as the model counts its FLOPs; 0: at the GEMM rate (peak x gemm_efficiency).
   double attention_flops_per_s = 0;
+  // The FMA loop's rate per rank when the device was calibrated (train/peak_flops.h, the
+  // figure a run measures at its start): --validate sets a run's own measurement against
+  // it to see how much of the machine the run had then; 0: not calibrated.
+  double fma_flops_per_s = 0;
   // Bytes per second the kernels between the matmuls (norms, activations, residual adds)
   // move through the activations; 0: memory_bytes_per_s.
   double elementwise_bytes_per_s = 0;

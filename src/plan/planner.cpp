@@ -241,7 +241,8 @@ CommSeconds communication_seconds(const Candidate& c, const StepCommunication& c
       axis_s += seconds;
       if (is_gradient_axis(axis)) (kind == CommOp::all_gather ? s.gather_s : s.reduce_s) += seconds;
       if (axis == Axis::pp && kind == CommOp::send && v.calls > 0) {
-        s.p2p_message_s = link.latency_s + link.call_s + static_cast<double>(v.wire_bytes) / static_cast<double>(v.calls) / link.bytes_per_s;
+        s.p2p_message_s = link.latency_s + link.call_s +
+                          static_cast<double>(v.wire_bytes) / static_cast<double>(v.calls) / link.bytes_per_s;
       }
     }
     t.comm_s[a] = axis_s;
@@ -500,13 +501,13 @@ StageCompute LayoutScorer::stage_compute(const Candidate& c, int stage) {
           : device.peak_flops(config.precision.compute, config.precision.fp8) *
                 stage_gemm_efficiency(device, model_,
                                       stage_specs(c.m.tp, c.m.pp, chunk_arrangement(config), stage, local_units), c.tokens_mb);
-  const double per_token = 1.0 / gemm_rate, attention_per_token = 1.0 / attention_rate(device, c.gemm_rate);
+  const double per_flop = 1.0 / gemm_rate, attention_per_flop = 1.0 / attention_rate(device, c.gemm_rate);
   const double tokens = c.tokens_mb / c.m.tp, matmul = flops - attention;
   StageCompute s;
-  s.forward_s = (matmul * per_token + attention * attention_per_token) / 3 * tokens + memory_s / 3;
-  s.backward_s = ((matmul * per_token + attention * attention_per_token) * 2 / 3 + recompute * per_token) * tokens +
+  s.forward_s = (matmul * per_flop + attention * attention_per_flop) / 3 * tokens + memory_s / 3;
+  s.backward_s = ((matmul * per_flop + attention * attention_per_flop) * 2 / 3 + recompute * per_flop) * tokens +
                  memory_s * 2 / 3;
-  s.attention_s = attention * attention_per_token * tokens * c.resolved.micro_batches();
+  s.attention_s = attention * attention_per_flop * tokens * c.resolved.micro_batches();
   return s;
 }
 

@@ -57,9 +57,12 @@ std::vector<nlohmann::json> step_records(const fs::path& metrics) {
   std::string line;
   while (std::getline(in, line)) {
     const nlohmann::json r = nlohmann::json::parse(line);
-    if (r.contains("loss") && r.contains("step_s")) steps.push_back(r);
+    if ((r.contains("loss") && r.contains("step_s")) || r.contains("run")) steps.push_back(r);
   }
-  NDT_CHECK(steps.size() >= 3, "the validation run at {} logged {} steps, fewer than 3", metrics.string(), steps.size());
+  NDT_CHECK(!steps.empty() && steps.front().contains("run"), "the validation run at {} logged no run record first",
+            metrics.string());
+  NDT_CHECK(steps.size() >= 4, "the validation run at {} logged {} steps, fewer than 3", metrics.string(),
+            steps.size() - 1);
   return steps;
 }
 
@@ -109,10 +112,10 @@ void compare_memory_and_time(ValidationRow& row, const RunConfig& config, const 
   row.comm_buffers[0] = tag("comm", "peak");
   row.comm_buffers[1] = static_cast<double>(predicted.comm_buffers);
   std::vector<double> times;
-  for (size_t i = 2; i < steps.size(); ++i) times.push_back(steps[i].at("step_s").get<double>());
+  for (size_t i = 3; i < steps.size(); ++i) times.push_back(steps[i].at("step_s").get<double>());
   std::sort(times.begin(), times.end());
   row.step_s[0] = times[times.size() / 2];
-  row.step_s[1] = plan.time.step_s;
+  row.step_s[1] = plan.time.step_s / row.load;
   row.predicted_time = fmt::format("compute {:.4f} s, exposed communication {:.4f} s, bubble {:.4f} s, optimizer {:.4f} s",
                                    plan.time.compute_s, plan.time.exposed_comm_s, plan.time.bubble_s, plan.time.optimizer_s);
 
@@ -181,6 +184,8 @@ ValidationRow validate_case(const ValidationCase& c, int index, const fs::path& 
   const RunConfig config = read_run_config(base_config, settings);
   const LayoutScore plan = score_layout(config, cluster);
   const std::vector<nlohmann::json> steps = step_records(out / "metrics.jsonl");
+  const double run_fma = steps.front().at("run").at("peak_flops").get<double>();
+  if (cluster.device.fma_flops_per_s > 0) row.load = run_fma / cluster.device.fma_flops_per_s;
   compare_memory_and_time(row, config, plan, steps);
   compare_counters(row, config, plan, steps);
   const double e = relative_error(row.step_s[0], row.step_s[1]);
@@ -254,7 +259,8 @@ int run_plan_validation(const std::string& dir_option, bool keep, const std::vec
                "against {:.4f} s predicted ({})\n",
                r.name, r.ranks, r.ranks == 1 ? "" : "s", percent(r.model_states), percent(r.activations),
                percent(r.comm_buffers), r.wire_bytes[0], r.wire_bytes[1], r.step_s[0], r.step_s[1], percent(r.step_s));
-    fmt::print("  {:<24} predicted {}\n", "", r.predicted_time);
+    fmt::print("  {:<24} predicted {}; load {:.2f} (the run's FMA loop over the calibration's)\n", "", r.predicted_time,
+               r.load);
     std::fflush(stdout);
   }
   for (const auto& [ranks, cluster] : clusters) fmt::print("profile for {} ranks: {}\n", ranks, cluster.device.source);

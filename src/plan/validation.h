@@ -12,7 +12,9 @@
 //              ZeRO/FSDP the comm-buffer prediction is a lower bound, the peak depending
 //              on when a poll finds a reduction done)
 //   step time  the median step against the planner's step time on a calibrated profile
-//              (plan/calibration.h) of the run's rank count: within the time bound
+//              (plan/calibration.h) of the run's rank count, divided by the run's load
+//              factor (its own FMA measurement at start over the calibration's: a shared
+//              machine gives a run a varying share of its cores): within the time bound
 //              (default 20%)
 #pragma once
 
@@ -28,7 +30,10 @@ struct ValidationRow {
   double model_states[2] = {0, 0};
   double activations[2] = {0, 0};
   double comm_buffers[2] = {0, 0};
-  double step_s[2] = {0, 0};
+  double step_s[2] = {0, 0};  // the prediction scaled by the load (below)
+  // How much of the machine the run had against its calibration: the FMA loop the run
+  // measured at its start over the profile's (1 without a calibrated profile).
+  double load = 1;
   std::string predicted_time;  // the prediction's parts
   int64_t wire_bytes[2] = {0, 0};  // one step, all axes
   int64_t calls[2] = {0, 0};

@@ -85,7 +85,7 @@ TEST(ComputeTime, PerCallCostIsChargedForEveryCall) {
 TEST(ComputeTime, DeviceFileTextReadsBackAsWritten) {
   DeviceProfile d = tabled_device();
   d.name = "calibrated";
-  d.attention_flops_per_s = 12.5e9, d.elementwise_bytes_per_s = 3.25e9;
+  d.attention_flops_per_s = 12.5e9, d.elementwise_bytes_per_s = 3.25e9, d.fma_flops_per_s = 40e9;
   d.intra_node = {2.5e9, 1e-6, 7e-6}, d.inter_node = {1.25e9, 2e-6, 9e-6};
   d.inter_node_links = 1, d.overlaps_communication = false, d.disk_bytes_per_s = 1.5e9;
   testing::TempDir dir;
@@ -97,6 +97,7 @@ TEST(ComputeTime, DeviceFileTextReadsBackAsWritten) {
   EXPECT_DOUBLE_EQ(r.gemm_efficiency_by_size[1].efficiency, 0.6);
   EXPECT_DOUBLE_EQ(r.attention_flops_per_s, 12.5e9);
   EXPECT_DOUBLE_EQ(r.elementwise_bytes_per_s, 3.25e9);
+  EXPECT_DOUBLE_EQ(r.fma_flops_per_s, 40e9);
   EXPECT_DOUBLE_EQ(r.intra_node.call_s, 7e-6);
   EXPECT_DOUBLE_EQ(r.inter_node.call_s, 9e-6);
   EXPECT_DOUBLE_EQ(r.peak_bf16, d.peak_bf16);
