@@ -41,6 +41,7 @@
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <set>
 #include <cstdlib>
 #include <unistd.h>
 #include <exception>
@@ -323,19 +324,35 @@ int main(int argc, char** argv) {
   plan->add_option("--json", plan_options.json, "Write every layout scored (and why the others were rejected) as JSON");
   plan->add_option("--csv", plan_options.csv, "The same as CSV");
   auto* validate = plan->add_flag("--validate", plan_options.validate,
-                                  "Instead: train small layouts on this machine (1, 2, 4 ranks) and hold the planner to them");
+                                  "Instead: train small layouts on this machine (1, 2, 4 ranks) and hold the planner to them "
+                                  "(with --device: calibrated device files, one per rank count; without, it calibrates)");
   // An option that does nothing is refused, never ignored: the validation's own options
   // need --validate, and --validate plans nothing else.
   plan->add_option("--validate-dir", plan_options.validate_dir, "With --validate: the folder for the runs (kept)")
       ->needs(validate);
   plan->add_flag("--keep-runs", plan_options.keep_runs, "With --validate: keep the temporary folder")->needs(validate);
+  plan->add_option("--time-bound", plan_options.time_bound,
+                   "With --validate: the largest step-time error allowed on any run, percent (default 20)")
+      ->needs(validate);
+  auto* calibrate = plan->add_flag("--calibrate", plan_options.calibrate,
+                                   "Instead: measure the step-time model's constants on this machine as --ranks ranks "
+                                   "share it and write them as a device file (--out)");
+  plan->add_option("--ranks", plan_options.calibrate_ranks,
+                   "With --calibrate: the ranks sharing this machine (default: --devices-per-node, else 1)")
+      ->needs(calibrate);
+  auto* out = plan->add_option("--out", plan_options.calibrate_out, "With --calibrate: the device file to write");
+  // The measuring ranks --calibrate starts under mpirun.
+  auto* calibrate_rank = plan->add_flag("--calibrate-rank", plan_options.calibrate_rank)->group("")->needs(out);
+  const std::set<std::string> validate_options = {"--validate", "--validate-dir", "--keep-runs", "--time-bound",
+                                                  "--device", "--help"};
+  const std::set<std::string> calibrate_options = {"--calibrate", "--ranks", "--devices-per-node", "--out", "--help",
+                                                   "--calibrate-rank"};
   for (CLI::Option* option : plan->get_options()) {
     const std::string name = option->get_name();
-    if (name != "--validate" && name != "--validate-dir" && name != "--keep-runs" && name != "--help") {
-      option->excludes(validate);
-    }
+    if (!validate_options.count(name) && option != validate) option->excludes(validate);
+    if (!calibrate_options.count(name) && option != calibrate) option->excludes(calibrate);
+    if (name != "--out" && name != "--help" && option != calibrate_rank) option->excludes(calibrate_rank);
   }
-
   ndt::ConvertOptions convert_options;
   auto* convert = app.add_subcommand("convert", "Convert a model between safetensors, llm.c, Hugging Face folders and checkpoints");
   convert->add_option("--from", convert_options.from,
@@ -415,7 +432,10 @@ int main(int argc, char** argv) {
     if (*bench_comm) return ndt::run_bench_comm(comm_bench);
     if (*bench_overlap) return ndt::run_bench_overlap(overlap_bench);
     if (*simulate_pipeline) return ndt::run_simulate_pipeline(pipeline_options);
-    if (*plan) return ndt::run_plan(plan_options);
+    if (*plan) {
+      plan_options.device_given = plan->count("--device") > 0;
+      return ndt::run_plan(plan_options);
+    }
     if (*convert) return ndt::run_convert(convert_options);
     if (*generate) return ndt::run_generate(generate_options);
     if (*report) return ndt::run_report(report_options);
