@@ -6,7 +6,8 @@
 # over the steps after the first (metrics.jsonl's summary); per layout the median over
 # the rounds, and its ratio to the best hand-chosen one.
 # Usage: scripts/bench_layout.sh [RANKS] [ROUNDS] [STEPS]   (default: 2 ranks, 2 rounds, 4 steps)
-# Needs build/ndtrain. Batch 8 sequences of 128 tokens (BATCH, SEQ override).
+# Needs build/ndtrain and jq. Batch 8 sequences of 128 tokens (BATCH, SEQ override), the
+# vocabulary padded to 50304 as llm.c does (50257 does not split over tp = 2).
 set -euo pipefail
 ranks="${1:-2}"; rounds="${2:-2}"; steps="${3:-4}"
 batch="${BATCH:-8}"; seq="${SEQ:-128}"
@@ -17,6 +18,7 @@ lscpu | grep -m1 'Model name'; echo "$(nproc) cores, load $(cut -d' ' -f1-3 /pro
 cat > "$work/run.toml" <<TOML
 [model]
 preset = "gpt2-124m"
+vocab_size = 50304  # llm.c's padding of 50257: divisible by tp = 2 (the data is byte-level)
 max_seq_len = $seq
 [train]
 steps = $steps

@@ -26,10 +26,10 @@ OffloadChoice offload_of(const RunConfig& c) {
 // The keys the search keeps, each once, as "key = value" (the value as the config holds it).
 std::string fixed_settings(const RunConfig& config, const std::vector<std::string>& given_keys) {
   static const std::vector<std::string> layout_keys = {
-      "parallel.pp",          "parallel.dp_replicate", "parallel.dp_shard",        "parallel.cp",
-      "parallel.tp",          "parallel.ep",           "parallel.cp_ulysses",      "parallel.zero_stage",
-      "parallel.sequence_parallel", "parallel.cp_mode", "parallel.pp_schedule",    "parallel.pp_virtual_stages",
-      "train.micro_batch_size", "train.activation_checkpointing", "offload.optimizer", "offload.params"};
+      "parallel.pp", "parallel.dp_replicate", "parallel.dp_shard", "parallel.cp", "parallel.tp", "parallel.ep",
+      "parallel.cp_ulysses", "parallel.zero_stage", "parallel.sequence_parallel", "parallel.cp_mode",
+      "parallel.pp_schedule", "parallel.pp_virtual_stages", "train.micro_batch_size",
+      "train.activation_checkpointing", "offload.optimizer", "offload.params"};
   std::string out;
   for (const std::string& key : layout_keys) {
     if (!given(given_keys, key.c_str())) continue;
@@ -42,9 +42,9 @@ std::string fixed_settings(const RunConfig& config, const std::vector<std::strin
 // automatic, so free too.
 MeshShape fixed_mesh(const RunConfig& c, const std::vector<std::string>& keys) {
   const auto pick = [&](const char* key, int value) { return given(keys, key) ? value : 0; };
-  return MeshShape{pick("parallel.pp", c.mesh.pp),        pick("parallel.dp_replicate", c.mesh.dp_replicate),
+  return MeshShape{pick("parallel.pp", c.mesh.pp), pick("parallel.dp_replicate", c.mesh.dp_replicate),
                    pick("parallel.dp_shard", c.mesh.dp_shard), pick("parallel.cp", c.mesh.cp),
-                   pick("parallel.tp", c.mesh.tp),        pick("parallel.ep", c.mesh.ep),
+                   pick("parallel.tp", c.mesh.tp), pick("parallel.ep", c.mesh.ep),
                    pick("parallel.cp_ulysses", c.mesh.cp_ulysses)};
 }
 
