@@ -1,5 +1,5 @@
 // ndtrain: distributed training of transformer language models.
-//   ndtrain train CONFIG [--set section.key=value ...] [--resume [DIR|latest]] [--overwrite]
+//   ndtrain train CONFIG [--set section.key=value ...] [--resume [DIR|latest]] [--overwrite] [--layout manual|auto]
 //   ndtrain prepare INPUT... --out DIR [--val-fraction F] [--force]
 //                   [--tokenizer FILE [--documents file|line|jsonl] [--jsonl-field F] [--shard-tokens N]
 //                    [--separator TOKEN] [--threads N] [--special-in-text]]
@@ -96,6 +96,10 @@ int main(int argc, char** argv) {
                     "Resume from a checkpoint directory, or \"latest\" (the newest under checkpoint.dir); any mesh")
       ->expected(0, 1)
       ->default_str("latest");
+  std::string layout;
+  train->add_option("--layout", layout,
+                    "manual (the config's layout) or auto (the planner's fastest layout for this world size, the "
+                    "layout keys the config gives kept fixed): parallel.layout");
   bool overwrite = false;
   train->add_flag("--overwrite", overwrite,
                   "Allow deleting checkpoints this run does not continue from (an earlier run's, or newer than "
@@ -410,6 +414,7 @@ int main(int argc, char** argv) {
     if (*train) {
       if (train->count("--resume") > 0) overrides.push_back("checkpoint.resume=" + (resume.empty() ? "latest" : resume));
       if (overwrite) overrides.push_back("checkpoint.overwrite=true");
+      if (!layout.empty()) overrides.push_back("parallel.layout=" + layout);
       return ndt::run_train(config_path, overrides);
     }
     if (*prepare && !token_prepare.tokenizer.empty()) {

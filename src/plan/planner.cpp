@@ -698,6 +698,7 @@ void add_layouts_of_mesh(const MeshShape& mesh, const RunConfig& base, const Pla
                                       : schedule == PipelineSchedule::interleaved_1f1b      ? space.interleaved_stages
                                       : pipeline_placement(schedule) == PipelinePlacement::v ? 2
                                                                                             : 1;
+                if (space.admits && !space.admits(l)) continue;
                 out.push_back(std::move(l));
               }
             }
@@ -759,6 +760,8 @@ PlanResult plan_layouts(const RunConfig& base, const Cluster& cluster, const Pla
   for (const MeshShape& mesh : candidate_meshes(cluster.devices(), max_tp, base.model)) {
     add_layouts_of_mesh(mesh, base, space, offloads, candidates);
   }
+  NDT_CHECK(!candidates.empty(), "no layout of {} devices keeps the settings given ({}) within the search's choices",
+            cluster.devices(), space.fixed);
   PlanResult result;
   result.candidates = static_cast<int64_t>(candidates.size());
   result.layouts = score_candidates(candidates, base, cluster);

@@ -228,6 +228,19 @@ TEST_F(ConfigTest, BadValuesAndSyntax) {
   EXPECT_ERROR_MENTIONS(error_of({}, "broken.toml"), "broken.toml");
 }
 
+// Catches: a misspelt layout mode silently training the config's layout, a check over no
+// steps, or explicitly given keys (auto's constraints) lost or invented.
+TEST_F(ConfigTest, LayoutSettings) {
+  EXPECT_ERROR_MENTIONS(error_of({"parallel.layout=x"}),
+                        "parallel.layout = \"x\" is not a layout mode: manual (the config's settings) or auto");
+  EXPECT_ERROR_MENTIONS(error_of({"parallel.layout_check_steps=0"}), "parallel.layout_check_steps = 0 must be at least 1");
+  EXPECT_EQ(load_run_config(dir_.file("base.toml"), {"parallel.layout=auto"}).layout, LayoutMode::automatic);
+  EXPECT_EQ(load_run_config(dir_.file("base.toml"), {}).layout, LayoutMode::manual);
+  write_file("tp.toml", "[model]\npreset = \"gpt2-tiny\"\n[parallel]\ntp = 1\n[train]\nmicro_batch_size = 2\n");
+  EXPECT_EQ(given_config_keys(dir_.file("tp.toml"), {"parallel.zero_stage=3"}),
+            (std::vector<std::string>{"model.preset", "parallel.tp", "train.micro_batch_size", "parallel.zero_stage"}));
+}
+
 // Catches: a misspelt policy silently training without checkpointing, and an `every`
 // that cannot mean anything accepted.
 TEST_F(ConfigTest, ActivationCheckpointingSettings) {
