@@ -70,6 +70,8 @@ struct TrainBenchOptions {
   float lora_alpha = 32;
   std::string lora_targets = "wq, wk, wv, wo, mlp.*";
   std::string freeze;
+  // Print the median step's time by op class, communication and the rest (train/step_profile.h).
+  bool profile = false;
 };
 int run_bench_train(const TrainBenchOptions& options);
 

@@ -189,6 +189,8 @@ int main(int argc, char** argv) {
   bench_train->add_option("--lora-targets", bench_options.lora_targets, "With --lora-rank: lora.targets, comma-separated")
       ->needs("--lora-rank");
   bench_train->add_option("--freeze", bench_options.freeze, "train.freeze's patterns, comma-separated");
+  bench_train->add_flag("--profile", bench_options.profile,
+                        "Time the kernels by op class and the communication; print the median step's profile");
   bench_train->add_option("--vocab", bench_options.vocab,
                           "Override the preset's vocabulary size (gpt2's 50257 does not split over tp; 50304 does)");
 

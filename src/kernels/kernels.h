@@ -31,6 +31,8 @@
 #include "kernels/cpu/norm.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/threads.h"
+#include "kernels/op_class.h"
+#include "kernels/profile.h"
 
 #include <cstdint>
 #include <string>
@@ -105,7 +107,17 @@ struct Routed;
 template <typename R, typename... Args, R (*Cpu)(Args...)>
 struct Routed<Cpu> {
   const char* name;
+  OpClass op_class;
   R operator()(Args... args) const {
+    if (profiling()) {
+      ProfileScope scope(op_class);
+      return call(args...);
+    }
+    return call(args...);
+  }
+
+ private:
+  R call(Args... args) const {
     switch (backend()) {
       case Backend::cpu:
         return Cpu(args...);
@@ -118,7 +130,9 @@ struct Routed<Cpu> {
 
 }  // namespace detail
 
-#define NDT_ROUTED_KERNEL(name) inline constexpr detail::Routed<&cpu::name> name{#name};
+#define NDT_ROUTED_KERNEL(name)                                                                \
+  static_assert(op_class_of(#name).has_value(), "kernel " #name " has no row in kernels/op_class.h"); \
+  inline constexpr detail::Routed<&cpu::name> name{#name, *op_class_of(#name)};
 NDT_KERNEL_LIST(NDT_ROUTED_KERNEL)
 #undef NDT_ROUTED_KERNEL
 
