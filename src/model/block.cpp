@@ -274,7 +274,7 @@ void Block::mlp_forward(MicroBatchContext& ctx, const BlockActivations& a, const
   // The routed experts add their (tp-partial) output to the shared MLP's before the
   // region's reduction. Evaluation and recompute add nothing to the totals.
   MoeTotals* totals = recompute || ctx.forward_only ? nullptr : moe_totals_;
-  moe_.bind(*experts_, attention(ctx));
+  moe_.bind(*experts_, attention(ctx), ws_.matmul.dtype);
   moe_.forward(ctx.moe[static_cast<size_t>(layer_)], moe_batch(ctx), a.ln2, partial, totals ? &totals->aux_sum : nullptr,
                totals ? &totals->z_sum : nullptr, totals ? &totals->stats : nullptr);
   const float* y = tp.row_output_forward(partial, x_out, d.Nl, d.C);
@@ -298,7 +298,7 @@ void Block::moe_mlp_backward(MicroBatchContext& ctx, const BlockActivations& a, 
     fc_.backward(s.dln, s.dff_b, a.ln2, d.N);
     poll(hooks);
   }
-  moe_.bind(*experts_, attention(ctx));
+  moe_.bind(*experts_, attention(ctx), ws_.matmul.dtype);
   moe_.backward(ctx.moe[static_cast<size_t>(layer_)], moe_batch(ctx), a.ln2, dout, partial_.grad(moe_.router()), s.dln);
   poll(hooks);
 }

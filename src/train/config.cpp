@@ -15,6 +15,7 @@
 #include "data/dataset_spec.h"
 #include "interchange/hf_config.h"
 #include "interchange/hf_folder.h"
+#include "model/moe.h"
 
 #include <fmt/format.h>
 #include <toml++/toml.h>
@@ -335,10 +336,7 @@ void check_data_and_expert_parallel(const RunConfig& c) {
             "model.moe_capacity_factor = {} with parallel.cp = {} is not supported: capacity admits a sequence's "
             "tokens in position order, which a split sequence does not have on one rank (use 0: dropless)",
             c.model.moe_capacity_factor, mesh.cp);
-  NDT_CHECK(!c.model.is_moe() || !c.precision.low(),
-            "model.n_experts = {} (mixture of experts) computes in fp32 only: precision.compute = \"{}\" is not "
-            "supported with it yet",
-            c.model.n_experts, compute_dtype_config_name(c.precision.compute));
+  check_moe_precision(c.model, c.precision);
 }
 
 // Seq1F1B: what its sequence chunks do not support yet, each refused by name.

@@ -170,8 +170,10 @@ TEST_F(ConfigTest, MixtureOfExpertsSettings) {
   EXPECT_EQ(error_of({"model.n_experts=4", "parallel.ep=2", "parallel.dp_shard=4", "parallel.zero_stage=3"}), "");
   EXPECT_ERROR_MENTIONS(error_of({"model.n_experts=4", "model.moe_capacity_factor=1.5", "parallel.cp=2"}),
                         "model.moe_capacity_factor = 1.5 with parallel.cp = 2 is not supported");
-  EXPECT_ERROR_MENTIONS(error_of({"model.n_experts=4", "precision.compute=bf16"}),
-                        "model.n_experts = 4 (mixture of experts) computes in fp32 only");
+  EXPECT_EQ(error_of({"model.n_experts=4", "precision.compute=bf16"}), "");
+  EXPECT_EQ(error_of({"model.n_experts=4", "precision.compute=fp16"}), "");
+  EXPECT_ERROR_MENTIONS(error_of({"model.n_experts=4", "precision.compute=bf16", "precision.fp8=true"}),
+                        "model.n_experts = 4 (mixture of experts) with precision.fp8 = true is not supported");
   // ep borrows the data-parallel ranks dp_shard x cp: checked against the world size.
   RunConfig c = load_run_config(dir_.file("base.toml"), {"model.n_experts=8", "parallel.ep=4", "parallel.dp_shard=2"});
   try {
