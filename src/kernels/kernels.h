@@ -23,6 +23,7 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/attention_span.h"
 #include "kernels/cpu/cast.h"
+#include "kernels/cpu/columns.h"
 #include "kernels/cpu/cross_entropy.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/embedding.h"
@@ -53,9 +54,10 @@ void set_backend(Backend backend);
 // What runs the GEMMs, for logs: e.g. "OpenBLAS SkylakeX kernels".
 std::string gemm_library();
 
-// Types of the kernels' arguments (kernels/cpu/attention_span.h, kernels/cpu/adamw.h).
+// Types of the kernels' arguments (kernels/cpu/attention_span.h, adamw.h, columns.h).
 using AttentionSpan = cpu::AttentionSpan;
 using AdamWStep = cpu::AdamWStep;
+using ColumnBlock = cpu::ColumnBlock;
 
 // Every routed kernel, by the header of kernels/cpu/ that documents it.
 #define NDT_KERNEL_LIST(X)                                                                              \
@@ -69,6 +71,8 @@ using AdamWStep = cpu::AdamWStep;
   X(add_bias) X(bias_backward) X(add_inplace) X(zero) X(copy) X(fill)                                    \
   /* cast.h: fp32 <-> bf16/f16, round to nearest even */                                                 \
   X(cast_to_lowp) X(cast_from_lowp) X(round_to_lowp)                                                     \
+  /* columns.h: fused projections' outputs split and rounded, output gradients gathered */               \
+  X(split_columns_round) X(gather_columns_lowp) X(gather_columns)                                        \
   /* norm.h */                                                                                           \
   X(layernorm_forward) X(layernorm_backward) X(rmsnorm_forward) X(rmsnorm_backward)                      \
   /* attention.h; attention_span.h: ring attention's span kernels, merged by log-sum-exp; causal, or */  \
