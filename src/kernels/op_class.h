@@ -37,7 +37,7 @@ constexpr std::optional<OpClass> op_class_of(std::string_view kernel) {
     OpClass op_class;
   };
   // First matching prefix wins.
-  constexpr std::array<Row, 25> rows{{
+  constexpr std::array<Row, 28> rows{{
       {"gemm_lowp", OpClass::gemm_16bit},       {"linear_forward_lowp", OpClass::gemm_16bit},
       {"linear_backward_lowp", OpClass::gemm_16bit}, {"gemm", OpClass::gemm_f32},
       {"linear_", OpClass::gemm_f32},           {"attention_", OpClass::attention},
@@ -48,7 +48,8 @@ constexpr std::optional<OpClass> op_class_of(std::string_view kernel) {
       {"add_", OpClass::elementwise},           {"bias_backward", OpClass::elementwise},
       {"zero", OpClass::elementwise},           {"copy", OpClass::elementwise},
       {"fill", OpClass::elementwise},           {"cast_", OpClass::cast},
-      {"round_to_lowp", OpClass::cast},         {"adamw_", OpClass::optimizer},
+      {"round_to_lowp", OpClass::cast},         {"split_columns_round", OpClass::cast},
+      {"gather_columns_lowp", OpClass::cast},   {"gather_columns", OpClass::elementwise},         {"adamw_", OpClass::optimizer},
       {"set_num_threads", OpClass::untimed},    {"num_threads", OpClass::untimed},
       {"lowp_gemm_backend", OpClass::untimed},
   }};
