@@ -38,7 +38,9 @@ double stage_gemm_efficiency(const DeviceProfile& device, const ModelConfig& mod
 }
 
 double attention_rate(const DeviceProfile& device, double gemm_rate) {
-  return device.attention_flops_per_s > 0 ? device.attention_flops_per_s : gemm_rate;
+  // Never above the run's GEMM rate: a GPU's figure is of bf16 attention, which an fp32
+  // run does not reach.
+  return device.attention_flops_per_s > 0 ? std::min(device.attention_flops_per_s, gemm_rate) : gemm_rate;
 }
 
 double elementwise_rate(const DeviceProfile& device) {

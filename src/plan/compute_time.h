@@ -26,7 +26,8 @@ double gemm_efficiency_at(const DeviceProfile& device, double m, double n, doubl
 double stage_gemm_efficiency(const DeviceProfile& device, const ModelConfig& model,
                              const std::vector<ParameterSpec>& local_specs, double tokens);
 
-// FLOP/s of the attention core; `gemm_rate` where the device does not give it.
+// FLOP/s of the attention core: the device's figure, at most `gemm_rate` (the run's);
+// `gemm_rate` where the device does not give it.
 double attention_rate(const DeviceProfile& device, double gemm_rate);
 
 // Bytes per second of the kernels between the matmuls.
