@@ -62,15 +62,13 @@ TEST(PlanCli, RefusesBadInputByName) {
   EXPECT_TRUE(contains(r.output, "needs a model: --preset NAME or --config FILE")) << r.output;
 }
 
-// The step-time bound CI enforces, far looser than the 20% `--validate` holds by default,
-// because CI shares two cores with other jobs and a run's step then follows their load,
-// not the model: on the development VM under the load of eight concurrent builds and
-// tests (load average 25-28), the same validation gave errors from -16% to +163% on one
-// run and +5% to +469% on the next, the one-rank run with two OpenMP threads the worst
-// (docs/planner.md "Against this machine"). At 600% the test still catches a model off
-// by a factor of 7 or more (a unit slip, a term lost, a calibration not read), and the
-// bytes and memory checks stay exact.
-constexpr const char* kCiTimeBoundPercent = "600";
+// The step-time bound CI enforces, far looser than the 20% `--validate` aims at, because
+// the calibrated model does not meet 20% yet: on the development VM, quiet (CI runs one
+// test at a time), the 10 runs gave a median |error| of 49% and at most +126% (the model
+// under-predicts every run; docs/planner.md "Against this machine"). 300% holds that with
+// room for a slower CI machine and still catches a model off by a factor of 4 or more (a
+// unit slip, a term lost, a calibration not read); the bytes and memory checks stay exact.
+constexpr const char* kCiTimeBoundPercent = "300";
 
 // Catches: a calibration that writes no device file or one the planner cannot read, and
 // the planner's memory, bytes or step time drifting from what ndtrain measures on real
