@@ -34,9 +34,12 @@ const uint16_t* weight_operand(const MatmulPrecision& mp, int linear, const Para
 
 }  // namespace
 
-bool used_only_in_matmuls(const Parameter& p) {
-  // The blocks' 2-D parameters include the LoRA adapters (model/lora.h).
-  return p.spec.logical_shape.size() == 2 && (p.name().rfind("blocks.", 0) == 0 || p.name() == "lm_head.weight");
+bool used_only_in_matmuls(const ParameterSpec& s) {
+  // The blocks' 2-D parameters include the LoRA adapters (model/lora.h); an MoE router's
+  // logits GEMM reads its fp32 value (the router computes in fp32, model/moe.h).
+  if (s.expert) return true;
+  const bool router = s.name.ends_with(".moe.router.weight");
+  return s.logical_shape.size() == 2 && ((s.name.starts_with("blocks.") && !router) || s.name == "lm_head.weight");
 }
 
 void matmul_forward(const MatmulPrecision& mp, float* out, const float* inp, const Parameter& weight,

@@ -32,9 +32,11 @@ struct MatmulPrecision {
 };
 
 // Whether the model reads this parameter only through matmuls (its compute copy in low
-// precision): the blocks' 2-D weights and an untied output layer. Not the embeddings
-// (looked up; a tied one is both), norms or biases. FSDP gathers these in the compute dtype.
-bool used_only_in_matmuls(const Parameter& p);
+// precision): the blocks' 2-D weights, the routed experts' weights and an untied output
+// layer. Not the embeddings (looked up; a tied one is both), norms, biases or an MoE
+// router (its logits are computed in fp32). FSDP gathers these in the compute dtype, and
+// the planner's communication model prices them so.
+bool used_only_in_matmuls(const ParameterSpec& s);
 
 // out [rows, OC] = inp [rows, IC] W^T (+ bias), W = weight's local block [OC, IC].
 void matmul_forward(const MatmulPrecision& mp, float* out, const float* inp, const Parameter& weight,
