@@ -7,6 +7,7 @@
 #include "kernels/cpu/cast.h"
 #include "kernels/cpu/gemm_lowp.h"
 #include "model/expert_matmul.h"
+#include "lowp_support.h"
 
 #include <gtest/gtest.h>
 
@@ -18,19 +19,8 @@
 namespace ndt {
 namespace {
 
-float bf16(float x) {
-  uint16_t bits;
-  cpu::cast_to_lowp(DType::bf16, &x, &bits, 1);
-  float back;
-  cpu::cast_from_lowp(DType::bf16, &bits, &back, 1);
-  return back;
-}
-
-std::vector<float> wave(int64_t n, float scale, float phase) {
-  std::vector<float> v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = scale * std::sin(0.37f * static_cast<float>(i) + phase);
-  return v;
-}
+using testing::bf16;
+using testing::wave;
 
 // A routed weight [E, OC, IC] with its bf16 compute copy and a zeroed gradient.
 struct ExpertWeightFixture {
@@ -42,7 +32,7 @@ struct ExpertWeightFixture {
     p.value = Tensor::empty({n}, DType::f32, MemTag::params);
     p.grad = Tensor::zeros({n}, DType::f32, MemTag::grads);
     p.compute = Tensor::empty({n}, DType::bf16, MemTag::params);
-    const std::vector<float> w = wave(n, 0.5f, 0.1f);
+    const std::vector<float> w = wave(n, 0.5f, 0.37f, 0.1f);
     std::copy(w.begin(), w.end(), p.data());
     cpu::cast_to_lowp(DType::bf16, p.data(), static_cast<uint16_t*>(p.compute.raw()), n);
   }
@@ -61,10 +51,7 @@ TEST(ExpertMatmul, Bf16OnAnyRowCountMatchesTheRoundedProducts) {
   const std::vector<int64_t> counts = {0, 64, 70, 5, 130, 1};  // around the 64-row quantum
   int64_t rows = 0;
   for (int64_t c : counts) rows += c;
-  std::vector<cpu::LowpGemmBackend> backends;
-  if (!cpu::onednn_lowp_impl(DType::bf16).empty()) backends.push_back(cpu::LowpGemmBackend::onednn);
-  backends.push_back(cpu::LowpGemmBackend::fallback);
-  for (cpu::LowpGemmBackend backend : backends) {
+  for (cpu::LowpGemmBackend backend : testing::lowp_backends(DType::bf16)) {
     cpu::set_lowp_gemm_backend(DType::bf16, backend);
     const int E = static_cast<int>(counts.size());
     ExpertWeightFixture w(E, OC, IC);
@@ -72,7 +59,7 @@ TEST(ExpertMatmul, Bf16OnAnyRowCountMatchesTheRoundedProducts) {
     route.local_experts = E;
     route.send_counts = counts;
     route.recv_counts = counts;
-    const std::vector<float> x = wave(rows * IC, 1.5f, 0.3f), dout = wave(rows * OC, 0.7f, 0.9f);
+    const std::vector<float> x = wave(rows * IC, 1.5f, 0.37f, 0.3f), dout = wave(rows * OC, 0.7f, 0.37f, 0.9f);
     const ExpertOperand in(DType::bf16, x.data(), rows * IC), dy(DType::bf16, dout.data(), rows * OC);
     std::vector<float> out(static_cast<size_t>(rows * OC), -7.0f), din(static_cast<size_t>(rows * IC), 0.25f);
     experts_linear_forward(route, out.data(), in, w.p);
@@ -85,7 +72,7 @@ TEST(ExpertMatmul, Bf16OnAnyRowCountMatchesTheRoundedProducts) {
         for (int o = 0; o < OC; ++o) {
           double ref = 0, mag = 0;
           for (int k = 0; k < IC; ++k) {
-            const double p = double{bf16(x[r * IC + k])} * bf16(we[o * IC + k]);
+            const double p = bf16(x[r * IC + k]) * bf16(we[o * IC + k]);
             ref += p, mag += std::fabs(p);
           }
           EXPECT_NEAR(out[r * OC + o], ref, bound(IC, mag)) << where << " expert " << e << " row " << r;
@@ -93,7 +80,7 @@ TEST(ExpertMatmul, Bf16OnAnyRowCountMatchesTheRoundedProducts) {
         for (int k = 0; k < IC; ++k) {
           double ref = 0.25, mag = 0.25;
           for (int o = 0; o < OC; ++o) {
-            const double p = double{bf16(dout[r * OC + o])} * bf16(we[o * IC + k]);
+            const double p = bf16(dout[r * OC + o]) * bf16(we[o * IC + k]);
             ref += p, mag += std::fabs(p);
           }
           EXPECT_NEAR(din[r * IC + k], ref, bound(OC + 1, mag)) << where << " expert " << e << " din row " << r;
@@ -103,7 +90,7 @@ TEST(ExpertMatmul, Bf16OnAnyRowCountMatchesTheRoundedProducts) {
         for (int k = 0; k < IC; ++k) {
           double ref = 0, mag = 0;
           for (int64_t r = row0; r < row0 + counts[e]; ++r) {
-            const double p = double{bf16(dout[r * OC + o])} * bf16(x[r * IC + k]);
+            const double p = bf16(dout[r * OC + o]) * bf16(x[r * IC + k]);
             ref += p, mag += std::fabs(p);
           }
           const float got = w.p.grad_data()[int64_t{e} * OC * IC + o * IC + k];

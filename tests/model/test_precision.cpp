@@ -12,6 +12,7 @@
 #include "model/matmul.h"
 #include "model/transformer.h"
 #include "../common/errors.h"
+#include "lowp_support.h"
 #include "tiny_model.h"
 
 #include <gtest/gtest.h>
@@ -83,13 +84,6 @@ const char* name(DType d) { return d == DType::bf16 ? "bf16" : "fp16"; }
 // The GEMM backends a low-precision run can use on this CPU for `dtype`: oneDNN's
 // native kernel where it has one (AMX or AVX512-BF16; its jit gemm under CTest's run
 // with ONEDNN_MAX_CPU_ISA=AVX512_CORE) and the fallback.
-std::vector<cpu::LowpGemmBackend> backends(DType dtype) {
-  std::vector<cpu::LowpGemmBackend> out;
-  if (!cpu::onednn_lowp_impl(dtype).empty()) out.push_back(cpu::LowpGemmBackend::onednn);
-  out.push_back(cpu::LowpGemmBackend::fallback);
-  return out;
-}
-
 // Catches: a low-precision path that computes something else (a wrong operand, a
 // missing rounding step that changes magnitudes, a transposed weight, an expert's GEMM
 // with another expert's slice), which shows as far more than the rounding error of 8
@@ -99,7 +93,7 @@ TEST(Precision, LowPrecisionStaysCloseToFp32) {
   for (const ModelConfig& c : {tiny(Arch::gpt2), tiny(Arch::llama), tiny_moe(Arch::gpt2), tiny_moe(Arch::llama)}) {
     const Result fp32 = run(c, DType::f32);
     for (DType d : {DType::bf16, DType::f16}) {
-      for (cpu::LowpGemmBackend backend : backends(d)) {
+      for (cpu::LowpGemmBackend backend : testing::lowp_backends(d)) {
         cpu::set_lowp_gemm_backend(d, backend);
         const Result low = run(c, d);
         const std::string where = label(c) + " " + name(d) + " on " + cpu::lowp_gemm_backend(d);
