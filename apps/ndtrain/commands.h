@@ -224,6 +224,7 @@ struct PlanOptions {
   std::string validate_dir;            // where those runs go (empty: a temporary folder)
   bool keep_runs = false;
   double time_bound = 20;              // --validate: the step-time error allowed on every run, percent
+  std::string validate_models = "small";  // --validate: small or tiny (plan/validation.h)
   bool calibrate = false;              // measure this machine's constants into a device file
   int calibrate_ranks = 0;             // the ranks sharing the machine (0: devices_per_node, else 1)
   std::string calibrate_out;           // the device file --calibrate writes

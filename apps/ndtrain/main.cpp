@@ -24,7 +24,7 @@
 //                             [--backward-weight-cost BW] [--communication-cost C]
 //   ndtrain plan (--preset NAME | --config FILE) [--device D] [--nodes N] [--devices-per-node G] [--devices D]
 //                [--seq T] [--batch B] [--precision P] [--top K] [--json FILE] [--csv FILE] [search lists]
-//   ndtrain plan --validate [--validate-dir DIR]
+//   ndtrain plan --validate [--validate-dir DIR] [--validate-models small|tiny]
 //   ndtrain convert --from SRC (--to DST | --to-hf DIR [--max-shard-size BYTES] [--tokenizer FILE])
 //                   [--n-head N] [--dtype f32|bf16|f16] [--merge-lora | --peft]
 //   ndtrain generate --checkpoint PATH --prompt TEXT [--tokens N] [--temperature T] [--top-k K] [--seed S]
@@ -343,6 +343,10 @@ int main(int argc, char** argv) {
   plan->add_option("--time-bound", plan_options.time_bound,
                    "With --validate: the largest step-time error allowed on any run, percent (default 20)")
       ->needs(validate);
+  plan->add_option("--validate-models", plan_options.validate_models,
+                   "With --validate: small (default; d_model 256, steps of 0.1-0.4 s on 2 cores) or tiny (the tiny "
+                   "presets, CI's)")
+      ->needs(validate);
   auto* calibrate = plan->add_flag("--calibrate", plan_options.calibrate,
                                    "Instead: measure the step-time model's constants on this machine as --ranks ranks "
                                    "share it and write them as a device file (--out)");
@@ -352,8 +356,8 @@ int main(int argc, char** argv) {
   auto* out = plan->add_option("--out", plan_options.calibrate_out, "With --calibrate: the device file to write");
   // The measuring ranks --calibrate starts under mpirun.
   auto* calibrate_rank = plan->add_flag("--calibrate-rank", plan_options.calibrate_rank)->group("")->needs(out);
-  const std::set<std::string> validate_options = {"--validate", "--validate-dir", "--keep-runs", "--time-bound",
-                                                  "--device", "--help"};
+  const std::set<std::string> validate_options = {"--validate", "--validate-dir",     "--keep-runs", "--time-bound",
+                                                  "--validate-models", "--device", "--help"};
   const std::set<std::string> calibrate_options = {"--calibrate", "--ranks", "--devices-per-node", "--out", "--help",
                                                    "--calibrate-rank"};
   for (CLI::Option* option : plan->get_options()) {

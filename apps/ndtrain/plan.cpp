@@ -108,7 +108,8 @@ int run_plan(const PlanOptions& o) {
   if (o.validate) {
     // --device given with --validate: calibrated device files, one per rank count.
     const std::vector<std::string> devices = o.device_given ? split_comma_list(o.device) : std::vector<std::string>{};
-    return run_plan_validation(o.validate_dir, o.keep_runs, devices, o.time_bound);
+    return run_plan_validation(o.validate_dir, o.keep_runs, devices, o.time_bound,
+                               parse_validation_models(o.validate_models));
   }
   std::vector<std::string> overrides = o.overrides;
   if (!o.preset.empty()) overrides.insert(overrides.begin(), "model.preset=" + o.preset);

@@ -42,6 +42,9 @@ double mean_seconds(const std::function<void()>& f) {
 // The GEMM sizes measured: m = 4s rows (tokens), n = k = s (a layer's width).
 constexpr std::array<int, 5> kGemmWidths = {32, 64, 128, 256, 512};
 
+// Passes through the kernels' measurements (calibrate_ranks).
+constexpr int kRounds = 5;
+
 // FLOP/s of a linear layer's three GEMMs at width s: forward Y = X W^T, the input
 // gradient dX = dY W and the weight gradient dW = dY^T X.
 double linear_layer_flops(int s) {
@@ -122,16 +125,22 @@ void calibrate_ranks(const std::string& out) {
   std::vector<double> figures;
   step("FMA peak");
   figures.push_back(measure_fma_peak(threads));
-  for (int s : kGemmWidths) {
-    step(fmt::format("GEMM {} x {} x {} (forward, input and weight gradients)", 4 * s, s, s).c_str());
-    figures.push_back(linear_layer_flops(s));
+  // The kernels' figures: each the mean of kRounds passes through all of them, so that
+  // each samples the machine at several moments of a second or more, as a run's median
+  // step does (one pass of 50 ms per figure moved by 10-35% from one calibration to the
+  // next on a shared VM).
+  figures.resize(1 + kGemmWidths.size() + 3, 0.0);
+  for (int round = 1; round <= kRounds; ++round) {
+    step(fmt::format("pass {} of {}: GEMMs of widths 32 to 512 (forward, input and weight gradients), attention "
+                     "core, layer norm and GELU, memory copy",
+                     round, kRounds)
+             .c_str());
+    size_t i = 1;
+    for (int s : kGemmWidths) figures[i++] += linear_layer_flops(s) / kRounds;
+    figures[i++] += attention_flops() / kRounds;
+    figures[i++] += elementwise_bytes_per_s() / kRounds;
+    figures[i++] += copy_bytes_per_s() / kRounds;
   }
-  step("attention core");
-  figures.push_back(attention_flops());
-  step("layer norm and GELU");
-  figures.push_back(elementwise_bytes_per_s());
-  step("memory copy");
-  figures.push_back(copy_bytes_per_s());
   const bool native_bf16 = kernels::lowp_gemm_backend(DType::bf16).starts_with("oneDNN");
   if (native_bf16) step("bf16 GEMM 2048^3");
   figures.push_back(native_bf16 ? resolve_peak_flops(0, threads, DType::bf16).flops_per_s : 0.0);

@@ -30,27 +30,47 @@ namespace {
 constexpr int kValidationSteps = 20;
 
 struct ValidationCase {
-  const char* name;
+  std::string name;
   int ranks;
   std::vector<std::string> settings;  // config overrides on top of the base file
 };
 
-// gpt2-tiny to a 12-layer model, each axis at least once, on 1, 2 and 4 ranks.
-std::vector<ValidationCase> validation_cases() {
+// A case's model: the tiny preset as it is, or widened to d_model 256 with 8 heads over
+// `layers` blocks (the small models, and the deep case at either size).
+std::vector<std::string> model_settings(std::string_view preset, bool widened, int layers) {
+  std::vector<std::string> s = {fmt::format("model.preset={}", preset)};
+  if (!widened) return s;
+  const bool llama = preset.starts_with("llama");
+  s.insert(s.end(), {fmt::format("model.n_layer={}", layers), "model.d_model=256", "model.n_head=8",
+                     llama ? "model.d_ff=704" : "model.d_ff=1024"});
+  if (llama) s.push_back("model.n_kv_head=4");
+  if (preset.find("moe") != std::string_view::npos) s.push_back("model.moe_d_ff=352");  // half the dense width
+  return s;
+}
+
+// gpt2, llama and llama MoE models, each axis at least once, on 1, 2 and 4 ranks.
+std::vector<ValidationCase> validation_cases(ValidationModels models) {
+  const bool small = models == ValidationModels::small;
+  const auto model_case = [&](std::string_view preset, const char* layout, int ranks, std::vector<std::string> parallel,
+                              int layers = 8) {
+    const bool widened = small || layers != 8;
+    const std::string label = widened ? fmt::format("{} {}x256", preset.substr(0, preset.rfind('-')), layers)
+                                      : std::string(preset);
+    std::vector<std::string> settings = model_settings(preset, widened, layers);
+    settings.insert(settings.end(), parallel.begin(), parallel.end());
+    return ValidationCase{fmt::format("{}, {}", label, layout), ranks, settings};
+  };
   return {
-      {"gpt2-tiny, one rank", 1, {"model.preset=gpt2-tiny"}},
-      {"gpt2-tiny, ddp", 2, {"model.preset=gpt2-tiny"}},
-      {"gpt2-tiny, fsdp", 2, {"model.preset=gpt2-tiny", "parallel.dp_shard=2", "parallel.zero_stage=3"}},
-      {"llama-tiny, tp + sp", 2, {"model.preset=llama-tiny", "parallel.tp=2", "parallel.sequence_parallel=true"}},
-      {"llama-moe-tiny, ep", 2, {"model.preset=llama-moe-tiny", "parallel.dp_shard=2", "parallel.ep=2"}},
-      {"gpt2 12 layers, ddp", 2,
-       {"model.preset=gpt2-tiny", "model.n_layer=12", "model.d_model=256", "model.n_head=8", "model.d_ff=1024"}},
-      {"gpt2-tiny, zero2", 2, {"model.preset=gpt2-tiny", "parallel.dp_shard=2", "parallel.zero_stage=2"}},
-      {"gpt2-tiny, zero1", 4, {"model.preset=gpt2-tiny", "parallel.dp_shard=4", "parallel.zero_stage=1"}},
-      {"llama-tiny, pp x ddp", 4,
-       {"model.preset=llama-tiny", "parallel.pp=2", "train.micro_batch_size=1", "parallel.pp_schedule=1f1b"}},
-      {"llama-tiny, cp x fsdp", 4,
-       {"model.preset=llama-tiny", "parallel.cp=2", "parallel.dp_shard=2", "parallel.zero_stage=3"}},
+      model_case("gpt2-tiny", "one rank", 1, {}),
+      model_case("gpt2-tiny", "ddp", 2, {}),
+      model_case("gpt2-tiny", "fsdp", 2, {"parallel.dp_shard=2", "parallel.zero_stage=3"}),
+      model_case("llama-tiny", "tp + sp", 2, {"parallel.tp=2", "parallel.sequence_parallel=true"}),
+      model_case("llama-moe-tiny", "ep", 2, {"parallel.dp_shard=2", "parallel.ep=2"}),
+      model_case("gpt2-tiny", "ddp", 2, {}, 12),
+      model_case("gpt2-tiny", "zero2", 2, {"parallel.dp_shard=2", "parallel.zero_stage=2"}),
+      model_case("gpt2-tiny", "zero1", 4, {"parallel.dp_shard=4", "parallel.zero_stage=1"}),
+      model_case("llama-tiny", "pp x ddp", 4, {"parallel.pp=2", "train.micro_batch_size=1", "parallel.pp_schedule=1f1b"}),
+      model_case("llama-tiny", "cp x fsdp", 4, {"parallel.cp=2", "parallel.dp_shard=2", "parallel.zero_stage=3"}),
   };
 }
 
@@ -229,8 +249,18 @@ const Cluster& cluster_for(int ranks, std::map<int, Cluster>& clusters, const fs
 
 }  // namespace
 
+ValidationModels parse_validation_models(const std::string& name) {
+  if (name == "small") return ValidationModels::small;
+  if (name == "tiny") return ValidationModels::tiny;
+  throw Error(fmt::format("--validate-models {}: expected small or tiny", name));
+}
+
+const char* validation_models_name(ValidationModels models) {
+  return models == ValidationModels::small ? "small" : "tiny";
+}
+
 int run_plan_validation(const std::string& dir_option, bool keep, const std::vector<std::string>& device_files,
-                        double time_bound_percent) {
+                        double time_bound_percent, ValidationModels models) {
   NDT_CHECK(time_bound_percent > 0 && std::isfinite(time_bound_percent), "--time-bound {} must be a positive percentage",
             time_bound_percent);
   const fs::path dir = dir_option.empty() ? fs::temp_directory_path() / fmt::format("ndtrain-plan-validate-{}", ::getpid())
@@ -250,10 +280,10 @@ int run_plan_validation(const std::string& dir_option, bool keep, const std::vec
   file.commit();
 
   std::map<int, Cluster> clusters = given_clusters(device_files);
-  fmt::print("validating the planner against {} runs on this machine ({} steps each; in {})\n",
-             validation_cases().size(), kValidationSteps, dir.string());
+  const std::vector<ValidationCase> cases = validation_cases(models);
+  fmt::print("validating the planner against {} runs of {} models on this machine ({} steps each; in {})\n", cases.size(),
+             validation_models_name(models), kValidationSteps, dir.string());
   std::vector<ValidationRow> rows;
-  const std::vector<ValidationCase> cases = validation_cases();
   for (size_t i = 0; i < cases.size(); ++i) {
     const ValidationCase& c = cases[i];
     const Cluster& cluster = cluster_for(c.ranks, clusters, dir);

@@ -1,6 +1,6 @@
 // `ndtrain plan --validate`: the planner held to real runs on this machine. A fixed set
-// of small layouts (1, 2 and 4 ranks; gpt2-tiny, llama-tiny, llama-moe-tiny and a
-// 12-layer model) is trained for a few steps under mpirun, and each run's metrics are
+// of small layouts (1, 2 and 4 ranks; gpt2, llama and llama MoE models, one of 12
+// layers) is trained for a few steps under mpirun, and each run's metrics are
 // set against the planner's prediction for the same config on the measured CPU profile:
 //   bytes      each mesh axis's calls and wire bytes of one step (the counters) against
 //              predict_step_communication: equal (all_to_all_v's wire bytes, routing-
@@ -41,12 +41,21 @@ struct ValidationRow {
   std::vector<std::string> notes;       // off by more than 2% where only reported (routing) or bounded (ZeRO buffers)
 };
 
+// The models the set trains (--validate-models): `small` (the default) widens every case
+// to d_model 256 with 8 heads over 8 blocks, so steps take 0.1-0.4 s on a 2-core VM; `tiny`
+// trains the presets as they are (CI's: 20-40 ms steps, which on a shared VM move by
+// 15-25% from one validation to the next with the scheduler's time slices and the
+// per-call costs, more than the bound). Both keep a 12-block case.
+enum class ValidationModels { small, tiny };
+ValidationModels parse_validation_models(const std::string& name);  // throws naming the value
+const char* validation_models_name(ValidationModels models);
+
 // Runs the set in `dir` (empty: a fresh temporary folder, removed afterwards unless
 // keep), printing one line per run as it finishes and then the table; returns 0 when
 // every bound holds, 1 otherwise. `device_files`: device files (`ndtrain plan
 // --calibrate`), each used for the runs of its devices_per_node ranks; the rank counts
 // without one are calibrated first, into `dir`. time_bound_percent: the step-time bound.
 int run_plan_validation(const std::string& dir, bool keep, const std::vector<std::string>& device_files,
-                        double time_bound_percent);
+                        double time_bound_percent, ValidationModels models);
 
 }  // namespace ndt

@@ -82,7 +82,8 @@ TEST(PlanCli, CalibrateThenValidateHoldsThePlannerToRunsOnThisMachine) {
   EXPECT_TRUE(contains(r.output, "calibrated in")) << r.output;
   EXPECT_TRUE(contains(r.output, "gemm_efficiencies = [")) << r.output;
   EXPECT_TRUE(contains(r.output, "intra_node_call_us = ")) << r.output;
-  r = testing::run_command(kNdtrain + " plan --validate --device " + device + " --time-bound " + kCiTimeBoundPercent);
+  r = testing::run_command(kNdtrain + " plan --validate --validate-models tiny --device " + device + " --time-bound " +
+                          kCiTimeBoundPercent);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(contains(r.output, "10 of 10 runs")) << r.output;
   EXPECT_TRUE(contains(r.output, "profile for 2 ranks: device file " + device)) << r.output;
@@ -98,6 +99,8 @@ TEST(PlanCli, CalibrateAndValidateRefuseWhatTheyDoNotUse) {
       {"--calibrate --preset gpt2-tiny", "--preset excludes --calibrate"},
       {"--time-bound 30", "--time-bound requires --validate"},
       {"--validate --time-bound 0", "--time-bound 0 must be a positive percentage"},
+      {"--validate-models tiny", "--validate-models requires --validate"},
+      {"--validate --validate-models huge", "--validate-models huge: expected small or tiny"},
       {"--calibrate --ranks 2000", "--ranks 2000 must lie in [1, 1024]"},
   };
   for (const auto& [arguments, message] : refusals) {
