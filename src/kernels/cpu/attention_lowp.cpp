@@ -1,11 +1,13 @@
 // Low-precision attention on the CPU, flash-style, on blocks of kRowBlock query rows.
 //
 // Layout. The spans' q, k, v (and dout) are first copied to dtype, regrouped by key/value
-// head: q as [B * NKV][rows][group][HS] (a KV head's query heads side by side), k and v as
-// [B * NKV][rows][HS]. A row block of `rows` query rows is then, for each of the B * NKV
-// batches, one matrix of rows x group rows against the block's keys, so every product of
-// a block is ONE batched gemm_lowp call over all sequences and heads (grouped heads
-// included: dK and dV sum over the group inside the product).
+// head: each row block of q as [B * NKV][rows][group][HS] (a KV head's query heads side
+// by side), k and v as [B * NKV][rows][HS], and each block's key window copied dense. A
+// row block of `rows` query rows is then, for each of the B * NKV batches, one matrix of
+// rows x group rows against the window's keys, so every product of a block is ONE
+// batched gemm_lowp call over all sequences and heads on dense batches (grouped heads
+// included: dK and dV sum over the group inside the product). Dense, because oneDNN runs
+// a dense batch on its AMX / AVX512-BF16 brgemm and a strided one on a slower jit gemm.
 //
 // Forward, per row block: S = Q K^T (fp32 sums), then per row in fp32 the scaled scores'
 // softmax over the row's visible keys and its lse; P rounded to dtype; O = P V. Backward,
@@ -49,31 +51,67 @@ struct Grouped {
   int B, Tq, Tk, NH, NKV, G, HS;
   AttentionSpan qs, ks;
   int batches() const { return B * NKV; }
-  int64_t q_stride() const { return int64_t{qs.count} * G * HS; }  // one batch of q, dout, dq
-  int64_t k_stride() const { return int64_t{ks.count} * HS; }      // one batch of k, v, dk, dv
 };
 
-// dst [B * NKV][s.count][heads][HS] (dtype) = the rows of span s of x [B, T, NKV * heads, HS].
-void gather(DType dtype, uint16_t* dst, const float* x, int B, int T, int NKV, int heads, int HS,
-            const AttentionSpan& s) {
-  const int64_t width = int64_t{heads} * HS, rows = int64_t{B} * NKV * s.count;
-#pragma omp parallel for schedule(static) if (rows * width >= kParallelMin)
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t bk = r / s.count, i = r % s.count, b = bk / NKV, kvh = bk % NKV;
-    cast_to_lowp(dtype, x + ((b * T + s.begin + i) * NKV + kvh) * width, dst + r * width, width);
+// The rows of one span of a [B, T, NKV * heads, HS] tensor, regrouped: cut into blocks of
+// `block` rows, each block [B * NKV][its rows][heads][HS], the blocks one after the other.
+// So a block is a dense batch of matrices; with block = the span's count, the whole span
+// as [B * NKV][count][heads][HS].
+struct Regrouped {
+  int B, T, NKV, heads, HS;
+  AttentionSpan s;
+  int block;
+  int64_t width() const { return int64_t{heads} * HS; }
+  // Where row i of the span of sequence b, key/value head kvh lives in the source and here.
+  int64_t source(int64_t b, int64_t kvh, int64_t i) const { return ((b * T + s.begin + i) * NKV + kvh) * width(); }
+  int64_t offset(int64_t bk, int64_t i) const {
+    const int64_t first = i / block * block, rows = std::min<int64_t>(block, s.count - first);
+    return (first * B * NKV + bk * rows + i - first) * width();
+  }
+  int64_t rows() const { return int64_t{B} * NKV * s.count; }
+};
+
+// dst (dtype) = the rows of r.s of x, regrouped.
+void gather(DType dtype, uint16_t* dst, const float* x, const Regrouped& r) {
+  const int64_t width = r.width();
+#pragma omp parallel for schedule(static) if (r.rows() * width >= kParallelMin)
+  for (int64_t n = 0; n < r.rows(); ++n) {
+    const int64_t bk = n / r.s.count, i = n % r.s.count;
+    cast_to_lowp(dtype, x + r.source(bk / r.NKV, bk % r.NKV, i), dst + r.offset(bk, i), width);
   }
 }
 
-// The rows of span s of x [B, T, NKV * heads, HS] += src [B * NKV][s.count][heads][HS].
-void scatter_add(float* x, const float* src, int B, int T, int NKV, int heads, int HS, const AttentionSpan& s) {
-  const int64_t width = int64_t{heads} * HS, rows = int64_t{B} * NKV * s.count;
-#pragma omp parallel for schedule(static) if (rows * width >= kParallelMin)
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t bk = r / s.count, i = r % s.count, b = bk / NKV, kvh = bk % NKV;
-    float* row = x + ((b * T + s.begin + i) * NKV + kvh) * width;
-    const float* add = src + r * width;
+// The rows of r.s of x += src (regrouped).
+void scatter_add(float* x, const float* src, const Regrouped& r) {
+  const int64_t width = r.width();
+#pragma omp parallel for schedule(static) if (r.rows() * width >= kParallelMin)
+  for (int64_t n = 0; n < r.rows(); ++n) {
+    const int64_t bk = n / r.s.count, i = n % r.s.count;
+    float* row = x + r.source(bk / r.NKV, bk % r.NKV, i);
+    const float* add = src + r.offset(bk, i);
 #pragma omp simd
     for (int64_t e = 0; e < width; ++e) row[e] += add[e];
+  }
+}
+
+// dst [B * NKV][keys][HS] = the window's rows of src [B * NKV][ks.count][HS] (dense for
+// the products).
+void copy_window(uint16_t* dst, const uint16_t* src, const Grouped& g, const KeyWindow& keys) {
+  const int64_t n = int64_t{keys.hi - keys.lo} * g.HS;
+  for (int64_t bk = 0; bk < g.batches(); ++bk) {
+    std::copy_n(src + (bk * g.ks.count + keys.lo) * g.HS, n, dst + bk * n);
+  }
+}
+
+// The window's rows of sum [B * NKV][ks.count][HS] += add [B * NKV][keys][HS].
+void add_window(float* sum, const float* add, const Grouped& g, const KeyWindow& keys) {
+  const int64_t n = int64_t{keys.hi - keys.lo} * g.HS;
+#pragma omp parallel for schedule(static) if (g.batches() * n >= kParallelMin)
+  for (int64_t bk = 0; bk < g.batches(); ++bk) {
+    float* row = sum + (bk * g.ks.count + keys.lo) * g.HS;
+    const float* a = add + bk * n;
+#pragma omp simd
+    for (int64_t e = 0; e < n; ++e) row[e] += a[e];
   }
 }
 
@@ -107,29 +145,31 @@ int64_t lse_index(const Grouped& g, const BlockRow& r) {
   return (int64_t{r.b} * g.NH + r.h) * g.Tq + g.qs.begin + r.i;
 }
 
-// One row block's products, all batches in one call each. Q-side matrices (q, dout, dq)
-// start at the block's first row; K-side ones (k, v, dk, dv) at the window's first key.
+// One row block's products, all batches in one call each, on dense batches: the block's
+// query-side rows (q, dout, dq) [B * NKV][M][HS], its window's keys (k, v, dk, dv)
+// [B * NKV][nblk][HS], scores and probabilities [B * NKV][M][nblk].
 struct BlockProducts {
   DType dtype;
   const Grouped& g;
   int r0, M, nblk;
   KeyWindow keys;
-  int64_t q_offset() const { return int64_t{r0} * g.G * g.HS; }
-  int64_t k_offset() const { return int64_t{keys.lo} * g.HS; }
-  // S[M, nblk] = Q K^T (or dP = dO V^T)
-  void scores(float* s, const uint16_t* qside, const uint16_t* kside) const {
-    gemm_lowp_batched(dtype, g.batches(), false, true, M, nblk, g.HS, qside + q_offset(), g.HS, g.q_stride(),
-                      kside + k_offset(), g.HS, g.k_stride(), 0.0f, s, nblk, int64_t{M} * nblk);
+  int64_t q_size() const { return int64_t{M} * g.HS; }
+  int64_t k_size() const { return int64_t{nblk} * g.HS; }
+  int64_t s_size() const { return int64_t{M} * nblk; }
+  // S = Q K^T (or dP = dO V^T)
+  void scores(float* s, const uint16_t* q, const uint16_t* k) const {
+    gemm_lowp_batched(dtype, g.batches(), false, true, M, nblk, g.HS, q, g.HS, q_size(), k, g.HS, k_size(), 0.0f, s,
+                      nblk, s_size());
   }
-  // out[M, HS] = P V or dS K, out's batches `stride` apart
-  void rows_times_keys(float* out, int64_t stride, const uint16_t* p, const uint16_t* kside) const {
-    gemm_lowp_batched(dtype, g.batches(), false, false, M, g.HS, nblk, p, nblk, int64_t{M} * nblk,
-                      kside + k_offset(), g.HS, g.k_stride(), 0.0f, out, g.HS, stride);
+  // out[M, HS] = P V (or dQ = dS K)
+  void rows_times_keys(float* out, const uint16_t* p, const uint16_t* k) const {
+    gemm_lowp_batched(dtype, g.batches(), false, false, M, g.HS, nblk, p, nblk, s_size(), k, g.HS, k_size(), 0.0f,
+                      out, g.HS, q_size());
   }
-  // K-side[nblk, HS] += P^T dO or dS^T Q
-  void keys_from_rows(float* kside, const uint16_t* p, const uint16_t* qside) const {
-    gemm_lowp_batched(dtype, g.batches(), true, false, nblk, g.HS, M, p, nblk, int64_t{M} * nblk,
-                      qside + q_offset(), g.HS, g.q_stride(), 1.0f, kside + k_offset(), g.HS, g.k_stride());
+  // out[nblk, HS] = P^T dO (or dS^T Q)
+  void keys_from_rows(float* out, const uint16_t* p, const uint16_t* q) const {
+    gemm_lowp_batched(dtype, g.batches(), true, false, nblk, g.HS, M, p, nblk, s_size(), q, g.HS, q_size(), 0.0f, out,
+                      g.HS, k_size());
   }
 };
 
@@ -222,6 +262,24 @@ Grouped grouped(int B, int Tq, int Tk, int NH, int NKV, int HS, AttentionSpan qs
   return {B, Tq, Tk, NH, NKV, NH / NKV, HS, qs, ks};
 }
 
+// q, k and v of a call in dtype, regrouped: q in row blocks of kRowBlock, k and v whole.
+struct Operands {
+  Regrouped rows, keys;
+  std::vector<uint16_t> q, k, v;
+  Operands(DType dtype, const Grouped& g, const float* q_in, const float* k_in, const float* v_in)
+      : rows{g.B, g.Tq, g.NKV, g.G, g.HS, g.qs, kRowBlock},
+        keys{g.B, g.Tk, g.NKV, 1, g.HS, g.ks, std::max(1, g.ks.count)},
+        q(static_cast<size_t>(rows.rows() * rows.width())),
+        k(static_cast<size_t>(keys.rows() * keys.width())),
+        v(k.size()) {
+    gather(dtype, q.data(), q_in, rows);
+    gather(dtype, k.data(), k_in, keys);
+    gather(dtype, v.data(), v_in, keys);
+  }
+  // The row block starting at query row r0 of x (regrouped as q): [B * NKV][its rows][G][HS].
+  const uint16_t* query_rows(const std::vector<uint16_t>& x, int r0) const { return x.data() + rows.offset(0, r0); }
+};
+
 }  // namespace
 
 void attention_span_forward_lowp(DType dtype, float* out, float* lse, const float* q, const float* k, const float* v,
@@ -232,15 +290,11 @@ void attention_span_forward_lowp(DType dtype, float* out, float* lse, const floa
   check_pair(kernel, starts, B, Tq, Tk, NH, NKV, HS, qs, ks);
   if (B == 0 || qs.count == 0) return;
   const Grouped g = grouped(B, Tq, Tk, NH, NKV, HS, qs, ks);
+  const Operands ops(dtype, g, q, k, v);
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
-  std::vector<uint16_t> qh(static_cast<size_t>(g.batches() * g.q_stride()));
-  std::vector<uint16_t> kh(static_cast<size_t>(g.batches() * g.k_stride())), vh(kh.size());
-  gather(dtype, qh.data(), q, B, Tq, NKV, g.G, HS, qs);
-  gather(dtype, kh.data(), k, B, Tk, NKV, 1, HS, ks);
-  gather(dtype, vh.data(), v, B, Tk, NKV, 1, HS, ks);
   const int64_t block_rows = int64_t{g.batches()} * std::min(qs.count, kRowBlock) * g.G;
   std::vector<float> s(static_cast<size_t>(block_rows * ks.count)), o(static_cast<size_t>(block_rows * HS));
-  std::vector<uint16_t> p(s.size());
+  std::vector<uint16_t> p(s.size()), kw(ops.k.size()), vw(ops.v.size());
 
   for (int r0 = 0; r0 < qs.count; r0 += kRowBlock) {
     const int r1 = std::min(qs.count, r0 + kRowBlock), rows = r1 - r0;
@@ -250,9 +304,11 @@ void attention_span_forward_lowp(DType dtype, float* out, float* lse, const floa
       continue;
     }
     const BlockProducts blk{dtype, g, r0, rows * g.G, keys.hi - keys.lo, keys};
-    blk.scores(s.data(), qh.data(), kh.data());
+    copy_window(kw.data(), ops.k.data(), g, keys);
+    copy_window(vw.data(), ops.v.data(), g, keys);
+    blk.scores(s.data(), ops.query_rows(ops.q, r0), kw.data());
     softmax_rows(blk, starts, scale, s.data(), p.data(), lse);
-    blk.rows_times_keys(o.data(), int64_t{blk.M} * HS, p.data(), vh.data());
+    blk.rows_times_keys(o.data(), p.data(), vw.data());
     write_rows(out, o.data(), g, r0, rows);
   }
 }
@@ -266,35 +322,37 @@ void attention_span_backward_recompute_lowp(DType dtype, float* dq, float* dk, f
   check_pair(kernel, starts, B, Tq, Tk, NH, NKV, HS, qs, ks);
   if (B == 0 || qs.count == 0 || ks.count == 0) return;
   const Grouped g = grouped(B, Tq, Tk, NH, NKV, HS, qs, ks);
+  const Operands ops(dtype, g, q, k, v);
+  std::vector<uint16_t> doh(ops.q.size());
+  gather(dtype, doh.data(), dout, ops.rows);
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
-  const size_t qsize = static_cast<size_t>(g.batches() * g.q_stride()), ksize = static_cast<size_t>(g.batches() * g.k_stride());
-  std::vector<uint16_t> qh(qsize), doh(qsize), kh(ksize), vh(ksize);
-  gather(dtype, qh.data(), q, B, Tq, NKV, g.G, HS, qs);
-  gather(dtype, doh.data(), dout, B, Tq, NKV, g.G, HS, qs);
-  gather(dtype, kh.data(), k, B, Tk, NKV, 1, HS, ks);
-  gather(dtype, vh.data(), v, B, Tk, NKV, 1, HS, ks);
-  // The gradients' fp32 sums over this call, added into the caller's at the end.
-  std::vector<float> dq_sum(qsize, 0.0f), dk_sum(ksize, 0.0f), dv_sum(ksize, 0.0f);
+  // The gradients' fp32 sums over this call (regrouped), added into the caller's at the end.
+  std::vector<float> dq_sum(ops.q.size(), 0.0f), dk_sum(ops.k.size(), 0.0f), dv_sum(ops.k.size(), 0.0f);
   const int64_t block_rows = int64_t{g.batches()} * std::min(qs.count, kRowBlock) * g.G;
-  std::vector<float> p(static_cast<size_t>(block_rows * ks.count)), dp(p.size());
-  std::vector<uint16_t> p16(p.size());  // P, then dS, in dtype
+  std::vector<float> p(static_cast<size_t>(block_rows * ks.count)), dp(p.size()), dkv(ops.k.size());
+  std::vector<uint16_t> p16(p.size()), kw(ops.k.size()), vw(ops.k.size());  // p16: P, then dS, in dtype
 
   for (int r0 = 0; r0 < qs.count; r0 += kRowBlock) {
     const int r1 = std::min(qs.count, r0 + kRowBlock), rows = r1 - r0;
     const KeyWindow keys = block_keys(starts, g, r0, r1);
     if (keys.empty()) continue;  // no row of the block sees a key: no gradient
     const BlockProducts blk{dtype, g, r0, rows * g.G, keys.hi - keys.lo, keys};
-    blk.scores(p.data(), qh.data(), kh.data());
+    copy_window(kw.data(), ops.k.data(), g, keys);
+    copy_window(vw.data(), ops.v.data(), g, keys);
+    const uint16_t *qblk = ops.query_rows(ops.q, r0), *doblk = ops.query_rows(doh, r0);
+    blk.scores(p.data(), qblk, kw.data());
     recompute_probabilities(blk, starts, scale, lse, p.data(), p16.data());
-    blk.keys_from_rows(dv_sum.data(), p16.data(), doh.data());  // dV += P^T dO
-    blk.scores(dp.data(), doh.data(), vh.data());                // dP = dO V^T
+    blk.keys_from_rows(dkv.data(), p16.data(), doblk);  // dV += P^T dO
+    add_window(dv_sum.data(), dkv.data(), g, keys);
+    blk.scores(dp.data(), doblk, vw.data());  // dP = dO V^T
     score_gradients(blk, starts, scale, D, p.data(), dp.data(), p16.data());
-    blk.rows_times_keys(dq_sum.data() + blk.q_offset(), g.q_stride(), p16.data(), kh.data());  // dQ = dS K
-    blk.keys_from_rows(dk_sum.data(), p16.data(), qh.data());                          // dK += dS^T Q
+    blk.rows_times_keys(dq_sum.data() + ops.rows.offset(0, r0), p16.data(), kw.data());  // dQ = dS K
+    blk.keys_from_rows(dkv.data(), p16.data(), qblk);                                    // dK += dS^T Q
+    add_window(dk_sum.data(), dkv.data(), g, keys);
   }
-  scatter_add(dq, dq_sum.data(), B, Tq, NKV, g.G, HS, qs);
-  scatter_add(dk, dk_sum.data(), B, Tk, NKV, 1, HS, ks);
-  scatter_add(dv, dv_sum.data(), B, Tk, NKV, 1, HS, ks);
+  scatter_add(dq, dq_sum.data(), ops.rows);
+  scatter_add(dk, dk_sum.data(), ops.keys);
+  scatter_add(dv, dv_sum.data(), ops.keys);
 }
 
 void attention_forward_lowp(DType dtype, float* out, float* lse, const float* q, const float* k, const float* v,
