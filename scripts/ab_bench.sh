@@ -6,12 +6,14 @@
 # ledger peak and RSS growth.
 # Usage: scripts/ab_bench.sh OLD_BINARY NEW_BINARY [ROUNDS] [PRESET:STEPS ...]
 # (default: 4 rounds of gpt2-tiny:10 and gpt2-124m:3 at --batch 8 --seq 256 --threads 2)
+# NDT_BENCH_ARGS adds options to both sides, e.g. NDT_BENCH_ARGS="--precision bf16".
 set -euo pipefail
 old="$1"; new="$2"; rounds="${3:-4}"; shift $(( $# < 3 ? $# : 3 ))
 presets=("$@"); [ ${#presets[@]} -gt 0 ] || presets=(gpt2-tiny:10 gpt2-124m:3)
 lscpu | grep -m1 'Model name'
 run() {  # binary preset steps -> "tokens/s ledger_peak_gib rss_growth_gib"
-  "$1" bench train --preset "$2" --batch 8 --seq 256 --threads 2 --steps "$3" |
+  # shellcheck disable=SC2086  # NDT_BENCH_ARGS is split into options on purpose
+  "$1" bench train --preset "$2" --batch 8 --seq 256 --threads 2 --steps "$3" ${NDT_BENCH_ARGS:-} |
     awk '/median step/ {for (i=1;i<=NF;i++) if ($i=="tokens/s,") t=$(i-1)}
          /memory \(rank 0\)/ {for (i=1;i<=NF;i++) {if ($i=="ledger") l=$(i+2); if ($i=="growth") r=$(i+1)}}
          END {print t, l, r}'

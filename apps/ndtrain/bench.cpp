@@ -10,7 +10,9 @@
 // compute hid. It also prints, from the memory model, the longest sequence that fits
 // the memory budget at cp = 1, 2, 4 and 8. With an MoE preset it reports MFU on the
 // active parameters, the routing, the time in the all-to-alls (--ep), and the grouped
-// expert GEMMs against one sgemm of the same total shape.
+// expert GEMMs against one sgemm of the same total shape. With --profile it prints the
+// median step's time by op class (GEMM by dtype, attention, ...), communication, barriers
+// and the unaccounted rest (train/step_profile.h).
 #include "apps/ndtrain/commands.h"
 #include "core/timing.h"
 #include "comm/device_mesh.h"
@@ -31,6 +33,7 @@
 #include "apps/ndtrain/synthetic_rows.h"
 #include "train/training_model.h"
 #include "train/peak_flops.h"
+#include "train/step_profile.h"
 
 #include <fmt/format.h>
 
@@ -43,6 +46,7 @@
 #include <set>
 #include <sstream>
 #include <memory>
+#include <optional>
 #include <vector>
 
 namespace ndt {
@@ -234,6 +238,8 @@ RunConfig bench_run_config(const TrainBenchOptions& o, const MeshShape& shape) {
 int run_bench_train(const TrainBenchOptions& o) {
   NDT_CHECK(o.batch > 0 && o.seq_len > 0, "--batch {} and --seq {} must be positive", o.batch, o.seq_len);
   NDT_CHECK(o.steps > 0, "--steps {} must be positive", o.steps);
+  NDT_CHECK(!o.profile || o.steps >= 3, "--profile needs --steps 3 or more (it reports the median step), got --steps {}",
+            o.steps);
   NDT_CHECK(std::isfinite(o.memory_budget_gib) && o.memory_budget_gib > 0, "--memory-budget-gib {} must be positive",
             o.memory_budget_gib);
   std::unique_ptr<Communicator> world = launched_by_mpi() ? mpi_world() : nullptr;
@@ -318,7 +324,11 @@ int run_bench_train(const TrainBenchOptions& o) {
   };
   std::vector<double> seconds, gather_waits, tp_waits, cp_waits, ep_waits;
   MoeTotals moe;
+  std::optional<StepProfiler> profiler;
+  if (o.profile) profiler.emplace(*mesh);
+  std::vector<StepProfile> profiles;
   for (int s = 0; s <= o.steps; ++s) {
+    if (profiler) profiler->begin();
     const double waited = fsdp ? fsdp->gather_wait_seconds() : 0, tp_before = axis_seconds(Axis::tp),
                  cp_before = cp_seconds(), ep_before = axis_seconds(Axis::ep);
     const double dt = train_step(true);
@@ -332,11 +342,13 @@ int run_bench_train(const TrainBenchOptions& o) {
                       o.cp > 1 ? fmt::format(" (cp communication {:.3f} s)", cp_wait) : "",
                       o.ep > 1 ? fmt::format(" (ep all-to-alls {:.3f} s)", ep_wait) : "",
                       s == 0 ? " (warm-up, not counted)" : ""));
+    if (s > 0 && profiler) profiles.push_back(profiler->end(dt));
     if (s > 0) {
       seconds.push_back(dt), gather_waits.push_back(gather_wait), tp_waits.push_back(tp_wait);
       cp_waits.push_back(cp_wait), ep_waits.push_back(ep_wait);
     }
   }
+  profiler.reset();  // the timers off for what follows
   const double step_s = median(seconds);
   const double tokens_per_s = o.batch * T / step_s;
   const double model_flops = model.flops_per_token(T) * tokens_per_s;
@@ -358,6 +370,7 @@ int run_bench_train(const TrainBenchOptions& o) {
 
   print(fmt::format("  median step {:.3f} s: {:.0f} tokens/s, model {:.1f} GFLOP/s per rank\n", step_s,
                     tokens_per_s, model_flops / ranks / 1e9));
+  if (o.profile) print(format_step_profile(profiles, "  "));
   print(fmt::format("  sgemm {}x{}x{} (one call, median of 5): {:.1f} GFLOP/s -> step at {:.1f}% of sgemm\n", N,
                     config.d_ff, config.d_model, sgemm / 1e9, 100.0 * model_flops / ranks / sgemm));
   const double hardware_flops = model_flops * (1.0 + model.recompute_flops_per_token(T) / model.flops_per_token(T));

@@ -70,6 +70,8 @@ struct TrainBenchOptions {
   float lora_alpha = 32;
   std::string lora_targets = "wq, wk, wv, wo, mlp.*";
   std::string freeze;
+  // Print the median step's time by op class, communication and the rest (train/step_profile.h).
+  bool profile = false;
 };
 int run_bench_train(const TrainBenchOptions& options);
 
@@ -220,6 +222,12 @@ struct PlanOptions {
   bool validate = false;               // hold the planner to runs on this machine
   std::string validate_dir;            // where those runs go (empty: a temporary folder)
   bool keep_runs = false;
+  double time_bound = 20;              // --validate: the step-time error allowed on every run, percent
+  bool calibrate = false;              // measure this machine's constants into a device file
+  int calibrate_ranks = 0;             // the ranks sharing the machine (0: devices_per_node, else 1)
+  std::string calibrate_out;           // the device file --calibrate writes
+  bool calibrate_rank = false;         // one of the measuring ranks --calibrate starts
+  bool device_given = false;           // --device on the command line (--validate: device files)
 };
 int run_plan(const PlanOptions& options);
 

@@ -1,5 +1,5 @@
 // ndtrain: distributed training of transformer language models.
-//   ndtrain train CONFIG [--set section.key=value ...] [--resume [DIR|latest]] [--overwrite]
+//   ndtrain train CONFIG [--set section.key=value ...] [--resume [DIR|latest]] [--overwrite] [--layout manual|auto]
 //   ndtrain prepare INPUT... --out DIR [--val-fraction F] [--force]
 //                   [--tokenizer FILE [--documents file|line|jsonl] [--jsonl-field F] [--shard-tokens N]
 //                    [--separator TOKEN] [--threads N] [--special-in-text]]
@@ -41,6 +41,7 @@
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <set>
 #include <cstdlib>
 #include <unistd.h>
 #include <exception>
@@ -95,6 +96,10 @@ int main(int argc, char** argv) {
                     "Resume from a checkpoint directory, or \"latest\" (the newest under checkpoint.dir); any mesh")
       ->expected(0, 1)
       ->default_str("latest");
+  std::string layout;
+  train->add_option("--layout", layout,
+                    "manual (the config's layout) or auto (the planner's fastest layout for this world size, the "
+                    "layout keys the config gives kept fixed): parallel.layout");
   bool overwrite = false;
   train->add_flag("--overwrite", overwrite,
                   "Allow deleting checkpoints this run does not continue from (an earlier run's, or newer than "
@@ -184,6 +189,8 @@ int main(int argc, char** argv) {
   bench_train->add_option("--lora-targets", bench_options.lora_targets, "With --lora-rank: lora.targets, comma-separated")
       ->needs("--lora-rank");
   bench_train->add_option("--freeze", bench_options.freeze, "train.freeze's patterns, comma-separated");
+  bench_train->add_flag("--profile", bench_options.profile,
+                        "Time the kernels by op class and the communication; print the median step's profile");
   bench_train->add_option("--vocab", bench_options.vocab,
                           "Override the preset's vocabulary size (gpt2's 50257 does not split over tp; 50304 does)");
 
@@ -323,19 +330,35 @@ int main(int argc, char** argv) {
   plan->add_option("--json", plan_options.json, "Write every layout scored (and why the others were rejected) as JSON");
   plan->add_option("--csv", plan_options.csv, "The same as CSV");
   auto* validate = plan->add_flag("--validate", plan_options.validate,
-                                  "Instead: train small layouts on this machine (1, 2, 4 ranks) and hold the planner to them");
+                                  "Instead: train small layouts on this machine (1, 2, 4 ranks) and hold the planner to them "
+                                  "(with --device: calibrated device files, one per rank count; without, it calibrates)");
   // An option that does nothing is refused, never ignored: the validation's own options
   // need --validate, and --validate plans nothing else.
   plan->add_option("--validate-dir", plan_options.validate_dir, "With --validate: the folder for the runs (kept)")
       ->needs(validate);
   plan->add_flag("--keep-runs", plan_options.keep_runs, "With --validate: keep the temporary folder")->needs(validate);
+  plan->add_option("--time-bound", plan_options.time_bound,
+                   "With --validate: the largest step-time error allowed on any run, percent (default 20)")
+      ->needs(validate);
+  auto* calibrate = plan->add_flag("--calibrate", plan_options.calibrate,
+                                   "Instead: measure the step-time model's constants on this machine as --ranks ranks "
+                                   "share it and write them as a device file (--out)");
+  plan->add_option("--ranks", plan_options.calibrate_ranks,
+                   "With --calibrate: the ranks sharing this machine (default: --devices-per-node, else 1)")
+      ->needs(calibrate);
+  auto* out = plan->add_option("--out", plan_options.calibrate_out, "With --calibrate: the device file to write");
+  // The measuring ranks --calibrate starts under mpirun.
+  auto* calibrate_rank = plan->add_flag("--calibrate-rank", plan_options.calibrate_rank)->group("")->needs(out);
+  const std::set<std::string> validate_options = {"--validate", "--validate-dir", "--keep-runs", "--time-bound",
+                                                  "--device", "--help"};
+  const std::set<std::string> calibrate_options = {"--calibrate", "--ranks", "--devices-per-node", "--out", "--help",
+                                                   "--calibrate-rank"};
   for (CLI::Option* option : plan->get_options()) {
     const std::string name = option->get_name();
-    if (name != "--validate" && name != "--validate-dir" && name != "--keep-runs" && name != "--help") {
-      option->excludes(validate);
-    }
+    if (!validate_options.count(name) && option != validate) option->excludes(validate);
+    if (!calibrate_options.count(name) && option != calibrate) option->excludes(calibrate);
+    if (name != "--out" && name != "--help" && option != calibrate_rank) option->excludes(calibrate_rank);
   }
-
   ndt::ConvertOptions convert_options;
   auto* convert = app.add_subcommand("convert", "Convert a model between safetensors, llm.c, Hugging Face folders and checkpoints");
   convert->add_option("--from", convert_options.from,
@@ -393,6 +416,7 @@ int main(int argc, char** argv) {
     if (*train) {
       if (train->count("--resume") > 0) overrides.push_back("checkpoint.resume=" + (resume.empty() ? "latest" : resume));
       if (overwrite) overrides.push_back("checkpoint.overwrite=true");
+      if (!layout.empty()) overrides.push_back("parallel.layout=" + layout);
       return ndt::run_train(config_path, overrides);
     }
     if (*prepare && !token_prepare.tokenizer.empty()) {
@@ -415,7 +439,10 @@ int main(int argc, char** argv) {
     if (*bench_comm) return ndt::run_bench_comm(comm_bench);
     if (*bench_overlap) return ndt::run_bench_overlap(overlap_bench);
     if (*simulate_pipeline) return ndt::run_simulate_pipeline(pipeline_options);
-    if (*plan) return ndt::run_plan(plan_options);
+    if (*plan) {
+      plan_options.device_given = plan->count("--device") > 0;
+      return ndt::run_plan(plan_options);
+    }
     if (*convert) return ndt::run_convert(convert_options);
     if (*generate) return ndt::run_generate(generate_options);
     if (*report) return ndt::run_report(report_options);

@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "core/output_file.h"
 #include "model/transformer.h"
+#include "plan/calibration.h"
 #include "plan/planner.h"
 #include "plan/validation.h"
 
@@ -93,7 +94,22 @@ void print_best(const LayoutScore& s, const Cluster& cluster) {
 }  // namespace
 
 int run_plan(const PlanOptions& o) {
-  if (o.validate) return run_plan_validation(o.validate_dir, o.keep_runs);
+  NDT_CHECK(o.calibrate_out.empty() || o.calibrate || o.calibrate_rank, "--out {} requires --calibrate", o.calibrate_out);
+  if (o.calibrate_rank) {
+    calibrate_ranks(o.calibrate_out);
+    return 0;
+  }
+  if (o.calibrate) {
+    NDT_CHECK(o.calibrate_ranks >= 0, "--ranks {} must not be negative (0: --devices-per-node, else 1)", o.calibrate_ranks);
+    const int ranks = o.calibrate_ranks > 0 ? o.calibrate_ranks : std::max(1, o.devices_per_node);
+    run_calibration(ranks, o.calibrate_out.empty() ? fmt::format("cpu-{}-ranks.toml", ranks) : o.calibrate_out);
+    return 0;
+  }
+  if (o.validate) {
+    // --device given with --validate: calibrated device files, one per rank count.
+    const std::vector<std::string> devices = o.device_given ? split_comma_list(o.device) : std::vector<std::string>{};
+    return run_plan_validation(o.validate_dir, o.keep_runs, devices, o.time_bound);
+  }
   std::vector<std::string> overrides = o.overrides;
   if (!o.preset.empty()) overrides.insert(overrides.begin(), "model.preset=" + o.preset);
   NDT_CHECK(!o.config.empty() || !o.preset.empty(), "ndtrain plan needs a model: --preset NAME or --config FILE");

@@ -1,9 +1,11 @@
 #include "apps/ndtrain/commands.h"
 #include "comm/device_mesh.h"
 #include "comm/mpi_communicator.h"
+#include "comm/self_communicator.h"
 #include "comm/watchdog.h"
 #include "core/error.h"
 #include "data/prepare.h"
+#include "plan/auto_layout.h"
 #include "train/config.h"
 #include "train/trainer.h"
 
@@ -14,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 
 namespace ndt {
 
@@ -45,23 +48,54 @@ int launched_rank() {
 // scripts can tell it from a finished run (train/stop_signal.h).
 int exit_code(const RunSummary& summary) { return summary.stopped_by_signal ? 128 + summary.stop_signal : 0; }
 
+namespace {
+
+// parallel.layout = "auto": the layout the planner chose (plan/auto_layout.h), the same on
+// every rank of `world`, with its prediction for the trainer to check; else the config
+// as it is.
+struct RunLayout {
+  RunConfig config;
+  std::optional<LayoutPrediction> prediction;
+};
+
+RunLayout run_layout(RunConfig config, const std::vector<std::string>& given_keys, Communicator& world,
+                     int ranks_per_node) {
+  if (config.layout == LayoutMode::manual) return {std::move(config), std::nullopt};
+  ChosenLayout chosen = resolve_auto_layout(config, given_keys, world, ranks_per_node,
+                                            world.rank() == 0 ? &std::cout : nullptr);
+  return {std::move(chosen.config), std::move(chosen.prediction)};
+}
+
+int train_on(const RunLayout& run, DeviceMesh& mesh) {
+  Trainer trainer(run.config, mesh, &std::cout);
+  if (run.prediction) trainer.expect_layout(*run.prediction);
+  return exit_code(trainer.run());
+}
+
+}  // namespace
+
 int run_train(const std::string& config_path, const std::vector<std::string>& overrides) {
-  const RunConfig config = load_run_config(config_path, overrides);
+  RunConfig config = read_run_config(config_path, overrides);
+  // Under parallel.layout = "auto" the layout keys are checked on each candidate, and the
+  // whole config by the trainer once the layout is chosen.
+  if (config.layout == LayoutMode::manual) config.validate();
+  const std::vector<std::string> given_keys = given_config_keys(config_path, overrides);
   if (!launched_by_mpi()) {
-    config.resolve_mesh(1);
+    SelfCommunicator self;
+    const RunLayout run = run_layout(std::move(config), given_keys, self, 1);
+    run.config.resolve_mesh(1);
     DeviceMesh mesh;
-    Trainer trainer(config, mesh, &std::cout);
-    return exit_code(trainer.run());
+    return train_on(run, mesh);
   }
   set_comm_timeout_seconds(config.comm_timeout_s);
   std::unique_ptr<Communicator> world = mpi_world();
   NodeTopology nodes = detect_node_topology(*world);
-  const MeshShape shape = config.resolve_mesh(world->size(), nodes.ranks_per_node());
+  const RunLayout run = run_layout(std::move(config), given_keys, *world, nodes.ranks_per_node());
+  const MeshShape shape = run.config.resolve_mesh(world->size(), nodes.ranks_per_node());
   DeviceMesh mesh(*world, shape, std::move(nodes));
-  Trainer trainer(config, mesh, &std::cout);
-  const RunSummary summary = trainer.run();
+  const int code = train_on(run, mesh);
   world->barrier();
-  return exit_code(summary);
+  return code;
 }
 
 namespace {

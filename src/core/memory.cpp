@@ -1,5 +1,6 @@
 #include "core/memory.h"
 
+#include <array>
 #include <fstream>
 #include <string>
 
@@ -17,9 +18,11 @@ std::string_view mem_tag_name(MemTag tag) {
   return "?";
 }
 
-MemoryLedger& MemoryLedger::instance() {
-  static MemoryLedger ledger;
-  return ledger;
+MemoryLedger& MemoryLedger::instance() { return for_device(Device::cpu); }
+
+MemoryLedger& MemoryLedger::for_device(Device device) {
+  static std::array<MemoryLedger, kNumDevices> ledgers;
+  return ledgers[static_cast<size_t>(device)];
 }
 
 static void raise_to(std::atomic<size_t>& peak, size_t value) {

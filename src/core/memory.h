@@ -2,8 +2,11 @@
 // tag (per rank: one rank is one process) can be reported and tested against theory.
 // A second tier counts what lives on disk instead (offload, docs/offload.md: swap
 // files of parameters, gradients and optimizer states), per tag, beside the resident
-// bytes: resident + on disk is a tag's whole footprint.
+// bytes: resident + on disk is a tag's whole footprint. Each device has its own ledger
+// with the same tags (instance() is the host's; for_device(Device::cuda) a GPU's).
 #pragma once
+
+#include "core/device.h"
 
 #include <array>
 #include <atomic>
@@ -18,7 +21,8 @@ std::string_view mem_tag_name(MemTag tag);
 
 class MemoryLedger {
  public:
-  static MemoryLedger& instance();
+  static MemoryLedger& instance();  // the host's: for_device(Device::cpu)
+  static MemoryLedger& for_device(Device device);
 
   void on_alloc(MemTag tag, size_t bytes);
   void on_free(MemTag tag, size_t bytes);

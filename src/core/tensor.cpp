@@ -27,14 +27,6 @@ std::string shape_str(const Shape& shape) {
   return s + "]";
 }
 
-const char* device_name(Device device) {
-  switch (device) {
-    case Device::cpu:
-      return "cpu";
-  }
-  return "unknown";
-}
-
 static constexpr size_t kAlignment = 64;
 
 namespace {
@@ -105,7 +97,13 @@ size_t rounded_bytes(size_t bytes) {
 
 size_t storage_cached_bytes() { return block_cache().cached(); }
 
-Storage::Storage(size_t bytes, MemTag tag) : bytes_(bytes), tag_(tag) {
+Storage::Storage(size_t bytes, MemTag tag, Device device) : bytes_(bytes), tag_(tag), device_(device) {
+  if (device != Device::cpu) {
+    block_bytes_ = rounded_bytes(bytes);
+    data_ = device_memory(device).allocate(block_bytes_);
+    MemoryLedger::for_device(device).on_alloc(tag_, bytes_);
+    return;
+  }
   data_ = block_cache().take(rounded_bytes(bytes), &block_bytes_);
   // The last line of defence (runs check what they need before allocating): the bytes
   // and what they were for, never a bare std::bad_alloc.
@@ -116,21 +114,25 @@ Storage::Storage(size_t bytes, MemTag tag) : bytes_(bytes), tag_(tag) {
 }
 
 Storage::~Storage() {
-  block_cache().give(data_, block_bytes_);
-  MemoryLedger::instance().on_free(tag_, bytes_);
+  if (device_ == Device::cpu) {
+    block_cache().give(data_, block_bytes_);
+  } else {
+    device_memory(device_).release(data_, block_bytes_);
+  }
+  MemoryLedger::for_device(device_).on_free(tag_, bytes_);
 }
 
-Tensor Tensor::empty(const Shape& shape, DType dtype, MemTag tag) {
+Tensor Tensor::empty(const Shape& shape, DType dtype, MemTag tag, Device device) {
   for (int64_t d : shape) NDT_CHECK(d >= 0, "tensor shape {} has a negative size", shape_str(shape));
   Tensor t;
   t.shape_ = shape;
   t.dtype_ = dtype;
-  t.storage_ = std::make_shared<Storage>(t.nbytes(), tag);
+  t.storage_ = std::make_shared<Storage>(t.nbytes(), tag, device);
   return t;
 }
 
-Tensor Tensor::zeros(const Shape& shape, DType dtype, MemTag tag) {
-  Tensor t = empty(shape, dtype, tag);
+Tensor Tensor::zeros(const Shape& shape, DType dtype, MemTag tag, Device device) {
+  Tensor t = empty(shape, dtype, tag, device);
   t.zero_();
   return t;
 }
@@ -153,7 +155,13 @@ Tensor Tensor::slice(int64_t begin, int64_t end) const {
   return t;
 }
 
-void Tensor::zero_() { std::memset(raw(), 0, nbytes()); }
+void Tensor::zero_() {
+  if (device() == Device::cpu) {
+    std::memset(raw(), 0, nbytes());
+  } else {
+    device_memory(device()).zero(raw(), nbytes());
+  }
+}
 
 void Tensor::copy_from(const Tensor& other) {
   NDT_CHECK(defined() && other.defined(), "Tensor::copy_from: {} tensor is undefined",
@@ -163,16 +171,18 @@ void Tensor::copy_from(const Tensor& other) {
             "shape and dtype must be equal",
             shape_str(other.shape_), dtype_name(other.dtype_), other.numel(), shape_str(shape_),
             dtype_name(dtype_), numel());
-  // Core owns the device layer (kernels build on core, not the reverse): one branch per
-  // (destination, source) device pair; a GPU backend adds host<->device copies here.
-  switch (device()) {
-    case Device::cpu:
-      NDT_CHECK(other.device() == Device::cpu, "Tensor::copy_from: no copy from {} to cpu",
-                device_name(other.device()));
-      if (nbytes() > 0 && raw() != other.raw()) std::memcpy(raw(), other.raw(), nbytes());
-      return;
+  if (nbytes() == 0 || (raw() == other.raw() && device() == other.device())) return;
+  // Core owns the device layer (kernels build on core, not the reverse): host to host is
+  // a memcpy; any pair with a device goes through that device's memory (two different
+  // devices would need a peer copy, which no backend offers).
+  if (device() == Device::cpu && other.device() == Device::cpu) {
+    std::memcpy(raw(), other.raw(), nbytes());
+    return;
   }
-  fail("Tensor::copy_from: unknown destination device {}", static_cast<int>(device()));
+  NDT_CHECK(device() == Device::cpu || other.device() == Device::cpu || device() == other.device(),
+            "Tensor::copy_from: no copy from {} to {}", device_name(other.device()), device_name(device()));
+  const Device gpu = device() == Device::cpu ? other.device() : device();
+  device_memory(gpu).copy(raw(), device(), other.raw(), other.device(), nbytes());
 }
 
 }  // namespace ndt

@@ -3,6 +3,7 @@
 // share the storage. Kernels work on the raw pointers; this type owns and accounts.
 #pragma once
 
+#include "core/device.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/memory.h"
@@ -18,19 +19,14 @@ using Shape = std::vector<int64_t>;
 int64_t shape_numel(const Shape& shape);
 std::string shape_str(const Shape& shape);  // "[2, 3, 4]"
 
-// Bytes of freed blocks kept for reuse (not counted by the ledger; see tensor.cpp).
+// Bytes of freed host blocks kept for reuse (not counted by the ledger; see tensor.cpp).
 size_t storage_cached_bytes();
 
-// Where a storage's bytes live. Only host memory today; `cuda` is where a GPU backend
-// plugs in (device allocation in Storage, device copies in Tensor::copy_from and
-// zero_, and a matching backend in kernels/kernels.h).
-enum class Device { cpu };
-const char* device_name(Device device);  // "cpu"
-
-// One aligned allocation, reported to the MemoryLedger under its tag for its lifetime.
+// One aligned allocation on a device (core/device.h), reported to that device's
+// MemoryLedger under its tag for its lifetime.
 class Storage {
  public:
-  Storage(size_t bytes, MemTag tag);
+  Storage(size_t bytes, MemTag tag, Device device = Device::cpu);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -57,8 +53,8 @@ template <> constexpr DType dtype_of<uint16_t>() { return DType::u16; }
 class Tensor {
  public:
   Tensor() = default;
-  static Tensor empty(const Shape& shape, DType dtype, MemTag tag);  // uninitialised
-  static Tensor zeros(const Shape& shape, DType dtype, MemTag tag);
+  static Tensor empty(const Shape& shape, DType dtype, MemTag tag, Device device = Device::cpu);  // uninitialised
+  static Tensor zeros(const Shape& shape, DType dtype, MemTag tag, Device device = Device::cpu);
 
   bool defined() const { return storage_ != nullptr; }
   const Shape& shape() const { return shape_; }
@@ -84,7 +80,8 @@ class Tensor {
   Tensor slice(int64_t begin, int64_t end) const;
   void zero_();
   // Copies other's elements into this tensor: same shape (hence numel) and dtype,
-  // both defined; the copy is chosen by the two devices (host memcpy today).
+  // both defined; the copy is chosen by the two devices (host memcpy, or the device's
+  // DeviceMemory::copy for host<->device and device<->device).
   void copy_from(const Tensor& other);
 
  private:

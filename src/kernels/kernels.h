@@ -3,13 +3,14 @@
 // signature and contract are the backend function of the same name (the CPU backend,
 // ndt::cpu, kernels/cpu/*.h, documents each in full), and ndt::kernels::NAME is a
 // callable with exactly that signature that routes to the active backend (backend()).
-// A CUDA backend adds kernels/cuda/ with the same functions, an enumerator in Backend
-// and its function pointer in Routed below (one place, for every kernel); callers do not
-// change. The switch costs one predictable branch per call, outside any hot loop; the
-// GEMM-sized work dominates.
+// The CUDA backend (kernels/cuda/, built with NDT_CUDA, docs/gpu.md) pairs its function
+// of the same name and signature with each cpu kernel in kernels/cuda/twins.cpp; a
+// kernel without a twin throws ndt::Error naming it when called on that backend. Callers
+// do not change. The switch costs one predictable branch per call, outside any hot loop;
+// the GEMM-sized work dominates.
 //
-// Pointers: every pointer is host memory today. With a device backend they are that
-// device's memory (Tensor::device() says where a tensor lives).
+// Pointers: the active backend's memory: host memory on cpu, device memory on cuda
+// (Tensor::device() says where a tensor lives; Tensor::copy_from moves it).
 //
 // Accumulation contract (as in the cpu headers): forward kernels overwrite their
 // outputs; backward kernels add (+=) into their gradients, so a tensor used twice gets
@@ -23,6 +24,7 @@
 #include "kernels/cpu/attention_lowp.h"
 #include "kernels/cpu/attention_span.h"
 #include "kernels/cpu/cast.h"
+#include "kernels/cpu/columns.h"
 #include "kernels/cpu/cross_entropy.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/embedding.h"
@@ -31,27 +33,32 @@
 #include "kernels/cpu/norm.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/threads.h"
+#include "kernels/op_class.h"
+#include "kernels/profile.h"
 
 #include <cstdint>
 #include <string>
 
 namespace ndt::kernels {
 
-// Which implementation the functions below run. cuda would be the next enumerator.
-enum class Backend { cpu };
-const char* backend_name(Backend backend);  // "cpu"
+// Which implementation the functions below run.
+enum class Backend { cpu, cuda };
+const char* backend_name(Backend backend);  // "cpu", "cuda"
 // The active backend: cpu unless set_backend chose another.
 Backend backend();
 // Chooses the backend, once at start-up before any kernel runs (not synchronised with
-// running kernels). Throws ndt::Error naming the value for a backend this build lacks.
+// running kernels); cuda starts the device (its memory for Device::cuda tensors). Throws
+// ndt::Error naming the value for a backend this build lacks (cuda with NDT_CUDA=off)
+// or a device that cannot start (no GPU).
 void set_backend(Backend backend);
 
 // What runs the GEMMs, for logs: e.g. "OpenBLAS SkylakeX kernels".
 std::string gemm_library();
 
-// Types of the kernels' arguments (kernels/cpu/attention_span.h, kernels/cpu/adamw.h).
+// Types of the kernels' arguments (kernels/cpu/attention_span.h, adamw.h, columns.h).
 using AttentionSpan = cpu::AttentionSpan;
 using AdamWStep = cpu::AdamWStep;
+using ColumnBlock = cpu::ColumnBlock;
 
 // Every routed kernel, by the header of kernels/cpu/ that documents it.
 #define NDT_KERNEL_LIST(X)                                                                              \
@@ -65,6 +72,8 @@ using AdamWStep = cpu::AdamWStep;
   X(add_bias) X(bias_backward) X(add_inplace) X(zero) X(copy) X(fill)                                    \
   /* cast.h: fp32 <-> bf16/f16, round to nearest even */                                                 \
   X(cast_to_lowp) X(cast_from_lowp) X(round_to_lowp)                                                     \
+  /* columns.h: fused projections' outputs split and rounded, output gradients gathered */               \
+  X(split_columns_round) X(gather_columns_lowp) X(gather_columns)                                        \
   /* norm.h */                                                                                           \
   X(layernorm_forward) X(layernorm_backward) X(rmsnorm_forward) X(rmsnorm_backward)                      \
   /* attention.h; attention_span.h: ring attention's span kernels, merged by log-sum-exp; causal, or */  \
@@ -88,6 +97,17 @@ using AdamWStep = cpu::AdamWStep;
 namespace detail {
 
 [[noreturn]] void unknown_backend(const char* kernel);
+[[noreturn]] void no_cuda_twin(const char* kernel);
+
+// The cuda backend's form of the cpu kernel Cpu: call() is defined out of line, once per
+// build (kernels/cuda/twins.cpp with NDT_CUDA; else kernels.cpp, where it throws), so this
+// header, and every file including it, is the same with and without CUDA.
+template <auto Cpu>
+struct CudaTwin;
+template <typename R, typename... Args, R (*Cpu)(Args...)>
+struct CudaTwin<Cpu> {
+  static R call(const char* name, Args... args);
+};
 
 // A kernel routed to the active backend: cpu::NAME's signature, deduced from it.
 template <auto Cpu>
@@ -95,10 +115,22 @@ struct Routed;
 template <typename R, typename... Args, R (*Cpu)(Args...)>
 struct Routed<Cpu> {
   const char* name;
+  OpClass op_class;
   R operator()(Args... args) const {
+    if (profiling()) {
+      ProfileScope scope(op_class);
+      return call(args...);
+    }
+    return call(args...);
+  }
+
+ private:
+  R call(Args... args) const {
     switch (backend()) {
       case Backend::cpu:
         return Cpu(args...);
+      case Backend::cuda:
+        return CudaTwin<Cpu>::call(name, args...);
     }
     unknown_backend(name);
   }
@@ -106,7 +138,9 @@ struct Routed<Cpu> {
 
 }  // namespace detail
 
-#define NDT_ROUTED_KERNEL(name) inline constexpr detail::Routed<&cpu::name> name{#name};
+#define NDT_ROUTED_KERNEL(name)                                                                \
+  static_assert(op_class_of(#name).has_value(), "kernel " #name " has no row in kernels/op_class.h"); \
+  inline constexpr detail::Routed<&cpu::name> name{#name, *op_class_of(#name)};
 NDT_KERNEL_LIST(NDT_ROUTED_KERNEL)
 #undef NDT_ROUTED_KERNEL
 

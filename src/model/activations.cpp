@@ -177,14 +177,16 @@ BlockScratch carve_scratch(const ModelConfig& c, const ActivationLayout& tp, int
     s.dln_local = m.take(d.Nl * d.C);
     s.dout_full = m.take(d.N * d.C);
   }
-  s.dq = m.take(d.N * d.QD);
+  s.dq = m.take(d.N * d.QD);  // dq to dv adjacent: qkv_out spans them
   s.dq2 = m.take(d.N * d.QD);
   s.dk = m.take(d.N * d.KD);
   s.dk2 = m.take(d.N * d.KD);
   s.dv = m.take(d.N * d.KD);
+  s.qkv_out = s.dq;
   s.datt_out = m.take(d.N * d.QD);
-  s.dff_a = m.take(d.N * d.F);
+  s.dff_a = m.take(d.N * d.F);  // dff_a and dff_b adjacent: gate_up_out spans them
   s.dff_b = m.take(d.N * d.F);
+  s.gate_up_out = s.dff_a;
   if (c.arch == Arch::llama) s.dff_c = m.take(d.N * d.F);
   s.cp_scratch = m.take(tp.seq_chunks > 1 ? sequence_chunk_scratch_floats(B, T, d.NH, d.HS)
                                           : context_parallel_scratch_floats(tp.cp, B, T, d.NH, d.NKV, d.HS));
@@ -227,8 +229,9 @@ void carve_context_views(MicroBatchContext* ctx, const ModelConfig& c, const Act
 // input gradient, one logits chunk and the loss's work, then the recompute area (what
 // the policy's blocks do not save; full, or low precision: a whole block's
 // activations), then in low precision the matmuls' two 16-bit operand scratches, each
-// as large as the largest operand (a block's [N, max(C, F, QD)], or a loss chunk's
-// [chunk, V / tp] output gradient).
+// as large as the largest operand (a block's [N, max(C, F, fused width)], or a loss
+// chunk's [chunk, V / tp] output gradient), and with biases the fused projections' weight
+// scratch [fused width, C] (fused width: QD + 2KD, or 2F for llama's gate and up).
 void carve_workspace_views(Workspace* ws, const ModelConfig& c, const ActivationLayout& tp, int B, int T, int chunk_rows,
                            const ActivationCheckpointing& policy, DType compute, Carver& m) {
   const int64_t N = int64_t{B} * T, Nl = tp.local_rows(N), C = c.d_model;
@@ -240,19 +243,24 @@ void carve_workspace_views(Workspace* ws, const ModelConfig& c, const Activation
   float* loss_work = m.take(3 * chunk);
   BlockCarver recomputed(policy.mode, /*complement=*/true, compute, m);
   const BlockActivations recompute = carve_block(c, tp, B, T, recomputed);
-  int64_t capacity = 0;
-  uint16_t *a = nullptr, *b = nullptr;
+  int64_t capacity = 0, fused_capacity = 0;
+  uint16_t *a = nullptr, *b = nullptr, *fused = nullptr;
   if (compute != DType::f32) {
     const BlockDims d(c, tp, B, T);
-    capacity = std::max({N * std::max({d.C, d.F, d.QD}), chunk * std::max(C, V)});
+    const int64_t fused_width = std::max(d.QD + 2 * d.KD, c.arch == Arch::llama ? 2 * d.F : 0);
+    capacity = std::max({N * std::max({d.C, d.F, fused_width}), chunk * std::max(C, V)});
     capacity += capacity % 2;  // whole floats of the arena
     a = reinterpret_cast<uint16_t*>(m.take(capacity / 2));
     b = reinterpret_cast<uint16_t*>(m.take(capacity / 2));
+    // Biases lie between the weights in the arena (parameter order): only then are they copied.
+    fused_capacity = c.has_bias() ? fused_width * C + fused_width * C % 2 : 0;
+    fused = reinterpret_cast<uint16_t*>(m.take(fused_capacity / 2));
   }
   if (ws) {
     ws->block = block, ws->dstream = dstream, ws->dlnf = dlnf, ws->logits = logits, ws->loss_work = loss_work;
     ws->recompute = recompute;
     ws->matmul.a = a, ws->matmul.b = b, ws->matmul.capacity = capacity;
+    ws->matmul.fused_weights = fused, ws->matmul.fused_weights_capacity = fused_capacity;
   }
 }
 

@@ -191,6 +191,11 @@ struct BlockScratch {
   float* dff_b = nullptr;      // [N, F]
   float* dff_c = nullptr;      // [N, F] (llama only)
   float* cp_scratch = nullptr;  // context parallelism's or Seq1F1B's (*_scratch_floats)
+  // Low-precision forward's fused projection outputs (model/fused_projections.h), over
+  // scratch only backward uses: q | k | v [N, QD + 2KD] over dq..dv, gate | up [N, 2F]
+  // over dff_a and dff_b.
+  float* qkv_out = nullptr;
+  float* gate_up_out = nullptr;
 };
 
 // The scratch of every unit, carved for the micro-batch about to run: the blocks'

@@ -5,7 +5,9 @@
 #include "model/sequence_chunk_attention.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <functional>
 #include <utility>
 
 namespace ndt {
@@ -102,6 +104,8 @@ Block::Block(const ModelConfig& config, int layer, const ParameterStore& store, 
   for (ColumnParallelLinear* l : {&wq_, &wk_, &wv_, &fc_, &up_}) l->precision = &ws_.matmul;
   for (RowParallelLinear* l : {&wo_, &proj_}) l->precision = &ws_.matmul;
   if (c_.lora.enabled()) attach_adapters(store);
+  qkv_ = FusedProjections({&wq_, &wk_, &wv_});
+  if (dense && !gpt2) gate_up_ = FusedProjections({&fc_, &up_});
 }
 
 void Block::attach_adapters(const ParameterStore& store) {
@@ -210,14 +214,19 @@ void Block::forward_pass(MicroBatchContext& ctx, bool recompute) {
   norm(a.ln1, a.ln1_mean, a.ln1_rstd, x_in, *ln1_w_, ln1_b_, d);
   float* q_dst = c_.qk_norm ? a.q_pre : a.q;
   float* k_dst = c_.qk_norm ? a.k_pre : a.k;
-  wq_.forward(q_dst, a.ln1, d.N);
-  wk_.forward(k_dst, a.ln1, d.N);
-  wv_.forward(a.v, a.ln1, d.N);
   // Low precision: what backward reads is rounded where it is made, so forward computes
   // with the very values the context keeps (or recompute rebuilds).
-  round_to_compute(q_dst, d.N * d.QD);
-  round_to_compute(k_dst, d.N * d.KD);
-  round_to_compute(a.v, d.N * d.KD);
+  if (qkv_.active()) {
+    float* const outs[] = {q_dst, k_dst, a.v};
+    qkv_.forward(outs, a.ln1, d.N, s.qkv_out);
+  } else {
+    wq_.forward(q_dst, a.ln1, d.N);
+    wk_.forward(k_dst, a.ln1, d.N);
+    wv_.forward(a.v, a.ln1, d.N);
+    round_to_compute(q_dst, d.N * d.QD);
+    round_to_compute(k_dst, d.N * d.KD);
+    round_to_compute(a.v, d.N * d.KD);
+  }
   const int N = static_cast<int>(d.N);
   if (c_.qk_norm) {
     kernels::rmsnorm_forward(a.q, a.q_rstd, a.q_pre, q_norm_->data(), N * d.NH, d.HS, c_.norm_eps);
@@ -254,13 +263,18 @@ void Block::mlp_forward(MicroBatchContext& ctx, const BlockActivations& a, const
                         bool recompute) {
   const TensorParallelRegions& tp = *tp_;
   float* partial = tp.splits_rows() ? ws_.block.dln : x_out;  // [N, C]
-  if (d.F > 0) {
+  if (gate_up_.active()) {
+    float* const outs[] = {a.ff_pre, a.ff_up};
+    gate_up_.forward(outs, a.ln2, d.N, ws_.block.gate_up_out);
+  } else if (d.F > 0) {
     fc_.forward(a.ff_pre, a.ln2, d.N);
     round_to_compute(a.ff_pre, d.N * d.F);
     if (c_.arch == Arch::llama) {
       up_.forward(a.ff_up, a.ln2, d.N);
       round_to_compute(a.ff_up, d.N * d.F);
     }
+  }
+  if (d.F > 0) {
     activation(a, d);
     if (!moe_.active()) {
       proj_.forward(tp, x_out, partial, a.ff_act, d.N);
@@ -274,7 +288,7 @@ void Block::mlp_forward(MicroBatchContext& ctx, const BlockActivations& a, const
   // The routed experts add their (tp-partial) output to the shared MLP's before the
   // region's reduction. Evaluation and recompute add nothing to the totals.
   MoeTotals* totals = recompute || ctx.forward_only ? nullptr : moe_totals_;
-  moe_.bind(*experts_, attention(ctx));
+  moe_.bind(*experts_, attention(ctx), ws_.matmul.dtype);
   moe_.forward(ctx.moe[static_cast<size_t>(layer_)], moe_batch(ctx), a.ln2, partial, totals ? &totals->aux_sum : nullptr,
                totals ? &totals->z_sum : nullptr, totals ? &totals->stats : nullptr);
   const float* y = tp.row_output_forward(partial, x_out, d.Nl, d.C);
@@ -294,11 +308,16 @@ void Block::moe_mlp_backward(MicroBatchContext& ctx, const BlockActivations& a, 
     matmul_backward(ws_.matmul, s.dff_a, /*weight_grad=*/true, nullptr, dout, a.ff_act, *proj_.weight, d.N);
     if (proj_.lora) proj_.lora->backward(ws_.matmul, s.dff_a, dout, a.ff_act, d.N);
     activation_backward(a, d);
-    if (c_.arch == Arch::llama) up_.backward(s.dln, s.dff_c, a.ln2, d.N);
-    fc_.backward(s.dln, s.dff_b, a.ln2, d.N);
+    if (gate_up_.active()) {
+      const float* const douts[] = {s.dff_b, s.dff_c};
+      gate_up_.backward(s.dln, douts, a.ln2, d.N);
+    } else {
+      if (c_.arch == Arch::llama) up_.backward(s.dln, s.dff_c, a.ln2, d.N);
+      fc_.backward(s.dln, s.dff_b, a.ln2, d.N);
+    }
     poll(hooks);
   }
-  moe_.bind(*experts_, attention(ctx));
+  moe_.bind(*experts_, attention(ctx), ws_.matmul.dtype);
   moe_.backward(ctx.moe[static_cast<size_t>(layer_)], moe_batch(ctx), a.ln2, dout, partial_.grad(moe_.router()), s.dln);
   poll(hooks);
 }
@@ -412,6 +431,23 @@ class LinearBackward {
     if (has_weight_half(layer)) defer(layer, dout, input);
   }
 
+  // Fused projections sharing one input: split, the input half now, and the weight half
+  // later from a copy of the output gradients side by side (one GEMM, as fused).
+  void columns(const FusedProjections& layers, float* dinp, const float* const* douts, View input) const {
+    if (!deferred_) return layers.backward(dinp, douts, a_.*input, rows_);
+    layers.backward_input(dinp, douts, rows_);
+    std::array<kernels::ColumnBlock, FusedProjections::kMaxLayers> blocks;
+    for (int i = 0; i < layers.size(); ++i) {
+      blocks[static_cast<size_t>(i)] = {const_cast<float*>(douts[i]), nullptr, layers.out_features(i)};  // read only
+    }
+    Tensor copy = Tensor::empty({rows_ * layers.width()}, DType::f32, MemTag::activations);
+    kernels::gather_columns(blocks.data(), layers.size(), rows_, copy.data<float>());
+    auto apply = [&layers, input, rows = rows_](const float* dy, const BlockActivations& a) {
+      layers.backward_weight(dy, a.*input, rows);
+    };
+    keep(std::move(copy), apply, input, rows_ * layers.in_features());
+  }
+
   void row(const RowParallelLinear& layer, float* dinp, const float* dout, View input, float* dbias) const {
     const float* inp = a_.*input;
     if (!deferred_) return layer.backward(tp_, dinp, dout_full_, dout, inp, rows_, dbias);
@@ -436,12 +472,17 @@ class LinearBackward {
     auto apply = [&layer, input, rows = rows_](const float* dy, const BlockActivations& a) {
       layer.backward_weight(dy, a.*input, rows);
     };
-    deferred_->gradients.push_back({std::move(copy), apply});
+    keep(std::move(copy), apply, input, rows_ * layer.weight->local_shape[1]);
+  }
+
+  // Notes a deferred weight gradient: the output gradient's copy, what applies it, and
+  // its input (input_numel elements), kept once per view.
+  void keep(Tensor copy, std::function<void(const float*, const BlockActivations&)> apply, View input,
+            int64_t input_numel) const {
+    deferred_->gradients.push_back({std::move(copy), std::move(apply)});
     std::vector<DeferredInput>& inputs = deferred_->inputs;
     auto same_view = [&](const DeferredInput& in) { return in.view == input; };
-    if (std::none_of(inputs.begin(), inputs.end(), same_view)) {
-      inputs.push_back({input, rows_ * layer.weight->local_shape[1], Tensor()});
-    }
+    if (std::none_of(inputs.begin(), inputs.end(), same_view)) inputs.push_back({input, input_numel, Tensor()});
   }
 
   const TensorParallelRegions& tp_;
@@ -490,6 +531,12 @@ void Block::dense_mlp_backward(const BlockActivations& a, const BlockDims& d, co
   poll(hooks);
   kernels::zero(s.dln, d.N * d.C);
   activation_backward(a, d);
+  if (gate_up_.active()) {
+    const float* const douts[] = {s.dff_b, s.dff_c};
+    linear.columns(gate_up_, s.dln, douts, &BlockActivations::ln2);
+    poll(hooks);
+    return;
+  }
   if (c_.arch == Arch::llama) {
     linear.column(up_, s.dln, s.dff_c, &BlockActivations::ln2);
     poll(hooks);
@@ -518,6 +565,12 @@ void Block::attention_backward(const MicroBatchContext& ctx, const BlockActivati
   poll(hooks);
   const auto [dq, dk] = query_key_backward(ctx, a, d);
   kernels::zero(s.dln, d.N * d.C);
+  if (qkv_.active()) {
+    const float* const douts[] = {dq, dk, s.dv};
+    linear.columns(qkv_, s.dln, douts, &BlockActivations::ln1);
+    poll(hooks);
+    return;
+  }
   linear.column(wq_, s.dln, dq, &BlockActivations::ln1);
   poll(hooks);
   linear.column(wk_, s.dln, dk, &BlockActivations::ln1);

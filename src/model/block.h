@@ -16,6 +16,7 @@
 #include "model/activations.h"
 #include "model/config.h"
 #include "model/context_parallel_attention.h"
+#include "model/fused_projections.h"
 #include "model/lora.h"
 #include "model/moe.h"
 #include "model/parameter.h"
@@ -122,6 +123,8 @@ class Block : public Unit {
   const Parameter *ln1_w_, *ln1_b_, *ln2_w_, *ln2_b_;
   ColumnParallelLinear wq_, wk_, wv_, fc_, up_;  // fc = gate for llama
   RowParallelLinear wo_, proj_;                  // proj = down for llama
+  // q, k, v as one low-precision GEMM, and llama's gate and up (model/fused_projections.h).
+  FusedProjections qkv_, gate_up_;
   // The adapters of the linears lora.targets names (model/lora.h), in the order wq, wk,
   // wv, fc, up, wo, proj; an unused one has no parameters. Held here so the layers'
   // pointers stay valid.

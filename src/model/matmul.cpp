@@ -48,6 +48,7 @@ void matmul_forward(const MatmulPrecision& mp, float* out, const float* inp, con
   }
   // fp8 operands are bf16 values on the fp8 grids: the bf16 GEMM multiplies them exactly.
   const int f = mp.fp8 ? mp.fp8->find(weight) : -1;
+  const kernels::ProfileScope fp8_scope(f >= 0 ? kernels::OpClass::gemm_fp8 : kernels::OpClass::untimed);
   const uint16_t* x = round_operand(mp, f, Fp8Linears::input, mp.a, inp, rows * IC);
   kernels::linear_forward_lowp(f >= 0 ? DType::bf16 : mp.dtype, out, x, weight_operand(mp, f, weight), bias, N, IC,
                                OC);
@@ -70,6 +71,8 @@ void matmul_backward_into(const MatmulPrecision& mp, float* dinp, float* dweight
   // An fp8 linear's output gradient on its e5m2 grid, the weight and the kept input
   // re-quantised on theirs (the input from the compute-dtype copy the block kept).
   const int f = mp.fp8 ? mp.fp8->find(weight) : -1;
+  // An fp8 linear counts as an fp8 GEMM in profiles (kernels/profile.h), quantisation included.
+  const kernels::ProfileScope fp8_scope(f >= 0 ? kernels::OpClass::gemm_fp8 : kernels::OpClass::untimed);
   const uint16_t* dy = round_operand(mp, f, Fp8Linears::output_grad, mp.a, dout, rows * OC);
   const uint16_t* x = dweight ? round_operand(mp, f, Fp8Linears::input, mp.b, inp, rows * IC) : nullptr;
   const uint16_t* w = dinp ? weight_operand(mp, f, weight) : nullptr;

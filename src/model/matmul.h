@@ -15,7 +15,8 @@
 namespace ndt {
 
 // The compute dtype and two scratch buffers of 16-bit elements, each large enough for
-// the widest matmul operand of the micro-batch (set by Workspace::fit).
+// the widest matmul operand of the micro-batch, fused projections' included (set by
+// Workspace::fit).
 struct MatmulPrecision {
   DType dtype = DType::f32;
   uint16_t* a = nullptr;
@@ -24,6 +25,10 @@ struct MatmulPrecision {
   // precision.fp8: the fp8 linears (null: none); their matmuls round the operands to
   // the fp8 grids instead of to the compute dtype.
   Fp8Linears* fp8 = nullptr;
+  // The fused projections' weights side by side where their compute copies are not
+  // adjacent (model/fused_projections.h): 16-bit elements, fused_weights_capacity of them.
+  uint16_t* fused_weights = nullptr;
+  int64_t fused_weights_capacity = 0;
 };
 
 // Whether the model reads this parameter only through matmuls (its compute copy in low

@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "kernels/kernels.h"
 #include "model/context_parallel_attention.h"
+#include "model/expert_matmul.h"
 
 #include <algorithm>
 #include <cmath>
@@ -46,6 +47,14 @@ int64_t moe_expert_capacity(const ModelConfig& c, int64_t seq_len) {
 int64_t moe_idle_expert_params(const ModelConfig& c) {
   const int64_t matrices = c.arch == Arch::gpt2 ? 2 : 3;  // fc, proj / gate, up, down
   return int64_t{c.n_experts - c.moe_top_k} * matrices * c.expert_d_ff() * c.d_model;
+}
+
+void check_moe_precision(const ModelConfig& c, const Precision& precision) {
+  NDT_CHECK(!c.is_moe() || !precision.fp8,
+            "model.n_experts = {} (mixture of experts) with precision.fp8 = true is not supported: the routed "
+            "experts' weights [n_experts, F, C] would need a scale per expert, and the fp8 linears scale each 2-D "
+            "weight as a whole (use precision.fp8 = false: the experts then compute in bf16)",
+            c.n_experts);
 }
 
 MoeLayer::MoeLayer(const ModelConfig& config, const Parameter* router, const Parameter* gate, const Parameter* up,
@@ -205,33 +214,17 @@ void MoeLayer::experts_forward(MoeActivations& a) const {
   a.act = activations(R, F);
   a.up = up_ ? activations(R, F) : Tensor();
   Tensor outputs = activations(R, C);
-  const float* in = a.inputs.data<float>();
-  float* hidden = a.hidden.data<float>();
-  int64_t row = 0;
-  for (int le = 0; le < r.local_experts; ++le) {  // one GEMM per expert and matrix
-    const int n = static_cast<int>(r.expert_count(le));
-    if (n == 0) continue;
-    kernels::linear_forward(hidden + row * F, in + row * C, gate_->data() + le * F * C, nullptr, n, static_cast<int>(C),
-                            static_cast<int>(F));
-    if (up_) {
-      kernels::linear_forward(a.up.data<float>() + row * F, in + row * C, up_->data() + le * F * C, nullptr, n,
-                              static_cast<int>(C), static_cast<int>(F));
-    }
-    row += n;
+  {
+    const ExpertOperand in(compute_, a.inputs.data<float>(), R * C);  // rounded once for gate and up
+    experts_linear_forward(r, a.hidden.data<float>(), in, *gate_);
+    if (up_) experts_linear_forward(r, a.up.data<float>(), in, *up_);
   }
   if (up_) {
-    kernels::swiglu_forward(a.act.data<float>(), hidden, a.up.data<float>(), R * F);
+    kernels::swiglu_forward(a.act.data<float>(), a.hidden.data<float>(), a.up.data<float>(), R * F);
   } else {
-    kernels::gelu_forward(a.act.data<float>(), hidden, R * F);
+    kernels::gelu_forward(a.act.data<float>(), a.hidden.data<float>(), R * F);
   }
-  row = 0;
-  for (int le = 0; le < r.local_experts; ++le) {
-    const int n = static_cast<int>(r.expert_count(le));
-    if (n == 0) continue;
-    kernels::linear_forward(outputs.data<float>() + row * C, a.act.data<float>() + row * F,
-                            down_->data() + le * C * F, nullptr, n, static_cast<int>(F), static_cast<int>(C));
-    row += n;
-  }
+  experts_linear_forward(r, outputs.data<float>(), ExpertOperand(compute_, a.act.data<float>(), R * F), *down_);
   a.outputs = activations(r.token_rows(), C);
   dispatch_->from_experts(r, outputs.data<float>(), a.outputs.data<float>(), C);
 }
@@ -240,6 +233,13 @@ void MoeLayer::forward(MoeActivations& a, const MoeBatch& batch, const float* x,
                        double* z_sum, MoeStats* stats) const {
   const int k = c_->moe_top_k;
   const int64_t C = c_->d_model, N = int64_t{batch.B} * batch.T;
+  Tensor rounded;
+  if (compute_ != DType::f32) {  // what backward reads of x (module comment)
+    rounded = activations(N, C);
+    kernels::copy(rounded.data<float>(), x, N * C);
+    kernels::round_to_lowp(compute_, rounded.data<float>(), N * C);
+    x = rounded.data<float>();
+  }
   route(a, batch, x, aux_sum, z_sum, stats);
   // Dispatch: each kept slot's token row, grouped by expert, to the rank holding it.
   Tensor rows = activations(a.route.token_rows(), C);
@@ -265,51 +265,24 @@ void MoeLayer::forward(MoeActivations& a, const MoeBatch& batch, const float* x,
   }
 }
 
-namespace {
-
-// Where expert le's weight gradient goes: offset into the gradient, or null when the
-// weight is frozen (no weight gradient; the input gradient still flows).
-float* expert_grad(const Parameter& weight, int64_t offset) {
-  return weight.trainable() ? weight.grad_data() + offset : nullptr;
-}
-
-}  // namespace
-
 void MoeLayer::experts_backward(MoeActivations& a, const float* doutputs, float* dinputs) const {
   const ExpertRoute& r = a.route;
   const int64_t R = r.expert_rows(), C = c_->d_model, F = gate_->local_shape[1];
   Tensor dact = Tensor::zeros({R * F}, DType::f32, MemTag::activations);
   Tensor dhidden = Tensor::zeros({R * F}, DType::f32, MemTag::activations);
   Tensor dup = up_ ? Tensor::zeros({R * F}, DType::f32, MemTag::activations) : Tensor();
-  int64_t row = 0;
-  for (int le = 0; le < r.local_experts; ++le) {
-    const int n = static_cast<int>(r.expert_count(le));
-    if (n == 0) continue;
-    kernels::linear_backward(dact.data<float>() + row * F, expert_grad(*down_, le * C * F), nullptr,
-                             doutputs + row * C, a.act.data<float>() + row * F, down_->data() + le * C * F,
-                             n, static_cast<int>(F), static_cast<int>(C));
-    row += n;
-  }
+  experts_linear_backward(r, dact.data<float>(), ExpertOperand(compute_, doutputs, R * C),
+                          ExpertOperand(compute_, a.act.data<float>(), R * F), *down_);
   if (up_) {
     kernels::swiglu_backward(dhidden.data<float>(), dup.data<float>(), dact.data<float>(), a.hidden.data<float>(),
                              a.up.data<float>(), R * F);
   } else {
     kernels::gelu_backward(dhidden.data<float>(), a.hidden.data<float>(), dact.data<float>(), R * F);
   }
-  row = 0;
-  for (int le = 0; le < r.local_experts; ++le) {
-    const int n = static_cast<int>(r.expert_count(le));
-    if (n == 0) continue;
-    const float* in = a.inputs.data<float>() + row * C;
-    kernels::linear_backward(dinputs + row * C, expert_grad(*gate_, le * F * C), nullptr,
-                             dhidden.data<float>() + row * F, in, gate_->data() + le * F * C, n, static_cast<int>(C),
-                             static_cast<int>(F));
-    if (up_) {
-      kernels::linear_backward(dinputs + row * C, expert_grad(*up_, le * F * C), nullptr, dup.data<float>() + row * F,
-                               in, up_->data() + le * F * C, n, static_cast<int>(C), static_cast<int>(F));
-    }
-    row += n;
-  }
+  dact = Tensor();
+  const ExpertOperand in(compute_, a.inputs.data<float>(), R * C);  // rounded once for gate and up
+  experts_linear_backward(r, dinputs, ExpertOperand(compute_, dhidden.data<float>(), R * F), in, *gate_);
+  if (up_) experts_linear_backward(r, dinputs, ExpertOperand(compute_, dup.data<float>(), R * F), in, *up_);
 }
 
 void MoeLayer::router_backward(MoeActivations& a, const MoeBatch& batch, const float* x, const float* dweight,

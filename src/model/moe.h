@@ -15,8 +15,13 @@
 //             in position order (token by token, a token's slots best first) and the
 //             rest dropped (their slot adds nothing; the residual carries the token)
 //   experts:  the kept rows grouped by expert, one GEMM per expert and layer:
-//             llama down(silu(gate x) * up x), gpt2 proj(gelu(fc x)), no biases
+//             llama down(silu(gate x) * up x), gpt2 proj(gelu(fc x)), no biases; in
+//             the compute dtype (model/expert_matmul.h), the rest in fp32
 //   combine:  out[t] += sum over kept slots of weight x expert output.
+// With a low compute dtype (bf16, f16) the router reads x rounded to it, as the block's
+// backward reads x (the norm output it keeps in that dtype): logits, scores, top-k and
+// losses stay fp32 on the same values in forward and backward. The kept activations
+// below stay fp32; the experts' GEMMs read their operands rounded.
 // Losses (in the context's sums, like the token losses: divided by the global token
 // count they are means):
 //   load balancing (Switch form, per sequence, DeepSeek-V3's sequence-wise variant):
@@ -34,6 +39,7 @@
 #include "model/config.h"
 #include "model/expert_dispatch.h"
 #include "model/parameter.h"
+#include "model/precision.h"
 
 #include <cstdint>
 #include <vector>
@@ -90,7 +96,10 @@ class MoeLayer {
   MoeLayer(const ModelConfig& config, const Parameter* router, const Parameter* gate, const Parameter* up,
            const Parameter* down);
   bool active() const { return router_ != nullptr; }
-  void bind(const ExpertDispatch& dispatch, const ContextParallelAttention& cp) { dispatch_ = &dispatch, cp_ = &cp; }
+  // compute: the dtype of the experts' GEMMs (the precision policy's compute dtype).
+  void bind(const ExpertDispatch& dispatch, const ContextParallelAttention& cp, DType compute) {
+    dispatch_ = &dispatch, cp_ = &cp, compute_ = compute;
+  }
 
   // out [N, C] += the routed experts' output for x [N, C]. Adds the loss terms to
   // *aux_sum and *z_sum and the routing to *stats (all may be null: a recompute adds
@@ -117,6 +126,7 @@ class MoeLayer {
   const Parameter *router_ = nullptr, *gate_ = nullptr, *up_ = nullptr, *down_ = nullptr;
   const ExpertDispatch* dispatch_ = nullptr;
   const ContextParallelAttention* cp_ = nullptr;
+  DType compute_ = DType::f32;
 };
 
 // Parameter specs of block `layer`'s routed experts (appended to the block's).
@@ -128,6 +138,9 @@ void append_moe_parameter_specs(std::vector<ParameterSpec>& specs, const ModelCo
 // token; a factor large enough to mean "never drop" cannot overflow into dropping all);
 // dropless (factor 0): seq_len.
 int64_t moe_expert_capacity(const ModelConfig& c, int64_t seq_len);
+
+// Throws for a precision an MoE model does not compute in (fp8), naming the settings.
+void check_moe_precision(const ModelConfig& c, const Precision& precision);
 
 // Expert parameters of one MoE block a token does not use: those of all but top_k
 // experts (what the active-parameter count leaves out).

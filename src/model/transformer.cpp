@@ -188,10 +188,7 @@ void Transformer::set_precision(const Precision& precision) {
             "precision.fp8 = true computes the linear layers' fp8 products in the bf16 GEMM: it needs "
             "precision.compute = \"bf16\", not \"{}\"",
             compute_dtype_config_name(precision.compute));
-  NDT_CHECK(!config_.is_moe() || precision.compute == DType::f32,
-            "model.n_experts = {} (mixture of experts) computes in fp32 only: precision.compute = \"{}\" is not "
-            "supported with it yet",
-            config_.n_experts, compute_dtype_config_name(precision.compute));
+  check_moe_precision(config_, precision);
   precision_ = precision;
   store_.set_compute_dtype(precision.compute);
   workspace_.set_compute_dtype(precision.compute);

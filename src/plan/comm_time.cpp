@@ -35,7 +35,7 @@ LinkProfile shared_inter_node_link(const Cluster& cluster, int streams) {
 
 // The ring over each node's ranks of the group: `wire` bytes per rank per call.
 double intra_node_seconds(CommOp op, int64_t calls, double wire, int ranks, const LinkProfile& link) {
-  return static_cast<double>(calls) * hops(op, ranks) * link.latency_s + wire / link.bytes_per_s;
+  return static_cast<double>(calls) * (hops(op, ranks) * link.latency_s + link.call_s) + wire / link.bytes_per_s;
 }
 
 }  // namespace
@@ -82,9 +82,10 @@ LinkProfile axis_link(Axis axis, const MeshShape& m, const Cluster& cluster) {
 double op_seconds(CommOp op, const OpVolume& v, int group, const LinkProfile& link) {
   if (v.calls == 0) return 0;
   const double calls = static_cast<double>(v.calls);
-  const double ring = calls * hops(op, group) * link.latency_s + static_cast<double>(v.wire_bytes) / link.bytes_per_s;
+  const double ring =
+      calls * (hops(op, group) * link.latency_s + link.call_s) + static_cast<double>(v.wire_bytes) / link.bytes_per_s;
   if (op != CommOp::all_reduce || group <= 2) return ring;
-  const double tree = calls * 2 * std::ceil(std::log2(group)) * link.latency_s +
+  const double tree = calls * (2 * std::ceil(std::log2(group)) * link.latency_s + link.call_s) +
                       2.0 * static_cast<double>(v.payload_bytes) / link.bytes_per_s;
   return std::min(ring, tree);
 }

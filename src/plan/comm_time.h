@@ -1,9 +1,10 @@
 // The step-time model's communication: how long a rank's calls of one collective on one
-// mesh axis take (alpha-beta: hops x latency + wire bytes / bandwidth), on the link the
-// axis's groups use. A group inside a node uses the node's fabric; a group that crosses
-// nodes shares each node's inter-node links with the other groups crossing at the same
-// time; DDP's all-reduce across nodes takes the two-level route where the run would
-// (parallel.dp_reduction, parallel/data/two_level_reduce.h). docs/planner.md "Step time".
+// mesh axis take (alpha-beta: calls x (hops x latency + per-call cost) + wire bytes /
+// bandwidth), on the link the axis's groups use. A group inside a node uses the node's
+// fabric; a group that crosses nodes shares each node's inter-node links with the other
+// groups crossing at the same time; DDP's all-reduce across nodes takes the two-level
+// route where the run would (parallel.dp_reduction, parallel/data/two_level_reduce.h).
+// docs/planner.md "Step time".
 #pragma once
 
 #include "plan/comm_model.h"
@@ -31,7 +32,8 @@ AxisPlacement axis_placement(Axis axis, const MeshShape& m, const Cluster& clust
 // the node at once (a ring over a group sends one stream out of each node it spans).
 LinkProfile axis_link(Axis axis, const MeshShape& m, const Cluster& cluster);
 
-// Seconds of a rank's calls of `op` over `group` ranks on `link`. An all-reduce takes the
+// Seconds of a rank's calls of `op` over `group` ranks on `link` (each call also pays the
+// link's call_s, a calibrated device's per-call cost). An all-reduce takes the
 // better of the ring (the wire bytes the counters count) and a tree (2 log2 n hops, twice
 // the payload on the wire), as NCCL chooses between them.
 double op_seconds(CommOp op, const OpVolume& v, int group, const LinkProfile& link);

@@ -26,13 +26,16 @@ namespace {
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 // The GPUs' figures as their vendor publishes them (dense, no sparsity; memory in GiB,
-// the unit the devices report). Two figures are not published and are assumptions, the
-// same for every GPU here: link latencies (3 us inside a node, 10 us between nodes) and
-// gemm_efficiency (the share of peak large bf16 GEMMs reach: 0.8 on A100, 0.75 on
-// Hopper and Blackwell). A device file overrides any of them.
+// the unit the devices report). Three figures are not published for the devices and are
+// assumptions: link latencies (3 us inside a node, 10 us between nodes), gemm_efficiency
+// (the share of peak large bf16 GEMMs reach: 0.8 on A100, 0.75 on Hopper and Blackwell)
+// and the attention core's share of the bf16 peak, from what FlashAttention kernels
+// publish: 0.6 on A100 (FlashAttention-2: 50-73% of peak, Dao 2023), 0.6 on Hopper and
+// Blackwell (FlashAttention-3 / cuDNN class: 75% forward, backward lower, Shah et al. 2024).
+// A device file overrides any of them.
 DeviceProfile gpu(const char* name, const char* source, double memory_gib, double fp32_tflops, double bf16_tflops,
                   double fp8_tflops, double memory_tb_s, double gemm_efficiency, double nvlink_gb_s,
-                  double network_gbit_s) {
+                  double network_gbit_s, double attention_share = 0.6) {
   DeviceProfile d;
   d.name = name;
   d.source = source;
@@ -42,6 +45,7 @@ DeviceProfile gpu(const char* name, const char* source, double memory_gib, doubl
   d.peak_fp8 = fp8_tflops * 1e12;
   d.memory_bytes_per_s = memory_tb_s * 1e12;
   d.gemm_efficiency = gemm_efficiency;
+  d.attention_flops_per_s = attention_share * d.peak_bf16;
   d.devices_per_node = 8;
   d.intra_node = {nvlink_gb_s * 1e9, 3e-6};
   d.inter_node = {network_gbit_s / 8 * 1e9, 10e-6};
@@ -91,6 +95,19 @@ double measure_copy_bandwidth() {
   return rates[2];
 }
 
+// A device file's list of numbers under `key`.
+std::vector<double> number_list(const std::string& path, const std::string& key, const toml::node& node) {
+  const toml::array* array = node.as_array();
+  NDT_CHECK(array != nullptr && !array->empty(), "device file \"{}\": {} must be a list of numbers", path, key);
+  std::vector<double> values;
+  for (const toml::node& item : *array) {
+    const std::optional<double> v = item.value<double>();
+    NDT_CHECK(v.has_value() && std::isfinite(*v), "device file \"{}\": {} must be a list of numbers", path, key);
+    values.push_back(*v);
+  }
+  return values;
+}
+
 }  // namespace
 
 double DeviceProfile::peak_flops(DType compute, bool fp8) const {
@@ -119,6 +136,17 @@ void DeviceProfile::validate() const {
             name);
   NDT_CHECK(std::isfinite(disk_bytes_per_s) && disk_bytes_per_s >= 0,
             "device profile \"{}\": disk bandwidth = {} must not be negative (0: no disk tier)", name, disk_bytes_per_s);
+  NDT_CHECK(intra_node.call_s >= 0 && inter_node.call_s >= 0, "device profile \"{}\": per-call costs must not be negative",
+            name);
+  NDT_CHECK(attention_flops_per_s >= 0 && elementwise_bytes_per_s >= 0 && fma_flops_per_s >= 0,
+            "device profile \"{}\": attention and elementwise rates must not be negative (0: not given)", name);
+  for (size_t i = 0; i < gemm_efficiency_by_size.size(); ++i) {
+    const GemmEfficiencyPoint& p = gemm_efficiency_by_size[i];
+    NDT_CHECK(p.size > 0 && (i == 0 || p.size > gemm_efficiency_by_size[i - 1].size),
+              "device profile \"{}\": gemm size {} must be positive and larger than the one before", name, p.size);
+    NDT_CHECK(p.efficiency > 0 && p.efficiency <= 1, "device profile \"{}\": gemm efficiency {} at size {} must lie in (0, 1]",
+              name, p.efficiency, p.size);
+  }
 }
 
 std::vector<std::string> builtin_device_names() {
@@ -210,14 +238,24 @@ DeviceProfile load_device_profile(const std::string& path) {
       {"overlaps_communication", {&overlap, 1, false, 0, 1, true}},
       {"disk_gb_s", {&d.disk_bytes_per_s, 1e9, false, 0, 1e6, true}},
       {"inter_node_links", {&links, 1, false, 0, 65536, true}},
+      {"intra_node_call_us", {&d.intra_node.call_s, 1e-6, false, 0, 1e6, true}},
+      {"inter_node_call_us", {&d.inter_node.call_s, 1e-6, false, 0, 1e6, true}},
+      {"attention_gflops", {&d.attention_flops_per_s, 1e9, false, 0, 1e9, true}},
+      {"fma_gflops", {&d.fma_flops_per_s, 1e9, false, 0, 1e9, true}},
+      {"elementwise_gb_s", {&d.elementwise_bytes_per_s, 1e9, false, 0, 1e6, true}},
   };
-  std::vector<std::string> known;
+  std::vector<std::string> known = {"gemm_sizes", "gemm_efficiencies"};
   for (const auto& [key, k] : keys) known.push_back(key);
+  std::vector<double> gemm_sizes, gemm_efficiencies;
   for (const auto& [key, node] : table) {
     const std::string k(key.str());
     if (k == "name") {
       NDT_CHECK(node.is_string(), "device file \"{}\": name must be a string", path);
       d.name = node.value<std::string>().value_or(path);
+      continue;
+    }
+    if (k == "gemm_sizes" || k == "gemm_efficiencies") {
+      (k == "gemm_sizes" ? gemm_sizes : gemm_efficiencies) = number_list(path, k, node);
       continue;
     }
     const auto it = keys.find(k);
@@ -242,8 +280,48 @@ DeviceProfile load_device_profile(const std::string& path) {
   NDT_CHECK(links == std::floor(links), "device file \"{}\": inter_node_links = {} must be a whole number", path, links);
   d.inter_node_links = static_cast<int>(links);
   d.overlaps_communication = overlap != 0;
+  NDT_CHECK(gemm_sizes.size() == gemm_efficiencies.size(),
+            "device file \"{}\": gemm_sizes has {} values and gemm_efficiencies {}: they pair up, one efficiency per size",
+            path, gemm_sizes.size(), gemm_efficiencies.size());
+  for (size_t i = 0; i < gemm_sizes.size(); ++i) {
+    NDT_CHECK(gemm_sizes[i] > 0 && gemm_sizes[i] <= 1e6 && (i == 0 || gemm_sizes[i] > gemm_sizes[i - 1]),
+              "device file \"{}\": gemm_sizes[{}] = {} must lie in (0, 1000000] and exceed the size before it", path, i,
+              gemm_sizes[i]);
+    NDT_CHECK(gemm_efficiencies[i] > 0 && gemm_efficiencies[i] <= 1,
+              "device file \"{}\": gemm_efficiencies[{}] = {} must lie in (0, 1]", path, i, gemm_efficiencies[i]);
+    d.gemm_efficiency_by_size.push_back({gemm_sizes[i], gemm_efficiencies[i]});
+  }
   d.validate();
   return d;
+}
+
+std::string device_file_text(const DeviceProfile& d, const std::string& comment) {
+  std::string text;
+  for (size_t start = 0; start < comment.size();) {
+    const size_t end = std::min(comment.find('\n', start), comment.size());
+    text += "# " + comment.substr(start, end - start) + "\n";
+    start = end + 1;
+  }
+  std::string sizes, efficiencies;
+  for (const GemmEfficiencyPoint& p : d.gemm_efficiency_by_size) {
+    sizes += fmt::format("{}{:g}", sizes.empty() ? "" : ", ", p.size);
+    efficiencies += fmt::format("{}{:.4f}", efficiencies.empty() ? "" : ", ", p.efficiency);
+  }
+  text += fmt::format("name = \"{}\"\nmemory_gib = {:.6g}\npeak_tflops_fp32 = {:.6g}\npeak_tflops_bf16 = {:.6g}\n"
+                      "peak_tflops_fp8 = {:.6g}\nmemory_bandwidth_gb_s = {:.6g}\ngemm_efficiency = {:.4f}\n",
+                      d.name, d.memory_bytes / kGiB, d.peak_fp32 / 1e12, d.peak_bf16 / 1e12, d.peak_fp8 / 1e12,
+                      d.memory_bytes_per_s / 1e9, d.gemm_efficiency);
+  if (!sizes.empty()) text += fmt::format("gemm_sizes = [{}]\ngemm_efficiencies = [{}]\n", sizes, efficiencies);
+  text += fmt::format("attention_gflops = {:.6g}\nelementwise_gb_s = {:.6g}\nfma_gflops = {:.6g}\ndevices_per_node = {}\n",
+                      d.attention_flops_per_s / 1e9, d.elementwise_bytes_per_s / 1e9, d.fma_flops_per_s / 1e9,
+                      d.devices_per_node);
+  for (const auto& [prefix, link] : {std::pair{"intra_node", d.intra_node}, std::pair{"inter_node", d.inter_node}}) {
+    text += fmt::format("{0}_gb_s = {1:.6g}\n{0}_latency_us = {2:.6g}\n{0}_call_us = {3:.6g}\n", prefix,
+                        link.bytes_per_s / 1e9, link.latency_s * 1e6, link.call_s * 1e6);
+  }
+  text += fmt::format("inter_node_links = {}\noverlaps_communication = {}\ndisk_gb_s = {:.6g}\n", d.inter_node_links,
+                      d.overlaps_communication, d.disk_bytes_per_s / 1e9);
+  return text;
 }
 
 DeviceProfile resolve_device(const std::string& name_or_file) {

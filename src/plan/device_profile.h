@@ -16,6 +16,17 @@ namespace ndt {
 struct LinkProfile {
   double bytes_per_s = 0;  // per direction: of one device's share inside a node, of one link between nodes
   double latency_s = 0;    // per message hop
+  // Per call of a collective or message, whatever its size and group (beyond the hops'
+  // latency): on a CPU, MPI's own work on the computing core (entering the library,
+  // matching, packing). Measured by `ndtrain plan --calibrate`; 0 elsewhere.
+  double call_s = 0;
+};
+
+// A GEMM's share of the peak by its size: (the cube root of m x n x k, efficiency),
+// sizes ascending; measured by `ndtrain plan --calibrate` (plan/calibration.h).
+struct GemmEfficiencyPoint {
+  double size = 0;
+  double efficiency = 1;
 };
 
 struct DeviceProfile {
@@ -29,6 +40,19 @@ struct DeviceProfile {
   // The share of the peak large GEMMs reach in practice (a matmul's time is its FLOPs over
   // peak x gemm_efficiency): measured for this CPU, an assumption for the GPUs.
   double gemm_efficiency = 1;
+  // When given (a calibrated device), a GEMM's efficiency by its size instead, looked up
+  // between the points (plan/compute_time.h); empty: gemm_efficiency for every GEMM.
+  std::vector<GemmEfficiencyPoint> gemm_efficiency_by_size;
+  // The attention core (scores, softmax, weighted sum; forward and backward) in FLOP/s
+  // as the model counts its FLOPs; 0: at the GEMM rate (peak x gemm_efficiency).
+  double attention_flops_per_s = 0;
+  // The FMA loop's rate per rank when the device was calibrated (train/peak_flops.h, the
+  // figure a run measures at its start): --validate sets a run's own measurement against
+  // it to see how much of the machine the run had then; 0: not calibrated.
+  double fma_flops_per_s = 0;
+  // Bytes per second the kernels between the matmuls (norms, activations, residual adds)
+  // move through the activations; 0: memory_bytes_per_s.
+  double elementwise_bytes_per_s = 0;
   int devices_per_node = 1;
   LinkProfile intra_node, inter_node;
   // Links out of a node, each of inter_node's bandwidth, shared by the transfers leaving
@@ -59,6 +83,9 @@ DeviceProfile measure_cpu_device(int devices_per_node, const std::string& disk_d
 // A profile from a TOML file (keys in docs/planner.md); unknown keys and missing
 // required ones are errors naming them.
 DeviceProfile load_device_profile(const std::string& path);
+// The device file that load_device_profile reads back as `d` (every key it knows;
+// `comment` heads it as TOML comments).
+std::string device_file_text(const DeviceProfile& d, const std::string& comment);
 // `name_or_file`: a built-in name, or a path to a TOML file (anything with a '/' or
 // ending in .toml).
 DeviceProfile resolve_device(const std::string& name_or_file);

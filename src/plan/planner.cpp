@@ -11,6 +11,7 @@
 #include "parallel/pipeline/stages.h"
 #include "parallel/tensor/tensor_parallel.h"
 #include "plan/comm_time.h"
+#include "plan/compute_time.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -240,7 +241,8 @@ CommSeconds communication_seconds(const Candidate& c, const StepCommunication& c
       axis_s += seconds;
       if (is_gradient_axis(axis)) (kind == CommOp::all_gather ? s.gather_s : s.reduce_s) += seconds;
       if (axis == Axis::pp && kind == CommOp::send && v.calls > 0) {
-        s.p2p_message_s = link.latency_s + static_cast<double>(v.wire_bytes) / static_cast<double>(v.calls) / link.bytes_per_s;
+        s.p2p_message_s = link.latency_s + link.call_s +
+                          static_cast<double>(v.wire_bytes) / static_cast<double>(v.calls) / link.bytes_per_s;
       }
     }
     t.comm_s[a] = axis_s;
@@ -477,6 +479,7 @@ MemoryEstimate LayoutScorer::stage_memory(Candidate& c, int stage) {
 
 StageCompute LayoutScorer::stage_compute(const Candidate& c, int stage) {
   const RunConfig& config = c.config;
+  const DeviceProfile& device = c.cluster.device;
   const std::vector<char>& local_units = c.stage_units[static_cast<size_t>(stage)];
   const std::vector<double>& unit_recompute = recompute_flops(config, c.m.cp > 1);
   double flops = 0, recompute = 0, attention = 0;
@@ -489,11 +492,22 @@ StageCompute LayoutScorer::stage_compute(const Candidate& c, int stage) {
   const int64_t traffic = config.activation_checkpointing.mode == CheckpointMode::none
                               ? c.contexts[static_cast<size_t>(stage)]
                               : activation_bytes(config, c.layout, c.resolved.micro_batch_size, c.m, stage, local_units, {});
-  const double memory_s = 3.0 * static_cast<double>(traffic) / c.cluster.device.memory_bytes_per_s;
+  const double memory_s = 3.0 * static_cast<double>(traffic) / elementwise_rate(device);
+  // The matmuls at the efficiency of their shapes (plan/compute_time.h), the attention
+  // core at its own rate.
+  const double gemm_rate =
+      device.gemm_efficiency_by_size.empty()
+          ? c.gemm_rate
+          : device.peak_flops(config.precision.compute, config.precision.fp8) *
+                stage_gemm_efficiency(device, model_,
+                                      stage_specs(c.m.tp, c.m.pp, chunk_arrangement(config), stage, local_units), c.tokens_mb);
+  const double per_flop = 1.0 / gemm_rate, attention_per_flop = 1.0 / attention_rate(device, c.gemm_rate);
+  const double tokens = c.tokens_mb / c.m.tp, matmul = flops - attention;
   StageCompute s;
-  s.forward_s = flops / 3 * c.tokens_mb / c.m.tp / c.gemm_rate + memory_s / 3;
-  s.backward_s = (flops * 2 / 3 + recompute) * c.tokens_mb / c.m.tp / c.gemm_rate + memory_s * 2 / 3;
-  s.attention_s = attention * c.tokens_mb / c.m.tp / c.gemm_rate * c.resolved.micro_batches();
+  s.forward_s = (matmul * per_flop + attention * attention_per_flop) / 3 * tokens + memory_s / 3;
+  s.backward_s = ((matmul * per_flop + attention * attention_per_flop) * 2 / 3 + recompute * per_flop) * tokens +
+                 memory_s * 2 / 3;
+  s.attention_s = attention * attention_per_flop * tokens * c.resolved.micro_batches();
   return s;
 }
 
@@ -684,6 +698,7 @@ void add_layouts_of_mesh(const MeshShape& mesh, const RunConfig& base, const Pla
                                       : schedule == PipelineSchedule::interleaved_1f1b      ? space.interleaved_stages
                                       : pipeline_placement(schedule) == PipelinePlacement::v ? 2
                                                                                             : 1;
+                if (space.admits && !space.admits(l)) continue;
                 out.push_back(std::move(l));
               }
             }
@@ -745,6 +760,8 @@ PlanResult plan_layouts(const RunConfig& base, const Cluster& cluster, const Pla
   for (const MeshShape& mesh : candidate_meshes(cluster.devices(), max_tp, base.model)) {
     add_layouts_of_mesh(mesh, base, space, offloads, candidates);
   }
+  NDT_CHECK(!candidates.empty(), "no layout of {} devices keeps the settings given ({}) within the search's choices",
+            cluster.devices(), space.fixed);
   PlanResult result;
   result.candidates = static_cast<int64_t>(candidates.size());
   result.layouts = score_candidates(candidates, base, cluster);

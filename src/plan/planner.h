@@ -34,6 +34,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include <array>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,8 @@ namespace ndt {
 enum class OffloadChoice { none, optimizer, params };
 std::string_view offload_choice_name(OffloadChoice choice);     // "none", "optimizer", "params"
 OffloadChoice offload_choice_from_name(std::string_view name);  // throws naming --offload and the choices
+
+struct Layout;
 
 // What the search tries besides the mesh (each a list of choices).
 struct PlanSpace {
@@ -57,6 +60,11 @@ struct PlanSpace {
   int interleaved_stages = 2;     // pp_virtual_stages of interleaved_1f1b (zb_v and dualpipev: always 2)
   int max_tp = 0;                 // 0: one node's devices (tp across nodes is not searched)
   std::vector<CpMode> cp_modes = {CpMode::ring, CpMode::ulysses, CpMode::usp};  // usp: every cp_ulysses
+  // Settings the search keeps (parallel.layout = "auto": those the config gives): a
+  // candidate is tried only if `admits` it (empty: every one); `fixed` names them for
+  // the messages ("parallel.tp = 2").
+  std::function<bool(const Layout&)> admits;
+  std::string fixed;
 };
 
 struct MemoryEstimate {

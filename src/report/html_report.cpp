@@ -66,6 +66,23 @@ std::string row(const std::string& key, const std::string& value) {
   return fmt::format("<tr><th>{}</th><td>{}</td></tr>\n", xml_text(key), xml_text(value));
 }
 
+// parallel.layout = "auto": the layout the planner chose, its prediction and what the run measured.
+std::string layout_check_rows(const nlohmann::json& check) {
+  const double predicted = check.value("predicted_step_s", 0.0), measured = check.value("measured_step_s", 0.0);
+  const std::string runner_up = check.value("runner_up", std::string());
+  std::string html = row("layout (auto)", check.value("layout", std::string("?")));
+  html += row("predicted against measured",
+              fmt::format("step {:.4g} s predicted, {:.4g} s measured (median of {} steps to step {}): {:+.1f}%; "
+                          "memory {:.1f} MiB per device and MFU {:.1f}% predicted",
+                          predicted, measured, check.value("measured_steps", 0), check.value("step", 0),
+                          100 * check.value("error", 0.0), check.value("predicted_memory_bytes", 0.0) / (1 << 20),
+                          100 * check.value("predicted_mfu", 0.0)));
+  html += row("runner-up", runner_up.empty() ? std::string("none")
+                                             : fmt::format("{}: step {:.4g} s predicted", runner_up,
+                                                           check.value("runner_up_predicted_step_s", 0.0)));
+  return html + row("device profile", check.value("device", std::string("?")));
+}
+
 std::string run_section(const RunMetrics& m) {
   if (m.runs.empty()) return "<p>No run record (metrics written before ndtrain recorded the config).</p>\n";
   const nlohmann::json& run = m.runs.back();
@@ -82,6 +99,7 @@ std::string run_section(const RunMetrics& m) {
                                       run.value("peak_flops_source", std::string("?"))));
   html += row("this part started at step", run.value("start_step", nlohmann::json()).dump() +
                                                 (run.value("resumed", false) ? " (resumed)" : ""));
+  for (const nlohmann::json& check : m.layout_checks) html += layout_check_rows(check);
   return html + "</table>\n";
 }
 

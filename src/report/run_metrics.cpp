@@ -78,6 +78,11 @@ class Reader {
       m_.summary = r.at("summary");
       return;
     }
+    if (r.contains("layout_check")) {
+      NDT_CHECK(r.at("layout_check").is_object(), "{}: \"layout_check\" is not an object", line.where());
+      m_.layout_checks.push_back(r.at("layout_check"));
+      return;
+    }
     if (r.contains("event")) return event(step_of(r, line), event_kind(r, line), text_of(r, "event", line));
     if (r.contains("val_loss")) {
       m_.val_loss[step_of(r, line)] = number(r.at("val_loss"), line, "val_loss");

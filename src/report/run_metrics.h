@@ -47,6 +47,9 @@ struct RunMetrics {
   std::map<std::string, int64_t> event_counts;  // every event, by kind
   std::vector<nlohmann::json> runs;  // the "run" records' contents, in file order: the latest last
   nlohmann::json summary;  // the last "summary" record's contents; null if the run did not finish
+  // parallel.layout = "auto": the "layout_check" records' contents (predicted against
+  // measured step time), in file order.
+  std::vector<nlohmann::json> layout_checks;
   std::vector<std::string> skipped;  // "line N: why", for each line left out
 };
 

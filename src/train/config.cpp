@@ -15,6 +15,7 @@
 #include "data/dataset_spec.h"
 #include "interchange/hf_config.h"
 #include "interchange/hf_folder.h"
+#include "model/moe.h"
 
 #include <fmt/format.h>
 #include <toml++/toml.h>
@@ -65,7 +66,22 @@ void flatten(const toml::table& table, const std::string& prefix,
 
 }  // namespace
 
-RunConfig read_run_config(const std::string& path, const std::vector<std::string>& overrides) {
+std::string_view layout_mode_name(LayoutMode mode) { return mode == LayoutMode::automatic ? "auto" : "manual"; }
+
+LayoutMode layout_mode_from_name(std::string_view name) {
+  for (LayoutMode mode : {LayoutMode::manual, LayoutMode::automatic}) {
+    if (name == layout_mode_name(mode)) return mode;
+  }
+  fail("parallel.layout = \"{}\" is not a layout mode: manual (the config's settings) or auto (searched by the "
+       "planner at start-up)", name);
+}
+
+namespace {
+
+// The file's keys in file order, then the overrides', each "section.key" -> its text;
+// unknown keys are errors.
+std::vector<std::pair<std::string, std::string>> config_entries(const std::string& path,
+                                                                 const std::vector<std::string>& overrides) {
   std::vector<std::pair<std::string, std::string>> entries;
   if (!path.empty()) {
     const std::string problem = input_file_problem(path);
@@ -87,6 +103,19 @@ RunConfig read_run_config(const std::string& path, const std::vector<std::string
     NDT_CHECK(find_config_key(key) != nullptr, "unknown config key \"{}\" (value \"{}\"); see `ndtrain config`",
               key, value);
   }
+  return entries;
+}
+
+}  // namespace
+
+std::vector<std::string> given_config_keys(const std::string& path, const std::vector<std::string>& overrides) {
+  std::vector<std::string> keys;
+  for (const auto& entry : config_entries(path, overrides)) keys.push_back(entry.first);
+  return keys;
+}
+
+RunConfig read_run_config(const std::string& path, const std::vector<std::string>& overrides) {
+  const std::vector<std::pair<std::string, std::string>> entries = config_entries(path, overrides);
   RunConfig config;
   // train.init_from naming a Hugging Face folder: its config.json is where the model
   // starts, as a preset would be, so a run needs no model.* keys; explicit ones override
@@ -225,6 +254,7 @@ void RunConfig::validate() const {
             z_loss);
   check_stability(*this);
   NDT_CHECK(steps >= 0, "train.steps = {} must not be negative (0: write the initial state and stop)", steps);
+  NDT_CHECK(layout_check_steps >= 1, "parallel.layout_check_steps = {} must be at least 1", layout_check_steps);
   check_optimizer(*this);
   check_data_and_sample(*this);
   check_runtime_and_checkpoints(*this);
@@ -306,10 +336,7 @@ void check_data_and_expert_parallel(const RunConfig& c) {
             "model.moe_capacity_factor = {} with parallel.cp = {} is not supported: capacity admits a sequence's "
             "tokens in position order, which a split sequence does not have on one rank (use 0: dropless)",
             c.model.moe_capacity_factor, mesh.cp);
-  NDT_CHECK(!c.model.is_moe() || !c.precision.low(),
-            "model.n_experts = {} (mixture of experts) computes in fp32 only: precision.compute = \"{}\" is not "
-            "supported with it yet",
-            c.model.n_experts, compute_dtype_config_name(c.precision.compute));
+  check_moe_precision(c.model, c.precision);
 }
 
 // Seq1F1B: what its sequence chunks do not support yet, each refused by name.

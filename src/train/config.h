@@ -33,6 +33,13 @@
 
 namespace ndt {
 
+// parallel.layout: the mesh and parallel settings as the config gives them (manual), or
+// searched by the planner at start-up (auto: plan/auto_layout.h), the settings the
+// config gives explicitly kept as constraints.
+enum class LayoutMode { manual, automatic };
+std::string_view layout_mode_name(LayoutMode mode);  // "manual", "auto"
+LayoutMode layout_mode_from_name(std::string_view name);  // throws naming parallel.layout and the value
+
 struct RunConfig {
   ModelConfig model;
 
@@ -95,6 +102,9 @@ struct RunConfig {
   int pp_virtual_stages = 1;         // chunks per pp rank (interleaved_1f1b: 2 or more)
   int pp_seq_chunks = 1;             // sequence chunks per micro-batch (seq1f1b: 2 or more)
   std::string pp_layers;             // blocks per chunk, "3,3"; empty: balanced by cost
+  LayoutMode layout = LayoutMode::manual;
+  std::string layout_device = "cpu";  // auto: the device profile searched on ("cpu": measured) or a device file
+  int64_t layout_check_steps = 5;     // auto: steps measured (after the first) against the predicted step time
 
   // [precision]
   Precision precision;  // compute dtype of matmuls and saved activations
@@ -174,6 +184,10 @@ struct RunConfig {
 RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides);
 // The same without validate(): each key's value checked as it is read, the whole not.
 RunConfig read_run_config(const std::string& path, const std::vector<std::string>& overrides);
+
+// The keys the file and the overrides set explicitly (in that order, repeats kept), what
+// parallel.layout = "auto" keeps as constraints.
+std::vector<std::string> given_config_keys(const std::string& path, const std::vector<std::string>& overrides);
 
 // One entry per configuration key, for `ndtrain config` and docs/config.md.
 struct ConfigFieldDoc {

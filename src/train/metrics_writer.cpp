@@ -157,6 +157,22 @@ void MetricsWriter::step(const StepStats& s, const RunConfig& config, DeviceMesh
 
 void MetricsWriter::validation(int64_t steps_done, double loss) { write({{"step", steps_done}, {"val_loss", loss}}); }
 
+void MetricsWriter::layout_check(const LayoutCheckResult& check, int64_t step) {
+  const LayoutPrediction& p = check.predicted;
+  write({{"layout_check",
+          {{"step", step},
+           {"layout", p.layout},
+           {"device", p.device},
+           {"predicted_step_s", p.step_s},
+           {"measured_step_s", check.measured_step_s},
+           {"measured_steps", check.steps},
+           {"error", check.error()},
+           {"predicted_memory_bytes", p.memory_bytes},
+           {"predicted_mfu", p.mfu},
+           {"runner_up", p.runner_up},
+           {"runner_up_predicted_step_s", p.runner_up_step_s}}}});
+}
+
 void MetricsWriter::summary(const RunSummary& summary, DeviceMesh& mesh) {
   const bool trained = !summary.losses.empty();  // train.steps = 0 trains nothing
   const bool validated = !summary.val_losses.empty();

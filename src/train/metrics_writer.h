@@ -14,6 +14,7 @@
 #include "comm/device_mesh.h"
 #include "parallel/pipeline/runner.h"
 #include "train/config.h"
+#include "train/layout_check.h"
 #include "train/metrics.h"
 #include "train/peak_flops.h"
 #include "train/step_stats.h"
@@ -40,6 +41,8 @@ class MetricsWriter {
   // carries rank 0's cumulative communication counters on `mesh`.
   void step(const StepStats& s, const RunConfig& config, DeviceMesh& mesh, const PipelineRunner* pipeline);
   void validation(int64_t steps_done, double loss);
+  // parallel.layout = "auto": the chosen layout's predicted and measured step time, after step `step`.
+  void layout_check(const LayoutCheckResult& check, int64_t step);
   void summary(const RunSummary& summary, DeviceMesh& mesh);
   // pipeline_timeline.json in out_dir: every pp rank's measured actions of the last step
   // (gathered by the caller: PipelineRunner::gather_last_step_timeline).

@@ -25,6 +25,9 @@ namespace {
 // it describes.
 RunConfig resolved_for(const RunConfig& config, DeviceMesh& mesh) {
   config.validate();
+  NDT_CHECK(config.layout == LayoutMode::manual,
+            "parallel.layout = \"auto\" is chosen before the trainer starts: train the config resolve_auto_layout "
+            "returns (plan/auto_layout.h), as `ndtrain train` does");
   const NodeTopology& nodes = mesh.topology();
   const int my_node = nodes.node_of_rank[static_cast<size_t>(mesh.world().rank())];
   RunConfig resolved =
@@ -275,6 +278,10 @@ StepBoundary Trainer::boundary() {
   return b;
 }
 
+void Trainer::expect_layout(const LayoutPrediction& prediction) {
+  layout_check_.emplace(prediction, config_.layout_check_steps);
+}
+
 RunSummary Trainer::run() {
   RunSummary summary;
   summary.unigram_entropy = data_.data().unigram_entropy();
@@ -306,6 +313,12 @@ RunSummary Trainer::run() {
     }
     const bool last = step_ == config_.steps;
     if (s.step % config_.log_every == 0 || last) log_.step(s);
+    if (layout_check_) {
+      if (const std::optional<LayoutCheckResult> check = layout_check_->observe(s.step, s.seconds, last)) {
+        log_.line(check->describe(step_));
+        metrics_->layout_check(*check, step_);
+      }
+    }
     if (config_.eval_every > 0 && step_ % config_.eval_every == 0 && !last) {
       const std::optional<double> val = run_evaluation(/*stoppable=*/true);
       if (!val) {

@@ -15,6 +15,7 @@
 #include "train/checkpointing.h"
 #include "train/config.h"
 #include "train/fault_injection.h"
+#include "train/layout_check.h"
 #include "train/metrics_writer.h"
 #include "train/peak_flops.h"
 #include "train/run_lock.h"
@@ -46,7 +47,10 @@ class Trainer {
   Trainer(const RunConfig& config, DeviceMesh& mesh, std::ostream* log);
 
   StepStats step();
-  double evaluate();  // mean validation loss over train.eval_batches batches of train.batch_size rows
+  double evaluate();
+  // parallel.layout = "auto": run() sets the measured step time against this prediction
+  // after parallel.layout_check_steps steps (train/layout_check.h), printed and recorded.
+  void expect_layout(const LayoutPrediction& prediction);  // mean validation loss over train.eval_batches batches of train.batch_size rows
   // Trains to train.steps (or a stop signal: train/stop_signal.h), saves, evaluates and
   // samples. A step whose loss or gradient norm is not finite ends the run with an
   // ndt::Error after saving the last finite state (if checkpoints are on) under
@@ -137,6 +141,7 @@ class Trainer {
   int64_t step_ = 0;
   int stop_signal_ = 0;  // the stop signal the ranks agreed on (0: none)
   StabilityCounts counts_;
+  std::optional<LayoutCheck> layout_check_;  // parallel.layout = "auto"
 };
 
 }  // namespace ndt

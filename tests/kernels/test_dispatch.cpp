@@ -1,6 +1,7 @@
 // The dispatch seam (kernels/kernels.h): the active backend is cpu, an unknown backend
 // is refused by name, every routed kernel gives the same bits as the cpu kernel it
-// routes to; and Tensor's device (core/tensor.h): cpu, with copy_from checked.
+// routes to; cuda is refused by name where no device starts; and Tensor's device
+// (core/tensor.h): cpu, with copy_from checked, and a ledger per device.
 #include "kernels/kernels.h"
 
 #include "../common/gradcheck.h"
@@ -49,6 +50,29 @@ TEST(Dispatch, UnknownBackendIsRefusedByName) {
     EXPECT_NE(msg.find("cpu"), std::string::npos) << msg;
   }
   EXPECT_EQ(kernels::backend(), kernels::Backend::cpu) << "a refused backend must not become active";
+}
+
+// Without a usable GPU (here: always; NDT_CUDA=off builds, or no device), choosing cuda
+// is an error naming it, cpu stays active, and no tensor can be put on the device.
+TEST(Dispatch, CudaBackendWithoutADeviceIsRefusedByName) {
+  try {
+    kernels::set_backend(kernels::Backend::cuda);
+    kernels::set_backend(kernels::Backend::cpu);
+    GTEST_SKIP() << "a CUDA device started: tests/cuda covers the backend";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("cuda"), std::string::npos) << msg;
+  }
+  EXPECT_EQ(kernels::backend(), kernels::Backend::cpu) << "a refused backend must not become active";
+  EXPECT_STREQ(kernels::backend_name(kernels::Backend::cuda), "cuda");
+  try {
+    (void)Tensor::empty({4}, DType::f32, MemTag::other, Device::cuda);
+    FAIL() << "a cuda tensor was allocated without a started device";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("no cuda device memory"), std::string::npos) << msg;
+  }
+  EXPECT_EQ(MemoryLedger::for_device(Device::cuda).current_total(), 0u);
 }
 
 TEST(Dispatch, ThreadsRouteToCpu) {
@@ -162,6 +186,26 @@ TEST(Dispatch, KernelsRouteToCpuBitwise) {
 }
 
 // ---- Tensor's device (core) ------------------------------------------------------
+
+// Each device has its own ledger: bytes on one never show on another.
+TEST(TensorDevice, LedgerPerDevice) {
+  MemoryLedger& host = MemoryLedger::instance();
+  MemoryLedger& gpu = MemoryLedger::for_device(Device::cuda);
+  EXPECT_EQ(&host, &MemoryLedger::for_device(Device::cpu));
+  EXPECT_NE(&host, &gpu);
+  const size_t host_before = host.current(MemTag::params), gpu_before = gpu.current(MemTag::params);
+  gpu.on_alloc(MemTag::params, 1000);
+  EXPECT_EQ(gpu.current(MemTag::params), gpu_before + 1000);
+  EXPECT_EQ(host.current(MemTag::params), host_before);
+  gpu.on_free(MemTag::params, 1000);
+  EXPECT_EQ(gpu.current(MemTag::params), gpu_before);
+  {
+    Tensor t = Tensor::empty({250}, DType::f32, MemTag::params);
+    EXPECT_EQ(host.current(MemTag::params), host_before + 1000);
+    EXPECT_EQ(gpu.current(MemTag::params), gpu_before);
+  }
+  EXPECT_STREQ(device_name(Device::cuda), "cuda");
+}
 
 TEST(TensorDevice, CpuEverywhere) {
   Tensor t = Tensor::zeros({2, 3}, DType::f32, MemTag::other);

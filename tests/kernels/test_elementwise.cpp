@@ -68,6 +68,25 @@ TEST(Elementwise, BiasBackwardAccumulatesInRowOrder) {
   EXPECT_EQ(std::memcmp(dbias.data(), ref.data(), C * sizeof(float)), 0);
 }
 
+// Catches: threads splitting the rows of the column sums (partial sums added in an order
+// that depends on the thread count) instead of the columns.
+TEST(Elementwise, BiasBackwardIsIndependentOfThreadCount) {
+  const int saved = num_threads();
+  const int64_t rows = 301, C = 1000;  // past the parallel threshold; C not a multiple of the column block
+  const std::vector<float> dout = random_vector(rows * C, 36), start = random_vector(C, 37);
+  std::vector<float> ref = start;
+  for (int64_t n = 0; n < rows; ++n) {
+    for (int64_t c = 0; c < C; ++c) ref[c] += dout[n * C + c];
+  }
+  for (int threads : {1, 2, 3}) {
+    set_num_threads(threads);
+    std::vector<float> dbias = start;
+    bias_backward(dbias.data(), dout.data(), rows, C);
+    EXPECT_EQ(std::memcmp(dbias.data(), ref.data(), C * sizeof(float)), 0) << threads << " threads";
+  }
+  set_num_threads(saved);
+}
+
 TEST(Elementwise, CopyIsIndependentOfThreadCount) {
   const int saved = num_threads();
   const int64_t n = 200003;

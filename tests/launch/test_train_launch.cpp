@@ -117,6 +117,33 @@ TEST_F(TrainLaunch, DataParallelRunOnTwoRanks) {
   EXPECT_NE(first.find("\"all_reduce\""), std::string::npos) << first;
 }
 
+// Catches: `--layout auto` not choosing before the run, a choice not printed, a micro-batch
+// the config gives not kept, or the measured-against-predicted check missing from the
+// output or the metrics.
+TEST_F(TrainLaunch, AutoLayoutOnTwoRanksPrintsTheChoiceAndChecksIt) {
+  const Result r = run(mpirun(2, "--layout auto --set parallel.layout_check_steps=3 --set runtime.out_dir=" +
+                                     dir_.file("auto")));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* part : {"parallel.layout = \"auto\": ", " candidate layouts of 2 devices", "chosen:    ",
+                           "runner-up: ", "kept as the config gives them: train.micro_batch_size = 2",
+                           "layout check after step 4: ", "(median of 3)"}) {
+    EXPECT_NE(r.output.find(part), std::string::npos) << part << "\n" << r.output;
+  }
+  std::ifstream metrics(dir_.file("auto/metrics.jsonl"));
+  nlohmann::json check;
+  for (std::string line; std::getline(metrics, line);) {
+    const nlohmann::json record = nlohmann::json::parse(line);
+    if (record.contains("layout_check")) check = record["layout_check"];
+  }
+  ASSERT_TRUE(check.is_object()) << "no layout_check record";
+  EXPECT_EQ(check["step"], 4);
+  EXPECT_EQ(check["measured_steps"], 3);
+  EXPECT_GT(check["predicted_step_s"].get<double>(), 0);
+  EXPECT_GT(check["measured_step_s"].get<double>(), 0);
+  EXPECT_NE(check["layout"].get<std::string>().find("mb2"), std::string::npos) << check.dump();
+  EXPECT_NE(r.output.find("chosen:    " + check["layout"].get<std::string>() + ":"), std::string::npos) << r.output;
+}
+
 // Tensor parallel with sequence parallel through the CLI, to the end: validation and a
 // sample (whose prompts of any length are padded to a multiple of tp).
 TEST_F(TrainLaunch, TensorParallelRunSamplesText) {

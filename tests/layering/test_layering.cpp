@@ -2,7 +2,8 @@
 // folders below it, so no arrow points up. In particular the model includes nothing
 // from parallel/ or comm/ (tensor parallelism reaches it through the model-owned
 // TensorParallelRegions), and the model and parallel code call kernels through the
-// dispatch (kernels/kernels.h), never a backend such as kernels/cpu directly.
+// dispatch (kernels/kernels.h), never a backend such as kernels/cpu directly. CUDA
+// sources (.cu) are held to the same layers.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -58,7 +59,7 @@ std::vector<fs::path> sources_under(const fs::path& dir) {
   std::vector<fs::path> files;
   for (const auto& entry : fs::recursive_directory_iterator(dir)) {
     const std::string ext = entry.path().extension().string();
-    if (entry.is_regular_file() && (ext == ".h" || ext == ".cpp")) files.push_back(entry.path());
+    if (entry.is_regular_file() && (ext == ".h" || ext == ".cpp" || ext == ".cu")) files.push_back(entry.path());
   }
   return files;
 }

@@ -12,6 +12,7 @@
 
 #include <limits>
 #include <tuple>
+#include <utility>
 
 #include <cmath>
 #include <string>
@@ -242,18 +243,24 @@ TEST(MoeRouting, MicroBatchSplitsGiveTheSameGradientsAndDrops) {
 }
 
 // Catches: MoE activations the prediction leaves out, kept under full recompute, or
-// sized for the wrong rows.
+// sized for the wrong rows, in fp32 and bf16 (where the experts keep fp32 rows and the
+// dense parts pack theirs); expert weights without a compute copy.
 TEST(MoeMemory, KeptActivationsEqualThePrediction) {
   MemoryLedger& ledger = MemoryLedger::instance();
-  for (CheckpointMode mode : {CheckpointMode::none, CheckpointMode::full}) {
+  for (const auto& [mode, compute] : {std::pair{CheckpointMode::none, DType::f32}, {CheckpointMode::full, DType::f32},
+                                      {CheckpointMode::none, DType::bf16}, {CheckpointMode::full, DType::bf16}}) {
     for (Arch arch : {Arch::gpt2, Arch::llama}) {
-      const size_t before = ledger.current(MemTag::activations);
+      const size_t before = ledger.current(MemTag::activations), params = ledger.current(MemTag::params);
       ModelConfig c = tiny_moe(arch);
       c.moe_shared_d_ff = 8;
       const int B = 3, T = 8, chunk = 4;
       {
         Transformer model(c, 1, chunk);
+        model.set_precision({compute});
         model.set_activation_checkpointing({mode, 1});
+        // Master values and, in bf16, every one's compute copy (the experts' too).
+        EXPECT_EQ(ledger.current(MemTag::params) - params,
+                  static_cast<size_t>((compute == DType::f32 ? 4 : 6) * model.store().numel()));
         const auto in = tokens(B * T, c.vocab_size, 8);
         model.store().zero_grads();
         MicroBatchContext ctx;
@@ -261,8 +268,8 @@ TEST(MoeMemory, KeptActivationsEqualThePrediction) {
         for (int u = 0; u < model.num_units(); ++u) model.unit(u).forward(ctx);
         // Between forward and backward: the context, the workspace and the experts' rows.
         EXPECT_EQ(ledger.current(MemTag::activations) - before,
-                  static_cast<size_t>(Transformer::predict_activation_bytes(c, B, T, chunk, {}, {mode, 1})))
-            << arch_name(arch) << " " << checkpoint_mode_name(mode);
+                  static_cast<size_t>(Transformer::predict_activation_bytes(c, B, T, chunk, {}, {mode, 1}, {}, compute)))
+            << arch_name(arch) << " " << checkpoint_mode_name(mode) << " " << dtype_name(compute);
         for (int u = model.num_units() - 1; u >= 0; --u) model.unit(u).backward(ctx, nullptr);
         int64_t kept = 0;
         for (const MoeActivations& a : ctx.moe) kept += a.logits.defined() || a.inputs.defined();

@@ -1,6 +1,6 @@
 // Low-precision compute on one rank (model/precision.h): bf16 and fp16 forward and
-// backward stay close to fp32 (the loss, and every gradient in L2), on both GEMM
-// backends, which differ only in the order of fp32 sums; the values a block computes
+// backward stay close to fp32 (the loss, and every gradient in L2; MoE models' routed
+// experts too), on both GEMM backends, which differ only in the order of fp32 sums; the values a block computes
 // with are those it keeps, so activation checkpointing and two micro-batches in flight
 // give bitwise the gradients of saving everything; the matmuls read the parameters'
 // compute copies, which refresh_compute() recasts; the ledger equals the memory model
@@ -11,6 +11,7 @@
 #include "kernels/cpu/gemm_lowp.h"
 #include "model/matmul.h"
 #include "model/transformer.h"
+#include "../common/errors.h"
 #include "tiny_model.h"
 
 #include <gtest/gtest.h>
@@ -20,6 +21,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace ndt {
@@ -33,9 +35,24 @@ ModelConfig tiny(Arch arch) {
   return c;
 }
 
+// The tiny models with 4 routed experts, top-2, in every block (model/moe.h); Llama's
+// with a shared MLP.
+ModelConfig tiny_moe(Arch arch) {
+  ModelConfig c = tiny(arch);
+  c.n_experts = 4;
+  c.moe_top_k = 2;
+  c.moe_d_ff = 12;
+  c.moe_aux_loss = 0.01f;
+  c.moe_shared_d_ff = arch == Arch::llama ? 8 : 0;
+  return c;
+}
+
+std::string label(const ModelConfig& c) { return std::string(arch_name(c.arch)) + (c.is_moe() ? " moe" : ""); }
+
 struct Result {
   double loss = 0;
   std::vector<float> grads;
+  std::vector<float> expert_grads;  // the routed experts' weights', in arena order
 };
 
 Result run(const ModelConfig& c, DType compute, const ActivationCheckpointing& policy = {}) {
@@ -49,6 +66,9 @@ Result run(const ModelConfig& c, DType compute, const ActivationCheckpointing& p
   r.loss = model.forward_backward(in.data(), target.data(), B, T, 1.0f / (B * T));
   const float* g = model.store().grads().data<float>();
   r.grads.assign(g, g + model.store().numel());
+  for (const Parameter& p : model.store().params()) {
+    if (p.spec.expert) r.expert_grads.insert(r.expert_grads.end(), g + p.arena_offset, g + p.arena_offset + p.numel());
+  }
   return r;
 }
 
@@ -71,30 +91,39 @@ std::vector<cpu::LowpGemmBackend> backends(DType dtype) {
 }
 
 // Catches: a low-precision path that computes something else (a wrong operand, a
-// missing rounding step that changes magnitudes, a transposed weight), which shows as
-// far more than the rounding error of 8 (bf16) or 11 (fp16) mantissa bits, on any
-// GEMM backend.
+// missing rounding step that changes magnitudes, a transposed weight, an expert's GEMM
+// with another expert's slice), which shows as far more than the rounding error of 8
+// (bf16) or 11 (fp16) mantissa bits, on any GEMM backend; routed experts that compute
+// in fp32 (their gradients would not move).
 TEST(Precision, LowPrecisionStaysCloseToFp32) {
-  for (Arch arch : {Arch::gpt2, Arch::llama}) {
-    const ModelConfig c = tiny(arch);
+  for (const ModelConfig& c : {tiny(Arch::gpt2), tiny(Arch::llama), tiny_moe(Arch::gpt2), tiny_moe(Arch::llama)}) {
     const Result fp32 = run(c, DType::f32);
     for (DType d : {DType::bf16, DType::f16}) {
       for (cpu::LowpGemmBackend backend : backends(d)) {
         cpu::set_lowp_gemm_backend(d, backend);
         const Result low = run(c, d);
-        const std::string where = std::string(arch_name(arch)) + " " + name(d) + " on " + cpu::lowp_gemm_backend(d);
-        std::printf("%s: loss %.2e relative, gradients %.2e relative L2\n", where.c_str(),
-                    std::fabs(low.loss - fp32.loss) / fp32.loss, relative_l2(low.grads, fp32.grads));
+        const std::string where = label(c) + " " + name(d) + " on " + cpu::lowp_gemm_backend(d);
+        const double experts = c.is_moe() ? relative_l2(low.expert_grads, fp32.expert_grads) : 0;
+        std::printf("%s: loss %.2e relative, gradients %.2e relative L2%s\n", where.c_str(),
+                    std::fabs(low.loss - fp32.loss) / fp32.loss, relative_l2(low.grads, fp32.grads),
+                    c.is_moe() ? (", the routed experts' " + std::to_string(experts)).c_str() : "");
         // The operands are rounded to 8 (bf16) or 11 (fp16) significant bits, products
         // summed in fp32 on every backend, so the errors are rounding's, whatever the sum
         // order: measured (gpt2 / llama) bf16 loss 7.0e-4 / 2.5e-3 relative, gradients
         // 9.9e-3 / 2.2e-2 in L2, to three digits the same on AMX, AVX512-BF16, oneDNN's
         // jit gemm and the fallback; fp16 8.0e-5 / 1.3e-5 and 9.3e-4 /
-        // 3.1e-3 (3 more bits: 8x finer). The bounds leave a factor of 2 or more.
+        // 3.1e-3 (3 more bits: 8x finer). The MoE models (AMX and the fallback): bf16
+        // 1.0e-3 / 4.2e-4 and 1.9e-2 / 2.5e-2 (the experts' 1.7e-2 / 1.8e-2), fp16
+        // 1.7e-5 / 8.3e-5 and 2.0e-3 / 2.6e-3 (2.0e-3 / 2.5e-3). The bounds leave a
+        // factor of 2 or more.
         const double tol = d == DType::bf16 ? 1 : 0.125;
         EXPECT_NEAR(low.loss, fp32.loss, 1e-2 * tol * fp32.loss) << where;
         EXPECT_LT(relative_l2(low.grads, fp32.grads), 5e-2 * tol) << where;
         EXPECT_GT(relative_l2(low.grads, fp32.grads), 0) << "nothing was rounded: " << where;
+        if (c.is_moe()) {
+          EXPECT_LT(experts, 5e-2 * tol) << where;
+          EXPECT_GT(experts, 0) << "the experts rounded nothing: " << where;
+        }
       }
       cpu::set_lowp_gemm_backend(d, cpu::choose_lowp_gemm_backend(d, std::getenv("NDT_LOWP_GEMM")));
     }
@@ -120,14 +149,14 @@ TEST(Precision, BothGemmBackendsAgree) {
 // Catches: forward computing with values other than those backward reads (a missing
 // rounding of a kept tensor), and packed activations leaking between micro-batches.
 TEST(Precision, CheckpointingAndInterleavedMicroBatchesAreBitwise) {
-  for (Arch arch : {Arch::gpt2, Arch::llama}) {
-    const ModelConfig c = tiny(arch);
+  for (const ModelConfig& c : {tiny(Arch::gpt2), tiny(Arch::llama), tiny_moe(Arch::gpt2), tiny_moe(Arch::llama)}) {
+    const std::string arch = label(c);
     const Result all = run(c, DType::bf16);
     for (const ActivationCheckpointing& p :
          {ActivationCheckpointing{CheckpointMode::full, 1}, {CheckpointMode::full, 2}, {CheckpointMode::selective, 1}}) {
       const Result r = run(c, DType::bf16, p);
-      EXPECT_EQ(r.loss, all.loss) << arch_name(arch) << " " << checkpoint_mode_name(p.mode) << " " << p.every;
-      EXPECT_EQ(r.grads, all.grads) << arch_name(arch) << " " << checkpoint_mode_name(p.mode) << " " << p.every;
+      EXPECT_EQ(r.loss, all.loss) << arch << " " << checkpoint_mode_name(p.mode) << " " << p.every;
+      EXPECT_EQ(r.grads, all.grads) << arch << " " << checkpoint_mode_name(p.mode) << " " << p.every;
     }
     // Two micro-batches in flight (forward A, forward B, backward B, backward A): each
     // backward reloads the shared area from its own context's packed copy, so the
@@ -147,27 +176,29 @@ TEST(Precision, CheckpointingAndInterleavedMicroBatchesAreBitwise) {
       const float* g = model.store().grads().data<float>();
       (mode == CheckpointMode::none ? packed : recomputed).assign(g, g + model.store().numel());
     }
-    EXPECT_EQ(packed, recomputed) << arch_name(arch);
+    EXPECT_EQ(packed, recomputed) << arch;
   }
 }
 
-// Catches: matmuls reading the fp32 values instead of the compute copy, or a copy that
-// refresh_compute() does not recast.
+// Catches: matmuls (the dense layers' and the routed experts') reading the fp32 values
+// instead of the compute copy, or a copy that refresh_compute() does not recast.
 TEST(Precision, MatmulsReadTheComputeCopy) {
-  const ModelConfig c = tiny(Arch::gpt2);
-  const int B = 1, T = 5;
-  const auto in = tokens(B * T, c.vocab_size, 4);
-  Transformer model(c, 3, 5);
-  model.set_precision({DType::bf16});
-  const double before = model.evaluate(in.data(), in.data(), B, T);
-  // Change a matmul weight's master value: the stale copy still gives the old loss...
-  const Parameter& w = model.store().get("blocks.0.mlp.fc.weight");
-  for (int64_t i = 0; i < w.numel(); ++i) w.data()[i] *= 3.0f;
-  EXPECT_EQ(model.evaluate(in.data(), in.data(), B, T), before);
-  // ... and the recast copy the new one.
-  model.store().refresh_compute();
-  EXPECT_NE(model.evaluate(in.data(), in.data(), B, T), before);
-  for (int64_t i = 0; i < w.numel(); ++i) EXPECT_EQ(w.compute_data()[i], f32_to_bf16(w.data()[i]));
+  for (const auto& [c, weight] : {std::pair{tiny(Arch::gpt2), "blocks.0.mlp.fc.weight"},
+                                  {tiny_moe(Arch::llama), "blocks.0.moe.experts.down.weight"}}) {
+    const int B = 1, T = 5;
+    const auto in = tokens(B * T, c.vocab_size, 4);
+    Transformer model(c, 3, 5);
+    model.set_precision({DType::bf16});
+    const double before = model.evaluate(in.data(), in.data(), B, T);
+    // Change a matmul weight's master value: the stale copy still gives the old loss...
+    const Parameter& w = model.store().get(weight);
+    for (int64_t i = 0; i < w.numel(); ++i) w.data()[i] *= 3.0f;
+    EXPECT_EQ(model.evaluate(in.data(), in.data(), B, T), before) << weight;
+    // ... and the recast copy the new one.
+    model.store().refresh_compute();
+    EXPECT_NE(model.evaluate(in.data(), in.data(), B, T), before) << weight;
+    for (int64_t i = 0; i < w.numel(); ++i) EXPECT_EQ(w.compute_data()[i], f32_to_bf16(w.data()[i]));
+  }
 }
 
 // Catches: memory held beyond the model in low precision, and packing that does not
@@ -288,6 +319,13 @@ TEST(Fp8, NeedsBf16Compute) {
     EXPECT_NE(std::string(e.what()).find("needs precision.compute = \"bf16\", not \"fp16\""), std::string::npos)
         << e.what();
   }
+}
+
+// Catches: fp8 accepted for an MoE model, whose routed experts have no per-expert scales.
+TEST(Fp8, RefusedForMixtureOfExperts) {
+  Transformer model(tiny_moe(Arch::llama), 1, 4);
+  testing::expect_error([&] { model.set_precision({DType::bf16, true, {}}); },
+                        {"model.n_experts = 4 (mixture of experts) with precision.fp8 = true is not supported"});
 }
 
 }  // namespace

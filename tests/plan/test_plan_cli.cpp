@@ -1,7 +1,8 @@
 // `ndtrain plan` end to end: a search printed as a table and written as JSON and CSV,
-// bad input refused by name, and `--validate`, which trains small layouts on 1, 2 and 4
-// ranks under mpirun and holds the planner's memory (within 2%) and bytes (exactly) to
-// what the runs measure.
+// bad input refused by name, `--calibrate`, which measures this machine into a device
+// file, and `--validate`, which trains small layouts on 1, 2 and 4 ranks under mpirun
+// and holds the planner's memory (within 2%), bytes (exactly) and step time (within a
+// bound, on calibrated profiles) to what the runs measure.
 #include "../common/command.h"
 #include "../common/temp_dir.h"
 
@@ -61,14 +62,49 @@ TEST(PlanCli, RefusesBadInputByName) {
   EXPECT_TRUE(contains(r.output, "needs a model: --preset NAME or --config FILE")) << r.output;
 }
 
-// Catches: the planner's memory or bytes drifting from what ndtrain measures on real
-// runs (every layout of the validation set: memory within 2%, bytes equal).
-TEST(PlanCli, ValidateHoldsThePlannerToRunsOnThisMachine) {
-  const testing::CommandResult r = testing::run_command(kNdtrain + " plan --validate");
+// The step-time bound CI enforces, far looser than the 20% `--validate` aims at, because
+// the calibrated model does not meet 20% yet: on the development VM, quiet (CI runs one
+// test at a time), the 10 runs gave a median |error| of 49% and at most +126% (the model
+// under-predicts every run; docs/planner.md "Against this machine"). 300% holds that with
+// room for a slower CI machine and still catches a model off by a factor of 4 or more (a
+// unit slip, a term lost, a calibration not read); the bytes and memory checks stay exact.
+constexpr const char* kCiTimeBoundPercent = "300";
+
+// Catches: a calibration that writes no device file or one the planner cannot read, and
+// the planner's memory, bytes or step time drifting from what ndtrain measures on real
+// runs (every layout of the validation set: memory within 2%, bytes equal, step time
+// within the bound on the calibrated profiles).
+TEST(PlanCli, CalibrateThenValidateHoldsThePlannerToRunsOnThisMachine) {
+  testing::TempDir dir;
+  const std::string device = dir.file("cpu-2-ranks.toml");
+  testing::CommandResult r = testing::run_command(kNdtrain + " plan --calibrate --ranks 2 --out " + device);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "calibrated in")) << r.output;
+  EXPECT_TRUE(contains(r.output, "gemm_efficiencies = [")) << r.output;
+  EXPECT_TRUE(contains(r.output, "intra_node_call_us = ")) << r.output;
+  r = testing::run_command(kNdtrain + " plan --validate --device " + device + " --time-bound " + kCiTimeBoundPercent);
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_TRUE(contains(r.output, "memory within 2% and bytes equal: 9 of 9 runs")) << r.output;
+  EXPECT_TRUE(contains(r.output, "10 of 10 runs")) << r.output;
+  EXPECT_TRUE(contains(r.output, "profile for 2 ranks: device file " + device)) << r.output;
   EXPECT_FALSE(contains(r.output, "MISMATCH")) << r.output;
   std::printf("%s", r.output.c_str());
+}
+
+// Catches: --calibrate's and --validate's options accepted where they do nothing, and a
+// validation whose step-time bound cannot fail.
+TEST(PlanCli, CalibrateAndValidateRefuseWhatTheyDoNotUse) {
+  const std::pair<const char*, const char*> refusals[] = {
+      {"--preset gpt2-tiny --out x.toml", "--out x.toml requires --calibrate"},
+      {"--calibrate --preset gpt2-tiny", "--preset excludes --calibrate"},
+      {"--time-bound 30", "--time-bound requires --validate"},
+      {"--validate --time-bound 0", "--time-bound 0 must be a positive percentage"},
+      {"--calibrate --ranks 2000", "--ranks 2000 must lie in [1, 1024]"},
+  };
+  for (const auto& [arguments, message] : refusals) {
+    const testing::CommandResult r = testing::run_command(kNdtrain + " plan " + arguments);
+    EXPECT_NE(r.exit_code, 0) << arguments;
+    EXPECT_TRUE(contains(r.output, message)) << arguments << ": " << r.output;
+  }
 }
 
 }  // namespace

@@ -238,6 +238,27 @@ TEST(SvgChart, PointsAndMarkersMapToTheirValues) {
   EXPECT_NE(svg.find("class=\"threshold\" data-y=\"1\""), std::string::npos);
 }
 
+// Catches: parallel.layout = "auto"'s check (metrics.jsonl's layout_check record) left out
+// of the report, or shown with other numbers than the record's.
+TEST_F(ReportTest, LayoutCheckOfAnAutoLayoutRun) {
+  const RunMetrics m = read_run_metrics(write(
+      run_line(0, false) + step_line(1, "5", 0.5, 1, 0) +
+      "{\"layout_check\":{\"step\":6,\"layout\":\"dp_shard2 | zero1 | mb2 | none\",\"device\":\"cpu: measured\","
+      "\"predicted_step_s\":0.25,\"measured_step_s\":0.3,\"measured_steps\":5,\"error\":0.2,"
+      "\"predicted_memory_bytes\":3145728,\"predicted_mfu\":0.125,\"runner_up\":\"dp_replicate2 | ddp | mb2 | none\","
+      "\"runner_up_predicted_step_s\":0.26}}\n"));
+  EXPECT_TRUE(m.skipped.empty());
+  ASSERT_EQ(m.layout_checks.size(), 1u);
+  const std::string html = render_html_report(m, nullptr, "auto");
+  for (const char* part : {"<th>layout (auto)</th><td>dp_shard2 | zero1 | mb2 | none</td>",
+                           "step 0.25 s predicted, 0.3 s measured (median of 5 steps to step 6): +20.0%; memory 3.0 MiB "
+                           "per device and MFU 12.5% predicted",
+                           "<th>runner-up</th><td>dp_replicate2 | ddp | mb2 | none: step 0.26 s predicted</td>",
+                           "<th>device profile</th><td>cpu: measured</td>"}) {
+    EXPECT_NE(html.find(part), std::string::npos) << part;
+  }
+}
+
 // Catches: config text or event text breaking the page (markup, a script) or its XML.
 TEST_F(ReportTest, TextFromTheRunIsEscaped) {
   EXPECT_EQ(xml_text("a<b>&\"c\"'d'"), "a&lt;b&gt;&amp;&quot;c&quot;&#39;d&#39;");

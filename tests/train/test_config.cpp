@@ -170,8 +170,10 @@ TEST_F(ConfigTest, MixtureOfExpertsSettings) {
   EXPECT_EQ(error_of({"model.n_experts=4", "parallel.ep=2", "parallel.dp_shard=4", "parallel.zero_stage=3"}), "");
   EXPECT_ERROR_MENTIONS(error_of({"model.n_experts=4", "model.moe_capacity_factor=1.5", "parallel.cp=2"}),
                         "model.moe_capacity_factor = 1.5 with parallel.cp = 2 is not supported");
-  EXPECT_ERROR_MENTIONS(error_of({"model.n_experts=4", "precision.compute=bf16"}),
-                        "model.n_experts = 4 (mixture of experts) computes in fp32 only");
+  EXPECT_EQ(error_of({"model.n_experts=4", "precision.compute=bf16"}), "");
+  EXPECT_EQ(error_of({"model.n_experts=4", "precision.compute=fp16"}), "");
+  EXPECT_ERROR_MENTIONS(error_of({"model.n_experts=4", "precision.compute=bf16", "precision.fp8=true"}),
+                        "model.n_experts = 4 (mixture of experts) with precision.fp8 = true is not supported");
   // ep borrows the data-parallel ranks dp_shard x cp: checked against the world size.
   RunConfig c = load_run_config(dir_.file("base.toml"), {"model.n_experts=8", "parallel.ep=4", "parallel.dp_shard=2"});
   try {
@@ -226,6 +228,19 @@ TEST_F(ConfigTest, BadValuesAndSyntax) {
   EXPECT_ERROR_MENTIONS(error_of({"train.steps"}), "--set \"train.steps\"");
   write_file("broken.toml", "[train\nsteps = 3\n");
   EXPECT_ERROR_MENTIONS(error_of({}, "broken.toml"), "broken.toml");
+}
+
+// Catches: a misspelt layout mode silently training the config's layout, a check over no
+// steps, or explicitly given keys (auto's constraints) lost or invented.
+TEST_F(ConfigTest, LayoutSettings) {
+  EXPECT_ERROR_MENTIONS(error_of({"parallel.layout=x"}),
+                        "parallel.layout = \"x\" is not a layout mode: manual (the config's settings) or auto");
+  EXPECT_ERROR_MENTIONS(error_of({"parallel.layout_check_steps=0"}), "parallel.layout_check_steps = 0 must be at least 1");
+  EXPECT_EQ(load_run_config(dir_.file("base.toml"), {"parallel.layout=auto"}).layout, LayoutMode::automatic);
+  EXPECT_EQ(load_run_config(dir_.file("base.toml"), {}).layout, LayoutMode::manual);
+  write_file("tp.toml", "[model]\npreset = \"gpt2-tiny\"\n[parallel]\ntp = 1\n[train]\nmicro_batch_size = 2\n");
+  EXPECT_EQ(given_config_keys(dir_.file("tp.toml"), {"parallel.zero_stage=3"}),
+            (std::vector<std::string>{"model.preset", "parallel.tp", "train.micro_batch_size", "parallel.zero_stage"}));
 }
 
 // Catches: a misspelt policy silently training without checkpointing, and an `every`

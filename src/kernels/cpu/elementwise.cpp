@@ -1,5 +1,6 @@
 #include "kernels/cpu/elementwise.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace ndt::cpu {
@@ -53,9 +54,18 @@ void add_bias(float* out, const float* bias, int64_t rows, int64_t C) {
 }
 
 void bias_backward(float* dbias, const float* dout, int64_t rows, int64_t C) {
-  for (int64_t n = 0; n < rows; ++n) {
-    const float* row = dout + n * C;
-    for (int64_t c = 0; c < C; ++c) dbias[c] += row[c];
+  // Each thread owns blocks of columns and adds every row into them in order 0..rows-1:
+  // the sums of one thread, so the bits do not depend on the thread count. Blocks of 64
+  // columns (4 cache lines) balance C = 768 or 3072 over 2 threads.
+  constexpr int64_t kBlock = 64;
+  const int64_t blocks = (C + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static) if (rows * C >= kParallelMin && blocks > 1)
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t c0 = b * kBlock, c1 = std::min(c0 + kBlock, C);
+    for (int64_t n = 0; n < rows; ++n) {
+      const float* row = dout + n * C;
+      for (int64_t c = c0; c < c1; ++c) dbias[c] += row[c];
+    }
   }
 }
 

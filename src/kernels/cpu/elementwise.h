@@ -17,7 +17,8 @@ void fill(float* x, float value, int64_t n);
 
 // out[rows, C] += bias[C] on every row.
 void add_bias(float* out, const float* bias, int64_t rows, int64_t C);
-// dbias[C] += sum over rows of dout[rows, C], serial over rows (fixed order n = 0..rows-1).
+// dbias[C] += sum over rows of dout[rows, C], rows added in the fixed order n = 0..rows-1
+// (threads split the columns, so the bits do not depend on the thread count).
 void bias_backward(float* dbias, const float* dout, int64_t rows, int64_t C);
 
 }  // namespace ndt::cpu

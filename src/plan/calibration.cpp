@@ -1,0 +1,200 @@
+#include "plan/calibration.h"
+
+#include "comm/mpi_communicator.h"
+#include "comm/mpi_runtime.h"
+#include "core/error.h"
+#include "core/output_file.h"
+#include "core/system_memory.h"
+#include "kernels/kernels.h"
+#include "plan/run_command.h"
+#include "train/peak_flops.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <thread>
+#include <vector>
+
+namespace ndt {
+
+namespace {
+
+// The mean seconds of `f`, called at least 3 times and for at least 50 ms in all. The
+// mean, not the median: a step is a sum of many kernels and collectives, so on a shared
+// machine it takes their expected time, the waits for a descheduled thread included.
+double mean_seconds(const std::function<void()>& f) {
+  int calls = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  double total = 0;
+  while (calls < 3 || (total < 0.05 && calls < 1000)) {
+    f();
+    ++calls;
+    total = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  return total / calls;
+}
+
+// The GEMM sizes measured: m = 4s rows (tokens), n = k = s (a layer's width).
+constexpr std::array<int, 5> kGemmWidths = {32, 64, 128, 256, 512};
+
+// FLOP/s of a linear layer's three GEMMs at width s: forward Y = X W^T, the input
+// gradient dX = dY W and the weight gradient dW = dY^T X.
+double linear_layer_flops(int s) {
+  const int m = 4 * s, n = s, k = s;
+  std::vector<float> x(static_cast<size_t>(m) * k, 0.01f), w(static_cast<size_t>(n) * k, 0.02f),
+      y(static_cast<size_t>(m) * n, 0.0f), dw(w.size(), 0.0f);
+  const double seconds = mean_seconds([&] {
+    kernels::gemm(false, true, m, n, k, 1.0f, x.data(), k, w.data(), k, 0.0f, y.data(), n);
+    kernels::gemm(false, false, m, k, n, 1.0f, y.data(), n, w.data(), k, 0.0f, x.data(), k);
+    kernels::gemm(true, false, n, k, m, 1.0f, y.data(), n, x.data(), k, 0.0f, dw.data(), k);
+  });
+  return 3 * 2.0 * m * n * k / seconds;
+}
+
+// FLOP/s of the causal attention core forward and backward at 128 tokens, 4 heads of 32,
+// counted as the planner counts them (12 x width x tokens per token).
+double attention_flops() {
+  const int B = 8, T = 128, NH = 4, HS = 32;
+  const size_t n = static_cast<size_t>(B) * T * NH * HS;
+  std::vector<float> q(n, 0.1f), k(n, 0.2f), v(n, 0.3f), out(n), dout(n, 0.01f), dq(n), dk(n), dv(n);
+  std::vector<float> lse(static_cast<size_t>(B) * NH * T), att(static_cast<size_t>(B) * NH * T * T);
+  const double seconds = mean_seconds([&] {
+    kernels::attention_forward(out.data(), lse.data(), att.data(), q.data(), k.data(), v.data(), nullptr, B, T, NH, NH, HS);
+    kernels::attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(), v.data(), att.data(),
+                                nullptr, B, T, NH, NH, HS);
+  });
+  return 12.0 * NH * HS * T * B * T / seconds;
+}
+
+// Bytes per second through layer norm (width 128) and GELU (width 512) forward and
+// backward over 4096 rows: each reads and writes its activations (5 tensors of a width).
+double elementwise_bytes_per_s() {
+  const int N = 4096, C = 128;
+  const size_t nc = static_cast<size_t>(N) * C;
+  std::vector<float> x(nc, 0.5f), out(nc), dx(nc), dout(nc, 0.01f), weight(C, 1.0f), bias(C, 0.0f), dweight(C), dbias(C);
+  std::vector<float> mean(N), rstd(N), h(4 * nc, 0.3f), g(4 * nc), dh(4 * nc), dg(4 * nc, 0.01f);
+  const double seconds = mean_seconds([&] {
+    kernels::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), weight.data(), bias.data(), N, C, 1e-5f);
+    kernels::layernorm_backward(dx.data(), dweight.data(), dbias.data(), dout.data(), x.data(), weight.data(), mean.data(),
+                                rstd.data(), N, C);
+    kernels::gelu_forward(g.data(), h.data(), static_cast<int64_t>(h.size()));
+    kernels::gelu_backward(dh.data(), h.data(), dg.data(), static_cast<int64_t>(h.size()));
+  });
+  return 5.0 * 4 * (nc + 4 * nc) / seconds;
+}
+
+// Bytes per second one rank copies (64 MiB; the copy's size over its time).
+double copy_bytes_per_s() {
+  const size_t bytes = size_t{64} << 20;
+  std::vector<char> a(bytes, 1), b(bytes, 0);
+  return static_cast<double>(bytes) / mean_seconds([&] { std::memcpy(b.data(), a.data(), bytes); });
+}
+
+// The mean seconds of one all-reduce of `floats` floats on the world, over `calls` calls
+// (a fixed count: every rank must make the same calls).
+double all_reduce_seconds(Communicator& world, size_t floats, int calls) {
+  std::vector<float> data(floats, 1.0f);
+  world.barrier();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int c = 0; c < calls; ++c) world.all_reduce(data.data(), floats, DType::f32, ReduceOp::sum);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / calls;
+}
+
+}  // namespace
+
+void calibrate_ranks(const std::string& out) {
+  MpiRuntime mpi;
+  const std::unique_ptr<MpiCommunicator> world = mpi_world();
+  const int ranks = world->size();
+  const bool lead = world->rank() == 0;
+  const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  const int threads = std::max(1, cores / ranks);  // a run's automatic thread count (runtime.threads = 0)
+  kernels::set_num_threads(threads);
+  const auto step = [&](const char* what) {
+    world->barrier();  // the ranks measure together, sharing the cores as a run's do
+    if (lead) fmt::print("  {}\n", what), std::fflush(stdout);
+  };
+  std::vector<double> figures;
+  step("FMA peak");
+  figures.push_back(measure_fma_peak(threads));
+  for (int s : kGemmWidths) {
+    step(fmt::format("GEMM {} x {} x {} (forward, input and weight gradients)", 4 * s, s, s).c_str());
+    figures.push_back(linear_layer_flops(s));
+  }
+  step("attention core");
+  figures.push_back(attention_flops());
+  step("layer norm and GELU");
+  figures.push_back(elementwise_bytes_per_s());
+  step("memory copy");
+  figures.push_back(copy_bytes_per_s());
+  const bool native_bf16 = kernels::lowp_gemm_backend(DType::bf16).starts_with("oneDNN");
+  if (native_bf16) step("bf16 GEMM 2048^3");
+  figures.push_back(native_bf16 ? resolve_peak_flops(0, threads, DType::bf16).flops_per_s : 0.0);
+  // The mean over the ranks, exchanged as floats (figures up to 1e15 keep 7 digits).
+  std::vector<float> mean(figures.begin(), figures.end());
+  world->all_reduce(mean.data(), mean.size(), DType::f32, ReduceOp::avg);
+  step("MPI all-reduce, 1 float and 4 MiB");
+  const double call_s = ranks > 1 ? all_reduce_seconds(*world, 1, 200) : 0;
+  const double big_s = ranks > 1 ? all_reduce_seconds(*world, size_t{1} << 20, 9) : 0;
+  if (!lead) return;
+
+  size_t i = 0;
+  const double fma = mean[i++];
+  // The peak: the FMA loop, or a GEMM that beat it (measured moments apart on a shared
+  // machine), so that every efficiency is a share of it.
+  const double fastest_gemm = *std::max_element(mean.begin() + 1, mean.begin() + 1 + kGemmWidths.size());
+  DeviceProfile d;
+  d.name = fmt::format("cpu-{}-ranks", ranks);
+  d.memory_bytes = physical_memory_bytes() / ranks;
+  d.peak_fp32 = std::max(fma, fastest_gemm);
+  d.fma_flops_per_s = fma;
+  for (int s : kGemmWidths) {
+    d.gemm_efficiency_by_size.push_back({std::cbrt(4.0 * s * s * s), mean[i++] / d.peak_fp32});
+  }
+  d.gemm_efficiency = d.gemm_efficiency_by_size.back().efficiency;
+  d.attention_flops_per_s = mean[i++];
+  d.elementwise_bytes_per_s = mean[i++];
+  d.memory_bytes_per_s = mean[i++];
+  d.peak_bf16 = std::max(d.peak_fp32, static_cast<double>(mean[i++]));
+  d.devices_per_node = ranks;
+  // One rank: no messages; the link is what a copy in and out would take.
+  const double wire = 2.0 * (ranks - 1) / ranks * 4 * (size_t{1} << 20);
+  d.intra_node = ranks > 1 ? LinkProfile{wire / std::max(big_s - call_s, 1e-9), 0, call_s}
+                           : LinkProfile{d.memory_bytes_per_s / 2, 0, 0};
+  d.inter_node = d.intra_node;  // one machine
+  d.inter_node_links = 1;
+  d.overlaps_communication = false;
+  d.validate();
+  const std::string comment = fmt::format(
+      "ndtrain plan --calibrate: {} rank{} of this machine ({} cores, {} thread{} per rank), measured at once.\n"
+      "FMA loop {:.1f} GFLOP/s per rank; GEMM efficiency by size below; attention core {:.1f} GFLOP/s;\n"
+      "layer norm and GELU {:.2f} GB/s; copy {:.2f} GB/s; bf16 GEMM {}; all-reduce {:.1f} us per call, {:.2f} GB/s "
+      "of wire bytes.",
+      ranks, ranks == 1 ? "" : "s", cores, threads, threads == 1 ? "" : "s", fma / 1e9, d.attention_flops_per_s / 1e9,
+      d.elementwise_bytes_per_s / 1e9, d.memory_bytes_per_s / 1e9,
+      native_bf16 ? fmt::format("{:.1f} GFLOP/s ({})", d.peak_bf16 / 1e9, kernels::lowp_gemm_backend(DType::bf16))
+                  : std::string("not native (the fp32 peak)"),
+      d.intra_node.call_s * 1e6, d.intra_node.bytes_per_s / 1e9);
+  const std::string text = device_file_text(d, comment);
+  AtomicFile file(out);
+  file.write(text.data(), text.size());
+  file.commit();
+  fmt::print("{}", text);
+}
+
+DeviceProfile run_calibration(int ranks, const std::string& out) {
+  NDT_CHECK(ranks >= 1 && ranks <= 1024, "--ranks {} must lie in [1, 1024]", ranks);
+  fmt::print("calibrating the step-time model on {} rank{} of this machine into {}\n", ranks, ranks == 1 ? "" : "s", out);
+  std::fflush(stdout);
+  const auto t0 = std::chrono::steady_clock::now();
+  run_command(this_binary_on_ranks(ranks) + " plan --calibrate-rank --out " + out, true);
+  fmt::print("calibrated in {:.1f} s\n", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  return load_device_profile(out);
+}
+
+}  // namespace ndt

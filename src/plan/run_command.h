@@ -1,0 +1,18 @@
+// Runs of this binary that `ndtrain plan` starts on this machine (--validate's training
+// runs, --calibrate's measuring ranks): the command line that starts it on N ranks the
+// way a user would under mpirun, and a runner that fails with the command's output.
+#pragma once
+
+#include <string>
+
+namespace ndt {
+
+// This executable, under `mpirun -np ranks --oversubscribe --bind-to none` for more than
+// one rank (ranks share the cores as validate's runs do), directly for one.
+std::string this_binary_on_ranks(int ranks);
+
+// Runs `command` (stderr with stdout); echo: print its output as it comes. Throws with
+// the exit status and the output's tail when it fails; returns the output.
+std::string run_command(const std::string& command, bool echo);
+
+}  // namespace ndt

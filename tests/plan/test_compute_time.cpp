@@ -1,0 +1,130 @@
+// The calibrated step-time model (plan/compute_time.h) and the device file that carries
+// its constants: a GEMM's efficiency looked up by its size, the attention core and the
+// kernels between the matmuls at their own rates, the per-call cost of a collective; a
+// device without them priced as before; the file written by --calibrate read back
+// exactly and its new keys checked by name.
+#include "../common/errors.h"
+#include "../common/temp_dir.h"
+#include "plan/compute_time.h"
+#include "plan/planner.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+namespace ndt {
+namespace {
+
+DeviceProfile tabled_device() {
+  DeviceProfile d = builtin_device("h100-sxm");
+  d.gemm_efficiency_by_size = {{64, 0.2}, {256, 0.6}, {1024, 0.9}};
+  return d;
+}
+
+// Catches: a lookup that reads the wrong point, interpolates linearly in size instead of
+// log size, or extrapolates past the table's ends.
+TEST(ComputeTime, GemmEfficiencyIsLookedUpByTheCubeRootOfItsFlops) {
+  const DeviceProfile d = tabled_device();
+  EXPECT_DOUBLE_EQ(gemm_efficiency_at(d, 64, 64, 64), 0.2);
+  EXPECT_DOUBLE_EQ(gemm_efficiency_at(d, 16, 16, 16), 0.2);        // held below the table
+  EXPECT_DOUBLE_EQ(gemm_efficiency_at(d, 4096, 4096, 4096), 0.9);  // and above it
+  EXPECT_NEAR(gemm_efficiency_at(d, 128, 128, 128), 0.4, 1e-12);   // halfway in log size
+  EXPECT_NEAR(gemm_efficiency_at(d, 1024, 256, 64), 0.6, 1e-12);   // cbrt(1024 x 256 x 64) = 256
+  DeviceProfile plain = builtin_device("h100-sxm");
+  EXPECT_DOUBLE_EQ(gemm_efficiency_at(plain, 8, 8, 8), plain.gemm_efficiency);
+}
+
+RunConfig tiny_run() {
+  RunConfig c;
+  c.model = ModelConfig::preset("gpt2-tiny");
+  c.seq_len = 64, c.batch_size = 8;
+  return c;
+}
+
+// Catches: the new figures changing the step of a device that does not give them, or
+// a calibrated device's figures not reaching the step.
+TEST(ComputeTime, StepUsesTheCalibratedFiguresAndOnlyThem) {
+  const RunConfig c = tiny_run();
+  DeviceProfile d = builtin_device("h100-sxm");
+  const double before = score_layout(c, make_cluster(d, 1, 1, 0)).time.step_s;
+  // A table flat at the device's own efficiency, and rates equal to the defaults: the same step.
+  d.gemm_efficiency_by_size = {{10, d.gemm_efficiency}, {1000, d.gemm_efficiency}};
+  d.attention_flops_per_s = d.peak_fp32 * d.gemm_efficiency;
+  d.elementwise_bytes_per_s = d.memory_bytes_per_s;
+  EXPECT_NEAR(score_layout(c, make_cluster(d, 1, 1, 0)).time.step_s, before, 1e-9 * before);
+  // Each slower figure makes the step slower.
+  DeviceProfile slow = d;
+  slow.gemm_efficiency_by_size = {{10, 0.1}, {1000, 0.1}};
+  EXPECT_GT(score_layout(c, make_cluster(slow, 1, 1, 0)).time.compute_s, 2 * before);
+  slow = d, slow.attention_flops_per_s /= 100;
+  EXPECT_GT(score_layout(c, make_cluster(slow, 1, 1, 0)).time.compute_s, 1.5 * before);
+  slow = d, slow.elementwise_bytes_per_s /= 1000;
+  EXPECT_GT(score_layout(c, make_cluster(slow, 1, 1, 0)).time.compute_s, 1.5 * before);
+}
+
+// Catches: a per-call cost not charged per call (FSDP's many small collectives priced
+// like DDP's few).
+TEST(ComputeTime, PerCallCostIsChargedForEveryCall) {
+  RunConfig c = tiny_run();
+  c.mesh.dp_shard = 2, c.zero_stage = 3;
+  DeviceProfile d = builtin_device("h100-sxm");
+  d.overlaps_communication = false;
+  const LayoutScore before = score_layout(c, make_cluster(d, 1, 2, 0));
+  d.intra_node.call_s = 1e-3;
+  const LayoutScore after = score_layout(c, make_cluster(d, 1, 2, 0));
+  int64_t calls = 0;
+  for (size_t a = 0; a < kNumAxes; ++a) {
+    if (!is_alias_axis(static_cast<Axis>(a), after.layout.mesh)) calls += after.comm[a].calls;
+  }
+  ASSERT_GT(calls, 10);
+  // The world's small collectives go over the same link: at least the axes' calls.
+  EXPECT_GE(after.time.step_s - before.time.step_s, 1e-3 * static_cast<double>(calls) - 1e-9);
+}
+
+// Catches: a calibrated device file that does not read back as written.
+TEST(ComputeTime, DeviceFileTextReadsBackAsWritten) {
+  DeviceProfile d = tabled_device();
+  d.name = "calibrated";
+  d.attention_flops_per_s = 12.5e9, d.elementwise_bytes_per_s = 3.25e9, d.fma_flops_per_s = 40e9;
+  d.intra_node = {2.5e9, 1e-6, 7e-6}, d.inter_node = {1.25e9, 2e-6, 9e-6};
+  d.inter_node_links = 1, d.overlaps_communication = false, d.disk_bytes_per_s = 1.5e9;
+  testing::TempDir dir;
+  std::ofstream(dir.file("d.toml")) << device_file_text(d, "two lines\nof comment");
+  const DeviceProfile r = load_device_profile(dir.file("d.toml"));
+  EXPECT_EQ(r.name, "calibrated");
+  ASSERT_EQ(r.gemm_efficiency_by_size.size(), 3u);
+  EXPECT_DOUBLE_EQ(r.gemm_efficiency_by_size[1].size, 256);
+  EXPECT_DOUBLE_EQ(r.gemm_efficiency_by_size[1].efficiency, 0.6);
+  EXPECT_DOUBLE_EQ(r.attention_flops_per_s, 12.5e9);
+  EXPECT_DOUBLE_EQ(r.elementwise_bytes_per_s, 3.25e9);
+  EXPECT_DOUBLE_EQ(r.fma_flops_per_s, 40e9);
+  EXPECT_DOUBLE_EQ(r.intra_node.call_s, 7e-6);
+  EXPECT_DOUBLE_EQ(r.inter_node.call_s, 9e-6);
+  EXPECT_DOUBLE_EQ(r.peak_bf16, d.peak_bf16);
+  EXPECT_DOUBLE_EQ(r.memory_bytes_per_s, d.memory_bytes_per_s);
+  EXPECT_FALSE(r.overlaps_communication);
+  EXPECT_DOUBLE_EQ(r.disk_bytes_per_s, 1.5e9);
+}
+
+// Catches: a calibrated key accepted out of its range, or refused without its name.
+TEST(ComputeTime, CalibratedKeysAreCheckedByName) {
+  testing::TempDir dir;
+  const std::string required = "memory_gib = 96\npeak_tflops_fp32 = 60\npeak_tflops_bf16 = 800\n"
+                               "memory_bandwidth_gb_s = 4000\nintra_node_gb_s = 400\ninter_node_gb_s = 50\n";
+  auto refused = [&](const std::string& lines, const std::string& message) {
+    std::ofstream(dir.file("d.toml")) << required << lines;
+    testing::expect_error([&] { load_device_profile(dir.file("d.toml")); }, {"d.toml\": " + message});
+  };
+  refused("gemm_sizes = [64, 128]\ngemm_efficiencies = [0.5]\n",
+          "gemm_sizes has 2 values and gemm_efficiencies 1: they pair up");
+  refused("gemm_sizes = [128, 64]\ngemm_efficiencies = [0.5, 0.6]\n",
+          "gemm_sizes[1] = 64 must lie in (0, 1000000] and exceed the size before it");
+  refused("gemm_sizes = [64]\ngemm_efficiencies = [1.5]\n", "gemm_efficiencies[0] = 1.5 must lie in (0, 1]");
+  refused("gemm_sizes = 64\n", "gemm_sizes must be a list of numbers");
+  refused("attention_gflops = -1\n", "attention_gflops = -1 must lie in [0, 1000000000]");
+  refused("elementwise_gb_s = 2e6\n", "elementwise_gb_s = 2000000 must lie in [0, 1000000]");
+  refused("intra_node_call_us = -3\n", "intra_node_call_us = -3 must lie in [0, 1000000]");
+}
+
+}  // namespace
+}  // namespace ndt
