@@ -67,7 +67,7 @@ using ColumnBlock = cpu::ColumnBlock;
   /* gemm.h: fp32 matrix multiply and linear layers */                                                   \
   X(gemm) X(linear_forward) X(linear_backward)                                                           \
   /* gemm_lowp.h: bf16/f16 inputs, fp32 products, sums and outputs */                                    \
-  X(gemm_lowp) X(gemm_lowp_batched) X(linear_forward_lowp) X(linear_backward_lowp) X(lowp_gemm_backend)  \
+  X(gemm_lowp) X(linear_forward_lowp) X(linear_backward_lowp) X(lowp_gemm_backend)                      \
   /* elementwise.h */                                                                                    \
   X(add_bias) X(bias_backward) X(add_inplace) X(zero) X(copy) X(fill)                                    \
   /* cast.h: fp32 <-> bf16/f16, round to nearest even */                                                 \

@@ -4,8 +4,8 @@
 // kernel for the dtype) and both dtypes: causal and with document starts, with and
 // without grouped heads, several row blocks and a ragged last one. Also: the span forms
 // over two key spans merged by lse (what ring attention does) equal the reference; the
-// same inputs give the same bits twice; the += contract; refusals by name; routing
-// through kernels.h.
+// same inputs give the same bits twice, and on 1 and 3 threads; the += contract; refusals
+// by name; routing through kernels.h.
 #include "kernels/cpu/attention_lowp.h"
 
 #include "../common/errors.h"
@@ -14,6 +14,7 @@
 #include "kernels/cpu/attention_span.h"
 #include "kernels/cpu/cast.h"
 #include "kernels/cpu/gemm_lowp.h"
+#include "kernels/cpu/threads.h"
 #include "kernels/kernels.h"
 
 #include <gtest/gtest.h>
@@ -177,6 +178,20 @@ TEST_P(AttentionLowpTest, SameInputsSameBits) {
   const Result a = run_whole(dtype_, c_, in_, starts()), b = run_whole(dtype_, c_, in_, starts());
   for (auto field : {&Result::out, &Result::lse, &Result::dq, &Result::dk, &Result::dv}) {
     EXPECT_EQ(std::memcmp((a.*field).data(), (b.*field).data(), (a.*field).size() * sizeof(float)), 0);
+  }
+}
+
+// Each (sequence, key/value head) is one task on one thread with one-thread GEMMs: the
+// bits do not depend on how many threads share the tasks.
+TEST_P(AttentionLowpTest, SameBitsOnAnyThreadCount) {
+  const int saved = num_threads();
+  set_num_threads(1);
+  const Result one = run_whole(dtype_, c_, in_, starts());
+  set_num_threads(3);
+  const Result three = run_whole(dtype_, c_, in_, starts());
+  set_num_threads(saved);
+  for (auto field : {&Result::out, &Result::lse, &Result::dq, &Result::dk, &Result::dv}) {
+    EXPECT_EQ(std::memcmp((one.*field).data(), (three.*field).data(), (one.*field).size() * sizeof(float)), 0);
   }
 }
 

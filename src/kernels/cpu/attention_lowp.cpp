@@ -1,31 +1,34 @@
-// Low-precision attention on the CPU, flash-style, on blocks of kRowBlock query rows.
+// Low-precision attention on the CPU, flash-style, one task per (sequence, key/value head).
 //
-// Layout. The spans' q, k, v (and dout) are first copied to dtype, regrouped by key/value
-// head: each row block of q as [B * NKV][rows][group][HS] (a KV head's query heads side
-// by side), k and v as [B * NKV][rows][HS], and each block's key window copied dense. A
-// row block of `rows` query rows is then, for each of the B * NKV batches, one matrix of
-// rows x group rows against the window's keys, so every product of a block is ONE
-// batched gemm_lowp call over all sequences and heads on dense batches (grouped heads
-// included: dK and dV sum over the group inside the product). Dense, because oneDNN runs
-// a dense batch on its AMX / AVX512-BF16 brgemm and a strided one on a slower jit gemm.
+// Threads. A call is ONE parallel region over the B * NKV tasks (dynamic schedule); a
+// task runs on its thread alone from start to end: it rounds its k and v rows (and, one
+// block of kRowBlock query rows at a time, its q and dout rows) to dtype in its thread's
+// scratch, and runs its products as single-threaded gemm_lowp calls (the region sets
+// this thread's team size to one, so oneDNN plans and runs them on the calling thread and
+// OpenBLAS's fallback does not fork). A task owns its outputs (out and lse rows; dq rows,
+// and its key/value head's dk and dv sums), so no two threads add to one value and the
+// bits do not depend on the thread count or the schedule.
+//
+// Layout. A query row block is [rows][G][HS] (the G query heads of the key/value head side
+// by side, as q stores them), i.e. M = rows * G rows against the block's key window: one
+// product per step for the whole group, so dK and dV sum over the group inside it.
 //
 // Forward, per row block: S = Q K^T (fp32 sums), then per row in fp32 the scaled scores'
 // softmax over the row's visible keys and its lse; P rounded to dtype; O = P V. Backward,
 // per row block: S again, P = exp(scale S - lse) (the merged lse normalises over all
 // keys, no row maximum is needed), dV += P^T dO, dP = dO V^T, dS = P o (dP - D) scale,
-// dQ = dS K, dK += dS^T Q; dQ, dK, dV are summed in fp32 buffers of their own and added
-// into the caller's at the end. Scratch (the kernel's own): the dtype copies, one row
-// block's scores and probabilities (and dP) for all batches, and the backward's sums.
+// dQ = dS K (added into the caller's dq), dK += dS^T Q; dK and dV are summed in the task's
+// fp32 buffers, in row-block order, and added into the caller's at the end.
 //
-// Causality: a row block computes only the union of its rows' key windows (SpanMask),
-// taken over all sequences (they share one batched product): blocks above the diagonal
-// are skipped; with document starts the block begins at the smallest start of any
-// sequence's rows, and each row's softmax covers its own window only.
+// Causality: a row block computes only the union of its rows' key windows in its own
+// sequence (SpanMask): blocks above the diagonal are skipped; with document starts the
+// block begins at the smallest start of its rows, and each row's softmax covers its own
+// window only.
 #include "kernels/cpu/attention_lowp.h"
 
 #include "kernels/cpu/attention_span_mask.h"
-#include "kernels/cpu/cast.h"
 #include "kernels/cpu/gemm_lowp.h"
+#include "kernels/cpu/lowp_bits.h"
 
 #include <omp.h>
 
@@ -38,247 +41,249 @@ namespace ndt::cpu {
 namespace {
 
 constexpr int kRowBlock = 64;
-// Elements below which a loop of this file runs on the calling thread.
-constexpr int64_t kParallelMin = int64_t{1} << 15;
 
 void check_dtype(const char* kernel, DType dtype) {
   NDT_CHECK(dtype == DType::bf16 || dtype == DType::f16, "{}: dtype must be bf16 or f16, got {}", kernel,
             dtype_name(dtype));
 }
 
-// The shapes of one call: the spans' rows regrouped by key/value head.
-struct Grouped {
+// The shapes of one call.
+struct Shape {
+  DType dtype;
   int B, Tq, Tk, NH, NKV, G, HS;
   AttentionSpan qs, ks;
-  int batches() const { return B * NKV; }
+  float scale;
+  int tasks() const { return B * NKV; }
+  int64_t group_width() const { return int64_t{G} * HS; }  // one query row's heads of a KV head
+  int max_block_rows() const { return std::min(qs.count, kRowBlock) * G; }
 };
 
-// The rows of one span of a [B, T, NKV * heads, HS] tensor, regrouped: cut into blocks of
-// `block` rows, each block [B * NKV][its rows][heads][HS], the blocks one after the other.
-// So a block is a dense batch of matrices; with block = the span's count, the whole span
-// as [B * NKV][count][heads][HS].
-struct Regrouped {
-  int B, T, NKV, heads, HS;
-  AttentionSpan s;
-  int block;
-  int64_t width() const { return int64_t{heads} * HS; }
-  // Where row i of the span of sequence b, key/value head kvh lives in the source and here.
-  int64_t source(int64_t b, int64_t kvh, int64_t i) const { return ((b * T + s.begin + i) * NKV + kvh) * width(); }
-  int64_t offset(int64_t bk, int64_t i) const {
-    const int64_t first = i / block * block, rows = std::min<int64_t>(block, s.count - first);
-    return (first * B * NKV + bk * rows + i - first) * width();
-  }
-  int64_t rows() const { return int64_t{B} * NKV * s.count; }
-};
-
-// dst (dtype) = the rows of r.s of x, regrouped.
-void gather(DType dtype, uint16_t* dst, const float* x, const Regrouped& r) {
-  const int64_t width = r.width();
-#pragma omp parallel for schedule(static) if (r.rows() * width >= kParallelMin)
-  for (int64_t n = 0; n < r.rows(); ++n) {
-    const int64_t bk = n / r.s.count, i = n % r.s.count;
-    cast_to_lowp(dtype, x + r.source(bk / r.NKV, bk % r.NKV, i), dst + r.offset(bk, i), width);
-  }
+Shape shape(DType dtype, int B, int Tq, int Tk, int NH, int NKV, int HS, AttentionSpan qs, AttentionSpan ks) {
+  return {dtype, B, Tq, Tk, NH, NKV, NH / NKV, HS, qs, ks, 1.0f / std::sqrt(static_cast<float>(HS))};
 }
 
-// The rows of r.s of x += src (regrouped).
-void scatter_add(float* x, const float* src, const Regrouped& r) {
-  const int64_t width = r.width();
-#pragma omp parallel for schedule(static) if (r.rows() * width >= kParallelMin)
-  for (int64_t n = 0; n < r.rows(); ++n) {
-    const int64_t bk = n / r.s.count, i = n % r.s.count;
-    float* row = x + r.source(bk / r.NKV, bk % r.NKV, i);
-    const float* add = src + r.offset(bk, i);
+// One task: sequence b, key/value head kvh, and where its rows live in the caller's tensors.
+struct Task {
+  const Shape& s;
+  int b, kvh;
+  const int32_t* starts;
+  // Query row i of the span, its G heads: [G][HS] in a [B, Tq, NH, HS] tensor.
+  int64_t query(int i) const { return ((int64_t{b} * s.Tq + s.qs.begin + i) * s.NH + int64_t{kvh} * s.G) * s.HS; }
+  // Key row j of the span in a [B, Tk, NKV, HS] tensor.
+  int64_t key(int j) const { return ((int64_t{b} * s.Tk + s.ks.begin + j) * s.NKV + kvh) * s.HS; }
+  // Row m of a row block starting at r0 ([rows][G]) in lse / D [B, NH, Tq].
+  int64_t stat(int r0, int m) const {
+    return (int64_t{b} * s.NH + int64_t{kvh} * s.G + m % s.G) * s.Tq + s.qs.begin + r0 + m / s.G;
+  }
+  SpanMask mask() const { return span_mask(starts, b, s.Tq, s.qs, s.ks); }
+};
+
+// dst[0, n) = src rounded to dtype, on this thread (a row is too short for cast_to_lowp,
+// whose parallel-if region costs more than the rounding).
+void round_row(DType dtype, const float* src, uint16_t* dst, int64_t n) {
+  if (dtype == DType::bf16) {
 #pragma omp simd
-    for (int64_t e = 0; e < width; ++e) row[e] += add[e];
-  }
-}
-
-// dst [B * NKV][keys][HS] = the window's rows of src [B * NKV][ks.count][HS] (dense for
-// the products).
-void copy_window(uint16_t* dst, const uint16_t* src, const Grouped& g, const KeyWindow& keys) {
-  const int64_t n = int64_t{keys.hi - keys.lo} * g.HS;
-  for (int64_t bk = 0; bk < g.batches(); ++bk) {
-    std::copy_n(src + (bk * g.ks.count + keys.lo) * g.HS, n, dst + bk * n);
-  }
-}
-
-// The window's rows of sum [B * NKV][ks.count][HS] += add [B * NKV][keys][HS].
-void add_window(float* sum, const float* add, const Grouped& g, const KeyWindow& keys) {
-  const int64_t n = int64_t{keys.hi - keys.lo} * g.HS;
-#pragma omp parallel for schedule(static) if (g.batches() * n >= kParallelMin)
-  for (int64_t bk = 0; bk < g.batches(); ++bk) {
-    float* row = sum + (bk * g.ks.count + keys.lo) * g.HS;
-    const float* a = add + bk * n;
+    for (int64_t e = 0; e < n; ++e) dst[e] = lowp_bits::encode_bf16(src[e]);
+  } else {
 #pragma omp simd
-    for (int64_t e = 0; e < n; ++e) row[e] += a[e];
+    for (int64_t e = 0; e < n; ++e) dst[e] = lowp_bits::encode_f16(src[e]);
   }
 }
 
-// Where row n of a row block's [B * NKV][rows][G] rows (block starting at query row r0)
-// comes from: sequence b, head h, query row i of the span.
-struct BlockRow {
-  int b, h, i;
+// A task's key/value rows x [B, Tk, NKV, HS] in dtype: dst [ks.count][HS].
+void round_keys(const Task& t, const float* x, uint16_t* dst) {
+  for (int j = 0; j < t.s.ks.count; ++j) round_row(t.s.dtype, x + t.key(j), dst + int64_t{j} * t.s.HS, t.s.HS);
+}
+
+// Query rows [r0, r1) of x [B, Tq, NH, HS] (the task's heads) in dtype: dst [r1 - r0][G][HS].
+void round_queries(const Task& t, const float* x, int r0, int r1, uint16_t* dst) {
+  const int64_t w = t.s.group_width();
+  for (int i = r0; i < r1; ++i) round_row(t.s.dtype, x + t.query(i), dst + (i - r0) * w, w);
+}
+
+// One thread's working memory, sized once per call for the largest block.
+struct Scratch {
+  std::vector<uint16_t> k, v, q, dout, p;  // dtype: keys, values, the block's queries / dout, P or dS
+  std::vector<float> s, dp, rows;          // fp32: scores / probabilities, dP, O or dQ
+  std::vector<float> dk, dv;               // fp32: the task's key/value gradient sums (backward)
+  Scratch(const Shape& sh, bool backward) {
+    const size_t keys = static_cast<size_t>(sh.ks.count) * sh.HS, m = static_cast<size_t>(sh.max_block_rows());
+    k.resize(keys);
+    v.resize(keys);
+    q.resize(m * sh.HS);
+    p.resize(m * sh.ks.count);
+    s.resize(p.size());
+    rows.resize(q.size());
+    if (!backward) return;
+    dout.resize(q.size());
+    dp.resize(p.size());
+    dk.resize(keys);
+    dv.resize(keys);
+  }
 };
-BlockRow block_row(const Grouped& g, int r0, int rows, int64_t n) {
-  const int64_t m = n % (int64_t{rows} * g.G), bk = n / (int64_t{rows} * g.G);
-  return {static_cast<int>(bk / g.NKV), static_cast<int>(bk % g.NKV) * g.G + static_cast<int>(m % g.G),
-          r0 + static_cast<int>(m / g.G)};
-}
 
-// The keys the query rows [r0, r1) of any sequence see (one window for the batched product).
-KeyWindow block_keys(const int32_t* starts, const Grouped& g, int r0, int r1) {
-  KeyWindow w{g.ks.count, 0};
-  for (int b = 0; b < g.B; ++b) {
-    const KeyWindow k = span_mask(starts, b, g.Tq, g.qs, g.ks).block(r0, r1);
-    if (!k.empty()) w = {std::min(w.lo, k.lo), std::max(w.hi, k.hi)};
-  }
-  return w;
-}
-
-// Row i of the query span's window in the block's columns, for sequence b.
-KeyWindow row_columns(const int32_t* starts, const Grouped& g, const BlockRow& r, const KeyWindow& keys) {
-  return span_mask(starts, r.b, g.Tq, g.qs, g.ks).columns(r.i, keys);
-}
-
-int64_t lse_index(const Grouped& g, const BlockRow& r) {
-  return (int64_t{r.b} * g.NH + r.h) * g.Tq + g.qs.begin + r.i;
-}
-
-// One row block's products, all batches in one call each, on dense batches: the block's
-// query-side rows (q, dout, dq) [B * NKV][M][HS], its window's keys (k, v, dk, dv)
-// [B * NKV][nblk][HS], scores and probabilities [B * NKV][M][nblk].
-struct BlockProducts {
-  DType dtype;
-  const Grouped& g;
-  int r0, M, nblk;
+// A row block [r0, r1) of a task against its key window: M = (r1 - r0) * G rows, n keys.
+struct Block {
+  const Task& t;
+  int r0, r1;
   KeyWindow keys;
-  int64_t q_size() const { return int64_t{M} * g.HS; }
-  int64_t k_size() const { return int64_t{nblk} * g.HS; }
-  int64_t s_size() const { return int64_t{M} * nblk; }
-  // S = Q K^T (or dP = dO V^T)
-  void scores(float* s, const uint16_t* q, const uint16_t* k) const {
-    gemm_lowp_batched(dtype, g.batches(), false, true, M, nblk, g.HS, q, g.HS, q_size(), k, g.HS, k_size(), 0.0f, s,
-                      nblk, s_size());
+  int M() const { return (r1 - r0) * t.s.G; }
+  int n() const { return keys.hi - keys.lo; }
+  const uint16_t* window(const std::vector<uint16_t>& x) const { return x.data() + int64_t{keys.lo} * t.s.HS; }
+  float* window(std::vector<float>& x) const { return x.data() + int64_t{keys.lo} * t.s.HS; }
+  // Row m's window in the block's columns.
+  KeyWindow columns(const SpanMask& mask, int m) const { return mask.columns(r0 + m / t.s.G, keys); }
+
+  // out[M, n] = rows[M, HS] keys[n, HS]^T  (S = Q K^T, dP = dO V^T)
+  void scores(float* out, const uint16_t* rows, const uint16_t* keys_at) const {
+    gemm_lowp(t.s.dtype, false, true, M(), n(), t.s.HS, rows, t.s.HS, keys_at, t.s.HS, 0.0f, out, n());
   }
-  // out[M, HS] = P V (or dQ = dS K)
-  void rows_times_keys(float* out, const uint16_t* p, const uint16_t* k) const {
-    gemm_lowp_batched(dtype, g.batches(), false, false, M, g.HS, nblk, p, nblk, s_size(), k, g.HS, k_size(), 0.0f,
-                      out, g.HS, q_size());
+  // out[M, HS] = p[M, n] keys[n, HS]  (O = P V, dQ = dS K)
+  void rows_times_keys(float* out, const uint16_t* p, const uint16_t* keys_at) const {
+    gemm_lowp(t.s.dtype, false, false, M(), t.s.HS, n(), p, n(), keys_at, t.s.HS, 0.0f, out, t.s.HS);
   }
-  // out[nblk, HS] = P^T dO (or dS^T Q)
-  void keys_from_rows(float* out, const uint16_t* p, const uint16_t* q) const {
-    gemm_lowp_batched(dtype, g.batches(), true, false, nblk, g.HS, M, p, nblk, s_size(), q, g.HS, q_size(), 0.0f, out,
-                      g.HS, k_size());
+  // sum[n, HS] += p[M, n]^T rows[M, HS]  (dV += P^T dO, dK += dS^T Q)
+  void add_keys_from_rows(float* sum, const uint16_t* p, const uint16_t* rows) const {
+    gemm_lowp(t.s.dtype, true, false, n(), t.s.HS, M(), p, n(), rows, t.s.HS, 1.0f, sum, t.s.HS);
   }
 };
 
-// Runs f(r, c, n) for each row n of a row block's [B * NKV][M] rows, in parallel: r says
-// where the row comes from, c is its key window in the block's columns.
-template <class F>
-void for_each_row(const BlockProducts& blk, const int32_t* starts, F f) {
-  const int64_t n_rows = int64_t{blk.g.batches()} * blk.M;
-  const int rows = blk.M / blk.g.G;
-#pragma omp parallel for schedule(static) if (n_rows * blk.nblk >= kParallelMin)
-  for (int64_t n = 0; n < n_rows; ++n) {
-    const BlockRow r = block_row(blk.g, blk.r0, rows, n);
-    f(r, row_columns(starts, blk.g, r, blk.keys), n);
-  }
-}
-
-// Zeroes row[0, nblk) outside the window c and writes its dtype bits to p.
-void finish_row(DType dtype, float* row, int nblk, const KeyWindow& c, uint16_t* p) {
+// Zeroes row[0, n) outside the window c and writes its dtype bits to p.
+void finish_row(DType dtype, float* row, int n, const KeyWindow& c, uint16_t* p) {
   std::fill(row, row + c.lo, 0.0f);
-  std::fill(row + std::max(c.lo, c.hi), row + nblk, 0.0f);
-  cast_to_lowp(dtype, row, p, nblk);
+  std::fill(row + std::max(c.lo, c.hi), row + n, 0.0f);
+  round_row(dtype, row, p, n);
 }
 
 // The forward's per-row step: softmax of the scaled scores over the row's window (fp32),
 // lse, and P rounded to dtype (0 outside the window).
-void softmax_rows(const BlockProducts& blk, const int32_t* starts, float scale, float* s, uint16_t* p, float* lse) {
-  const int nblk = blk.nblk;
-  for_each_row(blk, starts, [&](const BlockRow& r, const KeyWindow& c, int64_t n) {
-    float* row = s + n * nblk;
+void softmax_rows(const Block& blk, float* s, uint16_t* p, float* lse) {
+  const SpanMask mask = blk.t.mask();
+  const int n = blk.n();
+  for (int m = 0; m < blk.M(); ++m) {
+    const KeyWindow c = blk.columns(mask, m);
+    float* row = s + int64_t{m} * n;
 #pragma omp simd
-    for (int j = c.lo; j < c.hi; ++j) row[j] *= scale;
-    lse[lse_index(blk.g, r)] = c.empty() ? kNegInf : softmax_row(row + c.lo, c.hi - c.lo);
-    finish_row(blk.dtype, row, nblk, c, p + n * nblk);
-  });
+    for (int j = c.lo; j < c.hi; ++j) row[j] *= blk.t.s.scale;
+    lse[blk.t.stat(blk.r0, m)] = c.empty() ? kNegInf : softmax_row(row + c.lo, c.hi - c.lo);
+    finish_row(blk.t.s.dtype, row, n, c, p + int64_t{m} * n);
+  }
 }
 
 // The backward's first per-row step: P = exp(scale S - lse) on the row's window (0
 // elsewhere, and for a row whose lse is -inf), kept in fp32 in s and rounded into p.
-void recompute_probabilities(const BlockProducts& blk, const int32_t* starts, float scale, const float* lse,
-                             float* s, uint16_t* p) {
-  const int nblk = blk.nblk;
-  for_each_row(blk, starts, [&](const BlockRow& r, const KeyWindow& window, int64_t n) {
-    const float l = lse[lse_index(blk.g, r)];
-    const KeyWindow c = l == kNegInf ? KeyWindow{} : window;
-    float* row = s + n * nblk;
+void recompute_probabilities(const Block& blk, const float* lse, float* s, uint16_t* p) {
+  const SpanMask mask = blk.t.mask();
+  const int n = blk.n();
+  for (int m = 0; m < blk.M(); ++m) {
+    const float l = lse[blk.t.stat(blk.r0, m)];
+    const KeyWindow c = l == kNegInf ? KeyWindow{} : blk.columns(mask, m);
+    float* row = s + int64_t{m} * n;
 #pragma omp simd
-    for (int j = c.lo; j < c.hi; ++j) row[j] = exp_vec(row[j] * scale - l);
-    finish_row(blk.dtype, row, nblk, c, p + n * nblk);
-  });
+    for (int j = c.lo; j < c.hi; ++j) row[j] = exp_vec(row[j] * blk.t.s.scale - l);
+    finish_row(blk.t.s.dtype, row, n, c, p + int64_t{m} * n);
+  }
 }
 
 // The backward's second per-row step: dS = P o (dP - D) scale on the row's window, rounded
 // into ds (0 elsewhere).
-void score_gradients(const BlockProducts& blk, const int32_t* starts, float scale, const float* D, const float* p,
-                     float* dp, uint16_t* ds) {
-  const int nblk = blk.nblk;
-  for_each_row(blk, starts, [&](const BlockRow& r, const KeyWindow& c, int64_t n) {
-    const float dot = D[lse_index(blk.g, r)];
-    const float* prow = p + n * nblk;
-    float* row = dp + n * nblk;
+void score_gradients(const Block& blk, const float* D, const float* p, float* dp, uint16_t* ds) {
+  const SpanMask mask = blk.t.mask();
+  const int n = blk.n();
+  for (int m = 0; m < blk.M(); ++m) {
+    const KeyWindow c = blk.columns(mask, m);
+    const float dot = D[blk.t.stat(blk.r0, m)];
+    const float* prow = p + int64_t{m} * n;
+    float* row = dp + int64_t{m} * n;
 #pragma omp simd
-    for (int j = c.lo; j < c.hi; ++j) row[j] = prow[j] * (row[j] - dot) * scale;
-    finish_row(blk.dtype, row, nblk, c, ds + n * nblk);
-  });
+    for (int j = c.lo; j < c.hi; ++j) row[j] = prow[j] * (row[j] - dot) * blk.t.s.scale;
+    finish_row(blk.t.s.dtype, row, n, c, ds + int64_t{m} * n);
+  }
 }
 
-// Rows [r0, r1) of the query span see no key in any sequence: out 0, lse -inf.
-void write_no_key(float* out, float* lse, const Grouped& g, int r0, int r1) {
-  for (int b = 0; b < g.B; ++b) {
-    for (int h = 0; h < g.NH; ++h) {
-      for (int i = r0; i < r1; ++i) {
-        std::fill_n(out + ((int64_t{b} * g.Tq + g.qs.begin + i) * g.NH + h) * g.HS, g.HS, 0.0f);
-        lse[(int64_t{b} * g.NH + h) * g.Tq + g.qs.begin + i] = kNegInf;
-      }
+// Query rows [r0, r1) of the task's heads: x rows = src [r1 - r0][G][HS] (src null: 0), or
+// x rows += src when add.
+void store_queries(const Task& t, float* x, int r0, int r1, const float* src, bool add) {
+  const int64_t w = t.s.group_width();
+  for (int i = r0; i < r1; ++i) {
+    float* row = x + t.query(i);
+    const float* from = src ? src + (i - r0) * w : nullptr;
+    if (from == nullptr) {
+      std::fill_n(row, w, 0.0f);
+    } else if (!add) {
+      std::copy_n(from, w, row);
+    } else {
+#pragma omp simd
+      for (int64_t e = 0; e < w; ++e) row[e] += from[e];
     }
   }
 }
 
-// The rows [r0, r0 + rows) of the query span of out [B, Tq, NH, HS] = o [B * NKV][rows][G][HS].
-void write_rows(float* out, const float* o, const Grouped& g, int r0, int rows) {
-  const int64_t width = int64_t{g.G} * g.HS, n = int64_t{g.batches()} * rows;
-#pragma omp parallel for schedule(static) if (n * width >= kParallelMin)
-  for (int64_t r = 0; r < n; ++r) {
-    const int64_t bk = r / rows, i = r % rows, b = bk / g.NKV, kvh = bk % g.NKV;
-    std::copy_n(o + r * width, width, out + ((b * g.Tq + g.qs.begin + r0 + i) * g.NKV + kvh) * width);
+void forward_task(const Task& t, Scratch& sc, float* out, float* lse, const float* q, const float* k,
+                  const float* v) {
+  round_keys(t, k, sc.k.data());
+  round_keys(t, v, sc.v.data());
+  const SpanMask mask = t.mask();
+  for (int r0 = 0; r0 < t.s.qs.count; r0 += kRowBlock) {
+    const int r1 = std::min(t.s.qs.count, r0 + kRowBlock);
+    const Block blk{t, r0, r1, mask.block(r0, r1)};
+    if (blk.keys.empty()) {  // no row of the block sees a key: out 0, lse -inf
+      store_queries(t, out, r0, r1, nullptr, false);
+      for (int m = 0; m < blk.M(); ++m) lse[t.stat(r0, m)] = kNegInf;
+      continue;
+    }
+    round_queries(t, q, r0, r1, sc.q.data());
+    blk.scores(sc.s.data(), sc.q.data(), blk.window(sc.k));
+    softmax_rows(blk, sc.s.data(), sc.p.data(), lse);
+    blk.rows_times_keys(sc.rows.data(), sc.p.data(), blk.window(sc.v));
+    store_queries(t, out, r0, r1, sc.rows.data(), false);
   }
 }
 
-Grouped grouped(int B, int Tq, int Tk, int NH, int NKV, int HS, AttentionSpan qs, AttentionSpan ks) {
-  return {B, Tq, Tk, NH, NKV, NH / NKV, HS, qs, ks};
+void backward_task(const Task& t, Scratch& sc, float* dq, float* dk, float* dv, const float* dout, const float* q,
+                   const float* k, const float* v, const float* lse, const float* D) {
+  round_keys(t, k, sc.k.data());
+  round_keys(t, v, sc.v.data());
+  std::fill(sc.dk.begin(), sc.dk.end(), 0.0f);
+  std::fill(sc.dv.begin(), sc.dv.end(), 0.0f);
+  const SpanMask mask = t.mask();
+  for (int r0 = 0; r0 < t.s.qs.count; r0 += kRowBlock) {
+    const int r1 = std::min(t.s.qs.count, r0 + kRowBlock);
+    const Block blk{t, r0, r1, mask.block(r0, r1)};
+    if (blk.keys.empty()) continue;  // no row of the block sees a key: no gradient
+    round_queries(t, q, r0, r1, sc.q.data());
+    round_queries(t, dout, r0, r1, sc.dout.data());
+    blk.scores(sc.s.data(), sc.q.data(), blk.window(sc.k));
+    recompute_probabilities(blk, lse, sc.s.data(), sc.p.data());
+    blk.add_keys_from_rows(blk.window(sc.dv), sc.p.data(), sc.dout.data());  // dV += P^T dO
+    blk.scores(sc.dp.data(), sc.dout.data(), blk.window(sc.v));              // dP = dO V^T
+    score_gradients(blk, D, sc.s.data(), sc.dp.data(), sc.p.data());         // p: dS from here
+    blk.rows_times_keys(sc.rows.data(), sc.p.data(), blk.window(sc.k));      // dQ = dS K
+    store_queries(t, dq, r0, r1, sc.rows.data(), true);
+    blk.add_keys_from_rows(blk.window(sc.dk), sc.p.data(), sc.q.data());  // dK += dS^T Q
+  }
+  for (int j = 0; j < t.s.ks.count; ++j) {
+    const int64_t at = t.key(j), from = int64_t{j} * t.s.HS;
+#pragma omp simd
+    for (int e = 0; e < t.s.HS; ++e) {
+      dk[at + e] += sc.dk[from + e];
+      dv[at + e] += sc.dv[from + e];
+    }
+  }
 }
 
-// q, k and v of a call in dtype, regrouped: q in row blocks of kRowBlock, k and v whole.
-struct Operands {
-  Regrouped rows, keys;
-  std::vector<uint16_t> q, k, v;
-  Operands(DType dtype, const Grouped& g, const float* q_in, const float* k_in, const float* v_in)
-      : rows{g.B, g.Tq, g.NKV, g.G, g.HS, g.qs, kRowBlock},
-        keys{g.B, g.Tk, g.NKV, 1, g.HS, g.ks, std::max(1, g.ks.count)},
-        q(static_cast<size_t>(rows.rows() * rows.width())),
-        k(static_cast<size_t>(keys.rows() * keys.width())),
-        v(k.size()) {
-    gather(dtype, q.data(), q_in, rows);
-    gather(dtype, k.data(), k_in, keys);
-    gather(dtype, v.data(), v_in, keys);
+// Runs task_fn(task, scratch) for every (sequence, key/value head) in one parallel region,
+// each task on one thread with one-thread GEMMs.
+template <class F>
+void for_each_task(const Shape& s, const int32_t* starts, bool backward, F task_fn) {
+#pragma omp parallel if (s.tasks() > 1)
+  {
+    omp_set_num_threads(1);  // this thread's nested calls (oneDNN, OpenBLAS) run on it alone
+    Scratch scratch(s, backward);
+#pragma omp for schedule(dynamic, 1)
+    for (int n = 0; n < s.tasks(); ++n) task_fn(Task{s, n / s.NKV, n % s.NKV, starts}, scratch);
   }
-  // The row block starting at query row r0 of x (regrouped as q): [B * NKV][its rows][G][HS].
-  const uint16_t* query_rows(const std::vector<uint16_t>& x, int r0) const { return x.data() + rows.offset(0, r0); }
-};
+}
 
 }  // namespace
 
@@ -289,28 +294,9 @@ void attention_span_forward_lowp(DType dtype, float* out, float* lse, const floa
   check_dtype(kernel, dtype);
   check_pair(kernel, starts, B, Tq, Tk, NH, NKV, HS, qs, ks);
   if (B == 0 || qs.count == 0) return;
-  const Grouped g = grouped(B, Tq, Tk, NH, NKV, HS, qs, ks);
-  const Operands ops(dtype, g, q, k, v);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
-  const int64_t block_rows = int64_t{g.batches()} * std::min(qs.count, kRowBlock) * g.G;
-  std::vector<float> s(static_cast<size_t>(block_rows * ks.count)), o(static_cast<size_t>(block_rows * HS));
-  std::vector<uint16_t> p(s.size()), kw(ops.k.size()), vw(ops.v.size());
-
-  for (int r0 = 0; r0 < qs.count; r0 += kRowBlock) {
-    const int r1 = std::min(qs.count, r0 + kRowBlock), rows = r1 - r0;
-    const KeyWindow keys = block_keys(starts, g, r0, r1);
-    if (keys.empty()) {
-      write_no_key(out, lse, g, r0, r1);
-      continue;
-    }
-    const BlockProducts blk{dtype, g, r0, rows * g.G, keys.hi - keys.lo, keys};
-    copy_window(kw.data(), ops.k.data(), g, keys);
-    copy_window(vw.data(), ops.v.data(), g, keys);
-    blk.scores(s.data(), ops.query_rows(ops.q, r0), kw.data());
-    softmax_rows(blk, starts, scale, s.data(), p.data(), lse);
-    blk.rows_times_keys(o.data(), p.data(), vw.data());
-    write_rows(out, o.data(), g, r0, rows);
-  }
+  const Shape s = shape(dtype, B, Tq, Tk, NH, NKV, HS, qs, ks);
+  for_each_task(s, starts, false,
+                [&](const Task& t, Scratch& sc) { forward_task(t, sc, out, lse, q, k, v); });
 }
 
 void attention_span_backward_recompute_lowp(DType dtype, float* dq, float* dk, float* dv, const float* dout,
@@ -321,38 +307,10 @@ void attention_span_backward_recompute_lowp(DType dtype, float* dq, float* dk, f
   check_dtype(kernel, dtype);
   check_pair(kernel, starts, B, Tq, Tk, NH, NKV, HS, qs, ks);
   if (B == 0 || qs.count == 0 || ks.count == 0) return;
-  const Grouped g = grouped(B, Tq, Tk, NH, NKV, HS, qs, ks);
-  const Operands ops(dtype, g, q, k, v);
-  std::vector<uint16_t> doh(ops.q.size());
-  gather(dtype, doh.data(), dout, ops.rows);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
-  // The gradients' fp32 sums over this call (regrouped), added into the caller's at the end.
-  std::vector<float> dq_sum(ops.q.size(), 0.0f), dk_sum(ops.k.size(), 0.0f), dv_sum(ops.k.size(), 0.0f);
-  const int64_t block_rows = int64_t{g.batches()} * std::min(qs.count, kRowBlock) * g.G;
-  std::vector<float> p(static_cast<size_t>(block_rows * ks.count)), dp(p.size()), dkv(ops.k.size());
-  std::vector<uint16_t> p16(p.size()), kw(ops.k.size()), vw(ops.k.size());  // p16: P, then dS, in dtype
-
-  for (int r0 = 0; r0 < qs.count; r0 += kRowBlock) {
-    const int r1 = std::min(qs.count, r0 + kRowBlock), rows = r1 - r0;
-    const KeyWindow keys = block_keys(starts, g, r0, r1);
-    if (keys.empty()) continue;  // no row of the block sees a key: no gradient
-    const BlockProducts blk{dtype, g, r0, rows * g.G, keys.hi - keys.lo, keys};
-    copy_window(kw.data(), ops.k.data(), g, keys);
-    copy_window(vw.data(), ops.v.data(), g, keys);
-    const uint16_t *qblk = ops.query_rows(ops.q, r0), *doblk = ops.query_rows(doh, r0);
-    blk.scores(p.data(), qblk, kw.data());
-    recompute_probabilities(blk, starts, scale, lse, p.data(), p16.data());
-    blk.keys_from_rows(dkv.data(), p16.data(), doblk);  // dV += P^T dO
-    add_window(dv_sum.data(), dkv.data(), g, keys);
-    blk.scores(dp.data(), doblk, vw.data());  // dP = dO V^T
-    score_gradients(blk, starts, scale, D, p.data(), dp.data(), p16.data());
-    blk.rows_times_keys(dq_sum.data() + ops.rows.offset(0, r0), p16.data(), kw.data());  // dQ = dS K
-    blk.keys_from_rows(dkv.data(), p16.data(), qblk);                                    // dK += dS^T Q
-    add_window(dk_sum.data(), dkv.data(), g, keys);
-  }
-  scatter_add(dq, dq_sum.data(), ops.rows);
-  scatter_add(dk, dk_sum.data(), ops.keys);
-  scatter_add(dv, dv_sum.data(), ops.keys);
+  const Shape s = shape(dtype, B, Tq, Tk, NH, NKV, HS, qs, ks);
+  for_each_task(s, starts, true, [&](const Task& t, Scratch& sc) {
+    backward_task(t, sc, dq, dk, dv, dout, q, k, v, lse, D);
+  });
 }
 
 void attention_forward_lowp(DType dtype, float* out, float* lse, const float* q, const float* k, const float* v,

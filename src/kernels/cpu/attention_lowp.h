@@ -13,8 +13,9 @@
 // the model's rounded activations do); the probabilities P and the score gradients dS
 // are rounded to dtype for the products that take them; every sum is fp32.
 // Contract: forward overwrites out and lse (rows of the query span); backward adds (+=)
-// into dq, dk, dv. Deterministic: for a given thread count, the same inputs give the
-// same bits (fixed block order; each output of a product is summed in one fixed order).
+// into dq, dk, dv. Deterministic on any thread count: the same inputs give the same bits
+// (each (sequence, key/value head) is one task on one thread, its row blocks in a fixed
+// order; every output is summed by one task in one order).
 #pragma once
 
 #include "core/dtype.h"

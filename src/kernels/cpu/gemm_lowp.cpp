@@ -53,46 +53,32 @@ dnnl::engine& onednn_engine() {
 
 // Everything a matmul primitive depends on; oneDNN plans its work split for the thread
 // count at creation, so that is part of the key.
-// A batched key (batch > 1) adds the distance between consecutive matrices of A, B and C.
 struct MatmulKey {
   DType dtype;
   bool trans_a, trans_b;
   int M, N, K, lda, ldb, ldc;
   float beta;
   int threads;
-  int batch = 1;
-  int64_t stride_a = 0, stride_b = 0, stride_c = 0;
-  auto tie() const {
-    return std::tie(dtype, trans_a, trans_b, M, N, K, lda, ldb, ldc, beta, threads, batch, stride_a, stride_b,
-                    stride_c);
-  }
+  auto tie() const { return std::tie(dtype, trans_a, trans_b, M, N, K, lda, ldb, ldc, beta, threads); }
   bool operator<(const MatmulKey& o) const { return tie() < o.tie(); }
 };
 
 std::string shape_text(const MatmulKey& k) {
-  return fmt::format("{} matmul M={} N={} K={} trans_a={} trans_b={} lda={} ldb={} ldc={} beta={} batch={}",
+  return fmt::format("{} matmul M={} N={} K={} trans_a={} trans_b={} lda={} ldb={} ldc={} beta={}",
                      dtype_name(k.dtype), k.M, k.N, k.K, k.trans_a, k.trans_b, k.lda, k.ldb, k.ldc,
-                     k.beta, k.batch);
-}
-
-// Row-major X[r, c] at r * ld + c (its transpose: the same memory with swapped strides),
-// with a leading batch dimension `stride` apart when batch > 1.
-dnnl::memory::desc matrix_desc(const MatmulKey& k, int64_t rows, int64_t cols, dnnl::memory::data_type type,
-                               int64_t ld, bool trans, int64_t stride) {
-  using md = dnnl::memory;
-  const md::dims strides = trans ? md::dims{1, ld} : md::dims{ld, 1};
-  if (k.batch == 1) return md::desc({rows, cols}, type, strides);
-  return md::desc({k.batch, rows, cols}, type, {stride, strides[0], strides[1]});
+                     k.beta);
 }
 
 // The primitive descriptor oneDNN picks for the key, or nothing if it has none at all.
 std::optional<dnnl::matmul::primitive_desc> matmul_desc(const MatmulKey& k) {
   using md = dnnl::memory;
   const auto type = k.dtype == DType::bf16 ? md::data_type::bf16 : md::data_type::f16;
-  const md::desc a = matrix_desc(k, k.M, k.K, type, k.lda, k.trans_a, k.stride_a);
-  const md::desc b = matrix_desc(k, k.K, k.N, type, k.ldb, k.trans_b, k.stride_b);
-  const md::desc c = matrix_desc(k, k.M, k.N, md::data_type::f32, k.ldc, false, k.stride_c);
+  // Row-major X[r, c] at r * ld + c; its transpose is the same memory with swapped strides.
+  const md::desc a({k.M, k.K}, type, k.trans_a ? md::dims{1, k.lda} : md::dims{k.lda, 1});
+  const md::desc b({k.K, k.N}, type, k.trans_b ? md::dims{1, k.ldb} : md::dims{k.ldb, 1});
+  const md::desc c({k.M, k.N}, md::data_type::f32, md::dims{k.ldc, 1});
   dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // the calling thread's (onednn_gemm)
   if (k.beta != 0.0f) {
     dnnl::post_ops ops;
     ops.append_sum(k.beta);  // C = acc + beta * C
@@ -114,7 +100,7 @@ std::mutex g_mutex;  // guards everything below that is mutable
 
 struct CachedMatmul {
   dnnl::matmul primitive;
-  dnnl::memory::desc a, b, c;
+  dnnl::memory::desc a, b, c, scratchpad;
 };
 
 // The cached primitive for the key; null where oneDNN has only reference code for it.
@@ -127,7 +113,8 @@ const CachedMatmul* cached_matmul(const MatmulKey& key) {
     auto pd = matmul_desc(key);
     if (pd && is_native(*pd)) {
       try {
-        entry.emplace(CachedMatmul{dnnl::matmul(*pd), pd->src_desc(), pd->weights_desc(), pd->dst_desc()});
+        entry.emplace(CachedMatmul{dnnl::matmul(*pd), pd->src_desc(), pd->weights_desc(), pd->dst_desc(),
+                                   pd->scratchpad_desc()});
       } catch (const dnnl::error& e) {
         onednn_fail(e, "compiling a " + shape_text(key));
       }
@@ -143,11 +130,17 @@ bool onednn_gemm(const MatmulKey& key, const uint16_t* A, const uint16_t* B, flo
   if (mm == nullptr) return false;
   try {
     thread_local dnnl::stream stream(onednn_engine());
+    // Each calling thread's own scratchpad, kept between calls: threads may run primitives
+    // at once, and no call allocates once it has grown.
+    thread_local std::vector<uint8_t> scratch;
+    scratch.resize(std::max(scratch.size(), mm->scratchpad.get_size()));
     // oneDNN's memory objects take non-const handles; it only reads A and B.
     dnnl::memory a(mm->a, onednn_engine(), const_cast<uint16_t*>(A));
     dnnl::memory b(mm->b, onednn_engine(), const_cast<uint16_t*>(B));
     dnnl::memory c(mm->c, onednn_engine(), C);
-    mm->primitive.execute(stream, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
+    dnnl::memory pad(mm->scratchpad, onednn_engine(), scratch.data());
+    mm->primitive.execute(stream,
+                          {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}, {DNNL_ARG_SCRATCHPAD, pad}});
     stream.wait();
   } catch (const dnnl::error& e) {
     onednn_fail(e, "running a " + shape_text(key));
@@ -196,16 +189,6 @@ void fallback_gemm(const MatmulKey& k, const uint16_t* A, const uint16_t* B, flo
       }
     }
   }
-}
-
-// Each matrix of a batch on the fallback; one thread per matrix (OpenBLAS runs single-
-// threaded inside the region), so each result is the same on any thread count.
-void fallback_gemm_batched(const MatmulKey& k, const uint16_t* A, const uint16_t* B, float* C) {
-  MatmulKey one = k;
-  one.batch = 1;
-  const bool parallel = int64_t{k.batch} * k.M * k.N * k.K >= kParallelMin * 64 && omp_get_max_threads() > 1;
-#pragma omp parallel for schedule(static) if (parallel)
-  for (int n = 0; n < k.batch; ++n) fallback_gemm(one, A + n * k.stride_a, B + n * k.stride_b, C + n * k.stride_c);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -288,26 +271,6 @@ void gemm_lowp_on(LowpGemmBackend backend, DType dtype, bool trans_a, bool trans
   const MatmulKey key{dtype, trans_a, trans_b, M, N, K, lda, ldb, ldc, beta, omp_get_max_threads()};
   if (backend == LowpGemmBackend::onednn && onednn_gemm(key, A, B, C)) return;
   fallback_gemm(key, A, B, C);
-}
-
-void gemm_lowp_batched(DType dtype, int batch, bool trans_a, bool trans_b, int M, int N, int K, const uint16_t* A,
-                       int lda, int64_t stride_a, const uint16_t* B, int ldb, int64_t stride_b, float beta, float* C,
-                       int ldc, int64_t stride_c) {
-  NDT_CHECK(batch >= 1, "gemm_lowp_batched: batch must be at least 1, got {}", batch);
-  if (batch == 1 || M == 0 || N == 0 || K == 0) {
-    for (int n = 0; n < batch; ++n) {
-      gemm_lowp(dtype, trans_a, trans_b, M, N, K, A + n * stride_a, lda, B + n * stride_b, ldb, beta, C + n * stride_c,
-                ldc);
-    }
-    return;
-  }
-  NDT_CHECK(M > 0 && N > 0 && K > 0, "gemm_lowp_batched: negative size M={} N={} K={}", M, N, K);
-  NDT_CHECK(std::isfinite(beta), "gemm_lowp_batched: beta must be finite, got {}", beta);
-  const LowpGemmBackend backend = active_lowp_gemm_backend(dtype);
-  const MatmulKey key{dtype, trans_a, trans_b, M, N, K, lda, ldb, ldc, beta, omp_get_max_threads(),
-                      batch, stride_a, stride_b, stride_c};
-  if (backend == LowpGemmBackend::onednn && onednn_gemm(key, A, B, C)) return;
-  fallback_gemm_batched(key, A, B, C);
 }
 
 void gemm_lowp(DType dtype, bool trans_a, bool trans_b, int M, int N, int K, const uint16_t* A,

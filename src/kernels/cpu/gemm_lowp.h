@@ -20,8 +20,10 @@
 // Accumulation contract as in gemm.h: linear_forward_lowp overwrites `out`;
 // linear_backward_lowp adds (+=) into dinp and dweight.
 //
-// gemm_lowp calls from several threads at once are not supported (oneDNN primitives
-// share a scratchpad); each call uses the whole pool.
+// Threads: a call uses the calling thread's OpenMP team size (omp_get_max_threads()).
+// Calls from several threads at once are safe (the primitive cache is locked, each thread
+// has its own oneDNN scratchpad): a parallel region whose threads set their team size to
+// one (omp_set_num_threads(1)) runs one-thread GEMMs side by side (attention_lowp.cpp).
 #pragma once
 
 #include "core/dtype.h"
@@ -37,12 +39,6 @@ enum class LowpGemmBackend { onednn, fallback };
 // f16). Any finite beta; beta = 0 does not read C (NaN there is overwritten). M, N, K >= 0.
 void gemm_lowp(DType dtype, bool trans_a, bool trans_b, int M, int N, int K, const uint16_t* A,
                int lda, const uint16_t* B, int ldb, float beta, float* C, int ldc);
-// A batch of independent products on the active backend: for n in [0, batch),
-// C_n = op(A_n) op(B_n) + beta * C_n with X_n = X + n * stride_x (one oneDNN call for the
-// whole batch; the fallback gives each matrix to one thread). batch >= 1.
-void gemm_lowp_batched(DType dtype, int batch, bool trans_a, bool trans_b, int M, int N, int K, const uint16_t* A,
-                       int lda, int64_t stride_a, const uint16_t* B, int ldb, int64_t stride_b, float beta, float* C,
-                       int ldc, int64_t stride_c);
 // The same on the given backend (tests, benchmarks); onednn throws ndt::Error where oneDNN
 // has no native kernel for dtype.
 void gemm_lowp_on(LowpGemmBackend backend, DType dtype, bool trans_a, bool trans_b, int M, int N, int K,
