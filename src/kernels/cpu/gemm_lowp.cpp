@@ -131,14 +131,17 @@ bool onednn_gemm(const MatmulKey& key, const uint16_t* A, const uint16_t* B, flo
   try {
     thread_local dnnl::stream stream(onednn_engine());
     // Each calling thread's own scratchpad, kept between calls: threads may run primitives
-    // at once, and no call allocates once it has grown.
+    // at once, and no call allocates once it has grown. Page-aligned, as oneDNN aligns its
+    // own (its packed blocks are laid out from the start; misaligned, the kernels slow down).
+    constexpr uintptr_t kAlign = 4096;
     thread_local std::vector<uint8_t> scratch;
-    scratch.resize(std::max(scratch.size(), mm->scratchpad.get_size()));
+    scratch.resize(std::max(scratch.size(), mm->scratchpad.get_size() + kAlign));
+    auto* pad_at = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(scratch.data()) + kAlign - 1) & ~(kAlign - 1));
     // oneDNN's memory objects take non-const handles; it only reads A and B.
     dnnl::memory a(mm->a, onednn_engine(), const_cast<uint16_t*>(A));
     dnnl::memory b(mm->b, onednn_engine(), const_cast<uint16_t*>(B));
     dnnl::memory c(mm->c, onednn_engine(), C);
-    dnnl::memory pad(mm->scratchpad, onednn_engine(), scratch.data());
+    dnnl::memory pad(mm->scratchpad, onednn_engine(), pad_at);
     mm->primitive.execute(stream,
                           {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}, {DNNL_ARG_SCRATCHPAD, pad}});
     stream.wait();
