@@ -31,6 +31,7 @@
 #include "parallel/context/usp_attention.h"
 #include "parallel/tensor/tensor_parallel.h"
 #include "apps/ndtrain/synthetic_rows.h"
+#include "train/config.h"
 #include "train/training_model.h"
 #include "train/peak_flops.h"
 #include "train/step_profile.h"
@@ -203,10 +204,22 @@ void print_grouped_experts(const ModelConfig& c, const std::vector<int64_t>& row
                     rows_per_expert.size(), counts, C, F, grouped / 1e9, rows, F, C, one / 1e9, 100.0 * grouped / one));
 }
 
+// The preset, with --model's keys over it as a config file's [model] section would set them.
+ModelConfig bench_model(const TrainBenchOptions& o) {
+  if (o.model_settings.empty()) return ModelConfig::preset(o.preset);
+  std::vector<std::string> keys{"model.preset=" + o.preset};
+  for (const std::string& s : o.model_settings) {
+    NDT_CHECK(s.starts_with("model.") && s.find('=') != std::string::npos,
+              "--model {}: give a key of the model section and its value, model.KEY=VALUE (docs/config.md)", s);
+    keys.push_back(s);
+  }
+  return read_run_config("", keys).model;
+}
+
 // The run the options describe, resolved for the mesh: what TrainingModel builds.
 RunConfig bench_run_config(const TrainBenchOptions& o, const MeshShape& shape) {
   RunConfig c;
-  c.model = ModelConfig::preset(o.preset);
+  c.model = bench_model(o);
   if (o.vocab > 0) c.model.vocab_size = o.vocab;
   if (o.lora_rank > 0) {
     c.model.lora.rank = o.lora_rank;
@@ -275,8 +288,10 @@ int run_bench_train(const TrainBenchOptions& o) {
   auto* fsdp = dynamic_cast<FullyShardedDataParallel*>(sync);
   const FetchRows rows = synthetic_rows(T, config.vocab_size);
   const std::string usp_shape = o.cp_ulysses > 1 ? fmt::format(" {} x ring {}", o.cp_ulysses, o.cp / o.cp_ulysses) : "";
+  std::string model_name = o.preset;
+  for (const std::string& s : o.model_settings) model_name += " " + s;
   print(fmt::format("bench train: {} ({:.2f}M parameters, vocab {}), B={} T={}, {} rank{} x {} thread{}{}{}{}\n",
-                    o.preset, count_parameters(config) / 1e6, config.vocab_size, o.batch, T, ranks,
+                    model_name, count_parameters(config) / 1e6, config.vocab_size, o.batch, T, ranks,
                     ranks == 1 ? "" : "s", o.threads, o.threads == 1 ? "" : "s",
                     o.zero_stage == 0 ? std::string(dp > 1 ? ", DDP" : "")
                                       : fmt::format(", ZeRO stage {}{}", o.zero_stage,

@@ -59,6 +59,7 @@ struct TrainBenchOptions {
   int cp_ulysses = 1;  // with cp_mode "usp": the Ulysses ranks of each group (the rest of cp: the ring)
   int ep = 1;          // under mpirun: expert-parallel group size (an MoE preset; borrowed from the data-parallel ranks)
   int vocab = 0;       // 0: the preset's vocabulary
+  std::vector<std::string> model_settings;  // --model model.KEY=VALUE over the preset's, as a config file sets them
   std::string activation_checkpointing = "none";
   int checkpointing_every = 1;
   double memory_budget_gib = 4;  // for the largest batch that fits, by the memory model

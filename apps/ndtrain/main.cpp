@@ -193,6 +193,9 @@ int main(int argc, char** argv) {
                         "Time the kernels by op class and the communication; print the median step's profile");
   bench_train->add_option("--vocab", bench_options.vocab,
                           "Override the preset's vocabulary size (gpt2's 50257 does not split over tp; 50304 does)");
+  bench_train->add_option("--model", bench_options.model_settings,
+                          "A model key over the preset's, model.KEY=VALUE as in a config file (repeatable; e.g. "
+                          "model.d_model=512)");
 
   ndt::CheckpointBenchOptions checkpoint_bench;
   ndt::TokenizerBenchOptions tokenizer_bench;

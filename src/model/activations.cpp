@@ -376,14 +376,27 @@ void Workspace::fit(const MicroBatchContext& ctx) {
   B_ = B, T_ = T, cp_ = cp, seq_chunks_ = seq_chunks;
 }
 
-void pack_block_activations(const MicroBatchContext& ctx, int layer, const BlockActivations& area) {
+std::vector<KeptOperand> kept_operands(const MicroBatchContext& ctx, int layer, const BlockActivations& area,
+                                       bool written) {
+  std::vector<KeptOperand> kept;
   for (const PackedActivation& p : ctx.packed[static_cast<size_t>(layer)]) {
-    kernels::cast_to_lowp(ctx.compute, area.*(p.view), p.data, p.numel);
+    kept.push_back({area.*(p.view), p.data, p.numel, written});
+  }
+  return kept;
+}
+
+void pack_block_activations(const MicroBatchContext& ctx, int layer, const BlockActivations& area,
+                            std::span<const KeptOperand> kept) {
+  for (const PackedActivation& p : ctx.packed[static_cast<size_t>(layer)]) {
+    auto written = [&](const KeptOperand& k) { return k.bits == p.data && k.written; };
+    if (std::none_of(kept.begin(), kept.end(), written)) kernels::cast_to_lowp(ctx.compute, area.*(p.view), p.data, p.numel);
   }
 }
 
-void unpack_block_activations(const MicroBatchContext& ctx, int layer, const BlockActivations& area) {
+void unpack_block_activations(const MicroBatchContext& ctx, int layer, const BlockActivations& area,
+                              std::span<float* BlockActivations::* const> matmul_only) {
   for (const PackedActivation& p : ctx.packed[static_cast<size_t>(layer)]) {
+    if (std::find(matmul_only.begin(), matmul_only.end(), p.view) != matmul_only.end()) continue;
     kernels::cast_from_lowp(ctx.compute, p.data, area.*(p.view), p.numel);
   }
 }

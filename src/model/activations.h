@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -281,9 +282,18 @@ void carve_context(MicroBatchContext& ctx, const ModelConfig& c, const Activatio
                    const ActivationCheckpointing& policy = {}, const std::vector<char>& local_units = {},
                    DType compute = DType::f32);
 
+// Low precision: the packed activations of block `layer` as the kept operands of its
+// matmuls over the views of `area` (model/matmul.h): not yet written during its forward,
+// written (packed) in its backward.
+std::vector<KeptOperand> kept_operands(const MicroBatchContext& ctx, int layer, const BlockActivations& area,
+                                       bool written);
 // Low precision: the packed activations of block `layer` from the recompute area into
-// the context (end of its forward), and back (start of its backward).
-void pack_block_activations(const MicroBatchContext& ctx, int layer, const BlockActivations& area);
-void unpack_block_activations(const MicroBatchContext& ctx, int layer, const BlockActivations& area);
+// the context (end of its forward; but for those of `kept` a matmul already wrote), and
+// back (start of its backward; but for the views of `matmul_only`, which backward reads
+// only as matmul inputs, from the kept operands).
+void pack_block_activations(const MicroBatchContext& ctx, int layer, const BlockActivations& area,
+                            std::span<const KeptOperand> kept);
+void unpack_block_activations(const MicroBatchContext& ctx, int layer, const BlockActivations& area,
+                              std::span<float* BlockActivations::* const> matmul_only);
 
 }  // namespace ndt

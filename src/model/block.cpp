@@ -26,6 +26,16 @@ void append_lora_specs(std::vector<ParameterSpec>& specs, const LoraConfig& lora
   specs.push_back({base + ".lora_b", {out, r}, InitKind::zeros, 0, true, column ? 0 : -1, !column});
 }
 
+// The activations a block's backward reads only as matmul inputs, which it then takes
+// from their kept operands (model/matmul.h) without unpacking them: the norms' outputs
+// and the MLP activation; not ln2 where routed experts read it, and none under fp8,
+// whose linears quantise the fp32 values.
+std::vector<float* BlockActivations::*> matmul_only_inputs(bool moe, bool fp8) {
+  if (fp8) return {};
+  if (moe) return {&BlockActivations::ln1, &BlockActivations::ff_act};
+  return {&BlockActivations::ln1, &BlockActivations::ln2, &BlockActivations::ff_act};
+}
+
 }  // namespace
 
 std::vector<ParameterSpec> block_parameter_specs(const ModelConfig& c, int layer) {
@@ -210,6 +220,9 @@ void Block::forward_pass(MicroBatchContext& ctx, bool recompute) {
   float* x_out = ctx.stream[static_cast<size_t>(layer_) + 1];
   const BlockActivations a = activations(ctx);
   BlockScratch& s = ws_.block;
+  // Low precision: a matmul rounds an input the context keeps straight into its copy.
+  std::vector<KeptOperand> kept = kept_operands(ctx, layer_, ws_.recompute, /*written=*/false);
+  const KeptOperandsScope kept_scope(ws_.matmul, kept);
   // Attention: norm on the local rows, then the region (this rank's heads) on all rows.
   norm(a.ln1, a.ln1_mean, a.ln1_rstd, x_in, *ln1_w_, ln1_b_, d);
   float* q_dst = c_.qk_norm ? a.q_pre : a.q;
@@ -248,7 +261,7 @@ void Block::forward_pass(MicroBatchContext& ctx, bool recompute) {
   norm(a.ln2, a.ln2_mean, a.ln2_rstd, a.x_mid, *ln2_w_, ln2_b_, d);
   mlp_forward(ctx, a, d, x_out, recompute);
   kernels::add_inplace(x_out, a.x_mid, d.Nl * d.C);
-  pack_block_activations(ctx, layer_, ws_.recompute);
+  pack_block_activations(ctx, layer_, ws_.recompute, kept);
   // Full recompute keeps nothing of the block: its backward reruns the experts too.
   if (!recompute && ctx.checkpointing.of_block(layer_) == CheckpointMode::full) {
     ctx.moe[static_cast<size_t>(layer_)] = MoeActivations{};
@@ -498,7 +511,11 @@ void Block::backward_pass(MicroBatchContext& ctx, ModelHooks* hooks, DeferredWei
   const BlockDims d(c_, tp.layout(), ctx.B, ctx.T, layer_);
   float* dres = ws_.dstream;
   const BlockActivations a = activations(ctx);
-  unpack_block_activations(ctx, layer_, ws_.recompute);
+  const auto matmul_only = matmul_only_inputs(moe_.active(), ws_.matmul.fp8 != nullptr);
+  unpack_block_activations(ctx, layer_, ws_.recompute, matmul_only);
+  // The matmuls read the inputs the context keeps from its copies.
+  std::vector<KeptOperand> kept = kept_operands(ctx, layer_, ws_.recompute, /*written=*/true);
+  const KeptOperandsScope kept_scope(ws_.matmul, kept);
   recompute(ctx, a, d);
   round_recomputed_inputs(ctx, a, d);
   BlockScratch& s = ws_.block;

@@ -55,8 +55,8 @@ void FusedProjections::forward(float* const* outs, const float* inp, int64_t row
   const int IC = static_cast<int>(in_features()), W = static_cast<int>(width());
   NDT_CHECK(rows * std::max<int64_t>(IC, W) <= mp.capacity, "fused projections: operand of {} rows x {} exceeds the workspace's {}",
             rows, std::max(IC, W), mp.capacity);
-  kernels::cast_to_lowp(mp.dtype, inp, mp.a, rows * IC);
-  kernels::gemm_lowp(mp.dtype, false, true, static_cast<int>(rows), W, IC, mp.a, IC, weights(), IC, 0.0f, out_cat, W);
+  const uint16_t* x = lowp_operand(mp, inp, rows * IC, mp.a);
+  kernels::gemm_lowp(mp.dtype, false, true, static_cast<int>(rows), W, IC, x, IC, weights(), IC, 0.0f, out_cat, W);
   std::array<kernels::ColumnBlock, kMaxLayers> blocks;
   for (int i = 0; i < count_; ++i) {
     const ColumnParallelLinear& l = *layers_[static_cast<size_t>(i)];
@@ -118,15 +118,13 @@ void FusedProjections::backward_input(float* dinp, const float* const* douts, in
 void FusedProjections::backward(float* dinp, const float* const* douts, const float* inp, int64_t rows) const {
   backward_input(dinp, douts, rows);  // leaves the rounded output gradients in the a scratch
   const MatmulPrecision& mp = precision();
-  kernels::cast_to_lowp(mp.dtype, inp, mp.b, rows * in_features());
-  weight_gradients(mp.a, mp.b, rows);
+  weight_gradients(mp.a, lowp_operand(mp, inp, rows * in_features(), mp.b), rows);
 }
 
 void FusedProjections::backward_weight(const float* dout_cat, const float* inp, int64_t rows) const {
   const MatmulPrecision& mp = precision();
   kernels::cast_to_lowp(mp.dtype, dout_cat, mp.a, rows * width());
-  kernels::cast_to_lowp(mp.dtype, inp, mp.b, rows * in_features());
-  weight_gradients(mp.a, mp.b, rows);
+  weight_gradients(mp.a, lowp_operand(mp, inp, rows * in_features(), mp.b), rows);
 }
 
 }  // namespace ndt

@@ -15,12 +15,9 @@ int cols_of(const Parameter& p) { return static_cast<int>(p.local_shape[1]); }
 // else to the compute dtype.
 const uint16_t* round_operand(const MatmulPrecision& mp, int linear, Fp8Linears::Role role, uint16_t* scratch,
                               const float* x, int64_t n) {
+  if (linear < 0) return lowp_operand(mp, x, n, scratch);
   NDT_CHECK(n <= mp.capacity, "matmul operand of {} elements exceeds the workspace's {}", n, mp.capacity);
-  if (linear >= 0) {
-    mp.fp8->quantize(linear, role, x, scratch, n);
-  } else {
-    kernels::cast_to_lowp(mp.dtype, x, scratch, n);
-  }
+  mp.fp8->quantize(linear, role, x, scratch, n);
   return scratch;
 }
 
@@ -34,9 +31,24 @@ const uint16_t* weight_operand(const MatmulPrecision& mp, int linear, const Para
 
 }  // namespace
 
-bool used_only_in_matmuls(const Parameter& p) {
-  // The blocks' 2-D parameters include the LoRA adapters (model/lora.h).
-  return p.spec.logical_shape.size() == 2 && (p.name().rfind("blocks.", 0) == 0 || p.name() == "lm_head.weight");
+const uint16_t* lowp_operand(const MatmulPrecision& mp, const float* x, int64_t n, uint16_t* scratch) {
+  for (KeptOperand& k : mp.kept) {
+    if (k.values != x || k.numel != n) continue;
+    if (!k.written) kernels::cast_to_lowp(mp.dtype, x, k.bits, n);
+    k.written = true;
+    return k.bits;
+  }
+  NDT_CHECK(n <= mp.capacity, "matmul operand of {} elements exceeds the workspace's {}", n, mp.capacity);
+  kernels::cast_to_lowp(mp.dtype, x, scratch, n);
+  return scratch;
+}
+
+bool used_only_in_matmuls(const ParameterSpec& s) {
+  // The blocks' 2-D parameters include the LoRA adapters (model/lora.h); an MoE router's
+  // logits GEMM reads its fp32 value (the router computes in fp32, model/moe.h).
+  if (s.expert) return true;
+  const bool router = s.name.ends_with(".moe.router.weight");
+  return s.logical_shape.size() == 2 && ((s.name.starts_with("blocks.") && !router) || s.name == "lm_head.weight");
 }
 
 void matmul_forward(const MatmulPrecision& mp, float* out, const float* inp, const Parameter& weight,

@@ -11,8 +11,20 @@
 #include "model/parameter.h"
 
 #include <cstdint>
+#include <span>
 
 namespace ndt {
+
+// A matmul input that the micro-batch's context also keeps in the compute dtype (a block's
+// packed activation, model/activations.h): a matmul reading `values` rounds them into
+// `bits` the first time (then written) and reads `bits` afterwards, in forward and in
+// backward, so the kept copy is the GEMM operand too and the input is rounded once.
+struct KeptOperand {
+  const float* values = nullptr;  // [numel], fp32, already on the compute dtype's grid
+  uint16_t* bits = nullptr;       // [numel], compute dtype
+  int64_t numel = 0;
+  bool written = false;  // bits hold values rounded
+};
 
 // The compute dtype and two scratch buffers of 16-bit elements, each large enough for
 // the widest matmul operand of the micro-batch, fused projections' included (set by
@@ -29,12 +41,34 @@ struct MatmulPrecision {
   // adjacent (model/fused_projections.h): 16-bit elements, fused_weights_capacity of them.
   uint16_t* fused_weights = nullptr;
   int64_t fused_weights_capacity = 0;
+  // The running block's kept operands (empty: none). fp8 linears quantise their inputs
+  // from the fp32 values instead.
+  std::span<KeptOperand> kept;
 };
 
+// Sets mp.kept for a scope (one pass of a block) and restores the previous ones at its end.
+class KeptOperandsScope {
+ public:
+  KeptOperandsScope(MatmulPrecision& mp, std::span<KeptOperand> kept) : mp_(mp), previous_(mp.kept) { mp_.kept = kept; }
+  ~KeptOperandsScope() { mp_.kept = previous_; }
+  KeptOperandsScope(const KeptOperandsScope&) = delete;
+  KeptOperandsScope& operator=(const KeptOperandsScope&) = delete;
+
+ private:
+  MatmulPrecision& mp_;
+  std::span<KeptOperand> previous_;
+};
+
+// x [n] rounded to the compute dtype (bf16 or f16): its kept operand in mp.kept if it has
+// one (rounded into it the first time), else rounded into scratch (mp.capacity elements).
+const uint16_t* lowp_operand(const MatmulPrecision& mp, const float* x, int64_t n, uint16_t* scratch);
+
 // Whether the model reads this parameter only through matmuls (its compute copy in low
-// precision): the blocks' 2-D weights and an untied output layer. Not the embeddings
-// (looked up; a tied one is both), norms or biases. FSDP gathers these in the compute dtype.
-bool used_only_in_matmuls(const Parameter& p);
+// precision): the blocks' 2-D weights, the routed experts' weights and an untied output
+// layer. Not the embeddings (looked up; a tied one is both), norms, biases or an MoE
+// router (its logits are computed in fp32). FSDP gathers these in the compute dtype, and
+// the planner's communication model prices them so.
+bool used_only_in_matmuls(const ParameterSpec& s);
 
 // out [rows, OC] = inp [rows, IC] W^T (+ bias), W = weight's local block [OC, IC].
 void matmul_forward(const MatmulPrecision& mp, float* out, const float* inp, const Parameter& weight,

@@ -1,6 +1,7 @@
 #include "plan/comm_model.h"
 
 #include "core/error.h"
+#include "model/matmul.h"
 #include "model/transformer.h"
 #include "parallel/pipeline/schedule.h"
 #include "parallel/pipeline/stages.h"
@@ -156,7 +157,7 @@ std::shared_ptr<const UnitParams> build_unit_params(const Layout& l, const RunCo
       // A frozen parameter has no gradient for PartialGradients to sum.
       p.tp_partial = !s.frozen && tensor_parallel_grad_partial(s, l.tp, c.sequence_parallel);
       p.block_matrix = s.logical_shape.size() == 2 && unit > 0 && unit < l.units - 1;
-      p.matmul_only = p.block_matrix || s.name == "lm_head.weight";
+      p.matmul_only = used_only_in_matmuls(s);
       p.wte = s.name == "wte.weight";
       p.rows = shape.empty() ? 1 : shape[0];
       p.row_numel = p.rows == 0 ? 0 : shape_numel(shape) / p.rows;

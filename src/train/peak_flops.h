@@ -6,6 +6,7 @@
 // peak, so MFU there is an upper bound.
 #pragma once
 
+#include "comm/communicator.h"
 #include "core/dtype.h"
 
 #include <string>
@@ -17,11 +18,18 @@ struct PeakFlops {
   std::string source;  // "measured: ..." or "config runtime.peak_gflops"
 };
 
-// Runs the FMA calibration on `threads` threads (about 0.1 s).
+// Runs the FMA calibration on `threads` threads (about 0.2 s).
 double measure_fma_peak(int threads);
 
 // configured_gflops > 0 is taken as given; otherwise measured.
 PeakFlops resolve_peak_flops(double configured_gflops, int threads, DType compute = DType::f32);
+
+// A run's peak per rank: configured, or measured by every rank of `world` at once (after a
+// barrier), the ranks' mean. Ranks that share cores must measure together: one that
+// measures while the others still start up sees a whole core (4 ranks on 2 cores measured
+// 77-172 GFLOP/s apart), and the planner's validation compares runs with calibrations
+// that measure together (plan/calibration.h).
+PeakFlops resolve_run_peak_flops(double configured_gflops, int threads, DType compute, Communicator& world);
 
 // Throughput of one single-precision GEMM of M x K times K x N through OpenBLAS, in
 // FLOP/s (median of several calls), on the current thread setting.

@@ -68,7 +68,7 @@ Trainer::Trainer(const RunConfig& config, DeviceMesh& mesh, std::ostream* log)
             "train.steps = 0 writes the initial state as a checkpoint, but there is no checkpoint folder: set "
             "checkpoint.dir or runtime.out_dir");
   model_ = std::make_unique<TrainingModel>(config_, mesh_);
-  peak_ = resolve_peak_flops(config_.peak_gflops, config_.threads, config_.precision.compute);
+  peak_ = resolve_run_peak_flops(config_.peak_gflops, config_.threads, config_.precision.compute, mesh_.world());
   log_.header(*model_, mesh_, data_, peak_);
   resume_or_initialise();
   checkpoints_->claim(resumed_step_, config_.overwrite);

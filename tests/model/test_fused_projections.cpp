@@ -10,6 +10,7 @@
 #include "model/fused_projections.h"
 #include "model/lora.h"
 #include "model/transformer.h"
+#include "lowp_support.h"
 #include "tiny_model.h"
 
 #include <gtest/gtest.h>
@@ -23,19 +24,8 @@
 namespace ndt {
 namespace {
 
-double bf16(float x) { return bf16_to_f32(f32_to_bf16(x)); }
-
-std::vector<cpu::LowpGemmBackend> backends() {
-  std::vector<cpu::LowpGemmBackend> out = {cpu::LowpGemmBackend::fallback};
-  if (!cpu::onednn_lowp_impl(DType::bf16).empty()) out.push_back(cpu::LowpGemmBackend::onednn);
-  return out;
-}
-
-std::vector<float> wave(int64_t n, float scale, float step) {
-  std::vector<float> x(static_cast<size_t>(n));
-  for (size_t i = 0; i < x.size(); ++i) x[i] = scale * std::sin(step * static_cast<float>(i) + 0.3f);
-  return x;
-}
+using testing::bf16;
+using testing::wave;
 
 // A block's q, k, v with the test's own operand scratch.
 struct Projections {
@@ -79,7 +69,7 @@ TEST(FusedProjections, EqualADoubleReferenceOfTheRoundedOperands) {
     const FusedProjections fused = proj.fused_layers();
     ASSERT_TRUE(fused.active());
     const std::vector<float> x = wave(rows * C, 2.0f, 0.37f);
-    for (cpu::LowpGemmBackend backend : backends()) {
+    for (cpu::LowpGemmBackend backend : testing::lowp_backends(DType::bf16)) {
       cpu::set_lowp_gemm_backend(DType::bf16, backend);
       store.zero_grads();
       std::array<std::vector<float>, 3> out, dout;

@@ -12,6 +12,7 @@
 #include "model/matmul.h"
 #include "model/transformer.h"
 #include "../common/errors.h"
+#include "lowp_support.h"
 #include "tiny_model.h"
 
 #include <gtest/gtest.h>
@@ -83,13 +84,6 @@ const char* name(DType d) { return d == DType::bf16 ? "bf16" : "fp16"; }
 // The GEMM backends a low-precision run can use on this CPU for `dtype`: oneDNN's
 // native kernel where it has one (AMX or AVX512-BF16; its jit gemm under CTest's run
 // with ONEDNN_MAX_CPU_ISA=AVX512_CORE) and the fallback.
-std::vector<cpu::LowpGemmBackend> backends(DType dtype) {
-  std::vector<cpu::LowpGemmBackend> out;
-  if (!cpu::onednn_lowp_impl(dtype).empty()) out.push_back(cpu::LowpGemmBackend::onednn);
-  out.push_back(cpu::LowpGemmBackend::fallback);
-  return out;
-}
-
 // Catches: a low-precision path that computes something else (a wrong operand, a
 // missing rounding step that changes magnitudes, a transposed weight, an expert's GEMM
 // with another expert's slice), which shows as far more than the rounding error of 8
@@ -99,7 +93,7 @@ TEST(Precision, LowPrecisionStaysCloseToFp32) {
   for (const ModelConfig& c : {tiny(Arch::gpt2), tiny(Arch::llama), tiny_moe(Arch::gpt2), tiny_moe(Arch::llama)}) {
     const Result fp32 = run(c, DType::f32);
     for (DType d : {DType::bf16, DType::f16}) {
-      for (cpu::LowpGemmBackend backend : backends(d)) {
+      for (cpu::LowpGemmBackend backend : testing::lowp_backends(d)) {
         cpu::set_lowp_gemm_backend(d, backend);
         const Result low = run(c, d);
         const std::string where = label(c) + " " + name(d) + " on " + cpu::lowp_gemm_backend(d);
@@ -199,6 +193,39 @@ TEST(Precision, MatmulsReadTheComputeCopy) {
     EXPECT_NE(model.evaluate(in.data(), in.data(), B, T), before) << weight;
     for (int64_t i = 0; i < w.numel(); ++i) EXPECT_EQ(w.compute_data()[i], f32_to_bf16(w.data()[i]));
   }
+}
+
+// Catches: a kept operand rounded again after it was written (or never written), or
+// a matmul that reads the scratch instead of it; an input without one not rounded.
+TEST(Precision, KeptOperandIsRoundedOnceThenRead) {
+  ModelConfig c = tiny(Arch::gpt2);
+  Transformer model(c, 5, 4);
+  model.set_precision({DType::bf16});
+  const Parameter& w = model.store().get("blocks.1.mlp.fc.weight");
+  const int rows = 3, IC = static_cast<int>(w.local_shape[1]), OC = static_cast<int>(w.local_shape[0]);
+  std::vector<float> x(rows * IC), other(x.size()), out(rows * OC), again(out.size()), expected(out.size());
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * static_cast<float>(i)), other[i] = 2 * x[i];
+  std::vector<uint16_t> a(rows * std::max(IC, OC)), b(a.size()), bits(x.size(), 0);
+  MatmulPrecision mp{DType::bf16, a.data(), b.data(), static_cast<int64_t>(a.size())};
+  matmul_forward(mp, expected.data(), x.data(), w, nullptr, rows);  // no kept operand: through the scratch
+  KeptOperand kept{x.data(), bits.data(), static_cast<int64_t>(x.size())};
+  {
+    const KeptOperandsScope scope(mp, {&kept, 1});
+    std::fill(a.begin(), a.end(), uint16_t{0x7FC0});  // NaN: a read of the scratch shows
+    matmul_forward(mp, out.data(), x.data(), w, nullptr, rows);
+    EXPECT_TRUE(kept.written);
+    for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(bits[i], f32_to_bf16(x[i])) << i;
+    EXPECT_EQ(out, expected);
+    // Written: read as it is, not rounded from x again.
+    std::fill(x.begin(), x.end(), 0.0f);
+    matmul_forward(mp, again.data(), x.data(), w, nullptr, rows);
+    EXPECT_EQ(again, expected);
+    // Another input goes through the scratch.
+    matmul_forward(mp, again.data(), other.data(), w, nullptr, rows);
+    EXPECT_NE(again, expected);
+    EXPECT_EQ(a[0], f32_to_bf16(other[0]));
+  }
+  EXPECT_TRUE(mp.kept.empty()) << "the scope restores the matmuls' kept operands";
 }
 
 // Catches: memory held beyond the model in low precision, and packing that does not

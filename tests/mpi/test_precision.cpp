@@ -219,40 +219,45 @@ TEST(PrecisionCommunication, Bf16ReductionHalvesTheGradientBytes) {
 }
 
 // Catches: FSDP gathering matmul-only weights in fp32 under bf16 compute (twice the
-// bytes), or gathering the others (norms, biases, embeddings, which the model reads in
-// fp32) in bf16.
+// bytes), or gathering the others (norms, biases, embeddings, an MoE router, which the
+// model reads in fp32) in bf16; the routed experts' 3-D weights gathered in fp32.
 TEST(PrecisionCommunication, FsdpGathersMatmulWeightsInBf16) {
   Communicator& world = testing::world();
   const int n = world.size();
   testing::TempDir dir;
   write_shard(dir.file("train.bin"), testing::synthetic_text(30000, 3));
-  RunConfig c = tiny_run(dir.file("train.bin"), 8, 0);
-  c.steps = 1;
-  c.zero_stage = 3;
-  c.mesh.dp_shard = n;
-  auto gather_bytes = [&](DType compute) {
-    RunConfig config = c;
-    config.precision.compute = compute;
-    DeviceMesh mesh(world, config.resolve_mesh(n));
-    Trainer trainer(config, mesh, nullptr);
-    trainer.step();
-    return mesh.axis(Axis::dp_shard).stats()[CommOp::all_gather].wire_bytes;
-  };
-  // Per collective, (n - 1) x bytes of the padded shard; the root (embeddings, final
-  // norm) is gathered once per step, each block twice (forward and backward).
-  Transformer probe(c.model, 1);
-  const ShardLayout layout(probe.store(), 0, n);
-  int64_t fp32_bytes = 0, bf16_bytes = 0;
-  for (size_t p = 0; p < probe.store().params().size(); ++p) {
-    const Parameter& param = probe.store().params()[p];
-    const int64_t gathers = param.name().rfind("blocks.", 0) == 0 ? 2 : 1;
-    const int64_t s = layout.shard(p).padded_numel() * gathers * (n - 1);
-    fp32_bytes += 4 * s;
-    bf16_bytes += (used_only_in_matmuls(param) ? 2 : 4) * s;
+  RunConfig dense = tiny_run(dir.file("train.bin"), 8, 0);
+  for (RunConfig c : {dense, testing::moe_run(dir.file("train.bin"), /*llama=*/true)}) {
+    c.steps = 1;
+    c.zero_stage = 3;
+    c.mesh.dp_shard = n;
+    auto gather_bytes = [&](DType compute) {
+      RunConfig config = c;
+      config.precision.compute = compute;
+      DeviceMesh mesh(world, config.resolve_mesh(n));
+      Trainer trainer(config, mesh, nullptr);
+      trainer.step();
+      return mesh.axis(Axis::dp_shard).stats()[CommOp::all_gather].wire_bytes;
+    };
+    // Per collective, (n - 1) x bytes of the padded shard; the root (embeddings, final
+    // norm) is gathered once per step, each block twice (forward and backward).
+    Transformer probe(c.model, 1);
+    const ShardLayout layout(probe.store(), 0, n);
+    int64_t fp32_bytes = 0, bf16_bytes = 0;
+    for (size_t p = 0; p < probe.store().params().size(); ++p) {
+      const Parameter& param = probe.store().params()[p];
+      const bool block = param.name().starts_with("blocks.");
+      const int64_t s = layout.shard(p).padded_numel() * (block ? 2 : 1) * (n - 1);
+      const bool router = param.name().ends_with(".moe.router.weight");
+      const bool matmul_only = param.spec.expert || (block && param.spec.logical_shape.size() == 2 && !router) ||
+                               param.name() == "lm_head.weight";
+      fp32_bytes += 4 * s;
+      bf16_bytes += (matmul_only ? 2 : 4) * s;
+    }
+    EXPECT_EQ(gather_bytes(DType::f32), fp32_bytes) << (c.model.is_moe() ? "moe" : "dense");
+    EXPECT_EQ(gather_bytes(DType::bf16), bf16_bytes) << (c.model.is_moe() ? "moe" : "dense");
+    EXPECT_LT(bf16_bytes, 0.7 * fp32_bytes);  // the blocks' weights are most of the model
   }
-  EXPECT_EQ(gather_bytes(DType::f32), fp32_bytes);
-  EXPECT_EQ(gather_bytes(DType::bf16), bf16_bytes);
-  EXPECT_LT(bf16_bytes, 0.7 * fp32_bytes);  // the blocks' weights are most of the model
 }
 
 // Catches: a bf16 reduction that loses more than bf16 rounding of the partial sums

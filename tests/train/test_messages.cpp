@@ -10,10 +10,12 @@
 #include "core/text_list.h"
 #include "data/shard.h"
 #include "interchange/hf_names.h"
+#include "model/transformer.h"
 #include "parallel/pipeline/stages.h"
 #include "test_support.h"
 #include "train/config.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -88,6 +90,29 @@ TEST(Messages, AnOptionThatDoesNothingIsRefused) {
                           dir.file("m.safetensors") + " (Hugging Face safetensors) describes its model (n_head = 4)"),
             std::string::npos)
       << r.output;
+}
+
+// Catches: bench train's --model taking a key outside the model section, or one no model
+// has, in silence; and a good one not reaching the model it benchmarks.
+TEST(Messages, BenchModelKeysAreTheModelSections) {
+  testing::CommandResult r = testing::run_command(kNdtrain + " bench train --model d_model=96 --steps 1");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--model d_model=96: give a key of the model section and its value, model.KEY=VALUE"),
+            std::string::npos)
+      << r.output;
+  r = testing::run_command(kNdtrain + " bench train --model model.d_modl=96 --steps 1");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("unknown config key \"model.d_modl\""), std::string::npos) << r.output;
+  r = testing::run_command(kNdtrain +
+                           " bench train --preset gpt2-tiny --model model.n_layer=1 --batch 1 --seq 8 --steps 1 "
+                           "--threads 1");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  const std::string one_layer = fmt::format("({:.2f}M parameters", [] {
+    ModelConfig c = ModelConfig::preset("gpt2-tiny");
+    c.n_layer = 1;
+    return count_parameters(c) / 1e6;
+  }());
+  EXPECT_NE(r.output.find("bench train: gpt2-tiny model.n_layer=1 " + one_layer), std::string::npos) << r.output;
 }
 
 // Catches: prepare tokenising a binary file named on its command line without a word, or

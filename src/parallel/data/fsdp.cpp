@@ -100,7 +100,7 @@ void FullyShardedDataParallel::plan_collectives(Group& g, DType gather_dtype) {
     low.dtype = gather_dtype;
     for (size_t i = 0; i < slots.params.size(); ++i) {
       const size_t p = slots.params[i];
-      Group::GatherPart& part = gather_dtype != DType::f32 && used_only_in_matmuls(params[p]) ? low : wide;
+      Group::GatherPart& part = gather_dtype != DType::f32 && used_only_in_matmuls(params[p].spec) ? low : wide;
       part.slots.params.push_back(p);
       part.slots.offsets.push_back(slots.offsets[i]);
     }
