@@ -129,8 +129,8 @@ class Transformer {
   // flops_per_token counts them): full recompute reruns a block's forward, 2 x its
   // matmul parameters + 4 x d_model x T; selective reruns the attention core, 4 x
   // d_model x T; context parallelism and the low-precision (flash-style) attention
-  // recompute the attention scores in backward, 2 x d_model x T per block. Hardware FLOPs utilisation counts them, model FLOPs
-  // utilisation not.
+  // recompute the attention scores in backward, 2 x d_model x T per block. Hardware
+  // FLOPs utilisation counts them, model FLOPs utilisation not.
   double recompute_flops_per_token(int T) const;
   // Parameters in matmuls (logical, whole model): all except lookup-only tables
   // (positions; untied input embedding).
