@@ -21,6 +21,7 @@
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/adamw.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/attention_lowp.h"
 #include "kernels/cpu/attention_span.h"
 #include "kernels/cpu/cast.h"
 #include "kernels/cpu/columns.h"
@@ -66,7 +67,7 @@ using ColumnBlock = cpu::ColumnBlock;
   /* gemm.h: fp32 matrix multiply and linear layers */                                                   \
   X(gemm) X(linear_forward) X(linear_backward)                                                           \
   /* gemm_lowp.h: bf16/f16 inputs, fp32 products, sums and outputs */                                    \
-  X(gemm_lowp) X(linear_forward_lowp) X(linear_backward_lowp) X(lowp_gemm_backend)                       \
+  X(gemm_lowp) X(linear_forward_lowp) X(linear_backward_lowp) X(lowp_gemm_backend)                      \
   /* elementwise.h */                                                                                    \
   X(add_bias) X(bias_backward) X(add_inplace) X(zero) X(copy) X(fill)                                    \
   /* cast.h: fp32 <-> bf16/f16, round to nearest even */                                                 \
@@ -79,6 +80,9 @@ using ColumnBlock = cpu::ColumnBlock;
   /* restarted at document starts (data.document_boundaries) */                                          \
   X(attention_forward) X(attention_backward) X(attention_span_forward) X(attention_merge)                \
   X(attention_row_dot) X(attention_span_backward_recompute)                                              \
+  /* attention_lowp.h: the same in bf16/f16 on gemm_lowp, flash-style (no probabilities kept) */        \
+  X(attention_forward_lowp) X(attention_backward_lowp) X(attention_span_forward_lowp)                    \
+  X(attention_span_backward_recompute_lowp)                                                              \
   /* rope.h: the _at forms at each row's own position */                                                 \
   X(rope_forward) X(rope_backward) X(rope_forward_at) X(rope_backward_at)                                \
   /* activation.h */                                                                                     \

@@ -106,7 +106,9 @@ class BlockCarver {
  public:
   BlockCarver(CheckpointMode saves, bool complement, DType compute, Carver& m,
               std::vector<PackedActivation>* packed = nullptr)
-      : saves_(saves), complement_(complement), low_(compute != DType::f32), m_(m), packed_(packed) {}
+      : saves_(saves), complement_(complement), low_(compute != DType::f32), compute_(compute), m_(m), packed_(packed) {}
+  // The compute dtype the carved block runs in (f32, or a 16-bit one).
+  DType compute() const { return compute_; }
   void take(BlockActivations& a, float* BlockActivations::*view, int64_t n, bool selective_recomputes = false) {
     const bool kept = saves_ == CheckpointMode::none || (saves_ == CheckpointMode::selective && !selective_recomputes);
     if (complement_) {
@@ -124,6 +126,7 @@ class BlockCarver {
   CheckpointMode saves_;
   bool complement_;
   bool low_;
+  DType compute_;
   Carver& m_;
   std::vector<PackedActivation>* packed_;
 };
@@ -155,7 +158,7 @@ BlockActivations carve_block(const ModelConfig& c, const ActivationLayout& tp, i
   m.take(a, &A::q, d.N * d.QD);
   m.take(a, &A::k, d.N * d.KD);
   m.take(a, &A::v, d.N * d.KD);
-  const int64_t probabilities = tp.seq_chunks > 1 ? 0 : attention_probability_floats(tp.cp, B, T, d.NH);
+  const int64_t probabilities = tp.seq_chunks > 1 ? 0 : attention_probability_floats(tp.cp, m.compute(), B, T, d.NH);
   m.take(a, &A::att, probabilities, recomputed);
   m.take(a, &A::lse, int64_t{B} * d.NH * T, recomputed);
   m.take(a, &A::att_out, d.N * d.QD);

@@ -177,13 +177,13 @@ void Block::attention_core(const MicroBatchContext& ctx, const BlockActivations&
   const int B = ctx.B, T = ctx.T;
   const AttentionForward f{a.att_out, a.lse, a.att, a.q, a.k, a.v, B, T, static_cast<int>(d.NH),
                            static_cast<int>(d.NKV), static_cast<int>(d.HS), ws_.block.cp_scratch,
-                           document_starts(ctx)};
+                           document_starts(ctx), ws_.matmul.dtype};
   if (ctx.sequence.active()) {
     sequence_chunk_attention_forward(f, ctx.sequence, layer_);  // keeps no probabilities
     return;
   }
   attention(ctx).forward(f);
-  round_to_compute(a.att, attention_probability_floats(ctx.cp, B, T, d.NH));
+  round_to_compute(a.att, attention_probability_floats(ctx.cp, ws_.matmul.dtype, B, T, d.NH));
 }
 
 void Block::round_to_compute(float* x, int64_t n) const {
@@ -573,7 +573,7 @@ void Block::attention_backward(const MicroBatchContext& ctx, const BlockActivati
   kernels::zero(s.dv, d.N * d.KD);
   const AttentionBackward b{s.dq, s.dk, s.dv, s.datt_out, a.q, a.k, a.v, a.att, a.att_out, a.lse, ctx.B, ctx.T,
                             static_cast<int>(d.NH), static_cast<int>(d.NKV), static_cast<int>(d.HS), s.cp_scratch,
-                            document_starts(ctx)};
+                            document_starts(ctx), ws_.matmul.dtype};
   if (ctx.sequence.active()) {
     sequence_chunk_attention_backward(b, ctx.sequence, layer_);
   } else {

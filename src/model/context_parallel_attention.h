@@ -12,6 +12,8 @@
 // but attention is token-local and runs on them unchanged.
 #pragma once
 
+#include "core/dtype.h"
+#include "kernels/kernels.h"
 #include "model/activation_layout.h"
 
 #include <cstdint>
@@ -22,12 +24,15 @@ namespace ndt {
 // sequence) and heads (NH, NKV: this rank's, after tensor parallelism).
 //   q [B, T, NH, HS], k and v [B, T, NKV, HS], out [B, T, NH, HS];
 //   att: attention_probability_floats floats of kept probabilities (none under context
-//   parallelism: backward recomputes them), lse: B x NH x T floats (their layout is the
-//   implementation's: backward reads what forward wrote);
+//   parallelism or in low precision: backward recomputes them), lse: B x NH x T floats
+//   (their layout is the implementation's: backward reads what forward wrote);
 //   scratch: context_parallel_scratch_floats floats of the workspace;
 //   starts: null (the causal mask), or with document boundaries [B, T x cp], for every
 //   position of each whole sequence the position where its document begins
-//   (MicroBatchContext::document_starts): a query sees only the keys of its own document.
+//   (MicroBatchContext::document_starts): a query sees only the keys of its own document;
+//   dtype: the compute dtype. f32 runs the fp32 kernels (attention.h, attention_span.h);
+//   bf16 / f16 their low-precision forms (attention_lowp.h: products in dtype on gemm_lowp,
+//   softmax in fp32, flash-style).
 struct AttentionForward {
   float* out;
   float* lse;
@@ -38,6 +43,7 @@ struct AttentionForward {
   int B, T, NH, NKV, HS;
   float* scratch;
   const int32_t* starts = nullptr;
+  DType dtype = DType::f32;
 };
 
 // Backward adds (+=) into dq, dk, dv; out and lse are forward's (the recomputed
@@ -56,6 +62,7 @@ struct AttentionBackward {
   int B, T, NH, NKV, HS;
   float* scratch;
   const int32_t* starts = nullptr;
+  DType dtype = DType::f32;
 };
 
 class ContextParallelAttention {
@@ -70,11 +77,23 @@ class ContextParallelAttention {
   virtual void sum_over_ranks(float* x, int64_t n) const {}
 };
 
+// The span kernels of ring attention (kernels/cpu/attention_span.h) in the compute dtype:
+// the fp32 kernels for f32, their low-precision forms (attention_lowp.h) for bf16 / f16.
+// Arguments as kernels::attention_span_forward / attention_span_backward_recompute.
+void attention_span_forward_in(DType dtype, float* out, float* lse, const float* q, const float* k, const float* v,
+                               const int32_t* starts, int B, int Tq, int Tk, int NH, int NKV, int HS,
+                               kernels::AttentionSpan qs, kernels::AttentionSpan ks);
+void attention_span_backward_in(DType dtype, float* dq, float* dk, float* dv, const float* dout, const float* q,
+                                const float* k, const float* v, const float* lse, const float* D,
+                                const int32_t* starts, int B, int Tq, int Tk, int NH, int NKV, int HS,
+                                kernels::AttentionSpan qs, kernels::AttentionSpan ks);
+
 // The floats of attention probabilities a block keeps for B x T local rows of NH heads:
-// B x NH x T x T for the local kernel; none under context parallelism, whose backward
+// B x NH x T x T for the local fp32 kernel; none under context parallelism, whose backward
 // recomputes them from q, k and the log-sum-exp (flash-attention style), so that every
-// activation of a rank scales with its T = seq_len / cp tokens.
-int64_t attention_probability_floats(const CpLayout& cp, int64_t B, int64_t T, int64_t NH);
+// activation of a rank scales with its T = seq_len / cp tokens; none in a low-precision
+// compute dtype either, whose kernels are flash-style on every layout.
+int64_t attention_probability_floats(const CpLayout& cp, DType compute, int64_t B, int64_t T, int64_t NH);
 // The workspace scratch an implementation of `cp` uses for B x T local rows (0 for cp = 1):
 //   ring: forward, two K/V receive buffers, one partial output and its log-sum-exp;
 //     backward, two K/V and two dK/dV buffers and the row term;

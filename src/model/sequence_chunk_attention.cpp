@@ -29,8 +29,8 @@ void sequence_chunk_attention_forward(const AttentionForward& a, const SequenceC
   for (int j = 0; j <= s; ++j) {
     const float* k = j == s ? a.k : chunk_block(chunk, j, layer).k;
     const float* v = j == s ? a.v : chunk_block(chunk, j, layer).v;
-    kernels::attention_span_forward(out_part, lse_part, a.q, k, v, nullptr, a.B, T, T, a.NH, a.NKV, a.HS,
-                                    chunk_span(s, T), chunk_span(j, T));
+    attention_span_forward_in(a.dtype, out_part, lse_part, a.q, k, v, nullptr, a.B, T, T, a.NH, a.NKV, a.HS,
+                              chunk_span(s, T), chunk_span(j, T));
     kernels::attention_merge(a.out, a.lse, out_part, lse_part, a.B, T, a.NH, a.HS, chunk_span(s, T));
   }
 }
@@ -47,8 +47,8 @@ void sequence_chunk_attention_backward(const AttentionBackward& a, const Sequenc
     const float* v = j == s ? a.v : chunk_block(chunk, j, layer).v;
     float* dk = j == s ? a.dk : sums + j * 2 * kv;
     float* dv = j == s ? a.dv : sums + j * 2 * kv + kv;
-    kernels::attention_span_backward_recompute(a.dq, dk, dv, a.dout, a.q, k, v, a.lse, D, nullptr, a.B, T, T, a.NH,
-                                               a.NKV, a.HS, chunk_span(s, T), chunk_span(j, T));
+    attention_span_backward_in(a.dtype, a.dq, dk, dv, a.dout, a.q, k, v, a.lse, D, nullptr, a.B, T, T, a.NH, a.NKV,
+                               a.HS, chunk_span(s, T), chunk_span(j, T));
   }
   if (s == chunk.count - 1) return;  // no later chunk left it anything
   kernels::add_inplace(a.dk, sums + s * 2 * kv, kv);

@@ -127,13 +127,13 @@ std::vector<double> unit_flops_per_token(const ModelConfig& c, int T) {
 }
 
 std::vector<double> unit_recompute_flops_per_token(const ModelConfig& c, int T, const ActivationCheckpointing& policy,
-                                                   bool context_parallel) {
+                                                   bool recomputes_scores) {
   std::vector<double> flops(static_cast<size_t>(c.n_layer) + 2, 0.0);
   const double attention_core = 4.0 * c.d_model * static_cast<double>(T);
   for (int l = 0; l < c.n_layer; ++l) {
     double& block = flops[static_cast<size_t>(l) + 1];
-    // Context parallelism keeps no probabilities: backward recomputes the scores.
-    if (context_parallel) block += 2.0 * c.d_model * static_cast<double>(T);
+    // Flash-style attention keeps no probabilities: backward recomputes the scores.
+    if (recomputes_scores) block += 2.0 * c.d_model * static_cast<double>(T);
     switch (policy.of_block(l)) {
       case CheckpointMode::none: break;
       case CheckpointMode::selective: block += attention_core; break;
@@ -172,7 +172,8 @@ double Transformer::flops_per_token(int T) const {
 }
 
 double Transformer::recompute_flops_per_token(int T) const {
-  const std::vector<double> units = unit_recompute_flops_per_token(config_, T, checkpointing_, cp_->layout().active());
+  const bool recomputes_scores = cp_->layout().active() || precision_.compute != DType::f32;
+  const std::vector<double> units = unit_recompute_flops_per_token(config_, T, checkpointing_, recomputes_scores);
   return std::accumulate(units.begin(), units.end(), 0.0);
 }
 

@@ -128,9 +128,9 @@ class Transformer {
   // FLOPs per token that activation checkpointing adds by recomputing (matmuls only, as
   // flops_per_token counts them): full recompute reruns a block's forward, 2 x its
   // matmul parameters + 4 x d_model x T; selective reruns the attention core, 4 x
-  // d_model x T; context parallelism recomputes the attention scores in backward, 2 x
-  // d_model x T per block. Hardware FLOPs utilisation counts them, model FLOPs
-  // utilisation not.
+  // d_model x T; context parallelism and the low-precision (flash-style) attention
+  // recompute the attention scores in backward, 2 x d_model x T per block. Hardware
+  // FLOPs utilisation counts them, model FLOPs utilisation not.
   double recompute_flops_per_token(int T) const;
   // Parameters in matmuls (logical, whole model): all except lookup-only tables
   // (positions; untied input embedding).
@@ -195,9 +195,11 @@ int64_t count_trainable_parameters(const ModelConfig& config);
 // parameters used in matmuls (of an MoE block's experts, top_k) + 12 x d_model x T per
 // block. A planner times pipeline stages with them.
 std::vector<double> unit_flops_per_token(const ModelConfig& config, int T);
-// What recomputation adds per unit under `policy` (and under context parallelism):
-// they sum to Transformer::recompute_flops_per_token.
+// What recomputation adds per unit under `policy` (and, with recomputes_scores, the
+// attention scores that context parallelism and low-precision attention recompute in
+// backward): they sum to Transformer::recompute_flops_per_token. (The planner passes
+// cp > 1 only: it does not model the kernels' dtype.)
 std::vector<double> unit_recompute_flops_per_token(const ModelConfig& config, int T,
-                                                   const ActivationCheckpointing& policy, bool context_parallel);
+                                                   const ActivationCheckpointing& policy, bool recomputes_scores);
 
 }  // namespace ndt

@@ -102,7 +102,7 @@ TEST_P(ContextParallelAttentionTest, EqualsWholeSequenceAttention) {
     attention = std::make_unique<UspAttention>(cp, mesh.axis(Axis::cp_ulysses), mesh.axis(Axis::cp_ring), layout);
   }
   std::vector<float> lout(lq.size()), llse(size_t(B) * NH * local),
-      latt(static_cast<size_t>(attention_probability_floats(layout, B, local, NH))),
+      latt(static_cast<size_t>(attention_probability_floats(layout, DType::f32, B, local, NH))),
       scratch(static_cast<size_t>(context_parallel_scratch_floats(layout, B, local, NH, NKV, HS)));
   attention->forward({lout.data(), llse.data(), latt.data(), lq.data(), lk.data(), lv.data(), B, local, NH, NKV, HS,
                       scratch.data()});
@@ -144,7 +144,7 @@ TEST(ContextParallelLoadBalance, ZigzagEvensTheCausalWork) {
     RingAttention ring(world, layout);
     const auto q = random_vector(int64_t{B} * local * NH * HS, 5), k = random_vector(int64_t{B} * local * NKV * HS, 6);
     std::vector<float> out(q.size()), lse(size_t(B) * NH * local),
-        att(static_cast<size_t>(attention_probability_floats(layout, B, local, NH))),
+        att(static_cast<size_t>(attention_probability_floats(layout, DType::f32, B, local, NH))),
         scratch(static_cast<size_t>(context_parallel_scratch_floats(layout, B, local, NH, NKV, HS)));
     ring.forward({out.data(), lse.data(), att.data(), q.data(), k.data(), k.data(), B, local, NH, NKV, HS,
                   scratch.data()});

@@ -142,9 +142,13 @@ TEST(PrecisionParity, MoeInBf16AndFp16OnEpAndEpTpMatchesOneRank) {
                             {"llama fp16 ep=world", true, DType::f16, n, n, 1, 0}};
   // Per family and dtype: the one-rank run, and the dtype's own distance from fp32 (the
   // one-rank fp32 run against it), the bound as for the dense layouts above. Measured on
-  // the AMX machine on 2 and 4 ranks: at most 0.44 of the distance in bf16 (fsdp x ep's
-  // final parameters), 0.54 in fp16 (its loss on 2 ranks). A row sent to the wrong expert
-  // or a stale compute copy moves the losses by far more than the distance.
+  // the AMX machine on 2 and 4 ranks: at most 0.64 of the distance in bf16 (ep=world's
+  // loss on 4 ranks), 1.05 in fp16 (its loss on 2 ranks; 0.54 before attention's
+  // probabilities were rounded to fp16 too). The same ep run in fp32 is 7.7e-8 from its
+  // one rank: what separates the layouts in fp16 is rounding flips that the routing
+  // carries on, about as large in fp16 as in bf16 while fp16's own distance is the
+  // smaller, so fp16 is held to twice it. A row sent to the wrong expert or a stale
+  // compute copy moves the losses by far more than the distance.
   std::map<std::pair<bool, DType>, std::pair<testing::TrainedRun, Difference>> references;
   for (const Layout& l : layouts) {
     if (l.dp_shard * l.tp != n) continue;
@@ -173,9 +177,10 @@ TEST(PrecisionParity, MoeInBf16AndFp16OnEpAndEpTpMatchesOneRank) {
                   l.name, n, d.losses, d.norms, d.params, d.losses / band.losses, d.norms / band.norms,
                   d.params / band.params);
     }
-    EXPECT_LT(d.losses, band.losses) << l.name;
-    EXPECT_LT(d.norms, band.norms) << l.name;
-    EXPECT_LT(d.params, band.params) << l.name;
+    const double allowed = l.compute == DType::f16 ? 2 : 1;
+    EXPECT_LT(d.losses, allowed * band.losses) << l.name;
+    EXPECT_LT(d.norms, allowed * band.norms) << l.name;
+    EXPECT_LT(d.params, allowed * band.params) << l.name;
   }
 }
 
@@ -282,11 +287,15 @@ TEST(PrecisionParity, Bf16ReductionStaysCloseToFp32Reduction) {
                   stage, world.size(), d.losses, d.norms, d.params);
     }
     // Each reduced gradient carries a bf16 rounding per partial sum (2^-9 relative each).
-    // Measured on 2 and 4 ranks: losses <= 3.7e-5, gradient norms <= 6.7e-4, final
-    // parameters <= 9.8e-4.
+    // Measured on 2 and 4 ranks: losses <= 5.6e-5, gradient norms <= 7.2e-4, final
+    // parameters <= 5.0e-3. The gradient norms tell rounding from truncation (3.2-3.5e-3
+    // measured with the partial sums truncated). The parameters' difference is the
+    // trajectory's own: once two runs differ in a bit, the bf16 forward (attention's
+    // probabilities included) rounds differently, and truncating read about the same
+    // (3.9-5.2e-3); its bound catches only a reduction that is wrong outright.
     EXPECT_LT(d.losses, 2e-4) << "stage " << stage;
     EXPECT_LT(d.norms, 3e-3) << "stage " << stage;
-    EXPECT_LT(d.params, 3e-3) << "stage " << stage;
+    EXPECT_LT(d.params, 1e-2) << "stage " << stage;
     EXPECT_GT(d.norms, 0) << "stage " << stage << ": the bf16 reduction rounded nothing";
   }
 }

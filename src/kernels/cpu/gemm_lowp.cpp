@@ -78,6 +78,7 @@ std::optional<dnnl::matmul::primitive_desc> matmul_desc(const MatmulKey& k) {
   const md::desc b({k.K, k.N}, type, k.trans_b ? md::dims{1, k.ldb} : md::dims{k.ldb, 1});
   const md::desc c({k.M, k.N}, md::data_type::f32, md::dims{k.ldc, 1});
   dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // the calling thread's (onednn_gemm)
   if (k.beta != 0.0f) {
     dnnl::post_ops ops;
     ops.append_sum(k.beta);  // C = acc + beta * C
@@ -99,7 +100,7 @@ std::mutex g_mutex;  // guards everything below that is mutable
 
 struct CachedMatmul {
   dnnl::matmul primitive;
-  dnnl::memory::desc a, b, c;
+  dnnl::memory::desc a, b, c, scratchpad;
 };
 
 // The cached primitive for the key; null where oneDNN has only reference code for it.
@@ -112,7 +113,8 @@ const CachedMatmul* cached_matmul(const MatmulKey& key) {
     auto pd = matmul_desc(key);
     if (pd && is_native(*pd)) {
       try {
-        entry.emplace(CachedMatmul{dnnl::matmul(*pd), pd->src_desc(), pd->weights_desc(), pd->dst_desc()});
+        entry.emplace(CachedMatmul{dnnl::matmul(*pd), pd->src_desc(), pd->weights_desc(), pd->dst_desc(),
+                                   pd->scratchpad_desc()});
       } catch (const dnnl::error& e) {
         onednn_fail(e, "compiling a " + shape_text(key));
       }
@@ -128,11 +130,20 @@ bool onednn_gemm(const MatmulKey& key, const uint16_t* A, const uint16_t* B, flo
   if (mm == nullptr) return false;
   try {
     thread_local dnnl::stream stream(onednn_engine());
+    // Each calling thread's own scratchpad, kept between calls: threads may run primitives
+    // at once, and no call allocates once it has grown. Page-aligned, as oneDNN aligns its
+    // own (its packed blocks are laid out from the start; misaligned, the kernels slow down).
+    constexpr uintptr_t kAlign = 4096;
+    thread_local std::vector<uint8_t> scratch;
+    scratch.resize(std::max(scratch.size(), mm->scratchpad.get_size() + kAlign));
+    auto* pad_at = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(scratch.data()) + kAlign - 1) & ~(kAlign - 1));
     // oneDNN's memory objects take non-const handles; it only reads A and B.
     dnnl::memory a(mm->a, onednn_engine(), const_cast<uint16_t*>(A));
     dnnl::memory b(mm->b, onednn_engine(), const_cast<uint16_t*>(B));
     dnnl::memory c(mm->c, onednn_engine(), C);
-    mm->primitive.execute(stream, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
+    dnnl::memory pad(mm->scratchpad, onednn_engine(), pad_at);
+    mm->primitive.execute(stream,
+                          {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}, {DNNL_ARG_SCRATCHPAD, pad}});
     stream.wait();
   } catch (const dnnl::error& e) {
     onednn_fail(e, "running a " + shape_text(key));

@@ -20,8 +20,10 @@
 // Accumulation contract as in gemm.h: linear_forward_lowp overwrites `out`;
 // linear_backward_lowp adds (+=) into dinp and dweight.
 //
-// gemm_lowp calls from several threads at once are not supported (oneDNN primitives
-// share a scratchpad); each call uses the whole pool.
+// Threads: a call uses the calling thread's OpenMP team size (omp_get_max_threads()).
+// Calls from several threads at once are safe (the primitive cache is locked, each thread
+// has its own oneDNN scratchpad): a parallel region whose threads set their team size to
+// one (omp_set_num_threads(1)) runs one-thread GEMMs side by side (attention_lowp.cpp).
 #pragma once
 
 #include "core/dtype.h"

@@ -109,8 +109,8 @@ void RingAttention::forward(const AttentionForward& a) const {
         const int64_t pairs = visible_pairs(q, key, or_null(starts), a.B, T);
         if (pairs == 0) continue;  // wholly above the diagonal, or in other documents
         // The probabilities are not kept: backward recomputes them from the final lse.
-        kernels::attention_span_forward(out_part, lse_part, a.q, k, v, or_null(starts), a.B, T, T, a.NH, a.NKV,
-                                        a.HS, span(q), span(key));
+        attention_span_forward_in(a.dtype, out_part, lse_part, a.q, k, v, or_null(starts), a.B, T, T, a.NH, a.NKV,
+                                  a.HS, span(q), span(key));
         kernels::attention_merge(a.out, a.lse, out_part, lse_part, a.B, T, a.NH, a.HS, span(q));
         score_pairs_ += pairs * a.NH;
         transfers.progress();
@@ -150,8 +150,8 @@ void RingAttention::backward(const AttentionBackward& a) const {
     for (const TokenRun& q : mine) {
       for (const TokenRun& key : layout_.runs(source, whole)) {
         if (visible_pairs(q, key, or_null(starts), a.B, T) == 0) continue;
-        kernels::attention_span_backward_recompute(a.dq, dk, dk + N * KD, a.dout, a.q, k, v, a.lse, D,
-                                                   or_null(starts), a.B, T, T, a.NH, a.NKV, a.HS, span(q), span(key));
+        attention_span_backward_in(a.dtype, a.dq, dk, dk + N * KD, a.dout, a.q, k, v, a.lse, D, or_null(starts), a.B,
+                                   T, T, a.NH, a.NKV, a.HS, span(q), span(key));
         key_values.progress();
       }
     }

@@ -38,8 +38,8 @@ void UlyssesAttention::forward(const AttentionForward& a) const {
   // Whole sequences of this rank's heads, as one query-key pair without kept
   // probabilities; lse is kept head-split: [B, NH / cp, cp x T].
   const kernels::AttentionSpan all{0, whole, 0};
-  kernels::attention_span_forward(out, a.lse, q, k, v, a.starts, a.B, whole, whole, a.NH / n, a.NKV / n, a.HS,
-                                  all, all);
+  attention_span_forward_in(a.dtype, out, a.lse, q, k, v, a.starts, a.B, whole, whole, a.NH / n, a.NKV / n, a.HS,
+                            all, all);
   heads.to_tokens(out, a.out, a.B, a.T, a.NH, a.HS, /*accumulate=*/false, send, recv);
 }
 
@@ -68,8 +68,8 @@ void UlyssesAttention::backward(const AttentionBackward& a) const {
   kernels::zero(dk, N * KD);
   kernels::zero(dv, N * KD);
   const kernels::AttentionSpan all{0, whole, 0};
-  kernels::attention_span_backward_recompute(dq, dk, dv, dout, q, k, v, a.lse, D, a.starts, a.B, whole, whole,
-                                             a.NH / n, a.NKV / n, a.HS, all, all);
+  attention_span_backward_in(a.dtype, dq, dk, dv, dout, q, k, v, a.lse, D, a.starts, a.B, whole, whole, a.NH / n,
+                             a.NKV / n, a.HS, all, all);
   heads.to_tokens(dq, a.dq, a.B, a.T, a.NH, a.HS, /*accumulate=*/true, send, recv);
   heads.to_tokens(dk, a.dk, a.B, a.T, a.NKV, a.HS, /*accumulate=*/true, send, recv);
   heads.to_tokens(dv, a.dv, a.B, a.T, a.NKV, a.HS, /*accumulate=*/true, send, recv);

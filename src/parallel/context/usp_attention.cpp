@@ -62,7 +62,8 @@ void UspAttention::forward(const AttentionForward& a) const {
   heads.to_heads(a.k, h.k, a.B, a.T, a.NKV, a.HS, h.send, h.recv);
   heads.to_heads(a.v, h.v, a.B, a.T, a.NKV, a.HS, h.send, h.recv);
   // The ring on the group's u x T rows of NH / u heads; lse [B, NH / u, u x T], as many floats.
-  ring_.forward({h.out, a.lse, nullptr, h.q, h.k, h.v, a.B, u * a.T, a.NH / u, a.NKV / u, a.HS, h.ring, a.starts});
+  ring_.forward(
+      {h.out, a.lse, nullptr, h.q, h.k, h.v, a.B, u * a.T, a.NH / u, a.NKV / u, a.HS, h.ring, a.starts, a.dtype});
   heads.to_tokens(h.out, a.out, a.B, a.T, a.NH, a.HS, /*accumulate=*/false, h.send, h.recv);
 }
 
@@ -80,7 +81,7 @@ void UspAttention::backward(const AttentionBackward& a) const {
   kernels::zero(h.dk, N * KD);
   kernels::zero(h.dv, N * KD);
   ring_.backward({h.dq, h.dk, h.dv, h.dout, h.q, h.k, h.v, nullptr, h.out, a.lse, a.B, u * a.T, a.NH / u, a.NKV / u,
-                  a.HS, h.ring, a.starts});
+                  a.HS, h.ring, a.starts, a.dtype});
   heads.to_tokens(h.dq, a.dq, a.B, a.T, a.NH, a.HS, /*accumulate=*/true, h.send, h.recv);
   heads.to_tokens(h.dk, a.dk, a.B, a.T, a.NKV, a.HS, /*accumulate=*/true, h.send, h.recv);
   heads.to_tokens(h.dv, a.dv, a.B, a.T, a.NKV, a.HS, /*accumulate=*/true, h.send, h.recv);
