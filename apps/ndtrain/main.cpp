@@ -356,7 +356,7 @@ int main(int argc, char** argv) {
   auto* out = plan->add_option("--out", plan_options.calibrate_out, "With --calibrate: the device file to write");
   // The measuring ranks --calibrate starts under mpirun.
   auto* calibrate_rank = plan->add_flag("--calibrate-rank", plan_options.calibrate_rank)->group("")->needs(out);
-  const std::set<std::string> validate_options = {"--validate", "--validate-dir",     "--keep-runs", "--time-bound",
+  const std::set<std::string> validate_options = {"--validate", "--validate-dir", "--keep-runs", "--time-bound",
                                                   "--validate-models", "--device", "--help"};
   const std::set<std::string> calibrate_options = {"--calibrate", "--ranks", "--devices-per-node", "--out", "--help",
                                                    "--calibrate-rank"};

@@ -43,7 +43,7 @@ double mean_seconds(const std::function<void()>& f) {
 constexpr std::array<int, 5> kGemmWidths = {32, 64, 128, 256, 512};
 
 // Passes through the kernels' measurements (calibrate_ranks).
-constexpr int kRounds = 5;
+constexpr int kPasses = 5;
 
 // FLOP/s of a linear layer's three GEMMs at width s: forward Y = X W^T, the input
 // gradient dX = dY W and the weight gradient dW = dY^T X.
@@ -125,21 +125,21 @@ void calibrate_ranks(const std::string& out) {
   std::vector<double> figures;
   step("FMA peak");
   figures.push_back(measure_fma_peak(threads));
-  // The kernels' figures: each the mean of kRounds passes through all of them, so that
+  // The kernels' figures: each the mean of kPasses passes through all of them, so that
   // each samples the machine at several moments of a second or more, as a run's median
   // step does (one pass of 50 ms per figure moved by 10-35% from one calibration to the
   // next on a shared VM).
   figures.resize(1 + kGemmWidths.size() + 3, 0.0);
-  for (int round = 1; round <= kRounds; ++round) {
+  for (int pass = 1; pass <= kPasses; ++pass) {
     step(fmt::format("pass {} of {}: GEMMs of widths 32 to 512 (forward, input and weight gradients), attention "
                      "core, layer norm and GELU, memory copy",
-                     round, kRounds)
+                     pass, kPasses)
              .c_str());
     size_t i = 1;
-    for (int s : kGemmWidths) figures[i++] += linear_layer_flops(s) / kRounds;
-    figures[i++] += attention_flops() / kRounds;
-    figures[i++] += elementwise_bytes_per_s() / kRounds;
-    figures[i++] += copy_bytes_per_s() / kRounds;
+    for (int s : kGemmWidths) figures[i++] += linear_layer_flops(s) / kPasses;
+    figures[i++] += attention_flops() / kPasses;
+    figures[i++] += elementwise_bytes_per_s() / kPasses;
+    figures[i++] += copy_bytes_per_s() / kPasses;
   }
   const bool native_bf16 = kernels::lowp_gemm_backend(DType::bf16).starts_with("oneDNN");
   if (native_bf16) step("bf16 GEMM 2048^3");
