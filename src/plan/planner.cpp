@@ -477,6 +477,27 @@ MemoryEstimate LayoutScorer::stage_memory(Candidate& c, int stage) {
   return mem;
 }
 
+// FSDP's copies around its collectives (parallel/data/fsdp.cpp), in copies of the rank's
+// unsharded fp32 parameters per micro-batch: forward unpacks each gathered group into its
+// parameters (one); backward unpacks it again, zeroes the group's gradients (a memset,
+// half a copy) and packs them for the reduce-scatter (one). The collectives' own time is
+// in the communication model. Profiled on the development VM (gpt2 8x256, 2 ranks):
+// FSDP's elementwise kernels took 0.013-0.016 s more than DDP's in a 0.14 s step, about
+// 3 copies of its 25.8 MB at the calibrated 5.9 GB/s (docs/planner.md).
+constexpr double kFsdpBackwardCopies = 2.5;
+
+// The bytes of one fp32 copy of the stage's parameters as this rank holds them unsharded:
+// its tp block of each, its 1/ep of the routed experts.
+double fsdp_copy_bytes(const std::vector<ParameterSpec>& specs, int ep) {
+  double elements = 0;
+  for (const ParameterSpec& p : specs) {
+    double n = 1;
+    for (int64_t d : p.logical_shape) n *= static_cast<double>(d);
+    elements += p.expert ? n / ep : n;
+  }
+  return 4 * elements;
+}
+
 StageCompute LayoutScorer::stage_compute(const Candidate& c, int stage) {
   const RunConfig& config = c.config;
   const DeviceProfile& device = c.cluster.device;
@@ -503,10 +524,15 @@ StageCompute LayoutScorer::stage_compute(const Candidate& c, int stage) {
                                       stage_specs(c.m.tp, c.m.pp, chunk_arrangement(config), stage, local_units), c.tokens_mb);
   const double per_flop = 1.0 / gemm_rate, attention_per_flop = 1.0 / attention_rate(device, c.gemm_rate);
   const double tokens = c.tokens_mb / c.m.tp, matmul = flops - attention;
+  const double copy_s =
+      config.zero_stage == 3
+          ? fsdp_copy_bytes(stage_specs(c.m.tp, c.m.pp, chunk_arrangement(config), stage, local_units), c.m.ep) /
+                device.memory_bytes_per_s
+          : 0.0;
   StageCompute s;
-  s.forward_s = (matmul * per_flop + attention * attention_per_flop) / 3 * tokens + memory_s / 3;
+  s.forward_s = (matmul * per_flop + attention * attention_per_flop) / 3 * tokens + memory_s / 3 + copy_s;
   s.backward_s = ((matmul * per_flop + attention * attention_per_flop) * 2 / 3 + recompute * per_flop) * tokens +
-                 memory_s * 2 / 3;
+                 memory_s * 2 / 3 + kFsdpBackwardCopies * copy_s;
   s.attention_s = attention * attention_per_flop * tokens * c.resolved.micro_batches();
   return s;
 }
