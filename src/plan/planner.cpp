@@ -320,6 +320,8 @@ class LayoutScorer {
   Candidate candidate(const RunConfig& config, const Cluster& cluster);
   MemoryEstimate stage_memory(Candidate& c, int stage);  // fills c's stage units and context
   StageCompute stage_compute(const Candidate& c, int stage);
+  // One fp32 copy of the stage's unsharded parameters on this rank (ZeRO-2 and FSDP; 0 otherwise).
+  double parameter_copy_seconds(const Candidate& c, int stage);
   StageTime stage_time(const Candidate& c, int stage, const StepCommunication& comm);
   // Each stage's communication and time into s; the score keeps the stage with the most
   // memory. Returns that memory (communication buffers now counted).
@@ -477,18 +479,29 @@ MemoryEstimate LayoutScorer::stage_memory(Candidate& c, int stage) {
   return mem;
 }
 
-// FSDP's copies around its collectives (parallel/data/fsdp.cpp), in copies of the rank's
-// unsharded fp32 parameters per micro-batch: forward unpacks each gathered group into its
-// parameters (one); backward unpacks it again, zeroes the group's gradients (a memset,
-// half a copy) and packs them for the reduce-scatter (one). The collectives' own time is
-// in the communication model. Profiled on the development VM (gpt2 8x256, 2 ranks):
-// FSDP's elementwise kernels took 0.013-0.016 s more than DDP's in a 0.14 s step, about
-// 3 copies of its 25.8 MB at the calibrated 5.9 GB/s (docs/planner.md).
-constexpr double kFsdpBackwardCopies = 2.5;
+// The copies that ZeRO-2 and FSDP (both run by parallel/data/fsdp.cpp) make around their
+// collectives, in fp32 copies of the rank's unsharded stage parameters; the collectives'
+// own time is in the communication model. Per micro-batch, backward zeroes each group's
+// gradients (a memset: half a copy) and packs them for the reduce-scatter (one); FSDP
+// also unpacks each gathered group into its parameters in forward and again in backward
+// (one each), and ZeRO-2 unpacks the gathered updated parameters once a step, after the
+// update. Profiled on the development VM (gpt2 8x256, 2 ranks, 0.13-0.17 s steps, one
+// copy of its 25.8 MB at the calibrated 5.9 GB/s about 4.4 ms): the elementwise kernels
+// took 0.013-0.016 s (FSDP) and 0.010-0.011 s (ZeRO-2) more than DDP's (docs/planner.md).
+struct ShardingCopies {
+  double forward = 0, backward = 0;  // per micro-batch
+  double after_update = 0;           // per step
+};
+
+ShardingCopies sharding_copies(int zero_stage) {
+  if (zero_stage == 3) return {1, 2.5, 0};
+  if (zero_stage == 2) return {0, 1.5, 1};
+  return {};
+}
 
 // The bytes of one fp32 copy of the stage's parameters as this rank holds them unsharded:
 // its tp block of each, its 1/ep of the routed experts.
-double fsdp_copy_bytes(const std::vector<ParameterSpec>& specs, int ep) {
+double parameter_copy_bytes(const std::vector<ParameterSpec>& specs, int ep) {
   double elements = 0;
   for (const ParameterSpec& p : specs) {
     double n = 1;
@@ -496,6 +509,13 @@ double fsdp_copy_bytes(const std::vector<ParameterSpec>& specs, int ep) {
     elements += p.expert ? n / ep : n;
   }
   return 4 * elements;
+}
+
+double LayoutScorer::parameter_copy_seconds(const Candidate& c, int stage) {
+  if (c.config.zero_stage < 2) return 0;
+  const std::vector<ParameterSpec>& specs = stage_specs(c.m.tp, c.m.pp, chunk_arrangement(c.config), stage,
+                                                        c.stage_units[static_cast<size_t>(stage)]);
+  return parameter_copy_bytes(specs, c.m.ep) / c.cluster.device.memory_bytes_per_s;
 }
 
 StageCompute LayoutScorer::stage_compute(const Candidate& c, int stage) {
@@ -524,15 +544,13 @@ StageCompute LayoutScorer::stage_compute(const Candidate& c, int stage) {
                                       stage_specs(c.m.tp, c.m.pp, chunk_arrangement(config), stage, local_units), c.tokens_mb);
   const double per_flop = 1.0 / gemm_rate, attention_per_flop = 1.0 / attention_rate(device, c.gemm_rate);
   const double tokens = c.tokens_mb / c.m.tp, matmul = flops - attention;
-  const double copy_s =
-      config.zero_stage == 3
-          ? fsdp_copy_bytes(stage_specs(c.m.tp, c.m.pp, chunk_arrangement(config), stage, local_units), c.m.ep) /
-                device.memory_bytes_per_s
-          : 0.0;
+  const ShardingCopies copies = sharding_copies(config.zero_stage);
+  const double copy_s = parameter_copy_seconds(c, stage);
   StageCompute s;
-  s.forward_s = (matmul * per_flop + attention * attention_per_flop) / 3 * tokens + memory_s / 3 + copy_s;
+  s.forward_s =
+      (matmul * per_flop + attention * attention_per_flop) / 3 * tokens + memory_s / 3 + copies.forward * copy_s;
   s.backward_s = ((matmul * per_flop + attention * attention_per_flop) * 2 / 3 + recompute * per_flop) * tokens +
-                 memory_s * 2 / 3 + kFsdpBackwardCopies * copy_s;
+                 memory_s * 2 / 3 + copies.backward * copy_s;
   s.attention_s = attention * attention_per_flop * tokens * c.resolved.micro_batches();
   return s;
 }
@@ -553,7 +571,9 @@ StageTime LayoutScorer::stage_time(const Candidate& c, int stage, const StepComm
   }
   const double exposed_dp = exposed_data_parallel_seconds(c, comm_s, micro_batches * (F + B), B);
   const TieredStates tiers = model_states(c.resolved, c.m, stage, c.stage_units[static_cast<size_t>(stage)]);
-  t.optimizer_s = optimizer_seconds(tiers, c.config.precision.compute, device);
+  // ZeRO-2's unpack of the updated parameters follows the update: counted with it.
+  t.optimizer_s = optimizer_seconds(tiers, c.config.precision.compute, device) +
+                  sharding_copies(c.config.zero_stage).after_update * parameter_copy_seconds(c, stage);
   t.compute_s = micro_batches * (compute.forward_s + compute.backward_s);
   t.exposed_comm_s = micro_batches * comm_s.per_micro_batch_s + exposed_dp + comm_s.after_backward_s;
   t.offload_io_s = offload_io_seconds(tiers, device, t.optimizer_s, micro_batches * (F + B));
