@@ -191,6 +191,7 @@ struct Candidate {
 // bandwidth; attention_s: the step's attention matmuls, which the ring's transfers hide behind.
 struct StageCompute {
   double forward_s = 0, backward_s = 0, attention_s = 0;
+  double after_update_s = 0;  // per step: ZeRO-2's unpack of the updated parameters
 };
 
 // A stage's communication in one step, by where it lands in the step.
@@ -499,23 +500,14 @@ ShardingCopies sharding_copies(int zero_stage) {
   return {};
 }
 
-// The bytes of one fp32 copy of the stage's parameters as this rank holds them unsharded:
-// its tp block of each, its 1/ep of the routed experts.
-double parameter_copy_bytes(const std::vector<ParameterSpec>& specs, int ep) {
-  double elements = 0;
-  for (const ParameterSpec& p : specs) {
-    double n = 1;
-    for (int64_t d : p.logical_shape) n *= static_cast<double>(d);
-    elements += p.expert ? n / ep : n;
-  }
-  return 4 * elements;
-}
-
 double LayoutScorer::parameter_copy_seconds(const Candidate& c, int stage) {
   if (c.config.zero_stage < 2) return 0;
   const std::vector<ParameterSpec>& specs = stage_specs(c.m.tp, c.m.pp, chunk_arrangement(c.config), stage,
                                                         c.stage_units[static_cast<size_t>(stage)]);
-  return parameter_copy_bytes(specs, c.m.ep) / c.cluster.device.memory_bytes_per_s;
+  // The rank's unsharded fp32 parameters (its tp block of each, its 1/ep of the experts):
+  // the memory model's stage-0 parameter bytes.
+  const int64_t bytes = predict_model_states(specs, /*dp_shard=*/1, /*zero_stage=*/0, DType::f32, c.m.ep).params;
+  return static_cast<double>(bytes) / c.cluster.device.memory_bytes_per_s;
 }
 
 StageCompute LayoutScorer::stage_compute(const Candidate& c, int stage) {
@@ -547,6 +539,7 @@ StageCompute LayoutScorer::stage_compute(const Candidate& c, int stage) {
   const ShardingCopies copies = sharding_copies(config.zero_stage);
   const double copy_s = parameter_copy_seconds(c, stage);
   StageCompute s;
+  s.after_update_s = copies.after_update * copy_s;
   s.forward_s =
       (matmul * per_flop + attention * attention_per_flop) / 3 * tokens + memory_s / 3 + copies.forward * copy_s;
   s.backward_s = ((matmul * per_flop + attention * attention_per_flop) * 2 / 3 + recompute * per_flop) * tokens +
@@ -572,8 +565,7 @@ StageTime LayoutScorer::stage_time(const Candidate& c, int stage, const StepComm
   const double exposed_dp = exposed_data_parallel_seconds(c, comm_s, micro_batches * (F + B), B);
   const TieredStates tiers = model_states(c.resolved, c.m, stage, c.stage_units[static_cast<size_t>(stage)]);
   // ZeRO-2's unpack of the updated parameters follows the update: counted with it.
-  t.optimizer_s = optimizer_seconds(tiers, c.config.precision.compute, device) +
-                  sharding_copies(c.config.zero_stage).after_update * parameter_copy_seconds(c, stage);
+  t.optimizer_s = optimizer_seconds(tiers, c.config.precision.compute, device) + compute.after_update_s;
   t.compute_s = micro_batches * (compute.forward_s + compute.backward_s);
   t.exposed_comm_s = micro_batches * comm_s.per_micro_batch_s + exposed_dp + comm_s.after_backward_s;
   t.offload_io_s = offload_io_seconds(tiers, device, t.optimizer_s, micro_batches * (F + B));
