@@ -5,6 +5,7 @@
 // exactly and its new keys checked by name.
 #include "../common/errors.h"
 #include "../common/temp_dir.h"
+#include "model/transformer.h"
 #include "plan/compute_time.h"
 #include "plan/planner.h"
 
@@ -79,6 +80,24 @@ TEST(ComputeTime, PerCallCostIsChargedForEveryCall) {
   ASSERT_GT(calls, 10);
   // The world's small collectives go over the same link: at least the axes' calls.
   EXPECT_GE(after.time.step_s - before.time.step_s, 1e-3 * static_cast<double>(calls) - 1e-9);
+}
+
+// Catches: ZeRO-2's and FSDP's copies around their collectives (unpacking gathered
+// parameters, zeroing and packing gradients) left out of the step, or not charged per
+// micro-batch: FSDP adds 3.5 copies of the rank's parameters per micro-batch to compute,
+// ZeRO-2 1.5, each at the memory bandwidth (against ZeRO-1, which adds none).
+TEST(ComputeTime, ShardingCopiesArePricedPerMicroBatchAtTheMemoryBandwidth) {
+  RunConfig c = tiny_run();
+  c.mesh.dp_shard = 2, c.micro_batch_size = 2;  // 8 sequences over 2 ranks: 2 micro-batches
+  const DeviceProfile d = builtin_device("h100-sxm");
+  const double copy_s = 4.0 * static_cast<double>(count_trainable_parameters(c.model)) / d.memory_bytes_per_s;
+  auto compute_s = [&](int zero_stage) {
+    c.zero_stage = zero_stage;
+    return score_layout(c, make_cluster(d, 1, 2, 0)).time.compute_s;
+  };
+  const double zero1 = compute_s(1);  // ZeRO-1 copies nothing that is priced
+  EXPECT_NEAR(compute_s(2) - zero1, 2 * 1.5 * copy_s, 1e-9 * zero1);
+  EXPECT_NEAR(compute_s(3) - zero1, 2 * 3.5 * copy_s, 1e-9 * zero1);
 }
 
 // Catches: a calibrated device file that does not read back as written.
