@@ -15,15 +15,37 @@ ClipMode clip_mode_from_name(std::string_view name) {
   fail("optim.clip_mode = \"{}\" is not a clip mode: norm or zclip", name);
 }
 
+void SquareLanes::add(const float* g, int64_t n, int64_t first) {
+  double lanes[kSquareLanes];
+  std::copy(lanes_, lanes_ + kSquareLanes, lanes);
+  int64_t i = 0;
+  // Up to the next position of lane 0, then whole rows of lanes, then the rest.
+  const int head = static_cast<int>(first % kSquareLanes);
+  for (int lane = head; head != 0 && lane < kSquareLanes && i < n; ++lane, ++i) {
+    lanes[lane] += static_cast<double>(g[i]) * g[i];
+  }
+  for (; i + kSquareLanes <= n; i += kSquareLanes) {
+    for (int j = 0; j < kSquareLanes; ++j) lanes[j] += static_cast<double>(g[i + j]) * g[i + j];
+  }
+  for (int j = 0; i < n; ++i, ++j) lanes[j] += static_cast<double>(g[i]) * g[i];
+  std::copy(lanes, lanes + kSquareLanes, lanes_);
+}
+
+double SquareLanes::total() const {
+  double sum = 0;
+  for (double lane : lanes_) sum += lane;
+  return sum;
+}
+
 double sum_of_squares(const float* g, int64_t n) {
-  // Fixed chunks summed in order: the result does not depend on thread timing, so
-  // two identical runs clip identically.
   constexpr int64_t kChunk = kSquaresChunk;
   const int64_t chunks = (n + kChunk - 1) / kChunk;
   std::vector<double> partial(static_cast<size_t>(chunks), 0.0);
 #pragma omp parallel for schedule(static)
   for (int64_t c = 0; c < chunks; ++c) {
-    partial[c] = accumulate_squares(0.0, g + c * kChunk, std::min(n, (c + 1) * kChunk) - c * kChunk);
+    SquareLanes lanes;
+    lanes.add(g + c * kChunk, std::min(n, (c + 1) * kChunk) - c * kChunk, 0);
+    partial[c] = lanes.total();
   }
   double sum = 0;
   for (double s : partial) sum += s;
@@ -33,13 +55,13 @@ double sum_of_squares(const float* g, int64_t n) {
 void SquaresFold::add(const float* g, int64_t n) {
   while (n > 0) {
     const int64_t take = std::min(n, kSquaresChunk - in_chunk_);
-    partial_ = accumulate_squares(partial_, g, take);
+    chunk_.add(g, take, in_chunk_);
     g += take;
     n -= take;
     in_chunk_ += take;
     if (in_chunk_ == kSquaresChunk) {
-      sum_ += partial_;
-      partial_ = 0;
+      sum_ += chunk_.total();
+      chunk_ = SquareLanes();
       in_chunk_ = 0;
     }
   }

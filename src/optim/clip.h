@@ -15,26 +15,38 @@ std::string_view clip_mode_name(ClipMode mode);
 ClipMode clip_mode_from_name(std::string_view name);
 
 // The sum of squares in double: partial sums over consecutive chunks of
-// kSquaresChunk elements, each in order, added in order (so the result does not depend
-// on threads).
+// kSquaresChunk elements (SquareLanes each), added in order, so the result does not
+// depend on threads.
 inline constexpr int64_t kSquaresChunk = int64_t{1} << 16;
 double sum_of_squares(const float* g, int64_t n);
 
-// s + g[0]^2 + ... + g[n-1]^2 in order: the inner loop of sum_of_squares.
-inline double accumulate_squares(double s, const float* g, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) s += static_cast<double>(g[i]) * g[i];
-  return s;
-}
+// One chunk's squares in kSquareLanes running double sums by position: the element at
+// chunk position i goes to lane i % kSquareLanes, each lane in order, and total() adds the
+// lanes in order. The positions alone fix every addition, so a chunk given in pieces sums
+// to the bits of the whole on any instruction set, and the lanes vectorise (one running
+// sum is a chain of dependent adds: about 3x slower over gpt2-124m's gradients). Each
+// square is exact in double.
+inline constexpr int kSquareLanes = 32;
+class SquareLanes {
+ public:
+  // Adds the squares of g[0, n), the elements at chunk positions first, first + 1, ...
+  void add(const float* g, int64_t n, int64_t first);
+  double total() const;
+
+ private:
+  double lanes_[kSquareLanes] = {};
+};
 
 // sum_of_squares of a sequence given in pieces (offload streams gradients from disk):
-// the same chunks and order, so the same bits as one call on the whole sequence.
+// the same chunks and lanes, so the same bits as one call on the whole sequence.
 class SquaresFold {
  public:
   void add(const float* g, int64_t n);
-  double total() const { return in_chunk_ > 0 ? sum_ + partial_ : sum_; }
+  double total() const { return in_chunk_ > 0 ? sum_ + chunk_.total() : sum_; }
 
  private:
-  double sum_ = 0, partial_ = 0;
+  double sum_ = 0;
+  SquareLanes chunk_;
   int64_t in_chunk_ = 0;
 };
 

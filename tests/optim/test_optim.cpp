@@ -53,6 +53,27 @@ TEST(Clip, NormAndFactor) {
   EXPECT_DOUBLE_EQ(sum_of_squares(big.data(), static_cast<int64_t>(big.size())), expect);
 }
 
+// The lanes fix every addition by position: a sequence given in pieces of any sizes
+// (offload's streamed chunks) sums to the bits of one call, and the sum is the exact
+// one to double rounding. Values spread over many magnitudes, so any change of order
+// shows in the last bits.
+TEST(Clip, SquaresInPiecesHaveTheBitsOfOneCall) {
+  const int64_t n = 3 * kSquaresChunk + 12345;
+  std::vector<float> g(static_cast<size_t>(n));
+  long double exact = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    g[static_cast<size_t>(i)] = std::ldexp(static_cast<float>((i * 7919) % 1000) - 499.5f, static_cast<int>(i % 23) - 11);
+    exact += static_cast<long double>(g[static_cast<size_t>(i)]) * g[static_cast<size_t>(i)];
+  }
+  const double whole = sum_of_squares(g.data(), n);
+  EXPECT_NEAR(whole, static_cast<double>(exact), 1e-13 * static_cast<double>(exact));
+  for (int64_t piece : {int64_t{1}, int64_t{31}, int64_t{33}, int64_t{1000}, kSquaresChunk - 1, kSquaresChunk + 5}) {
+    SquaresFold fold;
+    for (int64_t i = 0; i < n; i += piece) fold.add(g.data() + i, std::min(piece, n - i));
+    EXPECT_EQ(fold.total(), whole) << "pieces of " << piece;
+  }
+}
+
 TEST(AdamW, DecaysOnlyMatrices) {
   ModelConfig c = ModelConfig::preset("gpt2-tiny");
   c.n_layer = 1;

@@ -23,6 +23,33 @@ double softmax_scale(float grad_scale, float z_loss, double lse) {
   return static_cast<double>(grad_scale) * (1.0 + 2.0 * static_cast<double>(z_loss) * lse);
 }
 
+// sum_j exp(in[j] - mx) over j < V in double; with out (which may be in) the exps are
+// also written there. Block by block: the exps in one float loop, then added into
+// kLanes double sums by position (element j to sum j % kLanes, each in order), which are
+// added in order at the end. GCC 12 leaves a loop that does both at once (a float exp
+// beside a double reduction) scalar: 5-6x slower on a 50257-wide row. The lanes fix
+// every addition, so the sum has the same bits on any thread count and instruction set.
+double exp_sum(const float* in, float* out, int V, float mx) {
+  constexpr int kBlock = 512, kLanes = 32;  // kBlock a multiple of kLanes
+  alignas(64) float scratch[kBlock];
+  double lanes[kLanes] = {};
+  for (int j0 = 0; j0 < V; j0 += kBlock) {
+    const int n = std::min(kBlock, V - j0);
+    const float* x = in + j0;
+    float* e = out ? out + j0 : scratch;
+#pragma omp simd
+    for (int j = 0; j < n; ++j) e[j] = exp_vec(x[j] - mx);
+    int j = 0;
+    for (; j + kLanes <= n; j += kLanes) {
+      for (int l = 0; l < kLanes; ++l) lanes[l] += e[j + l];
+    }
+    for (int l = 0; j < n; ++j, ++l) lanes[l] += e[j];
+  }
+  double sum = 0.0;
+  for (double lane : lanes) sum += lane;
+  return sum;
+}
+
 // A masked row (kIgnoredTarget): no loss, no z-loss, no gradient.
 void ignore_row(float* row, float* losses, float* z_losses, int n, int V, bool with_grad) {
   losses[n] = 0.0f;
@@ -60,18 +87,7 @@ void softmax_cross_entropy(float* logits, float* losses, const int32_t* targets,
 #pragma omp simd reduction(max : mx)
     for (int j = 0; j < V; ++j) mx = row[j] > mx ? row[j] : mx;
 
-    double sum = 0.0;
-    if (with_grad) {
-#pragma omp simd reduction(+ : sum)
-      for (int j = 0; j < V; ++j) {
-        float e = exp_vec(row[j] - mx);
-        row[j] = e;
-        sum += e;
-      }
-    } else {
-#pragma omp simd reduction(+ : sum)
-      for (int j = 0; j < V; ++j) sum += exp_vec(row[j] - mx);
-    }
+    const double sum = exp_sum(row, with_grad ? row : nullptr, V, mx);
     const double lse = static_cast<double>(mx) + std::log(sum);
     losses[n] = static_cast<float>(lse - static_cast<double>(target_logit));
     if (z_losses) z_losses[n] = static_cast<float>(z_loss * lse * lse);
@@ -110,19 +126,7 @@ void cross_entropy_exp_sums(float* logits, const float* row_max, const int32_t* 
     const float mx = row_max[n];
     const int64_t t = targets[n] - vocab_begin;
     target_logit[n] = t >= 0 && t < V ? row[t] : 0.0f;
-    double sum = 0.0;
-    if (keep_exp) {
-#pragma omp simd reduction(+ : sum)
-      for (int j = 0; j < V; ++j) {
-        const float e = exp_vec(row[j] - mx);
-        row[j] = e;
-        sum += e;
-      }
-    } else {
-#pragma omp simd reduction(+ : sum)
-      for (int j = 0; j < V; ++j) sum += exp_vec(row[j] - mx);
-    }
-    sums[n] = static_cast<float>(sum);
+    sums[n] = static_cast<float>(exp_sum(row, keep_exp ? row : nullptr, V, mx));
   }
 }
 
