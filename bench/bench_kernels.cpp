@@ -1,10 +1,13 @@
 // Micro-benchmarks of the CPU kernels at GPT-2 124M training shapes (B*T = 2048 rows,
-// C = 768). Thread count from env NDT_THREADS (default 1), applied to OpenMP and OpenBLAS.
+// C = 768, the loss on 256-row chunks of V = 50257). Thread count from env NDT_THREADS
+// (default 1), applied to OpenMP and OpenBLAS.
 //   NDT_THREADS=1 ./bench_kernels --benchmark_min_time=0.2
 #include "kernels/cpu/activation.h"
+#include "kernels/cpu/cross_entropy.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/norm.h"
 #include "kernels/cpu/threads.h"
+#include "optim/clip.h"
 
 #include "core/rng.h"
 
@@ -129,5 +132,36 @@ void BM_GeluBackward(benchmark::State& state) {
   state.SetLabel("threads=" + std::to_string(threads));
 }
 BENCHMARK(BM_GeluBackward)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+// The fused loss and gradient on one chunk of train.loss_chunk_rows' default 256 rows.
+void BM_SoftmaxCrossEntropy(benchmark::State& state) {
+  const int threads = bench_threads();
+  constexpr int kChunk = 256, kVocab = 50257;
+  const auto logits = random_data(int64_t{kChunk} * kVocab, 13);
+  std::vector<float> work(logits.size()), losses(kChunk);
+  std::vector<int32_t> targets(kChunk);
+  for (int n = 0; n < kChunk; ++n) targets[static_cast<size_t>(n)] = n * 97 % kVocab;
+  for (auto _ : state) {
+    state.PauseTiming();
+    work = logits;  // the kernel writes the gradient over the logits
+    state.ResumeTiming();
+    ndt::cpu::softmax_cross_entropy(work.data(), losses.data(), targets.data(), kChunk, kVocab, 1.0f / 2048);
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * int64_t{kChunk} * kVocab);  // logits
+  state.SetLabel("threads=" + std::to_string(threads));
+}
+BENCHMARK(BM_SoftmaxCrossEntropy)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// The gradient norm's sum of squares over gpt2-124m's 124.4M gradients.
+void BM_SumOfSquares(benchmark::State& state) {
+  const int threads = bench_threads();
+  constexpr int64_t kParams = 124439808;
+  const auto grads = random_data(kParams, 14);
+  for (auto _ : state) benchmark::DoNotOptimize(ndt::sum_of_squares(grads.data(), kParams));
+  state.SetBytesProcessed(state.iterations() * kParams * 4);
+  state.SetLabel("threads=" + std::to_string(threads));
+}
+BENCHMARK(BM_SumOfSquares)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace

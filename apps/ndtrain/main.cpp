@@ -43,7 +43,6 @@
 #include <cstdio>
 #include <set>
 #include <cstdlib>
-#include <unistd.h>
 #include <exception>
 #include <optional>
 
@@ -69,20 +68,10 @@ static int fail_job(int code, const char* kind, const char* raw_message) {
   return code;
 }
 
-// OpenBLAS chose its kernels when it loaded, before main; where it fell back to kernels
-// weaker than this CPU supports (kernels/cpu/blas_core.h), restart with the right ones.
-// Runs before MPI starts; a user's OPENBLAS_CORETYPE is kept.
-static void use_the_best_blas_kernels(char** argv) {
-  if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return;
-  const std::optional<std::string> core = ndt::cpu::recommended_blas_core();
-  if (!core) return;
-  setenv("OPENBLAS_CORETYPE", core->c_str(), 1);
-  setenv("NDT_OPENBLAS_CORE_DETECTED", ndt::cpu::blas_core_name().c_str(), 1);
-  execv("/proc/self/exe", argv);  // returns only on failure: go on with the slower kernels
-}
-
 int main(int argc, char** argv) {
-  use_the_best_blas_kernels(argv);
+  // OpenBLAS chose its kernels when it loaded, before main; where it fell back to kernels
+  // weaker than this CPU supports, restart with the right ones (before MPI starts).
+  ndt::cpu::restart_with_recommended_blas_core(argv);
   CLI::App app{"ndtrain: distributed training for transformer language models"};
   app.require_subcommand(1);
 

@@ -1,7 +1,10 @@
 #include "kernels/cpu/blas_core.h"
 
 #include <array>
+#include <cstdlib>
 #include <string_view>
+
+#include <unistd.h>
 
 extern "C" char* openblas_get_corename(void);
 
@@ -24,6 +27,15 @@ std::optional<std::string> recommended_blas_core() {
   }
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "Haswell";
   return std::nullopt;
+}
+
+void restart_with_recommended_blas_core(char** argv) {
+  if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return;
+  const std::optional<std::string> core = recommended_blas_core();
+  if (!core) return;
+  setenv("OPENBLAS_CORETYPE", core->c_str(), 1);
+  setenv("NDT_OPENBLAS_CORE_DETECTED", blas_core_name().c_str(), 1);
+  execv("/proc/self/exe", argv);  // returns only on failure
 }
 
 }  // namespace ndt::cpu

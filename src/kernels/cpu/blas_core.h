@@ -5,7 +5,8 @@
 // GFLOP/s on one core for 2048 x 3072 x 768). recommended_blas_core() names the core
 // that the CPU's features (detected at run time) support when OpenBLAS chose a weaker
 // one: SkylakeX with AVX-512, Haswell with AVX2 and FMA. ndtrain then restarts itself
-// with OPENBLAS_CORETYPE set (apps/ndtrain/main.cpp); a user's own setting is kept.
+// with OPENBLAS_CORETYPE set (restart_with_recommended_blas_core, called first thing by
+// ndtrain and bench_kernels); a user's own setting is kept.
 #pragma once
 
 #include <optional>
@@ -17,5 +18,10 @@ namespace ndt::cpu {
 std::string blas_core_name();
 // A better core for this CPU than the one running, or nothing.
 std::optional<std::string> recommended_blas_core();
+// Where OpenBLAS chose a weaker core than recommended_blas_core() and OPENBLAS_CORETYPE is
+// unset: sets it (and NDT_OPENBLAS_CORE_DETECTED to the core OpenBLAS chose) and restarts
+// the program with argv. Returns where nothing is to be done, or where the restart fails
+// (the program goes on with the slower kernels). Call before threads or MPI start.
+void restart_with_recommended_blas_core(char** argv);
 
 }  // namespace ndt::cpu
