@@ -191,7 +191,7 @@ struct Candidate {
 // bandwidth; attention_s: the step's attention matmuls, which the ring's transfers hide behind.
 struct StageCompute {
   double forward_s = 0, backward_s = 0, attention_s = 0;
-  double after_update_s = 0;  // per step: ZeRO-2's unpack of the updated parameters
+  double per_step_s = 0;  // per step: ZeRO-1/2's copies that are not per micro-batch (ShardingCopies)
 };
 
 // A stage's communication in one step, by where it lands in the step.
@@ -480,28 +480,32 @@ MemoryEstimate LayoutScorer::stage_memory(Candidate& c, int stage) {
   return mem;
 }
 
-// The copies that ZeRO-2 and FSDP (both run by parallel/data/fsdp.cpp) make around their
-// collectives, in fp32 copies of the rank's unsharded stage parameters; the collectives'
-// own time is in the communication model. Per micro-batch, backward zeroes each group's
-// gradients (a memset: half a copy) and packs them for the reduce-scatter (one); FSDP
-// also unpacks each gathered group into its parameters in forward and again in backward
-// (one each), and ZeRO-2 unpacks the gathered updated parameters once a step, after the
-// update. Profiled on the development VM (gpt2 8x256, 2 ranks, 0.13-0.17 s steps, one
-// copy of its 25.8 MB at the calibrated 5.9 GB/s about 4.4 ms): the elementwise kernels
-// took 0.013-0.016 s (FSDP) and 0.010-0.011 s (ZeRO-2) more than DDP's (docs/planner.md).
+// The copies that ZeRO-1, ZeRO-2 and FSDP make around their collectives, in fp32 copies
+// of the rank's unsharded stage parameters; the collectives' own time is in the
+// communication model. ZeRO-2 and FSDP (both run by parallel/data/fsdp.cpp), per
+// micro-batch: backward zeroes each group's gradients (a memset: half a copy) and packs
+// them for the reduce-scatter (one); FSDP also unpacks each gathered group into its
+// parameters in forward and again in backward (one each). Per step: ZeRO-2 unpacks the
+// gathered updated parameters after the update (one); ZeRO-1 (zero_stage1.cpp) packs the
+// gradients for its reduce-scatter once, at the synchronising micro-batch, and unpacks
+// the gathered updated rows after the update (two). Profiled on the development VM (gpt2
+// 8x256, 2 ranks, 0.13-0.17 s steps, one copy of its 25.8 MB at the calibrated 5.9 GB/s
+// about 4.4 ms): the elementwise kernels took 0.013-0.016 s (FSDP) and 0.010-0.011 s
+// (ZeRO-2) more than DDP's (docs/planner.md).
 struct ShardingCopies {
   double forward = 0, backward = 0;  // per micro-batch
-  double after_update = 0;           // per step
+  double per_step = 0;               // counted with the optimizer
 };
 
 ShardingCopies sharding_copies(int zero_stage) {
   if (zero_stage == 3) return {1, 2.5, 0};
   if (zero_stage == 2) return {0, 1.5, 1};
+  if (zero_stage == 1) return {0, 0, 2};
   return {};
 }
 
 double LayoutScorer::parameter_copy_seconds(const Candidate& c, int stage) {
-  if (c.config.zero_stage < 2) return 0;
+  if (c.config.zero_stage < 1) return 0;
   const std::vector<ParameterSpec>& specs = stage_specs(c.m.tp, c.m.pp, chunk_arrangement(c.config), stage,
                                                         c.stage_units[static_cast<size_t>(stage)]);
   // The rank's unsharded fp32 parameters (its tp block of each, its 1/ep of the experts):
@@ -539,7 +543,7 @@ StageCompute LayoutScorer::stage_compute(const Candidate& c, int stage) {
   const ShardingCopies copies = sharding_copies(config.zero_stage);
   const double copy_s = parameter_copy_seconds(c, stage);
   StageCompute s;
-  s.after_update_s = copies.after_update * copy_s;
+  s.per_step_s = copies.per_step * copy_s;
   s.forward_s =
       (matmul * per_flop + attention * attention_per_flop) / 3 * tokens + memory_s / 3 + copies.forward * copy_s;
   s.backward_s = ((matmul * per_flop + attention * attention_per_flop) * 2 / 3 + recompute * per_flop) * tokens +
@@ -564,8 +568,9 @@ StageTime LayoutScorer::stage_time(const Candidate& c, int stage, const StepComm
   }
   const double exposed_dp = exposed_data_parallel_seconds(c, comm_s, micro_batches * (F + B), B);
   const TieredStates tiers = model_states(c.resolved, c.m, stage, c.stage_units[static_cast<size_t>(stage)]);
-  // ZeRO-2's unpack of the updated parameters follows the update: counted with it.
-  t.optimizer_s = optimizer_seconds(tiers, c.config.precision.compute, device) + compute.after_update_s;
+  // ZeRO-1/2's copies once a step (the unpack of the updated parameters follows the
+  // update; ZeRO-1's gradient pack precedes its reduce-scatter): counted with the update.
+  t.optimizer_s = optimizer_seconds(tiers, c.config.precision.compute, device) + compute.per_step_s;
   t.compute_s = micro_batches * (compute.forward_s + compute.backward_s);
   t.exposed_comm_s = micro_batches * comm_s.per_micro_batch_s + exposed_dp + comm_s.after_backward_s;
   t.offload_io_s = offload_io_seconds(tiers, device, t.optimizer_s, micro_batches * (F + B));

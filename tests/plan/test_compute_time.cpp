@@ -82,22 +82,28 @@ TEST(ComputeTime, PerCallCostIsChargedForEveryCall) {
   EXPECT_GE(after.time.step_s - before.time.step_s, 1e-3 * static_cast<double>(calls) - 1e-9);
 }
 
-// Catches: ZeRO-2's and FSDP's copies around their collectives (unpacking gathered
-// parameters, zeroing and packing gradients) left out of the step, or not charged per
-// micro-batch: FSDP adds 3.5 copies of the rank's parameters per micro-batch to compute,
-// ZeRO-2 1.5, each at the memory bandwidth (against ZeRO-1, which adds none).
-TEST(ComputeTime, ShardingCopiesArePricedPerMicroBatchAtTheMemoryBandwidth) {
+// Catches: ZeRO's and FSDP's copies around their collectives (unpacking gathered
+// parameters, zeroing and packing gradients) left out of the step, or charged per step
+// where they are per micro-batch or the reverse: FSDP adds 3.5 copies of the rank's
+// parameters per micro-batch to compute, ZeRO-2 1.5 and one per step, ZeRO-1 two per
+// step, each at the memory bandwidth.
+TEST(ComputeTime, ShardingCopiesArePricedAtTheMemoryBandwidth) {
   RunConfig c = tiny_run();
   c.mesh.dp_shard = 2, c.micro_batch_size = 2;  // 8 sequences over 2 ranks: 2 micro-batches
   const DeviceProfile d = builtin_device("h100-sxm");
   const double copy_s = 4.0 * static_cast<double>(count_trainable_parameters(c.model)) / d.memory_bytes_per_s;
-  auto compute_s = [&](int zero_stage) {
+  auto time = [&](int zero_stage) {
     c.zero_stage = zero_stage;
-    return score_layout(c, make_cluster(d, 1, 2, 0)).time.compute_s;
+    return score_layout(c, make_cluster(d, 1, 2, 0)).time;
   };
-  const double zero1 = compute_s(1);  // ZeRO-1 copies nothing that is priced
-  EXPECT_NEAR(compute_s(2) - zero1, 2 * 1.5 * copy_s, 1e-9 * zero1);
-  EXPECT_NEAR(compute_s(3) - zero1, 2 * 3.5 * copy_s, 1e-9 * zero1);
+  const double zero1 = time(1).compute_s;  // ZeRO-1 copies nothing per micro-batch
+  EXPECT_NEAR(time(2).compute_s - zero1, 2 * 1.5 * copy_s, 1e-9 * zero1);
+  EXPECT_NEAR(time(3).compute_s - zero1, 2 * 3.5 * copy_s, 1e-9 * zero1);
+  // Once a step, with the update (stages 1-3 shard the optimizer alike): ZeRO-1 packs the
+  // gradients and unpacks the updated rows, ZeRO-2 unpacks the updated parameters.
+  const double fsdp = time(3).optimizer_s;
+  EXPECT_NEAR(time(1).optimizer_s - fsdp, 2 * copy_s, 1e-9 * fsdp);
+  EXPECT_NEAR(time(2).optimizer_s - fsdp, 1 * copy_s, 1e-9 * fsdp);
 }
 
 // Catches: a calibrated device file that does not read back as written.
