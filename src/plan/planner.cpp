@@ -329,11 +329,19 @@ class LayoutScorer {
   double time_stages(const Candidate& c, LayoutScore& s);
   void set_throughput(const Candidate& c, LayoutScore& s);  // bubble, MFU, HFU, tokens/s
 
-  const std::vector<double>& recompute_flops(const RunConfig& c, bool cp) {
-    const auto key = std::make_tuple(static_cast<int>(c.activation_checkpointing.mode), c.activation_checkpointing.every, cp);
+  // Per unit, as Transformer::recompute_flops_per_token counts them: backward recomputes
+  // the attention scores under context parallelism (the span kernels keep no
+  // probabilities) and in bf16/f16 (the flash-style kernel), besides the checkpointing.
+  const std::vector<double>& recompute_flops(const Candidate& c) {
+    const RunConfig& config = c.config;
+    const bool scores = c.m.cp > 1 || config.precision.compute != DType::f32;
+    const auto key = std::make_tuple(static_cast<int>(config.activation_checkpointing.mode),
+                                     config.activation_checkpointing.every, scores);
     auto it = recompute_.find(key);
     if (it == recompute_.end()) {
-      it = recompute_.emplace(key, unit_recompute_flops_per_token(model_, c.seq_len, c.activation_checkpointing, cp)).first;
+      it = recompute_
+               .emplace(key, unit_recompute_flops_per_token(model_, config.seq_len, config.activation_checkpointing, scores))
+               .first;
     }
     return it->second;
   }
@@ -518,7 +526,7 @@ StageCompute LayoutScorer::stage_compute(const Candidate& c, int stage) {
   const RunConfig& config = c.config;
   const DeviceProfile& device = c.cluster.device;
   const std::vector<char>& local_units = c.stage_units[static_cast<size_t>(stage)];
-  const std::vector<double>& unit_recompute = recompute_flops(config, c.m.cp > 1);
+  const std::vector<double>& unit_recompute = recompute_flops(c);
   double flops = 0, recompute = 0, attention = 0;
   for (int u = 0; u < static_cast<int>(unit_flops_.size()); ++u) {
     if (!local_units.empty() && !local_units[static_cast<size_t>(u)]) continue;
@@ -616,7 +624,7 @@ double LayoutScorer::time_stages(const Candidate& c, LayoutScore& s) {
 
 void LayoutScorer::set_throughput(const Candidate& c, LayoutScore& s) {
   const RunConfig& config = c.config;
-  const std::vector<double>& unit_recompute = recompute_flops(config, c.m.cp > 1);
+  const std::vector<double>& unit_recompute = recompute_flops(c);
   s.bubble = c.facts ? c.facts->bubble : 0.0;
   const double tokens = static_cast<double>(config.batch_size) * config.seq_len;
   const double model_flops = std::accumulate(unit_flops_.begin(), unit_flops_.end(), 0.0) * tokens;

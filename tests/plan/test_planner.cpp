@@ -313,9 +313,15 @@ TEST(Planner, PredictionsAreTheSharedFunctions) {
       EXPECT_EQ(s.comm[a].calls, comm.axes[a].calls()) << axis_name(static_cast<Axis>(a));
       EXPECT_EQ(s.comm[a].wire_bytes, comm.axes[a].wire_bytes()) << axis_name(static_cast<Axis>(a));
     }
-    // MFU counts the model's FLOPs per token, as the trainer does.
-    const double flops = Transformer(m, 1, 256, false).flops_per_token(c.seq_len) * c.batch_size * c.seq_len;
+    // MFU counts the model's FLOPs per token, as the trainer does; HFU adds what the
+    // trainer's model recomputes in bf16 (the attention scores, and the checkpointing's).
+    Transformer model(m, 1, 256, false);
+    model.set_precision({DType::bf16});
+    model.set_activation_checkpointing(c.activation_checkpointing);
+    const double flops = model.flops_per_token(c.seq_len) * c.batch_size * c.seq_len;
     EXPECT_NEAR(s.mfu, flops / (s.time.step_s * cluster.devices() * cluster.device.peak_bf16), 1e-12);
+    const double recomputed = model.recompute_flops_per_token(c.seq_len) / model.flops_per_token(c.seq_len);
+    EXPECT_NEAR(s.hfu, s.mfu * (1 + recomputed), 1e-12) << l.describe();
   }
 }
 
