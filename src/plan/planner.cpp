@@ -498,8 +498,8 @@ MemoryEstimate LayoutScorer::stage_memory(Candidate& c, int stage) {
 // gradients for its reduce-scatter once, at the synchronising micro-batch, and unpacks
 // the gathered updated rows after the update (two). Profiled on the development VM (gpt2
 // 8x256, 2 ranks, 0.13-0.17 s steps, one copy of its 25.8 MB at the calibrated 5.9 GB/s
-// about 4.4 ms): the elementwise kernels took 0.013-0.016 s (FSDP) and 0.010-0.011 s
-// (ZeRO-2) more than DDP's (docs/planner.md).
+// about 4.4 ms): the elementwise kernels took 0.013-0.016 s (FSDP), 0.010-0.011 s (ZeRO-2)
+// and 0.008-0.010 s (ZeRO-1) more than DDP's (docs/planner.md).
 struct ShardingCopies {
   double forward = 0, backward = 0;  // per micro-batch
   double per_step = 0;               // counted with the optimizer

@@ -54,9 +54,10 @@ TEST(Clip, NormAndFactor) {
 }
 
 // The lanes fix every addition by position: a sequence given in pieces of any sizes
-// (offload's streamed chunks) sums to the bits of one call, and the sum is the exact
-// one to double rounding. Values spread over many magnitudes, so any change of order
-// shows in the last bits.
+// (offload's streamed chunks) sums to the bits of one call, and the sum is within 1e-13
+// of a long-double one (the order is fixed by position and each square is exact, so any
+// correct build gives these bits). Values spread over many magnitudes, so any change of
+// order shows in the last bits.
 TEST(Clip, SquaresInPiecesHaveTheBitsOfOneCall) {
   const int64_t n = 3 * kSquaresChunk + 12345;
   std::vector<float> g(static_cast<size_t>(n));
