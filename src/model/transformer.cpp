@@ -171,9 +171,13 @@ double Transformer::flops_per_token(int T) const {
   return std::accumulate(units.begin(), units.end(), 0.0);
 }
 
+bool recomputes_attention_scores(bool context_parallel, DType compute) {
+  return context_parallel || compute != DType::f32;
+}
+
 double Transformer::recompute_flops_per_token(int T) const {
-  const bool recomputes_scores = cp_->layout().active() || precision_.compute != DType::f32;
-  const std::vector<double> units = unit_recompute_flops_per_token(config_, T, checkpointing_, recomputes_scores);
+  const bool scores = recomputes_attention_scores(cp_->layout().active(), precision_.compute);
+  const std::vector<double> units = unit_recompute_flops_per_token(config_, T, checkpointing_, scores);
   return std::accumulate(units.begin(), units.end(), 0.0);
 }
 

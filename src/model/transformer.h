@@ -195,10 +195,12 @@ int64_t count_trainable_parameters(const ModelConfig& config);
 // parameters used in matmuls (of an MoE block's experts, top_k) + 12 x d_model x T per
 // block. A planner times pipeline stages with them.
 std::vector<double> unit_flops_per_token(const ModelConfig& config, int T);
+// Whether backward recomputes the attention scores: the attention keeps no probabilities
+// under context parallelism (the span kernels) and in bf16/f16 (the flash-style kernel).
+bool recomputes_attention_scores(bool context_parallel, DType compute);
 // What recomputation adds per unit under `policy` (and, with recomputes_scores, the
-// attention scores that context parallelism and low-precision attention recompute in
-// backward): they sum to Transformer::recompute_flops_per_token. (The planner passes
-// cp > 1 only: it does not model the kernels' dtype.)
+// attention scores): they sum to Transformer::recompute_flops_per_token. The planner
+// passes the same recomputes_attention_scores.
 std::vector<double> unit_recompute_flops_per_token(const ModelConfig& config, int T,
                                                    const ActivationCheckpointing& policy, bool recomputes_scores);
 

@@ -321,7 +321,7 @@ class LayoutScorer {
   Candidate candidate(const RunConfig& config, const Cluster& cluster);
   MemoryEstimate stage_memory(Candidate& c, int stage);  // fills c's stage units and context
   StageCompute stage_compute(const Candidate& c, int stage);
-  // One fp32 copy of the stage's unsharded parameters on this rank (ZeRO-2 and FSDP; 0 otherwise).
+  // One fp32 copy of the stage's unsharded parameters on this rank (ZeRO 1-3; 0 under DDP).
   double parameter_copy_seconds(const Candidate& c, int stage);
   StageTime stage_time(const Candidate& c, int stage, const StepCommunication& comm);
   // Each stage's communication and time into s; the score keeps the stage with the most
@@ -329,12 +329,10 @@ class LayoutScorer {
   double time_stages(const Candidate& c, LayoutScore& s);
   void set_throughput(const Candidate& c, LayoutScore& s);  // bubble, MFU, HFU, tokens/s
 
-  // Per unit, as Transformer::recompute_flops_per_token counts them: backward recomputes
-  // the attention scores under context parallelism (the span kernels keep no
-  // probabilities) and in bf16/f16 (the flash-style kernel), besides the checkpointing.
+  // Per unit, as Transformer::recompute_flops_per_token counts them for the trainer.
   const std::vector<double>& recompute_flops(const Candidate& c) {
     const RunConfig& config = c.config;
-    const bool scores = c.m.cp > 1 || config.precision.compute != DType::f32;
+    const bool scores = recomputes_attention_scores(c.m.cp > 1, config.precision.compute);
     const auto key = std::make_tuple(static_cast<int>(config.activation_checkpointing.mode),
                                      config.activation_checkpointing.every, scores);
     auto it = recompute_.find(key);
