@@ -336,6 +336,10 @@ int main(int argc, char** argv) {
                    "With --validate: small (default; d_model 256, steps of 0.1-0.4 s on 2 cores) or tiny (the tiny "
                    "presets, CI's)")
       ->needs(validate);
+  plan->add_option("--rounds", plan_options.validate_rounds,
+                   "With --validate: run the set this many times (default 1, at most 10); each run's step is the median "
+                   "over the rounds, and the rounds are set against each other (the machine's repeatability)")
+      ->needs(validate);
   auto* calibrate = plan->add_flag("--calibrate", plan_options.calibrate,
                                    "Instead: measure the step-time model's constants on this machine as --ranks ranks "
                                    "share it and write them as a device file (--out)");
@@ -346,7 +350,7 @@ int main(int argc, char** argv) {
   // The measuring ranks --calibrate starts under mpirun.
   auto* calibrate_rank = plan->add_flag("--calibrate-rank", plan_options.calibrate_rank)->group("")->needs(out);
   const std::set<std::string> validate_options = {"--validate", "--validate-dir", "--keep-runs", "--time-bound",
-                                                  "--validate-models", "--device", "--help"};
+                                                  "--validate-models", "--rounds", "--device", "--help"};
   const std::set<std::string> calibrate_options = {"--calibrate", "--ranks", "--devices-per-node", "--out", "--help",
                                                    "--calibrate-rank"};
   for (CLI::Option* option : plan->get_options()) {

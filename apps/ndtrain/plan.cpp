@@ -107,9 +107,11 @@ int run_plan(const PlanOptions& o) {
   }
   if (o.validate) {
     // --device given with --validate: calibrated device files, one per rank count.
-    const std::vector<std::string> devices = o.device_given ? split_comma_list(o.device) : std::vector<std::string>{};
-    return run_plan_validation(o.validate_dir, o.keep_runs, devices, o.time_bound,
-                               parse_validation_models(o.validate_models));
+    ValidationOptions v;
+    v.dir = o.validate_dir, v.keep = o.keep_runs, v.time_bound_percent = o.time_bound, v.rounds = o.validate_rounds;
+    if (o.device_given) v.device_files = split_comma_list(o.device);
+    v.models = parse_validation_models(o.validate_models);
+    return run_plan_validation(v);
   }
   std::vector<std::string> overrides = o.overrides;
   if (!o.preset.empty()) overrides.insert(overrides.begin(), "model.preset=" + o.preset);

@@ -201,7 +201,7 @@ DeviceProfile run_calibration(int ranks, const std::string& out) {
   fmt::print("calibrating the step-time model on {} rank{} of this machine into {}\n", ranks, ranks == 1 ? "" : "s", out);
   std::fflush(stdout);
   const auto t0 = std::chrono::steady_clock::now();
-  run_command(this_binary_on_ranks(ranks) + " plan --calibrate-rank --out " + out, true);
+  run_command(this_binary_on_ranks(ranks) + " plan --calibrate-rank --out " + shell_quoted(out), true);
   fmt::print("calibrated in {:.1f} s\n", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return load_device_profile(out);
 }

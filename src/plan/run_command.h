@@ -7,8 +7,14 @@
 
 namespace ndt {
 
+// `text` as one word of a POSIX shell command line (single-quoted): paths with spaces
+// or quotes reach the command as they are.
+std::string shell_quoted(const std::string& text);
+
 // This executable, under `mpirun -np ranks --oversubscribe --bind-to none` for more than
 // one rank (ranks share the cores as validate's runs do), directly for one.
+// Throws if the executable's file was deleted or replaced while it runs (a rebuild): the
+// runs would start another binary than the one planning them.
 std::string this_binary_on_ranks(int ranks);
 
 // Runs `command` (stderr with stdout); echo: print its output as it comes. Throws with

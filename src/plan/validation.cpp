@@ -28,6 +28,8 @@ namespace {
 // Steps per run; the step time is the median of steps 3 onwards. Steps of 20-40 ms on
 // ranks sharing cores vary with the scheduler's time slices: 18 of them, not 4.
 constexpr int kValidationSteps = 20;
+// The most rounds --rounds takes (each is a whole validation's runs: about a minute).
+constexpr int kMaxRounds = 10;
 
 struct ValidationCase {
   std::string name;
@@ -117,9 +119,9 @@ std::map<std::pair<std::string, std::string>, std::pair<int64_t, int64_t>> step_
 // Runs the case's training job into `out`.
 void run_case(const ValidationCase& c, const fs::path& out, const std::string& base_config) {
   std::string command = this_binary_on_ranks(c.ranks);
-  command += " train " + base_config + " --overwrite";
-  for (const std::string& s : c.settings) command += " --set " + s;
-  command += " --set runtime.out_dir=" + out.string();
+  command += " train " + shell_quoted(base_config) + " --overwrite";
+  for (const std::string& s : c.settings) command += " --set " + shell_quoted(s);
+  command += " --set " + shell_quoted("runtime.out_dir=" + out.string());
   run_command(command, false);
 }
 
@@ -197,7 +199,7 @@ void compare_counters(ValidationRow& row, const RunConfig& config, const LayoutS
 }
 
 ValidationRow validate_case(const ValidationCase& c, int index, const fs::path& dir, const std::string& base_config,
-                            const Cluster& cluster, double time_bound) {
+                            const Cluster& cluster) {
   ValidationRow row;
   row.name = c.name;
   row.ranks = c.ranks;
@@ -212,12 +214,13 @@ ValidationRow validate_case(const ValidationCase& c, int index, const fs::path& 
   if (cluster.device.fma_flops_per_s > 0) row.load = run_fma / cluster.device.fma_flops_per_s;
   compare_memory_and_time(row, config, plan, steps);
   compare_counters(row, config, plan, steps);
-  const double e = relative_error(row.step_s[0], row.step_s[1]);
-  if (!(std::abs(e) <= time_bound)) {
-    row.mismatches.push_back(fmt::format("step time: measured {:.4f} s, predicted {:.4f} s ({:+.1f}%, the bound {:.0f}%)",
-                                         row.step_s[0], row.step_s[1], 100 * e, 100 * time_bound));
-  }
   return row;
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
 }
 
 std::string percent(const double pair[2]) {
@@ -247,25 +250,8 @@ const Cluster& cluster_for(int ranks, std::map<int, Cluster>& clusters, const fs
   return clusters.at(ranks);
 }
 
-}  // namespace
-
-ValidationModels parse_validation_models(const std::string& name) {
-  if (name == "small") return ValidationModels::small;
-  if (name == "tiny") return ValidationModels::tiny;
-  throw Error(fmt::format("--validate-models {}: expected small or tiny", name));
-}
-
-const char* validation_models_name(ValidationModels models) {
-  return models == ValidationModels::small ? "small" : "tiny";
-}
-
-int run_plan_validation(const std::string& dir_option, bool keep, const std::vector<std::string>& device_files,
-                        double time_bound_percent, ValidationModels models) {
-  NDT_CHECK(time_bound_percent > 0 && std::isfinite(time_bound_percent), "--time-bound {} must be a positive percentage",
-            time_bound_percent);
-  const fs::path dir = dir_option.empty() ? fs::temp_directory_path() / fmt::format("ndtrain-plan-validate-{}", ::getpid())
-                                          : fs::path(dir_option);
-  fs::create_directories(dir);
+// The runs' token shard and base config, written into `dir`; returns the config's path.
+std::string write_base_config(const fs::path& dir) {
   // Random byte tokens: the runs measure memory, bytes and time, not learning.
   std::vector<uint16_t> tokens(200000);
   for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint16_t>(philox(7, 0, i)[0] % 256);
@@ -278,31 +264,24 @@ int run_plan_validation(const std::string& dir_option, bool keep, const std::vec
   AtomicFile file(base);
   file.write(text.data(), text.size());
   file.commit();
+  return base;
+}
 
-  std::map<int, Cluster> clusters = given_clusters(device_files);
-  const std::vector<ValidationCase> cases = validation_cases(models);
-  fmt::print("validating the planner against {} runs of {} models on this machine ({} steps each; in {})\n", cases.size(),
-             validation_models_name(models), kValidationSteps, dir.string());
-  std::vector<ValidationRow> rows;
-  for (size_t i = 0; i < cases.size(); ++i) {
-    const ValidationCase& c = cases[i];
-    const Cluster& cluster = cluster_for(c.ranks, clusters, dir);
-    rows.push_back(validate_case(c, static_cast<int>(i + 1), dir, base, cluster, time_bound_percent / 100));
-    const ValidationRow& r = rows.back();
-    fmt::print("  {:<24} {} rank{}: model states {}, activations {}, comm buffers {}, bytes {} / {}, step {:.4f} s "
-               "against {:.4f} s predicted ({})\n",
-               r.name, r.ranks, r.ranks == 1 ? "" : "s", percent(r.model_states), percent(r.activations),
-               percent(r.comm_buffers), r.wire_bytes[0], r.wire_bytes[1], r.step_s[0], r.step_s[1], percent(r.step_s));
-    fmt::print("  {:<24} predicted {}; load {:.2f} (the run's FMA loop over the calibration's)\n", "", r.predicted_time,
-               r.load);
-    std::fflush(stdout);
-  }
-  for (const auto& [ranks, cluster] : clusters) fmt::print("profile for {} ranks: {}\n", ranks, cluster.device.source);
+void print_progress(const ValidationRow& r) {
+  fmt::print("  {:<24} {} rank{}: model states {}, activations {}, comm buffers {}, bytes {} / {}, step {:.4f} s "
+             "against {:.4f} s predicted ({})\n",
+             r.name, r.ranks, r.ranks == 1 ? "" : "s", percent(r.model_states), percent(r.activations),
+             percent(r.comm_buffers), r.wire_bytes[0], r.wire_bytes[1], r.step_s[0], r.step_s[1], percent(r.step_s));
+  fmt::print("  {:<24} predicted {}; load {:.2f} (the run's FMA loop over the calibration's)\n", "", r.predicted_time,
+             r.load);
+  std::fflush(stdout);
+}
 
+// The table of the (merged) rows with their findings; returns the rows that failed.
+int print_table(const std::vector<ValidationRow>& rows) {
   fmt::print("\n{:<24} {:>5} {:>16} {:>16} {:>16} {:>14} {:>10} {:>10} {:>8}\n", "run", "ranks", "model states",
              "activations", "comm buffers", "wire bytes", "step", "predicted", "error");
   int failures = 0;
-  std::vector<double> errors;
   for (const ValidationRow& r : rows) {
     fmt::print("{:<24} {:>5} {:>16} {:>16} {:>16} {:>14} {:>9.4f}s {:>9.4f}s {:>8}\n", r.name, r.ranks,
                fmt::format("{:.0f} {}", r.model_states[0], percent(r.model_states)),
@@ -314,13 +293,108 @@ int run_plan_validation(const std::string& dir_option, bool keep, const std::vec
     for (const std::string& m : r.mismatches) fmt::print("    MISMATCH {}\n", m);
     for (const std::string& n : r.notes) fmt::print("    {}\n", n);
     failures += r.mismatches.empty() ? 0 : 1;
-    errors.push_back(std::abs(relative_error(r.step_s[0], r.step_s[1])));
   }
-  std::sort(errors.begin(), errors.end());
-  fmt::print("\nmemory within 2%, bytes equal and step time within {:g}%: {} of {} runs; step time: median |error| "
+  return failures;
+}
+
+}  // namespace
+
+ValidationModels parse_validation_models(const std::string& name) {
+  if (name == "small") return ValidationModels::small;
+  if (name == "tiny") return ValidationModels::tiny;
+  throw Error(fmt::format("--validate-models {}: expected small or tiny", name));
+}
+
+const char* validation_models_name(ValidationModels models) {
+  return models == ValidationModels::small ? "small" : "tiny";
+}
+
+ValidationRow merge_validation_rounds(const std::vector<ValidationRow>& rounds, double time_bound) {
+  NDT_CHECK(!rounds.empty(), "merge_validation_rounds: no rounds");
+  ValidationRow row = rounds.front();  // the first round's memory and bytes for the table
+  row.mismatches.clear(), row.notes.clear();
+  std::vector<double> measured, predicted, loads;
+  for (size_t r = 0; r < rounds.size(); ++r) {
+    const ValidationRow& round = rounds[r];
+    measured.push_back(round.step_s[0]), predicted.push_back(round.step_s[1]), loads.push_back(round.load);
+    const std::string prefix = rounds.size() > 1 ? fmt::format("round {}: ", r + 1) : "";
+    for (const std::string& m : round.mismatches) row.mismatches.push_back(prefix + m);
+    for (const std::string& n : round.notes) row.notes.push_back(prefix + n);
+  }
+  row.step_s[0] = median(measured), row.step_s[1] = median(predicted), row.load = median(loads);
+  const double e = relative_error(row.step_s[0], row.step_s[1]);
+  if (!(std::abs(e) <= time_bound)) {
+    row.mismatches.push_back(fmt::format("step time: measured {:.4f} s, predicted {:.4f} s ({:+.1f}%, the bound {:.0f}%{})",
+                                         row.step_s[0], row.step_s[1], 100 * e, 100 * time_bound,
+                                         rounds.size() > 1 ? fmt::format("; medians of {} rounds", rounds.size()) : ""));
+  }
+  return row;
+}
+
+Repeatability validation_repeatability(const std::vector<std::vector<ValidationRow>>& by_case, double time_bound) {
+  Repeatability r;
+  std::vector<double> differences;
+  for (const std::vector<ValidationRow>& rounds : by_case) {
+    for (size_t i = 0; i < rounds.size(); ++i) {
+      for (size_t j = 0; j < rounds.size(); ++j) {
+        if (i == j) continue;
+        const double d = std::abs(relative_error(rounds[i].step_s[0], rounds[j].step_s[0]));
+        if (d > r.largest || differences.empty()) r.largest = d, r.largest_run = rounds[i].name;
+        differences.push_back(d);
+        ++r.pairs, r.within += d <= time_bound ? 1 : 0;
+      }
+    }
+  }
+  if (!differences.empty()) r.median = median(differences);
+  return r;
+}
+
+int run_plan_validation(const ValidationOptions& o) {
+  NDT_CHECK(o.time_bound_percent > 0 && std::isfinite(o.time_bound_percent),
+            "--time-bound {} must be a positive percentage", o.time_bound_percent);
+  NDT_CHECK(o.rounds >= 1 && o.rounds <= kMaxRounds, "--rounds {} must lie in [1, {}]", o.rounds, kMaxRounds);
+  const double time_bound = o.time_bound_percent / 100;
+  const fs::path dir = o.dir.empty() ? fs::temp_directory_path() / fmt::format("ndtrain-plan-validate-{}", ::getpid())
+                                     : fs::path(o.dir);
+  fs::create_directories(dir);
+  const std::string base = write_base_config(dir);
+  std::map<int, Cluster> clusters = given_clusters(o.device_files);
+  const std::vector<ValidationCase> cases = validation_cases(o.models);
+  fmt::print("validating the planner against {} runs of {} models on this machine ({} steps each{}; in {})\n",
+             cases.size(), validation_models_name(o.models), kValidationSteps,
+             o.rounds > 1 ? fmt::format(", {} rounds", o.rounds) : "", dir.string());
+  std::vector<std::vector<ValidationRow>> by_case(cases.size());
+  for (int round = 0; round < o.rounds; ++round) {
+    if (o.rounds > 1) fmt::print("round {} of {}\n", round + 1, o.rounds);
+    for (size_t i = 0; i < cases.size(); ++i) {
+      const Cluster& cluster = cluster_for(cases[i].ranks, clusters, dir);
+      const int index = round * static_cast<int>(cases.size()) + static_cast<int>(i) + 1;
+      by_case[i].push_back(validate_case(cases[i], index, dir, base, cluster));
+      print_progress(by_case[i].back());
+    }
+  }
+  for (const auto& [ranks, cluster] : clusters) fmt::print("profile for {} ranks: {}\n", ranks, cluster.device.source);
+
+  std::vector<ValidationRow> rows;
+  std::vector<double> errors;
+  for (const std::vector<ValidationRow>& rounds : by_case) {
+    rows.push_back(merge_validation_rounds(rounds, time_bound));
+    errors.push_back(std::abs(relative_error(rows.back().step_s[0], rows.back().step_s[1])));
+  }
+  const int failures = print_table(rows);
+  fmt::print("\nmemory within 2%, bytes equal and step time within {:g}%{}: {} of {} runs; step time: median |error| "
              "{:.1f}%, largest {:.1f}%\n",
-             time_bound_percent, rows.size() - failures, rows.size(), 100 * errors[errors.size() / 2], 100 * errors.back());
-  if (!keep && dir_option.empty()) fs::remove_all(dir);
+             o.time_bound_percent, o.rounds > 1 ? fmt::format(" (medians of {} rounds)", o.rounds) : "",
+             rows.size() - failures, rows.size(), 100 * median(errors),
+             100 * *std::max_element(errors.begin(), errors.end()));
+  if (o.rounds > 1) {
+    const Repeatability r = validation_repeatability(by_case, time_bound);
+    fmt::print("the rounds against each other (this machine's repeatability, the floor under any model's error): a "
+               "run's step within {:g}% of the same run's in another round in {} of {} pairs; median |difference| "
+               "{:.1f}%, largest {:.1f}% ({})\n",
+               o.time_bound_percent, r.within, r.pairs, 100 * r.median, 100 * r.largest, r.largest_run);
+  }
+  if (!o.keep && o.dir.empty()) fs::remove_all(dir);
   return failures == 0 ? 0 : 1;
 }
 

@@ -15,7 +15,8 @@
 //              (plan/calibration.h) of the run's rank count, divided by the run's load
 //              factor (its own FMA measurement at start over the calibration's: a shared
 //              machine gives a run a varying share of its cores): within the time bound
-//              (default 20%)
+//              (default 20%); with --rounds N, the medians over N runs of the set, beside
+//              how closely the rounds agree with each other
 #pragma once
 
 #include <string>
@@ -50,12 +51,39 @@ enum class ValidationModels { small, tiny };
 ValidationModels parse_validation_models(const std::string& name);  // throws naming the value
 const char* validation_models_name(ValidationModels models);
 
-// Runs the set in `dir` (empty: a fresh temporary folder, removed afterwards unless
-// keep), printing one line per run as it finishes and then the table; returns 0 when
-// every bound holds, 1 otherwise. `device_files`: device files (`ndtrain plan
-// --calibrate`), each used for the runs of its devices_per_node ranks; the rank counts
-// without one are calibrated first, into `dir`. time_bound_percent: the step-time bound.
-int run_plan_validation(const std::string& dir, bool keep, const std::vector<std::string>& device_files,
-                        double time_bound_percent, ValidationModels models);
+struct ValidationOptions {
+  std::string dir;                        // empty: a fresh temporary folder, removed afterwards unless keep
+  bool keep = false;
+  std::vector<std::string> device_files;  // device files (`ndtrain plan --calibrate`), one per rank count
+  double time_bound_percent = 20;         // the step-time bound
+  ValidationModels models = ValidationModels::small;
+  // Times the whole set runs (--rounds). With two or more, each run's measured and
+  // predicted steps are the medians over the rounds, and a line sets the rounds against
+  // each other: the machine's own repeatability, the floor under any model's error.
+  int rounds = 1;
+};
+
+// One case's rounds as one row: memory and bytes are held in every round (with several
+// rounds, each finding names its round; the table shows the first round's figures); the
+// step time is the median measured step against the median prediction (each round's
+// divided by its own load), checked against time_bound (a fraction: 0.2 is 20%).
+ValidationRow merge_validation_rounds(const std::vector<ValidationRow>& rounds, double time_bound);
+
+// The rounds against each other: each run's measured step in one round taken as the
+// "prediction" of the same run's step in every other round (ordered pairs). No model can
+// hold the bound more often than the machine repeats itself.
+struct Repeatability {
+  int within = 0;  // pairs within the bound
+  int pairs = 0;
+  double median = 0, largest = 0;  // of |difference|, fractions
+  std::string largest_run;         // the run of the largest
+};
+Repeatability validation_repeatability(const std::vector<std::vector<ValidationRow>>& by_case, double time_bound);
+
+// Runs the set, printing one line per run as it finishes and then the table; returns 0
+// when every bound holds, 1 otherwise. Each device file is used for the runs of its
+// devices_per_node ranks; the rank counts without one are calibrated first (once, before
+// their first run), into the folder.
+int run_plan_validation(const ValidationOptions& options);
 
 }  // namespace ndt

@@ -73,19 +73,26 @@ constexpr const char* kCiTimeBoundPercent = "300";
 // Catches: a calibration that writes no device file or one the planner cannot read, and
 // the planner's memory, bytes or step time drifting from what ndtrain measures on real
 // runs (every layout of the validation set: memory within 2%, bytes equal, step time
-// within the bound on the calibrated profiles).
+// within the bound on the calibrated profiles), in each of two rounds (--rounds), whose
+// medians are held to the bound and which are set against each other; a path with a
+// space or a quote split by the shell on its way to the runs.
 TEST(PlanCli, CalibrateThenValidateHoldsThePlannerToRunsOnThisMachine) {
   testing::TempDir dir;
-  const std::string device = dir.file("cpu-2-ranks.toml");
-  testing::CommandResult r = testing::run_command(kNdtrain + " plan --calibrate --ranks 2 --out " + device);
+  // Paths with a space and a quote: the runs ndtrain starts through the shell get them whole.
+  const std::string device = dir.file("cpu 2-ranks's.toml");
+  const std::string runs = dir.file("validation runs");
+  testing::CommandResult r = testing::run_command(kNdtrain + " plan --calibrate --ranks 2 --out \"" + device + "\"");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(contains(r.output, "calibrated in")) << r.output;
   EXPECT_TRUE(contains(r.output, "gemm_efficiencies = [")) << r.output;
   EXPECT_TRUE(contains(r.output, "intra_node_call_us = ")) << r.output;
-  r = testing::run_command(kNdtrain + " plan --validate --validate-models tiny --device " + device + " --time-bound " +
-                          kCiTimeBoundPercent);
+  r = testing::run_command(kNdtrain + " plan --validate --validate-models tiny --rounds 2 --device \"" + device +
+                          "\" --validate-dir \"" + runs + "\" --time-bound " + kCiTimeBoundPercent);
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_TRUE(contains(r.output, "10 of 10 runs")) << r.output;
+  EXPECT_TRUE(contains(r.output, "(medians of 2 rounds): 10 of 10 runs")) << r.output;
+  EXPECT_TRUE(contains(r.output, "round 2 of 2")) << r.output;
+  EXPECT_TRUE(contains(r.output, "another round in ")) << r.output;
+  EXPECT_TRUE(contains(r.output, " of 20 pairs")) << r.output;
   EXPECT_TRUE(contains(r.output, "profile for 2 ranks: device file " + device)) << r.output;
   EXPECT_FALSE(contains(r.output, "MISMATCH")) << r.output;
   std::printf("%s", r.output.c_str());
@@ -101,6 +108,8 @@ TEST(PlanCli, CalibrateAndValidateRefuseWhatTheyDoNotUse) {
       {"--validate --time-bound 0", "--time-bound 0 must be a positive percentage"},
       {"--validate-models tiny", "--validate-models requires --validate"},
       {"--validate --validate-models huge", "--validate-models huge: expected small or tiny"},
+      {"--rounds 2", "--rounds requires --validate"},
+      {"--validate --rounds 0", "--rounds 0 must lie in [1, 10]"},
       {"--calibrate --ranks 2000", "--ranks 2000 must lie in [1, 1024]"},
   };
   for (const auto& [arguments, message] : refusals) {

@@ -1,0 +1,81 @@
+// `plan --validate --rounds N`: how the rounds of one run become the table's row (the
+// medians of the measured and predicted steps; every round's memory and bytes findings
+// kept, each naming its round), and the rounds set against each other (the machine's
+// repeatability). The runs themselves are test_plan_cli's.
+#include "plan/validation.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace ndt {
+namespace {
+
+ValidationRow round_of(const std::string& name, double measured_s, double predicted_s) {
+  ValidationRow row;
+  row.name = name;
+  row.step_s[0] = measured_s, row.step_s[1] = predicted_s;
+  return row;
+}
+
+bool any_contains(const std::vector<std::string>& lines, const std::string& part) {
+  for (const std::string& line : lines) {
+    if (line.find(part) != std::string::npos) return true;
+  }
+  return false;
+}
+
+// Catches: a merge that takes the first round, or the means (one slow round would fail
+// the run), instead of the medians.
+TEST(ValidationRounds, StepTimeIsTheMedianOfTheRoundsAgainstTheMedianPrediction) {
+  const std::vector<ValidationRow> rounds = {round_of("r", 0.20, 0.110), round_of("r", 0.12, 0.120),
+                                             round_of("r", 0.11, 0.115)};
+  const ValidationRow row = merge_validation_rounds(rounds, 0.2);
+  EXPECT_DOUBLE_EQ(row.step_s[0], 0.12);
+  EXPECT_DOUBLE_EQ(row.step_s[1], 0.115);
+  EXPECT_TRUE(row.mismatches.empty()) << row.mismatches.front();
+  // The first round alone is 82% off: its own row fails, naming no round.
+  const ValidationRow first = merge_validation_rounds({rounds.front()}, 0.2);
+  ASSERT_EQ(first.mismatches.size(), 1u);
+  EXPECT_EQ(first.mismatches.front(), "step time: measured 0.2000 s, predicted 0.1100 s (+81.8%, the bound 20%)");
+  // An even count takes the mean of the middle two.
+  const ValidationRow two = merge_validation_rounds({round_of("r", 0.1, 0.1), round_of("r", 0.2, 0.3)}, 0.2);
+  EXPECT_DOUBLE_EQ(two.step_s[0], 0.15);
+  EXPECT_DOUBLE_EQ(two.step_s[1], 0.2);
+  ASSERT_EQ(two.mismatches.size(), 1u);
+  EXPECT_TRUE(any_contains(two.mismatches, "(-25.0%, the bound 20%; medians of 2 rounds)")) << two.mismatches.front();
+}
+
+// Catches: a memory or bytes finding of a later round lost in the merge (memory and
+// bytes are exact in every round, not on a median).
+TEST(ValidationRounds, EveryRoundsMemoryAndBytesFindingsAreKeptWithTheirRound) {
+  std::vector<ValidationRow> rounds = {round_of("r", 0.1, 0.1), round_of("r", 0.1, 0.1)};
+  rounds[1].mismatches.push_back("model states: measured 10 bytes, predicted 20 (-50.0%)");
+  rounds[0].notes.push_back("routing-dependent, not enforced: activations");
+  const ValidationRow row = merge_validation_rounds(rounds, 0.2);
+  ASSERT_EQ(row.mismatches.size(), 1u);
+  EXPECT_EQ(row.mismatches.front(), "round 2: model states: measured 10 bytes, predicted 20 (-50.0%)");
+  ASSERT_EQ(row.notes.size(), 1u);
+  EXPECT_EQ(row.notes.front(), "round 1: routing-dependent, not enforced: activations");
+}
+
+// Catches: pairs counted one way only, a pair of a round with itself, or the largest
+// difference credited to the wrong run.
+TEST(ValidationRounds, RepeatabilitySetsEachRoundOfARunAgainstItsOthers) {
+  const std::vector<std::vector<ValidationRow>> by_case = {
+      {round_of("steady", 1.0, 9), round_of("steady", 1.1, 9)},
+      {round_of("drifting", 1.0, 9), round_of("drifting", 1.5, 9)},
+  };
+  const Repeatability r = validation_repeatability(by_case, 0.2);
+  EXPECT_EQ(r.pairs, 4);
+  EXPECT_EQ(r.within, 2);  // 1.0 / 1.1 - 1 and 1.1 / 1.0 - 1; not 1.0 / 1.5 - 1 (-33%) or 1.5 / 1.0 - 1
+  EXPECT_DOUBLE_EQ(r.largest, 0.5);
+  EXPECT_EQ(r.largest_run, "drifting");
+  EXPECT_NEAR(r.median, (0.1 + 1.0 / 3) / 2, 1e-12);
+  const Repeatability single = validation_repeatability({{round_of("once", 1.0, 1.0)}}, 0.2);
+  EXPECT_EQ(single.pairs, 0);
+}
+
+}  // namespace
+}  // namespace ndt
