@@ -16,6 +16,7 @@
 #include "kernels/kernels.h"
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <cstdint>
@@ -316,6 +317,39 @@ TEST(GemmLowpBackend, BadArgumentsAreRefused) {
 }
 
 // K = 0 has no products: C = beta * C, and beta = 0 clears NaN.
+// Catches: a call that multiplies the operands of an earlier call of its shape, or writes
+// that call's C (each thread keeps its memory objects per oneDNN primitive and points them
+// at every call's buffers), and one thread's operands reaching another thread's call. The
+// attention calls one shape from every thread, one-threaded, thousands of times a step.
+TEST(GemmLowpBackend, RepeatedShapesReadAndWriteEachCallsOwnBuffers) {
+  SKIP_IF_UNAVAILABLE(LowpGemmBackend::onednn, DType::bf16);
+  constexpr int M = 64, N = 48, K = 32, kCalls = 8;
+  std::vector<std::vector<uint16_t>> A, B;
+  std::vector<std::vector<float>> C0, C;
+  for (int i = 0; i < kCalls; ++i) {
+    A.push_back(random_bits(DType::bf16, M * K, 10 + i));
+    B.push_back(random_bits(DType::bf16, K * N, 40 + i));
+    C0.emplace_back(M * N);
+    fill_normal(C0.back().data(), M * N, 0, 0.0f, 1.0f, 7, 70 + i);
+    C.push_back(C0.back());
+  }
+  const auto call = [&](int i) {
+    gemm_lowp_on(LowpGemmBackend::onednn, DType::bf16, false, false, M, N, K, A[i].data(), K, B[i].data(), N, 1.0f,
+                 C[i].data(), N);
+  };
+  for (int i = 0; i < kCalls / 2; ++i) call(i);  // in turn on this thread
+#pragma omp parallel num_threads(2)
+  {
+    omp_set_num_threads(1);  // as the attention's nested calls
+#pragma omp for schedule(static, 1)
+    for (int i = kCalls / 2; i < kCalls; ++i) call(i);
+  }
+  for (int i = 0; i < kCalls; ++i) {
+    expect_gemm_matches(DType::bf16, false, false, M, N, K, A[i], K, B[i], N, 1.0f, C0[i], C[i], N,
+                        "call " + std::to_string(i));
+  }
+}
+
 TEST(GemmLowpBackend, EmptyInnerDimensionScalesC) {
   std::vector<float> C = {1.0f, 2.0f, NAN, 4.0f};
   gemm_lowp(DType::bf16, false, false, 2, 2, 0, nullptr, 1, nullptr, 2, 0.0f, C.data(), 2);
