@@ -5,6 +5,7 @@
 //   Fp32OneDnn     oneDNN's fp32 matmul, built here only to compare with OpenBLAS
 //   Bf16OneDnn     gemm_lowp on oneDNN (skipped where oneDNN has no native bf16 kernel)
 //   Bf16Fallback   gemm_lowp's fallback: bf16 -> fp32 blocks + OpenBLAS sgemm
+// and the bf16 attention's blocks (attention_block), one thread:
 //   ./bench_kernels --benchmark_filter=Gemm --benchmark_repetitions=5 --benchmark_report_aggregates_only
 #include "kernels/cpu/cast.h"
 #include "kernels/cpu/gemm.h"
@@ -145,5 +146,15 @@ NDT_GEMM_FORMS(BM_GemmFp32OpenBlas);
 NDT_GEMM_FORMS(BM_GemmFp32OneDnn);
 NDT_GEMM_FORMS(BM_GemmBf16OneDnn);
 NDT_GEMM_FORMS(BM_GemmBf16Fallback);
+
+// The bf16 attention's blocks (S = Q K^T of 64 query rows against 64 and 256 keys, head
+// size 64), one thread: tens of thousands of calls a step, where a call's fixed cost
+// shows (docs/performance.md, "oneDNN's per-call cost").
+BENCHMARK_CAPTURE(BM_GemmBf16OneDnn, attention_block, false, true)
+    ->Args({64, 64, 64, 1})
+    ->Args({64, 256, 64, 1})
+    ->ArgNames({"M", "N", "K", "threads"})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
 
 }  // namespace
