@@ -124,7 +124,7 @@ void calibrate_ranks(const std::string& out) {
   };
   std::vector<double> figures;
   step("FMA peak");
-  figures.push_back(measure_fma_peak(threads));
+  figures.push_back(measure_fma_peak_together(threads, *world));
   // The kernels' figures: each the mean of kPasses passes through all of them, so that
   // each samples the machine at several moments of a second or more, as a run's median
   // step does (one pass of 50 ms per figure moved by 10-35% from one calibration to the

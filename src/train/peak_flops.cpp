@@ -61,18 +61,43 @@ double fma_loop(long iterations, float* sink) {
 
 }  // namespace
 
-double measure_fma_peak(int threads) {
-  const long iterations = 20'000'000;
-  std::vector<float> sink(static_cast<size_t>(threads) * 16);
-  // The best of 5 trials (about 40 ms each on a free core): a peak. Ranks sharing cores
-  // measure together (resolve_run_peak_flops), so each trial sees the ranks' share.
-  double best = 0;
-  for (int trial = 0; trial < 5; ++trial) {
-    auto t0 = std::chrono::steady_clock::now();
-    double total = 0;
+namespace {
+
+constexpr int kFmaTrials = 5;
+
+// One trial's FLOPs on `threads` threads (about 40 ms on a free core).
+double fma_trial(int threads, std::vector<float>& sink) {
+  constexpr long kIterations = 20'000'000;
+  double total = 0;
 #pragma omp parallel num_threads(threads) reduction(+ : total)
-    total += fma_loop(iterations, &sink[omp_get_thread_num() * 16]);
-    best = std::max(best, total / seconds_since(t0));
+  total += fma_loop(kIterations, &sink[static_cast<size_t>(omp_get_thread_num()) * 16]);
+  return total;
+}
+
+}  // namespace
+
+double measure_fma_peak(int threads) {
+  std::vector<float> sink(static_cast<size_t>(threads) * 16);
+  // The best of 5 trials: a peak.
+  double best = 0;
+  for (int trial = 0; trial < kFmaTrials; ++trial) {
+    auto t0 = std::chrono::steady_clock::now();
+    const double flops = fma_trial(threads, sink);
+    best = std::max(best, flops / seconds_since(t0));
+  }
+  return best;
+}
+
+double measure_fma_peak_together(int threads, Communicator& world) {
+  if (world.size() == 1) return measure_fma_peak(threads);
+  std::vector<float> sink(static_cast<size_t>(threads) * 16);
+  double best = 0;
+  for (int trial = 0; trial < kFmaTrials; ++trial) {
+    world.barrier();
+    auto t0 = std::chrono::steady_clock::now();
+    const double flops = fma_trial(threads, sink);
+    world.barrier();  // the trial lasts until the slowest rank is done
+    best = std::max(best, flops / seconds_since(t0));
   }
   return best;
 }
@@ -96,10 +121,10 @@ double measure_lowp_gemm_flops(DType dtype, int n, int repeats) {
 
 }  // namespace
 
-PeakFlops resolve_peak_flops(double configured_gflops, int threads, DType compute) {
-  if (configured_gflops > 0) return {configured_gflops * 1e9, "config runtime.peak_gflops"};
-  const double fma = measure_fma_peak(threads);
-  const std::string fma_source = fmt::format("FMA calibration on {} thread{}", threads, threads == 1 ? "" : "s");
+namespace {
+
+// The peak of a run computing in `compute`, given the FMA loop's figure and its source.
+PeakFlops peak_of(double fma, const std::string& fma_source, DType compute) {
   if (compute == DType::f32) return {fma, "measured: " + fma_source};
   const double gemm = measure_lowp_gemm_flops(compute, 2048, 3);
   if (gemm <= fma) return {fma, fmt::format("measured: {} (above a {} GEMM's {:.0f} GFLOP/s)", fma_source, dtype_name(compute), gemm / 1e9)};
@@ -107,10 +132,22 @@ PeakFlops resolve_peak_flops(double configured_gflops, int threads, DType comput
                             kernels::lowp_gemm_backend(compute), fma_source, fma / 1e9)};
 }
 
+std::string fma_source(int threads) {
+  return fmt::format("FMA calibration on {} thread{}", threads, threads == 1 ? "" : "s");
+}
+
+}  // namespace
+
+PeakFlops resolve_peak_flops(double configured_gflops, int threads, DType compute) {
+  if (configured_gflops > 0) return {configured_gflops * 1e9, "config runtime.peak_gflops"};
+  return peak_of(measure_fma_peak(threads), fma_source(threads), compute);
+}
+
 PeakFlops resolve_run_peak_flops(double configured_gflops, int threads, DType compute, Communicator& world) {
   if (configured_gflops > 0 || world.size() == 1) return resolve_peak_flops(configured_gflops, threads, compute);
-  world.barrier();
-  PeakFlops peak = resolve_peak_flops(0, threads, compute);
+  const double fma = measure_fma_peak_together(threads, world);
+  world.barrier();  // the bf16 GEMM, if any, measured together too
+  PeakFlops peak = peak_of(fma, fma_source(threads), compute);
   float mean = static_cast<float>(peak.flops_per_s);  // 7 digits are plenty
   world.all_reduce(&mean, 1, DType::f32, ReduceOp::avg);
   peak.flops_per_s = mean;

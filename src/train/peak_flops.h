@@ -18,14 +18,21 @@ struct PeakFlops {
   std::string source;  // "measured: ..." or "config runtime.peak_gflops"
 };
 
-// Runs the FMA calibration on `threads` threads (about 0.2 s).
+// Runs the FMA calibration on `threads` threads (about 0.2 s): the best of five trials.
 double measure_fma_peak(int threads);
+
+// The same on every rank of `world` at once, each trial between two barriers, so it lasts
+// until the slowest rank is done: on ranks that share cores, a rank whose trial runs while
+// the others already wait would otherwise see a whole core (4 ranks on 2 cores, each
+// trial timed alone: 88-153 GFLOP/s per rank from one calibration to the next). One rank:
+// measure_fma_peak.
+double measure_fma_peak_together(int threads, Communicator& world);
 
 // configured_gflops > 0 is taken as given; otherwise measured.
 PeakFlops resolve_peak_flops(double configured_gflops, int threads, DType compute = DType::f32);
 
-// A run's peak per rank: configured, or measured by every rank of `world` at once (after a
-// barrier), the ranks' mean. Ranks that share cores must measure together: one that
+// A run's peak per rank: configured, or measured by every rank of `world` at once
+// (measure_fma_peak_together), the ranks' mean. Ranks that share cores must measure together: one that
 // measures while the others still start up sees a whole core (4 ranks on 2 cores measured
 // 77-172 GFLOP/s apart), and the planner's validation compares runs with calibrations
 // that measure together (plan/calibration.h).
