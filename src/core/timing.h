@@ -19,4 +19,13 @@ inline double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// The median with an even count's the mean of the middle two; 0 for an empty list. For
+// few values where the upper middle would be a side (two rounds: the slower one).
+inline double median_of_middle(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
 }  // namespace ndt

@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "core/output_file.h"
 #include "core/rng.h"
+#include "core/timing.h"
 #include "data/shard.h"
 #include "plan/calibration.h"
 #include "plan/planner.h"
@@ -217,12 +218,6 @@ ValidationRow validate_case(const ValidationCase& c, int index, const fs::path& 
   return row;
 }
 
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
-}
-
 std::string percent(const double pair[2]) {
   const double e = relative_error(pair[0], pair[1]);
   return std::isfinite(e) ? fmt::format("{:+.1f}%", 100 * e) : "n/a";
@@ -321,7 +316,8 @@ ValidationRow merge_validation_rounds(const std::vector<ValidationRow>& rounds, 
     for (const std::string& m : round.mismatches) row.mismatches.push_back(prefix + m);
     for (const std::string& n : round.notes) row.notes.push_back(prefix + n);
   }
-  row.step_s[0] = median(measured), row.step_s[1] = median(predicted), row.load = median(loads);
+  row.step_s[0] = median_of_middle(measured), row.step_s[1] = median_of_middle(predicted),
+  row.load = median_of_middle(loads);
   const double e = relative_error(row.step_s[0], row.step_s[1]);
   if (!(std::abs(e) <= time_bound)) {
     row.mismatches.push_back(fmt::format("step time: measured {:.4f} s, predicted {:.4f} s ({:+.1f}%, the bound {:.0f}%{})",
@@ -345,7 +341,7 @@ Repeatability validation_repeatability(const std::vector<std::vector<ValidationR
       }
     }
   }
-  if (!differences.empty()) r.median = median(differences);
+  r.median = median_of_middle(differences);
   return r;
 }
 
@@ -385,7 +381,7 @@ int run_plan_validation(const ValidationOptions& o) {
   fmt::print("\nmemory within 2%, bytes equal and step time within {:g}%{}: {} of {} runs; step time: median |error| "
              "{:.1f}%, largest {:.1f}%\n",
              o.time_bound_percent, o.rounds > 1 ? fmt::format(" (medians of {} rounds)", o.rounds) : "",
-             rows.size() - failures, rows.size(), 100 * median(errors),
+             rows.size() - failures, rows.size(), 100 * median_of_middle(errors),
              100 * *std::max_element(errors.begin(), errors.end()));
   if (o.rounds > 1) {
     const Repeatability r = validation_repeatability(by_case, time_bound);
