@@ -1,6 +1,7 @@
 // The ring reduce-scatter (see ring_reduce_scatter.h): one MPI_Irecv from the previous
-// rank and one MPI_Isend to the next per step, the incoming partial added in once both
-// are done, in whichever of the constructor, Work::test or Work::wait sees that.
+// rank and one MPI_Isend to the next per step, this rank's part added in place into the
+// received partial once both are done, in whichever of the constructor, Work::test or
+// Work::wait sees that.
 #include "comm/ring_reduce_scatter.h"
 
 #include "comm/mpi_types.h"
@@ -13,14 +14,15 @@ RingReduceScatterWork::RingReduceScatterWork(CommCounter& counter, const std::st
                                              int size, int tag, const float* send, float* recv, size_t block,
                                              bool average)
     : counter_(counter), axis_(axis), comm_(comm), rank_(rank), size_(size), tag_(tag), send_(send), recv_(recv),
-      block_(block), average_(average),
-      incoming_(Tensor::empty({static_cast<int64_t>(block)}, DType::f32, MemTag::comm)) {
-  // The running partial lives in recv (which does not overlap send).
-  std::memcpy(recv_, own_block(1), block_ * sizeof(float));
+      block_(block), average_(average) {
   if (size_ == 1) {
+    std::memcpy(recv_, send_, block_ * sizeof(float));
     finish();
     return;
   }
+  // Partials alternate between recv and one scratch block, so that the last step's
+  // lands in recv; two ranks have one step and need no scratch.
+  if (size_ > 2) scratch_ = Tensor::empty({static_cast<int64_t>(block)}, DType::f32, MemTag::comm);
   post();
 }
 
@@ -55,28 +57,33 @@ const float* RingReduceScatterWork::own_block(int offset) const {
   return send_ + static_cast<size_t>(b) * block_;
 }
 
+float* RingReduceScatterWork::partial_of_step(int step) const {
+  return (size_ - 2 - step) % 2 == 0 ? recv_ : scratch_.data<float>();
+}
+
 void RingReduceScatterWork::post() {
   const int next = (rank_ + 1) % size_, prev = (rank_ - 1 + size_) % size_;
   const int count = static_cast<int>(block_);
-  check_mpi(MPI_Irecv(incoming_.data<float>(), count, MPI_FLOAT, prev, tag_, comm_, &requests_[0]),
+  // Step 0 sends this rank's own block straight from send; later steps the partial
+  // that the step before received.
+  const float* outgoing = step_ == 0 ? own_block(1) : partial_of_step(step_ - 1);
+  check_mpi(MPI_Irecv(partial_of_step(step_), count, MPI_FLOAT, prev, tag_, comm_, &requests_[0]),
             CommOp::reduce_scatter, axis_);
-  check_mpi(MPI_Isend(recv_, count, MPI_FLOAT, next, tag_, comm_, &requests_[1]),
-            CommOp::reduce_scatter, axis_);
+  check_mpi(MPI_Isend(outgoing, count, MPI_FLOAT, next, tag_, comm_, &requests_[1]), CommOp::reduce_scatter, axis_);
 }
 
 void RingReduceScatterWork::advance() {
   const float* mine = own_block(2);
-  float* partial = recv_;
-  const float* incoming = incoming_.data<float>();
+  float* partial = partial_of_step(step_);
 #pragma omp parallel for simd schedule(static) if (block_ >= 65536)
-  for (size_t i = 0; i < block_; ++i) partial[i] = mine[i] + incoming[i];
+  for (size_t i = 0; i < block_; ++i) partial[i] += mine[i];
   if (++step_ < size_ - 1) return post();
   finish();
 }
 
 void RingReduceScatterWork::finish() {
   if (average_) divide(recv_, block_, DType::f32, size_);
-  incoming_ = Tensor();
+  scratch_ = Tensor();
   done_ = true;
 }
 

@@ -17,9 +17,10 @@
 
 namespace ndt::mpi_detail {
 
-// Step s (0 .. n-2): send the running partial of block (r - s - 1) mod n to rank r + 1,
-// receive the partial of block (r - s - 2) mod n from rank r - 1 and add this rank's
-// part of it; after n - 1 steps the partial is block r, summed over all ranks. Each
+// Step s (0 .. n-2): send the running partial of block (r - s - 1) mod n to rank r + 1
+// (at step 0 this rank's own block, straight from send), receive the partial of block
+// (r - s - 2) mod n from rank r - 1 and add this rank's part of it in place; after n - 1
+// steps the partial is block r, summed over all ranks, and it was received into recv. Each
 // ring uses its own tag (from a per-communicator sequence, the same on every rank as
 // collectives are called in the same order), so several rings may be in flight.
 class RingReduceScatterWork final : public Work {
@@ -34,6 +35,9 @@ class RingReduceScatterWork final : public Work {
  private:
   // This rank's part of block (rank - step - offset) mod n.
   const float* own_block(int offset) const;
+  // Where step `step` receives (and then completes) its partial: recv or scratch_, in
+  // turn, so that the last step's is recv.
+  float* partial_of_step(int step) const;
   void post();
   // Both messages of the current step are done: fold the incoming partial into ours.
   void advance();
@@ -47,7 +51,7 @@ class RingReduceScatterWork final : public Work {
   float* recv_;
   size_t block_;
   bool average_;
-  Tensor incoming_;
+  Tensor scratch_;  // only for more than two ranks
   MPI_Request requests_[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
   int step_ = 0;
   bool done_ = false;

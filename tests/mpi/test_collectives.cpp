@@ -367,11 +367,19 @@ TEST(Async, SeveralInFlightWaitedOutOfOrder) {
 
 // Reduce-scatters of 2 MiB and more run as ndtrain's own ring of point-to-point steps:
 // several in flight at once (each with its own tag), completed by test() or by wait()
-// in reverse order, on the world and on a split group.
-// Catches: concurrent ring reduce-scatters sharing a tag (cross-talk), or ring blocks reduced or placed wrongly.
+// in reverse order, on the world and on split groups: on 4 ranks also one of 3 (an odd
+// ring, whose partials alternate between the output and a scratch block) and one of 1.
+// Catches: concurrent ring reduce-scatters sharing a tag (cross-talk), ring blocks reduced or placed wrongly, or a
+// ring whose last partial does not land in the output.
 TEST(Async, RingReduceScattersInFlightTogether) {
   Groups groups;
-  for (Communicator* c : groups.all()) {
+  std::vector<Communicator*> comms = groups.all();
+  std::unique_ptr<Communicator> three_and_one;
+  if (world().size() == 4) {
+    three_and_one = world().split(world().rank() < 3 ? 0 : 1, world().rank(), "three_and_one");
+    comms.push_back(three_and_one.get());
+  }
+  for (Communicator* c : comms) {
     const int n = c->size(), me = c->rank();
     const size_t block = 600001;  // n x 2.4 MB: above the ring threshold for any n
     std::vector<Bytes> sends, recvs;
