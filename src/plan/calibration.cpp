@@ -91,6 +91,19 @@ double elementwise_bytes_per_s() {
   return 5.0 * 4 * (nc + 4 * nc) / seconds;
 }
 
+// Bytes per second AdamW moves over 8M parameters: its 28 bytes per parameter read and
+// written over its time. 128 MiB of fp32 state, beyond the caches as a model's is (on
+// the development VM, with 300 MiB of L3, 2M parameters ran at 1.8x this rate).
+double optimizer_bytes_per_s() {
+  const size_t n = size_t{8} << 20;
+  std::vector<float> param(n, 0.5f), grad(n, 0.01f), m(n, 0.0f), v(n, 0.0f);
+  kernels::AdamWStep s{1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 0};
+  return 28.0 * static_cast<double>(n) / mean_seconds([&] {
+    ++s.t;
+    kernels::adamw_update(param.data(), grad.data(), m.data(), v.data(), static_cast<int64_t>(n), s);
+  });
+}
+
 // Bytes per second one rank copies (64 MiB; the copy's size over its time).
 double copy_bytes_per_s() {
   const size_t bytes = size_t{64} << 20;
@@ -129,16 +142,17 @@ void calibrate_ranks(const std::string& out) {
   // each samples the machine at several moments of a second or more, as a run's median
   // step does (one pass of 50 ms per figure moved by 10-35% from one calibration to the
   // next on a shared VM).
-  figures.resize(1 + kGemmWidths.size() + 3, 0.0);
+  figures.resize(1 + kGemmWidths.size() + 4, 0.0);
   for (int pass = 1; pass <= kPasses; ++pass) {
     step(fmt::format("pass {} of {}: GEMMs of widths 32 to 512 (forward, input and weight gradients), attention "
-                     "core, layer norm and GELU, memory copy",
+                     "core, layer norm and GELU, AdamW, memory copy",
                      pass, kPasses)
              .c_str());
     size_t i = 1;
     for (int s : kGemmWidths) figures[i++] += linear_layer_flops(s) / kPasses;
     figures[i++] += attention_flops() / kPasses;
     figures[i++] += elementwise_bytes_per_s() / kPasses;
+    figures[i++] += optimizer_bytes_per_s() / kPasses;
     figures[i++] += copy_bytes_per_s() / kPasses;
   }
   const bool native_bf16 = kernels::lowp_gemm_backend(DType::bf16).starts_with("oneDNN");
@@ -168,6 +182,7 @@ void calibrate_ranks(const std::string& out) {
   d.gemm_efficiency = d.gemm_efficiency_by_size.back().efficiency;
   d.attention_flops_per_s = mean[i++];
   d.elementwise_bytes_per_s = mean[i++];
+  d.optimizer_bytes_per_s = mean[i++];
   d.memory_bytes_per_s = mean[i++];
   d.peak_bf16 = std::max(d.peak_fp32, static_cast<double>(mean[i++]));
   d.devices_per_node = ranks;
@@ -182,10 +197,10 @@ void calibrate_ranks(const std::string& out) {
   const std::string comment = fmt::format(
       "ndtrain plan --calibrate: {} rank{} of this machine ({} cores, {} thread{} per rank), measured at once.\n"
       "FMA loop {:.1f} GFLOP/s per rank; GEMM efficiency by size below; attention core {:.1f} GFLOP/s;\n"
-      "layer norm and GELU {:.2f} GB/s; copy {:.2f} GB/s; bf16 GEMM {}; all-reduce {:.1f} us per call, {:.2f} GB/s "
-      "of wire bytes.",
+      "layer norm and GELU {:.2f} GB/s; AdamW {:.2f} GB/s; copy {:.2f} GB/s; bf16 GEMM {};\n"
+      "all-reduce {:.1f} us per call, {:.2f} GB/s of wire bytes.",
       ranks, ranks == 1 ? "" : "s", cores, threads, threads == 1 ? "" : "s", fma / 1e9, d.attention_flops_per_s / 1e9,
-      d.elementwise_bytes_per_s / 1e9, d.memory_bytes_per_s / 1e9,
+      d.elementwise_bytes_per_s / 1e9, d.optimizer_bytes_per_s / 1e9, d.memory_bytes_per_s / 1e9,
       native_bf16 ? fmt::format("{:.1f} GFLOP/s ({})", d.peak_bf16 / 1e9, kernels::lowp_gemm_backend(DType::bf16))
                   : std::string("not native (the fp32 peak)"),
       d.intra_node.call_s * 1e6, d.intra_node.bytes_per_s / 1e9);

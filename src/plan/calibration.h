@@ -8,6 +8,7 @@
 //                        peak, keyed by the cube root of m n k (gemm_sizes/efficiencies)
 //   attention            the causal attention core forward and backward (attention_gflops)
 //   elementwise          layer norm and GELU forward and backward (elementwise_gb_s)
+//   optimizer            AdamW over 8M parameters (optimizer_gb_s)
 //   copy                 a 64 MiB memcpy (memory_bandwidth_gb_s)
 //   collectives          MPI all-reduce of one float (the per-call cost) and of 4 MiB
 //                        (the bandwidth of the wire bytes), on the N ranks

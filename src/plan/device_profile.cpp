@@ -138,8 +138,10 @@ void DeviceProfile::validate() const {
             "device profile \"{}\": disk bandwidth = {} must not be negative (0: no disk tier)", name, disk_bytes_per_s);
   NDT_CHECK(intra_node.call_s >= 0 && inter_node.call_s >= 0, "device profile \"{}\": per-call costs must not be negative",
             name);
-  NDT_CHECK(attention_flops_per_s >= 0 && elementwise_bytes_per_s >= 0 && fma_flops_per_s >= 0,
-            "device profile \"{}\": attention and elementwise rates must not be negative (0: not given)", name);
+  NDT_CHECK(attention_flops_per_s >= 0 && elementwise_bytes_per_s >= 0 && optimizer_bytes_per_s >= 0 &&
+                fma_flops_per_s >= 0,
+            "device profile \"{}\": attention, elementwise and optimizer rates must not be negative (0: not given)",
+            name);
   for (size_t i = 0; i < gemm_efficiency_by_size.size(); ++i) {
     const GemmEfficiencyPoint& p = gemm_efficiency_by_size[i];
     NDT_CHECK(p.size > 0 && (i == 0 || p.size > gemm_efficiency_by_size[i - 1].size),
@@ -243,6 +245,7 @@ DeviceProfile load_device_profile(const std::string& path) {
       {"attention_gflops", {&d.attention_flops_per_s, 1e9, false, 0, 1e9, true}},
       {"fma_gflops", {&d.fma_flops_per_s, 1e9, false, 0, 1e9, true}},
       {"elementwise_gb_s", {&d.elementwise_bytes_per_s, 1e9, false, 0, 1e6, true}},
+      {"optimizer_gb_s", {&d.optimizer_bytes_per_s, 1e9, false, 0, 1e6, true}},
   };
   std::vector<std::string> known = {"gemm_sizes", "gemm_efficiencies"};
   for (const auto& [key, k] : keys) known.push_back(key);
@@ -312,9 +315,11 @@ std::string device_file_text(const DeviceProfile& d, const std::string& comment)
                       d.name, d.memory_bytes / kGiB, d.peak_fp32 / 1e12, d.peak_bf16 / 1e12, d.peak_fp8 / 1e12,
                       d.memory_bytes_per_s / 1e9, d.gemm_efficiency);
   if (!sizes.empty()) text += fmt::format("gemm_sizes = [{}]\ngemm_efficiencies = [{}]\n", sizes, efficiencies);
-  text += fmt::format("attention_gflops = {:.6g}\nelementwise_gb_s = {:.6g}\nfma_gflops = {:.6g}\ndevices_per_node = {}\n",
-                      d.attention_flops_per_s / 1e9, d.elementwise_bytes_per_s / 1e9, d.fma_flops_per_s / 1e9,
-                      d.devices_per_node);
+  text += fmt::format(
+      "attention_gflops = {:.6g}\nelementwise_gb_s = {:.6g}\noptimizer_gb_s = {:.6g}\nfma_gflops = {:.6g}\n"
+      "devices_per_node = {}\n",
+      d.attention_flops_per_s / 1e9, d.elementwise_bytes_per_s / 1e9, d.optimizer_bytes_per_s / 1e9,
+      d.fma_flops_per_s / 1e9, d.devices_per_node);
   for (const auto& [prefix, link] : {std::pair{"intra_node", d.intra_node}, std::pair{"inter_node", d.inter_node}}) {
     text += fmt::format("{0}_gb_s = {1:.6g}\n{0}_latency_us = {2:.6g}\n{0}_call_us = {3:.6g}\n", prefix,
                         link.bytes_per_s / 1e9, link.latency_s * 1e6, link.call_s * 1e6);

@@ -53,6 +53,10 @@ struct DeviceProfile {
   // Bytes per second the kernels between the matmuls (norms, activations, residual adds)
   // move through the activations; 0: memory_bytes_per_s.
   double elementwise_bytes_per_s = 0;
+  // Bytes per second the optimizer step moves (AdamW: 28 bytes of fp32 state per
+  // parameter read and written, and a low-precision compute copy written); 0:
+  // memory_bytes_per_s.
+  double optimizer_bytes_per_s = 0;
   int devices_per_node = 1;
   LinkProfile intra_node, inter_node;
   // Links out of a node, each of inter_node's bandwidth, shared by the transfers leaving

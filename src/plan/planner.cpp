@@ -270,11 +270,13 @@ double exposed_data_parallel_seconds(const Candidate& c, const CommSeconds& s, d
 }
 
 // AdamW over the rank's shard: 28 bytes of fp32 state read and written per parameter,
-// and the compute copy written when it is not fp32.
+// and the compute copy written when it is not fp32, at the optimizer's measured rate
+// where the device gives one.
 double optimizer_seconds(const TieredStates& tiers, DType compute, const DeviceProfile& device) {
   const double shard_params =
       static_cast<double>(tiers.disk.optimizer > 0 ? tiers.disk.optimizer : tiers.resident.optimizer) / 8;
-  return shard_params * (28.0 + (compute == DType::f32 ? 0 : dtype_size(compute))) / device.memory_bytes_per_s;
+  const double rate = device.optimizer_bytes_per_s > 0 ? device.optimizer_bytes_per_s : device.memory_bytes_per_s;
+  return shard_params * (28.0 + (compute == DType::f32 ? 0 : dtype_size(compute))) / rate;
 }
 
 // The optimizer's stream runs behind its update, parameter reads behind forward and

@@ -52,6 +52,7 @@ TEST(ComputeTime, StepUsesTheCalibratedFiguresAndOnlyThem) {
   d.gemm_efficiency_by_size = {{10, d.gemm_efficiency}, {1000, d.gemm_efficiency}};
   d.attention_flops_per_s = d.peak_fp32 * d.gemm_efficiency;
   d.elementwise_bytes_per_s = d.memory_bytes_per_s;
+  d.optimizer_bytes_per_s = d.memory_bytes_per_s;
   EXPECT_NEAR(score_layout(c, make_cluster(d, 1, 1, 0)).time.step_s, before, 1e-9 * before);
   // Each slower figure makes the step slower.
   DeviceProfile slow = d;
@@ -61,6 +62,11 @@ TEST(ComputeTime, StepUsesTheCalibratedFiguresAndOnlyThem) {
   EXPECT_GT(score_layout(c, make_cluster(slow, 1, 1, 0)).time.compute_s, 1.5 * before);
   slow = d, slow.elementwise_bytes_per_s /= 1000;
   EXPECT_GT(score_layout(c, make_cluster(slow, 1, 1, 0)).time.compute_s, 1.5 * before);
+  // The optimizer at its own rate: a tenth of it, ten times the optimizer's time.
+  const double optimizer_s = score_layout(c, make_cluster(d, 1, 1, 0)).time.optimizer_s;
+  ASSERT_GT(optimizer_s, 0);
+  slow = d, slow.optimizer_bytes_per_s /= 10;
+  EXPECT_NEAR(score_layout(c, make_cluster(slow, 1, 1, 0)).time.optimizer_s, 10 * optimizer_s, 1e-9 * optimizer_s);
 }
 
 // Catches: a per-call cost not charged per call (FSDP's many small collectives priced
@@ -111,6 +117,7 @@ TEST(ComputeTime, DeviceFileTextReadsBackAsWritten) {
   DeviceProfile d = tabled_device();
   d.name = "calibrated";
   d.attention_flops_per_s = 12.5e9, d.elementwise_bytes_per_s = 3.25e9, d.fma_flops_per_s = 40e9;
+  d.optimizer_bytes_per_s = 6.75e9;
   d.intra_node = {2.5e9, 1e-6, 7e-6}, d.inter_node = {1.25e9, 2e-6, 9e-6};
   d.inter_node_links = 1, d.overlaps_communication = false, d.disk_bytes_per_s = 1.5e9;
   testing::TempDir dir;
@@ -122,6 +129,7 @@ TEST(ComputeTime, DeviceFileTextReadsBackAsWritten) {
   EXPECT_DOUBLE_EQ(r.gemm_efficiency_by_size[1].efficiency, 0.6);
   EXPECT_DOUBLE_EQ(r.attention_flops_per_s, 12.5e9);
   EXPECT_DOUBLE_EQ(r.elementwise_bytes_per_s, 3.25e9);
+  EXPECT_DOUBLE_EQ(r.optimizer_bytes_per_s, 6.75e9);
   EXPECT_DOUBLE_EQ(r.fma_flops_per_s, 40e9);
   EXPECT_DOUBLE_EQ(r.intra_node.call_s, 7e-6);
   EXPECT_DOUBLE_EQ(r.inter_node.call_s, 9e-6);
@@ -148,6 +156,7 @@ TEST(ComputeTime, CalibratedKeysAreCheckedByName) {
   refused("gemm_sizes = 64\n", "gemm_sizes must be a list of numbers");
   refused("attention_gflops = -1\n", "attention_gflops = -1 must lie in [0, 1000000000]");
   refused("elementwise_gb_s = 2e6\n", "elementwise_gb_s = 2000000 must lie in [0, 1000000]");
+  refused("optimizer_gb_s = -2\n", "optimizer_gb_s = -2 must lie in [0, 1000000]");
   refused("intra_node_call_us = -3\n", "intra_node_call_us = -3 must lie in [0, 1000000]");
 }
 
