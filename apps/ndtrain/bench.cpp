@@ -246,6 +246,18 @@ RunConfig bench_run_config(const TrainBenchOptions& o, const MeshShape& shape) {
   return c.resolved(static_cast<int>(shape.product()));
 }
 
+// --peak-each-step: each step's MFU against the peak's rate sampled on its two sides.
+std::string format_mfu_beside_steps(double flops_per_step, const std::vector<double>& step_seconds,
+                                    const std::vector<double>& samples) {
+  const std::vector<double> mfu = mfu_beside_steps(flops_per_step, step_seconds, samples);
+  std::string steps, rates;
+  for (double m : mfu) steps += fmt::format("{}{:.1f}%", steps.empty() ? "" : ", ", 100 * m);
+  for (double r : samples) rates += fmt::format("{}{:.1f}", rates.empty() ? "" : ", ", r / 1e9);
+  return fmt::format("  MFU against the peak sampled beside each step: median {:.1f}% (steps {}; samples {} GFLOP/s "
+                     "per rank)\n",
+                     100 * median(mfu), steps, rates);
+}
+
 }  // namespace
 
 int run_bench_train(const TrainBenchOptions& o) {
@@ -342,6 +354,7 @@ int run_bench_train(const TrainBenchOptions& o) {
   std::optional<StepProfiler> profiler;
   if (o.profile) profiler.emplace(*mesh);
   std::vector<StepProfile> profiles;
+  std::vector<double> peak_samples;  // with --peak-each-step: after step 0 (the warm-up), 1, ...
   for (int s = 0; s <= o.steps; ++s) {
     if (profiler) profiler->begin();
     const double waited = fsdp ? fsdp->gather_wait_seconds() : 0, tp_before = axis_seconds(Axis::tp),
@@ -358,6 +371,7 @@ int run_bench_train(const TrainBenchOptions& o) {
                       o.ep > 1 ? fmt::format(" (ep all-to-alls {:.3f} s)", ep_wait) : "",
                       s == 0 ? " (warm-up, not counted)" : ""));
     if (s > 0 && profiler) profiles.push_back(profiler->end(dt));
+    if (o.peak_each_step) peak_samples.push_back(sample_peak_rate(o.threads, precision.compute, world.get()));
     if (s > 0) {
       seconds.push_back(dt), gather_waits.push_back(gather_wait), tp_waits.push_back(tp_wait);
       cp_waits.push_back(cp_wait), ep_waits.push_back(ep_wait);
@@ -391,6 +405,9 @@ int run_bench_train(const TrainBenchOptions& o) {
   const double hardware_flops = model_flops * (1.0 + model.recompute_flops_per_token(T) / model.flops_per_token(T));
   print(fmt::format("  peak {:.1f} GFLOP/s per rank ({}) -> MFU {:.1f}%, HFU {:.1f}%\n", peak / 1e9, peak_flops.source,
                     100.0 * model_flops / ranks / peak, 100.0 * hardware_flops / ranks / peak));
+  if (o.peak_each_step) {
+    print(format_mfu_beside_steps(model.flops_per_token(T) * o.batch * T / ranks, seconds, peak_samples));
+  }
   print(fmt::format("  memory (rank 0): predicted {:.3f} GiB (model states after a step {:.3f} GiB), ledger peak "
                     "{:.3f} GiB, process RSS growth {:.3f} GiB (RSS / prediction {:.3f}; {:.3f} GiB of freed blocks "
                     "kept for reuse)\n",

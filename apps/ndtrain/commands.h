@@ -73,6 +73,9 @@ struct TrainBenchOptions {
   std::string freeze;
   // Print the median step's time by op class, communication and the rest (train/step_profile.h).
   bool profile = false;
+  // Sample the peak's rate (train/peak_flops.h, sample_peak_rate) before the first counted
+  // step and after each, and print each step's MFU against the mean of its two samples.
+  bool peak_each_step = false;
 };
 int run_bench_train(const TrainBenchOptions& options);
 

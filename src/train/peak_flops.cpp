@@ -1,5 +1,6 @@
 #include "train/peak_flops.h"
 
+#include "core/error.h"
 #include "core/timing.h"
 #include "kernels/kernels.h"
 
@@ -120,6 +121,33 @@ double measure_lowp_gemm_flops(DType dtype, int n, int repeats) {
 }
 
 }  // namespace
+
+double sample_peak_rate(int threads, DType compute, Communicator* world) {
+  std::vector<float> sink(static_cast<size_t>(threads) * 16);
+  if (world) world->barrier();
+  auto t0 = std::chrono::steady_clock::now();
+  const double flops = fma_trial(threads, sink);
+  if (world) world->barrier();  // the trial lasts until the slowest rank is done
+  double rate = flops / seconds_since(t0);
+  if (compute != DType::f32 && kernels::lowp_gemm_backend(compute).starts_with("oneDNN")) {
+    rate = std::max(rate, measure_lowp_gemm_flops(compute, 2048, 1));
+  }
+  return rate;
+}
+
+std::vector<double> mfu_beside_steps(double flops_per_step, const std::vector<double>& step_seconds,
+                                     const std::vector<double>& samples) {
+  NDT_CHECK(samples.size() == step_seconds.size() + 1, "{} steps need {} peak samples around them, got {}",
+            step_seconds.size(), step_seconds.size() + 1, samples.size());
+  std::vector<double> mfu;
+  for (size_t i = 0; i < step_seconds.size(); ++i) {
+    NDT_CHECK(step_seconds[i] > 0 && samples[i] > 0 && samples[i + 1] > 0,
+              "step {}: its seconds ({}) and the peak samples beside it ({}, {}) must be positive", i + 1,
+              step_seconds[i], samples[i], samples[i + 1]);
+    mfu.push_back(flops_per_step / step_seconds[i] / (0.5 * (samples[i] + samples[i + 1])));
+  }
+  return mfu;
+}
 
 namespace {
 

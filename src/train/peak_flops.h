@@ -10,6 +10,7 @@
 #include "core/dtype.h"
 
 #include <string>
+#include <vector>
 
 namespace ndt {
 
@@ -27,6 +28,20 @@ double measure_fma_peak(int threads);
 // trial timed alone: 88-153 GFLOP/s per rank from one calibration to the next). One rank:
 // measure_fma_peak.
 double measure_fma_peak_together(int threads, Communicator& world);
+
+// One sample of the machine's rate now, by the measurement a measured peak of `compute`
+// takes: one FMA trial on `threads` threads (about 40 ms on a free core), and for a
+// low-precision dtype the larger of that and one 2048^3 GEMM in it; on every rank of
+// `world` at once (between barriers) where given. A peak is the best of several trials;
+// a sample beside each step follows a machine whose speed drifts (`bench train
+// --peak-each-step`).
+double sample_peak_rate(int threads, DType compute, Communicator* world);
+
+// Each step's MFU against the machine's rate beside it: step i (step_seconds[i]) lies
+// between samples[i] and samples[i + 1], and its MFU is flops_per_step / step_seconds[i]
+// over their mean. Throws unless there is one sample more than steps, all positive.
+std::vector<double> mfu_beside_steps(double flops_per_step, const std::vector<double>& step_seconds,
+                                     const std::vector<double>& samples);
 
 // configured_gflops > 0 is taken as given; otherwise measured.
 PeakFlops resolve_peak_flops(double configured_gflops, int threads, DType compute = DType::f32);

@@ -12,6 +12,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <numeric>
 #include <sstream>
@@ -155,6 +156,21 @@ TEST(StepProfile, BenchTrainPrintsTheTable) {
                            "unaccounted"}) {
     EXPECT_NE(r.output.find(name), std::string::npos) << name << "\n" << r.output;
   }
+}
+
+// Catches: --peak-each-step without a sample on each side of every counted step (3 steps,
+// 4 samples: after the warm-up and after each).
+TEST(StepProfile, BenchTrainSetsEachStepAgainstThePeakSampledBesideIt) {
+  const testing::CommandResult r =
+      testing::run_command(kNdtrain + " bench train --preset gpt2-tiny --batch 4 --seq 64 --steps 3 --peak-each-step");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const size_t at = r.output.find("MFU against the peak sampled beside each step: median ");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  const std::string line = r.output.substr(at, r.output.find('\n', at) - at);
+  const std::string steps = line.substr(line.find("(steps "), line.find(';') - line.find("(steps "));
+  const std::string samples = line.substr(line.find("samples "));
+  EXPECT_EQ(std::count(steps.begin(), steps.end(), '%'), 3) << line;
+  EXPECT_EQ(std::count(samples.begin(), samples.end(), ','), 3) << line;
 }
 
 // Catches: a profile of one step presented as a median.
