@@ -181,7 +181,7 @@ int main(int argc, char** argv) {
   bench_train->add_flag("--profile", bench_options.profile,
                         "Time the kernels by op class and the communication; print the median step's profile");
   bench_train->add_flag("--peak-each-step", bench_options.peak_each_step,
-                        "Sample the peak's rate (an FMA trial; a low-precision GEMM too where that is the peak) "
+                        "Sample the peak's rate (an FMA trial; low-precision GEMMs too where they are the peak) "
                         "between the steps and print each step's MFU against the samples on its two sides");
   bench_train->add_option("--vocab", bench_options.vocab,
                           "Override the preset's vocabulary size (gpt2's 50257 does not split over tp; 50304 does)");

@@ -31,7 +31,8 @@ double measure_fma_peak_together(int threads, Communicator& world);
 
 // One sample of the machine's rate now, by the measurement a measured peak of `compute`
 // takes: one FMA trial on `threads` threads (about 40 ms on a free core), and for a
-// low-precision dtype the larger of that and one 2048^3 GEMM in it; on every rank of
+// low-precision dtype the larger of that and a 2048^3 GEMM in it (the median of 3 calls,
+// as the peak); on every rank of
 // `world` at once (between barriers) where given. A peak is the best of several trials;
 // a sample beside each step follows a machine whose speed drifts (`bench train
 // --peak-each-step`).
