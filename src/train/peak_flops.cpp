@@ -66,41 +66,33 @@ namespace {
 
 constexpr int kFmaTrials = 5;
 
-// One trial's FLOPs on `threads` threads (about 40 ms on a free core).
-double fma_trial(int threads, std::vector<float>& sink) {
+// One trial's FLOP/s on `threads` threads (about 40 ms on a free core); with `world`,
+// between two barriers on all its ranks, so the trial lasts until the slowest is done.
+double fma_trial_rate(int threads, std::vector<float>& sink, Communicator* world) {
   constexpr long kIterations = 20'000'000;
+  if (world) world->barrier();
+  const auto t0 = std::chrono::steady_clock::now();
   double total = 0;
 #pragma omp parallel num_threads(threads) reduction(+ : total)
   total += fma_loop(kIterations, &sink[static_cast<size_t>(omp_get_thread_num()) * 16]);
-  return total;
+  if (world) world->barrier();
+  return total / seconds_since(t0);
+}
+
+// The best of kFmaTrials trials: a peak.
+double best_fma_trial(int threads, Communicator* world) {
+  std::vector<float> sink(static_cast<size_t>(threads) * 16);
+  double best = 0;
+  for (int trial = 0; trial < kFmaTrials; ++trial) best = std::max(best, fma_trial_rate(threads, sink, world));
+  return best;
 }
 
 }  // namespace
 
-double measure_fma_peak(int threads) {
-  std::vector<float> sink(static_cast<size_t>(threads) * 16);
-  // The best of 5 trials: a peak.
-  double best = 0;
-  for (int trial = 0; trial < kFmaTrials; ++trial) {
-    auto t0 = std::chrono::steady_clock::now();
-    const double flops = fma_trial(threads, sink);
-    best = std::max(best, flops / seconds_since(t0));
-  }
-  return best;
-}
+double measure_fma_peak(int threads) { return best_fma_trial(threads, nullptr); }
 
 double measure_fma_peak_together(int threads, Communicator& world) {
-  if (world.size() == 1) return measure_fma_peak(threads);
-  std::vector<float> sink(static_cast<size_t>(threads) * 16);
-  double best = 0;
-  for (int trial = 0; trial < kFmaTrials; ++trial) {
-    world.barrier();
-    auto t0 = std::chrono::steady_clock::now();
-    const double flops = fma_trial(threads, sink);
-    world.barrier();  // the trial lasts until the slowest rank is done
-    best = std::max(best, flops / seconds_since(t0));
-  }
-  return best;
+  return best_fma_trial(threads, world.size() == 1 ? nullptr : &world);
 }
 
 namespace {
@@ -124,11 +116,7 @@ double measure_lowp_gemm_flops(DType dtype, int n, int repeats) {
 
 double sample_peak_rate(int threads, DType compute, Communicator* world) {
   std::vector<float> sink(static_cast<size_t>(threads) * 16);
-  if (world) world->barrier();
-  auto t0 = std::chrono::steady_clock::now();
-  const double flops = fma_trial(threads, sink);
-  if (world) world->barrier();  // the trial lasts until the slowest rank is done
-  double rate = flops / seconds_since(t0);
+  double rate = fma_trial_rate(threads, sink, world);
   if (compute != DType::f32 && kernels::lowp_gemm_backend(compute).starts_with("oneDNN")) {
     rate = std::max(rate, measure_lowp_gemm_flops(compute, 2048, 3));  // as the peak: median of 3
   }
