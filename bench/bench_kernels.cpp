@@ -3,6 +3,7 @@
 // (default 1), applied to OpenMP and OpenBLAS.
 //   NDT_THREADS=1 ./bench_kernels --benchmark_min_time=0.2
 #include "kernels/cpu/activation.h"
+#include "kernels/cpu/adamw.h"
 #include "kernels/cpu/cross_entropy.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/norm.h"
@@ -163,5 +164,22 @@ void BM_SumOfSquares(benchmark::State& state) {
   state.SetLabel("threads=" + std::to_string(threads));
 }
 BENCHMARK(BM_SumOfSquares)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// AdamW over n parameters (the argument, in Mi): 28 bytes read and written per parameter,
+// within the caches and beyond them (`plan --calibrate` times 8Mi: docs/planner.md).
+void BM_AdamW(benchmark::State& state) {
+  const int threads = bench_threads();
+  const int64_t n = state.range(0) << 20;
+  std::vector<float> param(static_cast<size_t>(n), 0.5f), grad(param.size(), 0.01f), m(param.size(), 0.0f),
+      v(param.size(), 0.0f);
+  ndt::cpu::AdamWStep s{1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 0};
+  for (auto _ : state) {
+    ++s.t;
+    ndt::cpu::adamw_update(param.data(), grad.data(), m.data(), v.data(), n, s);
+  }
+  state.SetBytesProcessed(state.iterations() * n * 28);
+  state.SetLabel("threads=" + std::to_string(threads));
+}
+BENCHMARK(BM_AdamW)->Arg(2)->Arg(8)->Arg(32)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace

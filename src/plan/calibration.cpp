@@ -92,8 +92,9 @@ double elementwise_bytes_per_s() {
 }
 
 // Bytes per second AdamW moves over 8M parameters: its 28 bytes per parameter read and
-// written over its time. 128 MiB of fp32 state, beyond the caches as a model's is (on
-// the development VM, with 300 MiB of L3, 2M parameters ran at 1.8x this rate).
+// written over its time. 128 MiB of fp32 state, more than most CPUs' caches; between the
+// passes' other kernels it read as a training step's optimizer does on the development VM
+// (300 MiB of L3), where AdamW repeated back to back runs from the cache (docs/planner.md).
 double optimizer_bytes_per_s() {
   const size_t n = size_t{8} << 20;
   std::vector<float> param(n, 0.5f), grad(n, 0.01f), m(n, 0.0f), v(n, 0.0f);
