@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "core/timing.h"
+#include "kernels/cpu/instruction_rate.h"
 #include "kernels/kernels.h"
 
 #include <fmt/format.h>
@@ -11,56 +12,7 @@
 #include <chrono>
 #include <vector>
 
-#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
-#include <immintrin.h>
-#endif
-
 namespace ndt {
-
-namespace {
-
-// FLOPs done by one thread; 10 independent accumulators hide the FMA latency.
-// Uses the widest vector FMA the build targets (AVX-512, else AVX2).
-double fma_loop(long iterations, float* sink) {
-#if defined(__AVX512F__)
-  __m512 acc[10];
-  for (int i = 0; i < 10; ++i) acc[i] = _mm512_set1_ps(0.001f * i);
-  const __m512 a = _mm512_set1_ps(0.999999f), b = _mm512_set1_ps(1e-7f);
-  for (long it = 0; it < iterations; ++it) {
-    for (int i = 0; i < 10; ++i) acc[i] = _mm512_fmadd_ps(acc[i], a, b);
-  }
-  __m512 sum = acc[0];
-  for (int i = 1; i < 10; ++i) sum = _mm512_add_ps(sum, acc[i]);
-  float lanes[16];
-  _mm512_storeu_ps(lanes, sum);
-  *sink = lanes[0];
-  return static_cast<double>(iterations) * 10 * 16 * 2;
-#elif defined(__AVX2__) && defined(__FMA__)
-  __m256 acc[10];
-  for (int i = 0; i < 10; ++i) acc[i] = _mm256_set1_ps(0.001f * i);
-  const __m256 a = _mm256_set1_ps(0.999999f), b = _mm256_set1_ps(1e-7f);
-  for (long it = 0; it < iterations; ++it) {
-    for (int i = 0; i < 10; ++i) acc[i] = _mm256_fmadd_ps(acc[i], a, b);
-  }
-  __m256 sum = acc[0];
-  for (int i = 1; i < 10; ++i) sum = _mm256_add_ps(sum, acc[i]);
-  float lanes[8];
-  _mm256_storeu_ps(lanes, sum);
-  *sink = lanes[0];
-  return static_cast<double>(iterations) * 10 * 8 * 2;
-#else
-  float acc[32];
-  for (int i = 0; i < 32; ++i) acc[i] = 0.001f * i;
-  for (long it = 0; it < iterations; ++it) {
-#pragma omp simd
-    for (int i = 0; i < 32; ++i) acc[i] = acc[i] * 0.999999f + 1e-7f;
-  }
-  *sink = acc[0];
-  return static_cast<double>(iterations) * 32 * 2;
-#endif
-}
-
-}  // namespace
 
 namespace {
 
@@ -74,7 +26,7 @@ double fma_trial_rate(int threads, std::vector<float>& sink, Communicator* world
   const auto t0 = std::chrono::steady_clock::now();
   double total = 0;
 #pragma omp parallel num_threads(threads) reduction(+ : total)
-  total += fma_loop(kIterations, &sink[static_cast<size_t>(omp_get_thread_num()) * 16]);
+  total += cpu::fma_loop(kIterations, &sink[static_cast<size_t>(omp_get_thread_num()) * 16]);
   if (world) world->barrier();
   return total / seconds_since(t0);
 }

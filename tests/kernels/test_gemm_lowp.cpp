@@ -12,6 +12,7 @@
 #include "core/rng.h"
 #include "kernels/cpu/cast.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/instruction_rate.h"
 #include "kernels/cpu/threads.h"
 #include "kernels/kernels.h"
 
@@ -262,8 +263,12 @@ INSTANTIATE_TEST_SUITE_P(All, LinearLowpTest,
 
 TEST(GemmLowpBackend, EnvironmentValuesChooseOrAreRefusedByName) {
   for (DType dtype : {DType::bf16, DType::f16}) {
-    const bool native = !onednn_lowp_impl(dtype).empty();
-    EXPECT_EQ(choose_lowp_gemm_backend(dtype, nullptr), native ? LowpGemmBackend::onednn : LowpGemmBackend::fallback);
+    const std::string impl = onednn_lowp_impl(dtype);
+    const bool native = !impl.empty();
+    if (!native) EXPECT_EQ(choose_lowp_gemm_backend(dtype, nullptr), LowpGemmBackend::fallback);
+    if (native && impl.find("avx512_core_bf16") == std::string::npos) {
+      EXPECT_EQ(choose_lowp_gemm_backend(dtype, nullptr), LowpGemmBackend::onednn);
+    }
     EXPECT_EQ(choose_lowp_gemm_backend(dtype, ""), choose_lowp_gemm_backend(dtype, nullptr));
     EXPECT_EQ(choose_lowp_gemm_backend(dtype, "fallback"), LowpGemmBackend::fallback);
     if (native) {
@@ -287,6 +292,38 @@ TEST(GemmLowpBackend, EnvironmentValuesChooseOrAreRefusedByName) {
       EXPECT_NE(msg.find("onednn, fallback"), std::string::npos) << msg;
     }
   }
+}
+
+// The default by oneDNN's implementation and the measured dot-product rate, for every
+// kind of CPU (whatever this one is).
+// Catches: a rule that keeps oneDNN's AVX512-BF16 kernel on a CPU whose dot product runs
+// at half its FMA rate (1.5x slower than the fallback there), or that gives up AMX or the
+// jit gemm (which does not use the dot product).
+TEST(GemmLowpBackend, DefaultFollowsTheDotProductRateWithoutAmx) {
+  EXPECT_EQ(default_lowp_gemm_backend("", 2.0), LowpGemmBackend::fallback);
+  EXPECT_EQ(default_lowp_gemm_backend("brg:avx512_core_amx_bf16", 0.0), LowpGemmBackend::onednn);
+  EXPECT_EQ(default_lowp_gemm_backend("brg:avx512_core_amx_bf16", 0.5), LowpGemmBackend::onednn);
+  EXPECT_EQ(default_lowp_gemm_backend("brg:avx512_core_bf16", 0.48), LowpGemmBackend::fallback);
+  EXPECT_EQ(default_lowp_gemm_backend("brg:avx512_core_bf16", 0.99), LowpGemmBackend::fallback);
+  EXPECT_EQ(default_lowp_gemm_backend("brg:avx512_core_bf16", 1.0), LowpGemmBackend::onednn);
+  EXPECT_EQ(default_lowp_gemm_backend("brg:avx512_core_bf16", 2.0), LowpGemmBackend::onednn);
+  EXPECT_EQ(default_lowp_gemm_backend("gemm:jit", 0.0), LowpGemmBackend::onednn);
+  EXPECT_EQ(default_lowp_gemm_backend("gemm:jit", 0.5), LowpGemmBackend::onednn);
+}
+
+// The measurement the default reads: 0 without AVX512-BF16, else a ratio of two rates
+// a real CPU has (between a tenth and ten times).
+TEST(GemmLowpBackend, DotProductRateIsMeasuredWhereTheInstructionExists) {
+  const double ratio = bf16_dot_over_fma_rate();
+  if (!has_bf16_dot_product()) {
+    EXPECT_EQ(ratio, 0.0);
+    return;
+  }
+  EXPECT_GT(ratio, 0.1);
+  EXPECT_LT(ratio, 10.0);
+  float sink = 0;
+  EXPECT_EQ(bf16_dot_loop(1000, &sink), 1000.0 * 10 * 64);
+  std::printf("bf16 dot product at %.2fx the fp32 FMA's rate on one thread\n", ratio);
 }
 
 TEST(GemmLowpBackend, NamesForLogsAndRefusals) {

@@ -147,8 +147,13 @@ TEST(PrecisionParity, MoeInBf16AndFp16OnEpAndEpTpMatchesOneRank) {
   // probabilities were rounded to fp16 too). The same ep run in fp32 is 7.7e-8 from its
   // one rank: what separates the layouts in fp16 is rounding flips that the routing
   // carries on, about as large in fp16 as in bf16 while fp16's own distance is the
-  // smaller, so fp16 is held to twice it. A row sent to the wrong expert or a stale
-  // compute copy moves the losses by far more than the distance.
+  // smaller, so fp16 is held to twice it. ep x tp splits each expert's sums over the tp
+  // ranks as well, and its flips went further on an Intel Xeon with AVX512-BF16 but no
+  // AMX: 2.29, 1.05 and 0.80 of the distance (loss, gradient norm, parameters) on oneDNN's
+  // kernel there, 1.10, 0.73 and 0.74 on the fallback; it is held to four times it. A
+  // router gradient not summed over tp read 3.91, 2.32 and 11.44 there (caught by the
+  // parameters). A row sent to the wrong expert or a stale compute copy moves the losses
+  // by far more than the distance.
   std::map<std::pair<bool, DType>, std::pair<testing::TrainedRun, Difference>> references;
   for (const Layout& l : layouts) {
     if (l.dp_shard * l.tp != n) continue;
@@ -177,7 +182,7 @@ TEST(PrecisionParity, MoeInBf16AndFp16OnEpAndEpTpMatchesOneRank) {
                   l.name, n, d.losses, d.norms, d.params, d.losses / band.losses, d.norms / band.norms,
                   d.params / band.params);
     }
-    const double allowed = l.compute == DType::f16 ? 2 : 1;
+    const double allowed = l.compute == DType::f16 ? 2 : l.tp > 1 ? 4 : 1;
     EXPECT_LT(d.losses, allowed * band.losses) << l.name;
     EXPECT_LT(d.norms, allowed * band.norms) << l.name;
     EXPECT_LT(d.params, allowed * band.params) << l.name;

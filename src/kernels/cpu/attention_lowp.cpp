@@ -78,27 +78,15 @@ struct Task {
   SpanMask mask() const { return span_mask(starts, b, s.Tq, s.qs, s.ks); }
 };
 
-// dst[0, n) = src rounded to dtype, on this thread (a row is too short for cast_to_lowp,
-// whose parallel-if region costs more than the rounding).
-void round_row(DType dtype, const float* src, uint16_t* dst, int64_t n) {
-  if (dtype == DType::bf16) {
-#pragma omp simd
-    for (int64_t e = 0; e < n; ++e) dst[e] = lowp_bits::encode_bf16(src[e]);
-  } else {
-#pragma omp simd
-    for (int64_t e = 0; e < n; ++e) dst[e] = lowp_bits::encode_f16(src[e]);
-  }
-}
-
 // A task's key/value rows x [B, Tk, NKV, HS] in dtype: dst [ks.count][HS].
 void round_keys(const Task& t, const float* x, uint16_t* dst) {
-  for (int j = 0; j < t.s.ks.count; ++j) round_row(t.s.dtype, x + t.key(j), dst + int64_t{j} * t.s.HS, t.s.HS);
+  for (int j = 0; j < t.s.ks.count; ++j) lowp_bits::encode_row(t.s.dtype, x + t.key(j), dst + int64_t{j} * t.s.HS, t.s.HS);
 }
 
 // Query rows [r0, r1) of x [B, Tq, NH, HS] (the task's heads) in dtype: dst [r1 - r0][G][HS].
 void round_queries(const Task& t, const float* x, int r0, int r1, uint16_t* dst) {
   const int64_t w = t.s.group_width();
-  for (int i = r0; i < r1; ++i) round_row(t.s.dtype, x + t.query(i), dst + (i - r0) * w, w);
+  for (int i = r0; i < r1; ++i) lowp_bits::encode_row(t.s.dtype, x + t.query(i), dst + (i - r0) * w, w);
 }
 
 // One thread's working memory, sized once per call for the largest block.
@@ -152,7 +140,7 @@ struct Block {
 void finish_row(DType dtype, float* row, int n, const KeyWindow& c, uint16_t* p) {
   std::fill(row, row + c.lo, 0.0f);
   std::fill(row + std::max(c.lo, c.hi), row + n, 0.0f);
-  round_row(dtype, row, p, n);
+  lowp_bits::encode_row(dtype, row, p, n);
 }
 
 // The forward's per-row step: softmax of the scaled scores over the row's window (fp32),

@@ -1,9 +1,10 @@
 #include "kernels/cpu/gemm_lowp.h"
 
 #include "core/error.h"
-#include "kernels/cpu/cast.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/instruction_rate.h"
+#include "kernels/cpu/lowp_bits.h"
 
 #include <oneapi/dnnl/dnnl.hpp>
 #include <omp.h>
@@ -177,11 +178,14 @@ bool onednn_gemm(const MatmulKey& key, const uint16_t* A, const uint16_t* B, flo
 // ---------------------------------------------------------------------------------------------
 // Fallback
 
-// dst[rows, cols] (dense) = float(src[r * ld + c]).
+// dst[rows, cols] (dense) = float(src[r * ld + c]). Rows convert on the calling thread
+// (lowp_bits::decode_row): inside a region (the attention's one-thread GEMMs) a nested
+// region per call, even of one thread, cost more than the conversion.
 void convert_block(DType dtype, const uint16_t* src, int64_t ld, int rows, int cols, float* dst) {
-#pragma omp parallel for schedule(static) if (static_cast<int64_t>(rows) * cols >= kParallelMin)
+  const bool parallel = static_cast<int64_t>(rows) * cols >= kParallelMin && !omp_in_parallel();
+#pragma omp parallel for schedule(static) if (parallel)
   for (int r = 0; r < rows; ++r) {
-    cast_from_lowp(dtype, src + r * ld, dst + static_cast<int64_t>(r) * cols, cols);
+    lowp_bits::decode_row(dtype, src + r * ld, dst + static_cast<int64_t>(r) * cols, cols);
   }
 }
 
@@ -235,6 +239,20 @@ void check_available(DType dtype, LowpGemmBackend backend) {
             DNNL_VERSION_MAJOR, DNNL_VERSION_MINOR, dtype_name(dtype));
 }
 
+// oneDNN's kernels built on AVX512-BF16's dot product (not AMX's tiles, not its jit gemm,
+// which converts to fp32 itself).
+bool is_dot_product_kernel(const std::string& onednn_impl) {
+  return onednn_impl.find("avx512_core_bf16") != std::string::npos;
+}
+
+// The bf16 dot product's rate over the FMA's (instruction_rate.h), measured once, where it
+// decides the default: oneDNN's bf16 matmul on its dot-product kernel; else 0.
+double dot_over_fma_where_it_decides(DType dtype) {
+  if (dtype != DType::bf16 || !is_dot_product_kernel(onednn_lowp_impl(dtype))) return 0.0;
+  static const double ratio = bf16_dot_over_fma_rate();
+  return ratio;
+}
+
 }  // namespace
 
 std::string onednn_lowp_impl(DType dtype) {
@@ -242,13 +260,18 @@ std::string onednn_lowp_impl(DType dtype) {
   return impl[dtype_index(dtype)];
 }
 
+LowpGemmBackend default_lowp_gemm_backend(const std::string& onednn_impl, double dot_over_fma) {
+  if (onednn_impl.empty()) return LowpGemmBackend::fallback;
+  if (!is_dot_product_kernel(onednn_impl)) return LowpGemmBackend::onednn;
+  return dot_over_fma >= 1.0 ? LowpGemmBackend::onednn : LowpGemmBackend::fallback;
+}
+
 LowpGemmBackend choose_lowp_gemm_backend(DType dtype, const char* env_value) {
-  const bool native = !onednn_lowp_impl(dtype).empty();
   const std::string value = env_value != nullptr ? env_value : "";
-  if (value.empty()) return native ? LowpGemmBackend::onednn : LowpGemmBackend::fallback;
+  if (value.empty()) return default_lowp_gemm_backend(onednn_lowp_impl(dtype), dot_over_fma_where_it_decides(dtype));
   if (value == "fallback") return LowpGemmBackend::fallback;
   NDT_CHECK(value == "onednn", "{}={}: unknown value (valid: onednn, fallback)", kEnvVar, value);
-  NDT_CHECK(native,
+  NDT_CHECK(!onednn_lowp_impl(dtype).empty(),
             "{}={}: oneDNN {}.{} has no native {} matmul on this CPU (only reference code or none); "
             "unset {} or set it to fallback",
             kEnvVar, value, DNNL_VERSION_MAJOR, DNNL_VERSION_MINOR, dtype_name(dtype), kEnvVar);
@@ -273,9 +296,16 @@ std::string lowp_gemm_backend(DType dtype) {
   if (active_lowp_gemm_backend(dtype) == LowpGemmBackend::onednn) {
     return "oneDNN " + onednn_lowp_impl(dtype);
   }
-  if (onednn_lowp_impl(dtype).empty()) {
+  const std::string impl = onednn_lowp_impl(dtype);
+  if (impl.empty()) {
     return fmt::format("{} (oneDNN has no native {} matmul on this CPU)", kFallbackName,
                        dtype_name(dtype));
+  }
+  const double dot_over_fma = dot_over_fma_where_it_decides(dtype);
+  if (default_lowp_gemm_backend(impl, dot_over_fma) == LowpGemmBackend::fallback) {
+    return fmt::format("{} (faster than oneDNN's {} here: this CPU's bf16 dot product runs at {:.2f}x its fp32 FMA "
+                       "rate)",
+                       kFallbackName, impl, dot_over_fma);
   }
   return kFallbackName;
 }

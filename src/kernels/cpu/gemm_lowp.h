@@ -14,7 +14,10 @@
 //   fallback  converts blocks of A and B to fp32 (cast_from_lowp) and calls OpenBLAS
 //             cblas_sgemm on them; any CPU.
 // The backend is decided per dtype at first use: NDT_LOWP_GEMM=onednn|fallback forces
-// one, else oneDNN where native. Both use the shared OpenMP pool (threads.h): oneDNN here
+// one, else default_lowp_gemm_backend: oneDNN where native, except its AVX512-BF16 kernel
+// (no AMX) on a CPU whose bf16 dot product, the instruction that kernel is built on, does
+// fewer FLOPs a second than its fp32 FMA (measured, instruction_rate.h): there the
+// fallback multiplies faster. Both use the shared OpenMP pool (threads.h): oneDNN here
 // is built on the same libgomp and follows omp_set_num_threads.
 //
 // Accumulation contract as in gemm.h: linear_forward_lowp overwrites `out`;
@@ -52,16 +55,23 @@ void linear_backward_lowp(DType dtype, float* dinp, float* dweight, const uint16
                           const uint16_t* inp, const uint16_t* weight, int N, int IC, int OC);
 
 // For logs: e.g. "oneDNN brg:avx512_core_amx_bf16", "fallback: fp32 convert + OpenBLAS
-// sgemm (oneDNN has no native f16 matmul on this CPU)". Decides the backend if not yet.
+// sgemm (oneDNN has no native f16 matmul on this CPU)", or with the measured rates where
+// they chose the fallback. Decides the backend if not yet.
 std::string lowp_gemm_backend(DType dtype);
 
 // The backend gemm_lowp(dtype, ...) runs, decided at first use by
 // choose_lowp_gemm_backend(dtype, getenv("NDT_LOWP_GEMM")).
 LowpGemmBackend active_lowp_gemm_backend(DType dtype);
 // The rule: env_value "onednn" or "fallback" forces that backend; null or empty picks
-// onednn where native, else fallback. An unknown value, or onednn without a native kernel,
-// is an ndt::Error naming NDT_LOWP_GEMM and the value.
+// default_lowp_gemm_backend(onednn_lowp_impl(dtype), the measured bf16_dot_over_fma_rate()
+// where the implementation is the AVX512-BF16 kernel, else 0). An unknown value, or onednn
+// without a native kernel, is an ndt::Error naming NDT_LOWP_GEMM and the value.
 LowpGemmBackend choose_lowp_gemm_backend(DType dtype, const char* env_value);
+// The default for oneDNN's implementation (onednn_lowp_impl; "" where none) and the CPU's
+// bf16 dot-product rate over its FMA rate: fallback without a native kernel; for oneDNN's
+// AVX512-BF16 kernel ("avx512_core_bf16" in its name), onednn only where the dot product
+// is at least as fast as the FMA; onednn for any other native kernel (AMX, its jit gemm).
+LowpGemmBackend default_lowp_gemm_backend(const std::string& onednn_impl, double dot_over_fma);
 // Replaces the decision for dtype (tests, benchmarks); onednn throws where not native.
 void set_lowp_gemm_backend(DType dtype, LowpGemmBackend backend);
 // oneDNN's native matmul implementation for dtype on this CPU (e.g.

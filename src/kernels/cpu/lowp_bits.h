@@ -4,6 +4,8 @@
 // round a value where they make it (columns.h). Internal to kernels/cpu.
 #pragma once
 
+#include "core/dtype.h"
+
 #include <bit>
 #include <cstdint>
 
@@ -57,6 +59,29 @@ inline float decode_f16(uint16_t bits) {
   const uint32_t is_subnormal = 0u - static_cast<uint32_t>(exp == 0);
   const uint32_t finite = (subnormal & is_subnormal) | (normal & ~is_subnormal);
   return std::bit_cast<float>(sign | (special & is_special) | (finite & ~is_special));
+}
+
+// A row converted on the calling thread: for the short rows of kernels that run inside a
+// parallel region or call per row, where the bulk casts' parallel-if region (a team made
+// and freed per call, even of one thread) costs more than the conversion.
+inline void encode_row(DType dtype, const float* src, uint16_t* dst, int64_t n) {
+  if (dtype == DType::bf16) {
+#pragma omp simd
+    for (int64_t e = 0; e < n; ++e) dst[e] = encode_bf16(src[e]);
+  } else {
+#pragma omp simd
+    for (int64_t e = 0; e < n; ++e) dst[e] = encode_f16(src[e]);
+  }
+}
+
+inline void decode_row(DType dtype, const uint16_t* src, float* dst, int64_t n) {
+  if (dtype == DType::bf16) {
+#pragma omp simd
+    for (int64_t e = 0; e < n; ++e) dst[e] = decode_bf16(src[e]);
+  } else {
+#pragma omp simd
+    for (int64_t e = 0; e < n; ++e) dst[e] = decode_f16(src[e]);
+  }
 }
 
 }  // namespace ndt::cpu::lowp_bits
