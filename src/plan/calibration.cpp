@@ -156,7 +156,10 @@ void calibrate_ranks(const std::string& out) {
     figures[i++] += optimizer_bytes_per_s() / kPasses;
     figures[i++] += copy_bytes_per_s() / kPasses;
   }
-  const bool native_bf16 = kernels::lowp_gemm_backend(DType::bf16).starts_with("oneDNN");
+  // Every rank must take the same branch (it holds a barrier): native only where all are.
+  float fallback_somewhere = kernels::lowp_gemm_backend(DType::bf16).starts_with("oneDNN") ? 0.0f : 1.0f;
+  world->all_reduce(&fallback_somewhere, 1, DType::f32, ReduceOp::max);
+  const bool native_bf16 = fallback_somewhere == 0.0f;
   if (native_bf16) step("bf16 GEMM 2048^3");
   figures.push_back(native_bf16 ? resolve_peak_flops(0, threads, DType::bf16).flops_per_s : 0.0);
   // The mean over the ranks, exchanged as floats (figures up to 1e15 keep 7 digits).

@@ -1,10 +1,10 @@
 #include "kernels/cpu/instruction_rate.h"
 
 #include "core/error.h"
-#include "core/timing.h"
+
+#include <time.h>
 
 #include <algorithm>
-#include <chrono>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -84,12 +84,23 @@ double bf16_dot_loop(long, float*) { fail("bf16_dot_loop: this CPU has no AVX512
 
 namespace {
 
-// FLOP/s of one call of loop(iterations).
+// This thread's CPU seconds: they stop while the thread is descheduled, so ranks that share
+// cores (4 ranks on 2 cores) time the instruction itself, not their share of a core. Wall
+// time let one rank read its dot product faster than its FMA and another the reverse, and
+// ranks that disagree on the backend disagree on what else they do (a calibration's
+// barriers), so the ratio has to be the same on every rank.
+double thread_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+// FLOP/s of one call of loop(iterations), by this thread's CPU time.
 template <typename Loop>
 double loop_rate(Loop loop, long iterations, float* sink) {
-  const auto t0 = std::chrono::steady_clock::now();
+  const double t0 = thread_seconds();
   const double flops = loop(iterations, sink);
-  return flops / seconds_since(t0);
+  return flops / std::max(thread_seconds() - t0, 1e-9);
 }
 
 }  // namespace
@@ -100,7 +111,7 @@ double bf16_dot_over_fma_rate() {
   constexpr long kIterations = 1'000'000;
   float sink = 0;
   double dot = 0, fma = 0;
-  for (int trial = 0; trial < 3; ++trial) {
+  for (int trial = 0; trial < 5; ++trial) {
     dot = std::max(dot, loop_rate(bf16_dot_loop, kIterations, &sink));
     fma = std::max(fma, loop_rate(fma_loop, kIterations, &sink));
   }
