@@ -80,7 +80,9 @@ struct Task {
 
 // A task's key/value rows x [B, Tk, NKV, HS] in dtype: dst [ks.count][HS].
 void round_keys(const Task& t, const float* x, uint16_t* dst) {
-  for (int j = 0; j < t.s.ks.count; ++j) lowp_bits::encode_row(t.s.dtype, x + t.key(j), dst + int64_t{j} * t.s.HS, t.s.HS);
+  for (int j = 0; j < t.s.ks.count; ++j) {
+    lowp_bits::encode_row(t.s.dtype, x + t.key(j), dst + int64_t{j} * t.s.HS, t.s.HS);
+  }
 }
 
 // Query rows [r0, r1) of x [B, Tq, NH, HS] (the task's heads) in dtype: dst [r1 - r0][G][HS].

@@ -11,7 +11,7 @@
 //             for bf16; oneDNN 2.6 has no CPU f16 matmul), never its reference code. A
 //             shape for which oneDNN offers only reference code runs on the fallback.
 //             AMX and AVX512-BF16 treat subnormal bf16 inputs as zero.
-//   fallback  converts blocks of A and B to fp32 (cast_from_lowp) and calls OpenBLAS
+//   fallback  converts blocks of A and B to fp32 (lowp_bits.h) and calls OpenBLAS
 //             cblas_sgemm on them; any CPU.
 // The backend is decided per dtype at first use: NDT_LOWP_GEMM=onednn|fallback forces
 // one, else default_lowp_gemm_backend: oneDNN where native, except its AVX512-BF16 kernel

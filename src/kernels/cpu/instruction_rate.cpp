@@ -107,7 +107,7 @@ double loop_rate(Loop loop, long iterations, float* sink) {
 
 double bf16_dot_over_fma_rate() {
   if (!has_bf16_dot_product()) return 0;
-  // About 2 ms a trial at a few hundred GFLOP/s: the choice costs a few tens of ms once.
+  // 1.5-6 ms a trial at 100-200 GFLOP/s: the choice costs about 40 ms, once a process.
   constexpr long kIterations = 1'000'000;
   float sink = 0;
   double dot = 0, fma = 0;

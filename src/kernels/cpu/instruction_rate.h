@@ -22,10 +22,9 @@ double bf16_dot_loop(long iterations, float* sink);
 
 // One thread's bf16 dot-product FLOP/s over its fp32 FMA FLOP/s, each the best of five
 // trials of a few milliseconds by the thread's CPU time, the two alternated; 0 without the
-// instruction. oneDNN's
-// bf16 matmul without AMX is built on this instruction: where the ratio is below 1 (a CPU
-// that issues vdpbf16ps at half the FMA's rate, for example), fp32 sgemm on the converted
-// operands multiplies faster.
+// instruction. oneDNN's bf16 matmul without AMX is built on this instruction: where the
+// ratio is below 1 (a CPU that issues vdpbf16ps at half the FMA's rate, for example), fp32
+// sgemm on the converted operands multiplies faster.
 double bf16_dot_over_fma_rate();
 
 }  // namespace ndt::cpu
