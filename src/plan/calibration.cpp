@@ -124,6 +124,12 @@ double all_reduce_seconds(Communicator& world, size_t floats, int calls) {
 
 }  // namespace
 
+void keep_slowest_rank(Communicator& world, std::vector<float>& rates) {
+  for (float& r : rates) r = -r;  // the slowest rank's rate is the largest negated one
+  world.all_reduce(rates.data(), rates.size(), DType::f32, ReduceOp::max);
+  for (float& r : rates) r = -r;
+}
+
 void calibrate_ranks(const std::string& out) {
   MpiRuntime mpi;
   const std::unique_ptr<MpiCommunicator> world = mpi_world();
@@ -136,25 +142,27 @@ void calibrate_ranks(const std::string& out) {
     world->barrier();  // the ranks measure together, sharing the cores as a run's do
     if (lead) fmt::print("  {}\n", what), std::fflush(stdout);
   };
-  std::vector<double> figures;
-  step("FMA peak");
-  figures.push_back(measure_fma_peak_together(threads, *world));
-  // The kernels' figures: each the mean of kPasses passes through all of them, so that
-  // each samples the machine at several moments of a second or more, as a run's median
-  // step does (one pass of 50 ms per figure moved by 10-35% from one calibration to the
-  // next on a shared VM).
-  figures.resize(1 + kGemmWidths.size() + 4, 0.0);
+  // Each figure the mean of kPasses passes through all of them, so that each samples the
+  // machine at several moments of a second or more, as a run's median step does (one pass
+  // of 50 ms per figure moved by 10-35% from one calibration to the next on a shared VM);
+  // in each pass the slowest rank's figure (keep_slowest_rank). The FMA loop too: a
+  // validation divides each prediction by the run's FMA loop over this one (its load
+  // factor), so this one must sample the moments the kernels' figures did. Measured once
+  // before the passes, a 0.2 s slow moment read 113 GFLOP/s per rank where the runs read
+  // 218, and the 2-rank predictions came out 1.5-2x too fast (docs/planner.md).
+  std::vector<double> figures(1 + kGemmWidths.size() + 4, 0.0);
   for (int pass = 1; pass <= kPasses; ++pass) {
-    step(fmt::format("pass {} of {}: GEMMs of widths 32 to 512 (forward, input and weight gradients), attention "
-                     "core, layer norm and GELU, AdamW, memory copy",
+    step(fmt::format("pass {} of {}: FMA loop, GEMMs of widths 32 to 512 (forward, input and weight gradients), "
+                     "attention core, layer norm and GELU, AdamW, memory copy",
                      pass, kPasses)
              .c_str());
-    size_t i = 1;
-    for (int s : kGemmWidths) figures[i++] += linear_layer_flops(s) / kPasses;
-    figures[i++] += attention_flops() / kPasses;
-    figures[i++] += elementwise_bytes_per_s() / kPasses;
-    figures[i++] += optimizer_bytes_per_s() / kPasses;
-    figures[i++] += copy_bytes_per_s() / kPasses;
+    std::vector<float> pass_figures = {static_cast<float>(measure_fma_peak_together(threads, *world))};
+    for (int s : kGemmWidths) pass_figures.push_back(static_cast<float>(linear_layer_flops(s)));
+    for (double f : {attention_flops(), elementwise_bytes_per_s(), optimizer_bytes_per_s(), copy_bytes_per_s()}) {
+      pass_figures.push_back(static_cast<float>(f));
+    }
+    keep_slowest_rank(*world, pass_figures);
+    for (size_t i = 0; i < figures.size(); ++i) figures[i] += pass_figures[i] / kPasses;
   }
   // Every rank must take the same branch (it holds a barrier): native only where all are.
   float fallback_somewhere = kernels::lowp_gemm_backend(DType::bf16).starts_with("oneDNN") ? 0.0f : 1.0f;
@@ -162,7 +170,8 @@ void calibrate_ranks(const std::string& out) {
   const bool native_bf16 = fallback_somewhere == 0.0f;
   if (native_bf16) step("bf16 GEMM 2048^3");
   figures.push_back(native_bf16 ? resolve_peak_flops(0, threads, DType::bf16).flops_per_s : 0.0);
-  // The mean over the ranks, exchanged as floats (figures up to 1e15 keep 7 digits).
+  // The mean over the ranks, exchanged as floats (figures up to 1e15 keep 7 digits): the
+  // bf16 GEMM's; the others are the same on every rank already.
   std::vector<float> mean(figures.begin(), figures.end());
   world->all_reduce(mean.data(), mean.size(), DType::f32, ReduceOp::avg);
   step("MPI all-reduce, 1 float and 4 MiB");

@@ -13,19 +13,28 @@
 //   collectives          MPI all-reduce of one float (the per-call cost) and of 4 MiB
 //                        (the bandwidth of the wire bytes), on the N ranks
 //   bf16 GEMM            where the CPU multiplies bf16 natively (oneDNN): a 2048^3 GEMM
-// The compute figures are the ranks' mean; a run of the same N ranks then meets
-// `--validate`'s bound (plan/validation.h).
+// The compute figures up to the copy are each the mean of five passes through them all
+// (the FMA loop's too: a validation's load factor divides by it), in each pass the slowest
+// rank's. `--validate` holds a run of the same N ranks to them (plan/validation.h).
 #pragma once
 
+#include "comm/communicator.h"
 #include "plan/device_profile.h"
 
 #include <string>
+#include <vector>
 
 namespace ndt {
 
 // Measures on `ranks` ranks of this machine (started under mpirun for more than one,
 // printing progress) and writes the device file to `out`; returns its profile.
 DeviceProfile run_calibration(int ranks, const std::string& out);
+
+// Each of the ranks' rates (higher is faster) replaced by the slowest rank's, on every
+// rank: ranks that synchronise run at its pace. (A DDP step on 2 ranks sharing 2 cores
+// spent 0.016 s in its all-reduces in one run and 0.048 s in the next, where the bytes
+// take about 4 ms: the rest was waiting for the other rank.)
+void keep_slowest_rank(Communicator& world, std::vector<float>& rates);
 
 // The measuring side, on every rank of the job (`ndtrain plan --calibrate-rank`): rank 0
 // prints the progress and writes the device file to `out`.
