@@ -20,9 +20,9 @@ enum class OpClass {
   attention,      // attention and ring attention's span kernels
   cross_entropy,  // softmax cross-entropy, fused or in pieces
   norm,           // layernorm, rmsnorm
-  elementwise,    // activations, residual adds, bias, rope, embedding, copies
+  elementwise,    // activations, residual adds, bias, rope, embedding, copies, zeroing gradients
   cast,           // fp32 <-> bf16 / f16 conversions
-  optimizer,      // AdamW
+  optimizer,      // AdamW, and the gradient norm's sum of squares (optim/clip.cpp)
   untimed,        // bookkeeping calls (thread count, backend names): not timed
 };
 inline constexpr size_t kNumOpClasses = 10;

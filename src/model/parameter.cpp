@@ -158,6 +158,7 @@ void ParameterStore::point_grads() {
 }
 
 void ParameterStore::zero_grads() {
+  const kernels::ProfileScope scope(kernels::OpClass::elementwise);
   if (!grads_.defined()) {
     grads_ = Tensor::empty({grad_numel_}, DType::f32, MemTag::grads);
     point_grads();

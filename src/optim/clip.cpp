@@ -1,6 +1,7 @@
 #include "optim/clip.h"
 
 #include "core/error.h"
+#include "kernels/profile.h"
 
 #include <algorithm>
 #include <vector>
@@ -38,6 +39,7 @@ double SquareLanes::total() const {
 }
 
 double sum_of_squares(const float* g, int64_t n) {
+  const kernels::ProfileScope scope(kernels::OpClass::optimizer);  // the clip's norm, beside AdamW
   constexpr int64_t kChunk = kSquaresChunk;
   const int64_t chunks = (n + kChunk - 1) / kChunk;
   std::vector<double> partial(static_cast<size_t>(chunks), 0.0);

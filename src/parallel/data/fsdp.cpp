@@ -401,6 +401,7 @@ void FullyShardedDataParallel::finish_reduce(Group& g, Group::ReducePart& part) 
 
 void FullyShardedDataParallel::zero_grads() {
   if (offloaded_) return offloaded_->begin_step();
+  const kernels::ProfileScope scope(kernels::OpClass::elementwise);
   grad_shards_.zero_();
 }
 
