@@ -149,7 +149,7 @@ void calibrate_ranks(const std::string& out) {
   // validation divides each prediction by the run's FMA loop over this one (its load
   // factor), so this one must sample the moments the kernels' figures did. Measured once
   // before the passes, a 0.2 s slow moment read 113 GFLOP/s per rank where the runs read
-  // 218, and the 2-rank predictions came out 1.5-2x too fast (docs/planner.md).
+  // 198-225, and the 2-rank predictions came out 1.4-1.9x too fast (docs/planner.md).
   std::vector<double> figures(1 + kGemmWidths.size() + 4, 0.0);
   for (int pass = 1; pass <= kPasses; ++pass) {
     step(fmt::format("pass {} of {}: FMA loop, GEMMs of widths 32 to 512 (forward, input and weight gradients), "
