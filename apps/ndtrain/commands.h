@@ -211,6 +211,7 @@ struct PlanOptions {
   // The network between nodes, replacing the profile's (the cpu profile knows one machine
   // only): Gbit/s per device and direction, and latency per message; 0: the profile's.
   double inter_node_gbps = 0, inter_node_latency_us = 0;
+  double expert_load = 1;  // Cluster::expert_load
   // --device cpu: the ranks sharing this machine's cores (0: a node's devices). Emulated
   // hosts (scripts/hosts.sh) are nodes that share one machine: give every rank.
   int cpu_ranks = 0;

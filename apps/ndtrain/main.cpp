@@ -303,6 +303,9 @@ int main(int argc, char** argv) {
                    "share one machine: give every rank)");
   plan->add_option("--inter-node-latency-us", plan_options.inter_node_latency_us,
                    "Latency of a message between nodes, microseconds (default: the profile's)");
+  plan->add_option("--expert-load", plan_options.expert_load,
+                   "MoE under ep: the most loaded ep rank's expert rows over the mean rank's that the step time "
+                   "assumes (default 1: balanced routing; a run records its own in metrics.jsonl, moe.expert_load)");
   plan->add_option("--devices", plan_options.devices, "Devices in all (any two of the three sizes fix the third)");
   plan->add_option("--seq", plan_options.seq_len, "Tokens per sequence (default: the config's train.seq_len)");
   plan->add_option("--batch", plan_options.batch, "Sequences per step (default: the config's train.batch_size)");

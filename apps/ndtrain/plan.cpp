@@ -145,7 +145,11 @@ int run_plan(const PlanOptions& o) {
                                                              : std::string("one per device"));
   }
   if (o.inter_node_latency_us > 0) device.inter_node.latency_s = o.inter_node_latency_us * 1e-6;
-  const Cluster cluster = make_cluster(device, o.nodes, o.devices_per_node, o.devices);
+  Cluster cluster = make_cluster(device, o.nodes, o.devices_per_node, o.devices);
+  NDT_CHECK(o.expert_load >= 1 && std::isfinite(o.expert_load),
+            "--expert-load {} must be at least 1 (the most loaded ep rank over the mean rank; 1: balanced)",
+            o.expert_load);
+  cluster.expert_load = o.expert_load;
   const PlanSpace space = search_space(o);
 
   const ModelConfig& m = base.model;

@@ -21,6 +21,7 @@ void ExpertDispatch::plan(ExpertRoute& route) const {
   route.ep = 1;
   route.local_experts = static_cast<int>(route.send_counts.size());
   route.recv_counts = route.send_counts;
+  route.most_loaded_rows = route.expert_rows();
 }
 
 void ExpertDispatch::to_experts(const ExpertRoute& route, const float* tokens, float* experts, int64_t width) const {

@@ -27,6 +27,9 @@ struct ExpertRoute {
   int ep = 1, local_experts = 0;
   std::vector<int64_t> send_counts;  // [E] token side
   std::vector<int64_t> recv_counts;  // [ep x local_experts] expert side, [src][le]
+  // The most expert-side rows any rank of the ep group processes: the rank the group's
+  // next exchange waits for (ep = 1: this rank's expert_rows()).
+  int64_t most_loaded_rows = 0;
   int64_t token_rows() const;        // the sum of send_counts
   int64_t expert_rows() const;       // the sum of recv_counts
   // Rows local expert le processes (summed over the sources).
@@ -41,7 +44,8 @@ class ExpertDispatch {
   // The experts this rank holds (E / size()) and the first of them.
   int local_experts(int n_experts) const { return n_experts / size(); }
   int first_expert(int n_experts) const { return rank() * local_experts(n_experts); }
-  // Fills route.recv_counts from route.send_counts (ep > 1: exchanges the counts).
+  // Fills route.recv_counts and most_loaded_rows from route.send_counts (ep > 1:
+  // exchanges the counts).
   virtual void plan(ExpertRoute& route) const;
   // Token side [token_rows, width] -> expert side [expert_rows, width] (written).
   virtual void to_experts(const ExpertRoute& route, const float* tokens, float* experts, int64_t width) const;

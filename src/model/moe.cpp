@@ -17,6 +17,8 @@ void MoeStats::add(const MoeStats& other) {
   for (size_t e = 0; e < other.tokens_per_expert.size(); ++e) tokens_per_expert[e] += other.tokens_per_expert[e];
   assignments += other.assignments;
   dropped += other.dropped;
+  expert_rows += other.expert_rows;
+  most_loaded_rows += other.most_loaded_rows;
 }
 
 void append_moe_parameter_specs(std::vector<ParameterSpec>& specs, const ModelConfig& c, int layer) {
@@ -204,6 +206,8 @@ void MoeLayer::route(MoeActivations& a, const MoeBatch& batch, const float* x, d
     for (int e = 0; e < E; ++e) stats->tokens_per_expert[static_cast<size_t>(e)] += kept[static_cast<size_t>(e)];
     stats->assignments += N * k;
     stats->dropped += dropped;
+    stats->expert_rows += a.route.expert_rows();
+    stats->most_loaded_rows += a.route.most_loaded_rows;
   }
 }
 

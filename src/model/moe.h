@@ -69,6 +69,10 @@ struct MoeStats {
   std::vector<int64_t> tokens_per_expert;  // kept assignments per global expert, summed over MoE blocks
   int64_t assignments = 0;                  // token x slot choices, kept or dropped
   int64_t dropped = 0;
+  // Expert-side rows summed over blocks and micro-batches: this rank's, and its ep
+  // group's most loaded rank's (ExpertRoute::most_loaded_rows). Their ratio over the
+  // ranks is how much longer the experts take than under balanced routing.
+  int64_t expert_rows = 0, most_loaded_rows = 0;
   void add(const MoeStats& other);
 };
 

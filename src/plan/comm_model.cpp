@@ -310,7 +310,7 @@ void moe_forward(Acc& a, int64_t times) {
   const int E = l.c.model.n_experts;
   if (l.cp > 1) a.op(Axis::cp, CommOp::all_reduce, 2 * l.micro * E * kF32, times);  // per-sequence counts, score sums
   if (l.ep == 1) return;
-  a.op(Axis::ep, CommOp::all_to_all, int64_t{E} * 4, times);  // the int32 row counts
+  a.op(Axis::ep, CommOp::all_gather, int64_t{l.ep} * E * 4, times);  // every rank's int32 row counts
   add_all_to_all_v(a.on(Axis::ep), routed_row_bytes(l), l.ep, 2 * times);  // dispatch, combine
 }
 void moe_backward(Acc& a, int64_t times) {
@@ -696,7 +696,7 @@ void trainer_collectives(Acc& a) {
   const Layout& l = a.l;
   const RunConfig& c = l.c;
   const int world = static_cast<int>(l.mesh.product());
-  if (c.model.is_moe()) add(a.s.world, CommOp::all_reduce, (4 + int64_t{c.model.n_experts}) * kF32, world);
+  if (c.model.is_moe()) add(a.s.world, CommOp::all_reduce, (6 + int64_t{c.model.n_experts}) * kF32, world);
   const int64_t losses = c.z_loss > 0 ? 2 : 1;  // the loss and the z term
   if (l.size(Axis::dp_cp) > 1) a.op(Axis::dp_cp, CommOp::all_reduce, losses * kF32);
   if (c.precision.fp8) {

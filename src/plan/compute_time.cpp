@@ -20,17 +20,17 @@ double gemm_efficiency_at(const DeviceProfile& device, double m, double n, doubl
 }
 
 double stage_gemm_efficiency(const DeviceProfile& device, const ModelConfig& model,
-                             const std::vector<ParameterSpec>& local_specs, double tokens) {
+                             const std::vector<ParameterSpec>& local_specs, double tokens, double expert_rows) {
   if (device.gemm_efficiency_by_size.empty()) return device.gemm_efficiency;
   double flops = 0, seconds_at_peak = 0;  // per unit of peak
   for (const ParameterSpec& spec : local_specs) {
     const Shape& s = spec.logical_shape;
     const bool lookup = spec.name == "wpe.weight" || (spec.name == "wte.weight" && !model.tied_embeddings);
     if (lookup || s.size() < 2) continue;
-    const double rows = spec.expert ? tokens * model.moe_top_k / model.n_experts : tokens;
+    const double rows = spec.expert ? expert_rows : tokens;
     const double out = static_cast<double>(s[s.size() - 2]), in = static_cast<double>(s.back());
-    const double matrices = spec.expert ? static_cast<double>(s.front()) : 1.0;
-    const double f = matrices * rows * out * in;
+    // The weights: the experts' FLOPs are those of this rank's tokens, k of E experts each.
+    const double f = (spec.expert ? tokens * model.moe_top_k : tokens) * out * in;
     flops += f;
     seconds_at_peak += f / gemm_efficiency_at(device, rows, out, in);
   }

@@ -21,10 +21,10 @@ double gemm_efficiency_at(const DeviceProfile& device, double m, double n, doubl
 
 // The efficiency of a stage's matmuls as one figure: the FLOP-weighted harmonic mean of
 // gemm_efficiency_at over its weight matrices (`local_specs`: one tp rank's), each a
-// GEMM of `tokens` rows (an expert's: its share of the routed rows). Embedding lookups
-// and vectors are not matmuls; a stage with none gives the device's gemm_efficiency.
+// GEMM of `tokens` rows, an expert's of `expert_rows`. Embedding lookups and vectors are
+// not matmuls; a stage with none gives the device's gemm_efficiency.
 double stage_gemm_efficiency(const DeviceProfile& device, const ModelConfig& model,
-                             const std::vector<ParameterSpec>& local_specs, double tokens);
+                             const std::vector<ParameterSpec>& local_specs, double tokens, double expert_rows);
 
 // FLOP/s of the attention core: the device's figure, at most `gemm_rate` (the run's);
 // `gemm_rate` where the device does not give it.

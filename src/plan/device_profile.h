@@ -102,6 +102,10 @@ struct Cluster {
   DeviceProfile device;
   int nodes = 1;
   int devices_per_node = 1;
+  // What the plan assumes of an MoE model's routing under ep: the most loaded ep rank's
+  // expert-side rows over the mean rank's (1: balanced; `ndtrain plan --expert-load`).
+  // Not a property of the hardware, but every scoring call takes the cluster.
+  double expert_load = 1;
   int devices() const { return nodes * devices_per_node; }  // at most kMaxClusterDevices (make_cluster)
 };
 

@@ -306,6 +306,20 @@ std::string stage_kind(const std::vector<char>& units, int stage, int pp, const 
   return kind;
 }
 
+// Per unit, the FLOPs per token of the routed experts' matmuls (k of E experts: forward,
+// input and weight gradients), the part of unit_flops_per_token that runs on the rank
+// holding the experts, so under ep at the pace of the group's most loaded rank.
+std::vector<double> unit_expert_flops_per_token(const ModelConfig& model) {
+  std::vector<double> flops(static_cast<size_t>(model.n_layer) + 2, 0.0);
+  for (const ParameterSpec& spec : model_parameter_specs(model)) {
+    if (!spec.expert) continue;
+    const double per_element = spec.frozen ? 4.0 : 6.0;
+    flops[static_cast<size_t>(spec.unit)] +=
+        per_element * static_cast<double>(shape_numel(spec.logical_shape)) * model.moe_top_k / model.n_experts;
+  }
+  return flops;
+}
+
 // What scoring layouts of one model and run shares, computed once: the parameter specs
 // and FLOPs per unit, each pipeline split, each stage's tp-local specs.
 class LayoutScorer {
@@ -315,7 +329,8 @@ class LayoutScorer {
         seq_len_(base.seq_len),
         loss_chunk_rows_(base.loss_chunk_rows),
         specs_(model_parameter_specs(base.model)),
-        unit_flops_(unit_flops_per_token(base.model, base.seq_len)) {}
+        unit_flops_(unit_flops_per_token(base.model, base.seq_len)),
+        unit_expert_flops_(unit_expert_flops_per_token(base.model)) {}
 
   LayoutScore score(const RunConfig& config, const Cluster& cluster);
 
@@ -421,6 +436,7 @@ class LayoutScorer {
   std::map<std::tuple<int, bool, int, int, int, int, int, int, int, int>, int64_t> activations_;
   std::vector<ParameterSpec> specs_;
   std::vector<double> unit_flops_;
+  std::vector<double> unit_expert_flops_;
   std::map<std::tuple<int, int, bool>, std::vector<double>> recompute_;
   std::map<int, PipelineStages> stages_;
   std::map<std::tuple<int, int, int>, std::vector<char>> local_units_;
@@ -527,10 +543,11 @@ StageCompute LayoutScorer::stage_compute(const Candidate& c, int stage) {
   const DeviceProfile& device = c.cluster.device;
   const std::vector<char>& local_units = c.stage_units[static_cast<size_t>(stage)];
   const std::vector<double>& unit_recompute = recompute_flops(c);
-  double flops = 0, recompute = 0, attention = 0;
+  double flops = 0, recompute = 0, attention = 0, experts = 0;
   for (int u = 0; u < static_cast<int>(unit_flops_.size()); ++u) {
     if (!local_units.empty() && !local_units[static_cast<size_t>(u)]) continue;
     flops += unit_flops_[static_cast<size_t>(u)];
+    experts += unit_expert_flops_[static_cast<size_t>(u)];
     recompute += unit_recompute[static_cast<size_t>(u)];
     if (u >= 1 && u <= model_.n_layer) attention += 12.0 * model_.d_model * static_cast<double>(config.seq_len);
   }
@@ -538,6 +555,11 @@ StageCompute LayoutScorer::stage_compute(const Candidate& c, int stage) {
                               ? c.contexts[static_cast<size_t>(stage)]
                               : activation_bytes(config, c.layout, c.resolved.micro_batch_size, c.m, stage, local_units, {});
   const double memory_s = 3.0 * static_cast<double>(traffic) / elementwise_rate(device);
+  // Under ep the experts' matmuls run at the pace of the group's most loaded rank: the
+  // cluster's expert_load times the balanced rows (each local expert's GEMM gets the ep
+  // group's rows for it).
+  const double load = c.m.ep > 1 ? c.cluster.expert_load : 1.0;
+  const double expert_rows = c.tokens_mb * model_.moe_top_k * c.m.ep * load / std::max(model_.n_experts, 1);
   // The matmuls at the efficiency of their shapes (plan/compute_time.h), the attention
   // core at its own rate.
   const double gemm_rate =
@@ -545,9 +567,10 @@ StageCompute LayoutScorer::stage_compute(const Candidate& c, int stage) {
           ? c.gemm_rate
           : device.peak_flops(config.precision.compute, config.precision.fp8) *
                 stage_gemm_efficiency(device, model_,
-                                      stage_specs(c.m.tp, c.m.pp, chunk_arrangement(config), stage, local_units), c.tokens_mb);
+                                      stage_specs(c.m.tp, c.m.pp, chunk_arrangement(config), stage, local_units),
+                                      c.tokens_mb, expert_rows);
   const double per_flop = 1.0 / gemm_rate, attention_per_flop = 1.0 / attention_rate(device, c.gemm_rate);
-  const double tokens = c.tokens_mb / c.m.tp, matmul = flops - attention;
+  const double tokens = c.tokens_mb / c.m.tp, matmul = flops - attention + (load - 1) * experts;
   const ShardingCopies copies = sharding_copies(config.zero_stage);
   const double copy_s = parameter_copy_seconds(c, stage);
   StageCompute s;

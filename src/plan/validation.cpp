@@ -117,6 +117,21 @@ std::map<std::pair<std::string, std::string>, std::pair<int64_t, int64_t>> step_
   return out;
 }
 
+// The steps' timed records (after the warm-up ones): those the median step time reads.
+constexpr size_t kFirstTimedStep = 3;
+
+// The experts' load of an MoE run (its records' moe.expert_load), the median over the
+// timed steps; 1 for a dense model.
+double median_expert_load(const std::vector<nlohmann::json>& steps) {
+  std::vector<double> loads;
+  for (size_t i = kFirstTimedStep; i < steps.size(); ++i) {
+    if (steps[i].contains("moe")) loads.push_back(steps[i]["moe"].at("expert_load").get<double>());
+  }
+  if (loads.empty()) return 1;
+  std::sort(loads.begin(), loads.end());
+  return loads[loads.size() / 2];
+}
+
 // Runs the case's training job into `out`.
 void run_case(const ValidationCase& c, const fs::path& out, const std::string& base_config) {
   std::string command = this_binary_on_ranks(c.ranks);
@@ -139,10 +154,11 @@ void compare_memory_and_time(ValidationRow& row, const RunConfig& config, const 
   row.comm_buffers[0] = tag("comm", "peak");
   row.comm_buffers[1] = static_cast<double>(predicted.comm_buffers);
   std::vector<double> times;
-  for (size_t i = 3; i < steps.size(); ++i) times.push_back(steps[i].at("step_s").get<double>());
+  for (size_t i = kFirstTimedStep; i < steps.size(); ++i) times.push_back(steps[i].at("step_s").get<double>());
   std::sort(times.begin(), times.end());
   row.step_s[0] = times[times.size() / 2];
   row.step_s[1] = plan.time.step_s / row.load;
+  row.balanced_step_s /= row.load;
   row.predicted_time = fmt::format("compute {:.4f} s, exposed communication {:.4f} s, bubble {:.4f} s, optimizer {:.4f} s",
                                    plan.time.compute_s, plan.time.exposed_comm_s, plan.time.bubble_s, plan.time.optimizer_s);
 
@@ -209,8 +225,12 @@ ValidationRow validate_case(const ValidationCase& c, int index, const fs::path& 
   std::vector<std::string> settings = c.settings;
   settings.push_back("runtime.out_dir=" + out.string());
   const RunConfig config = read_run_config(base_config, settings);
-  const LayoutScore plan = score_layout(config, cluster);
   const std::vector<nlohmann::json> steps = step_records(out / "metrics.jsonl");
+  row.expert_load = median_expert_load(steps);
+  Cluster routed = cluster;
+  routed.expert_load = row.expert_load;
+  const LayoutScore plan = score_layout(config, routed);
+  if (row.expert_load != 1) row.balanced_step_s = score_layout(config, cluster).time.step_s;
   const double run_fma = steps.front().at("run").at("peak_flops").get<double>();
   if (cluster.device.fma_flops_per_s > 0) row.load = run_fma / cluster.device.fma_flops_per_s;
   compare_memory_and_time(row, config, plan, steps);
@@ -267,8 +287,12 @@ void print_progress(const ValidationRow& r) {
              "against {:.4f} s predicted ({})\n",
              r.name, r.ranks, r.ranks == 1 ? "" : "s", percent(r.model_states), percent(r.activations),
              percent(r.comm_buffers), r.wire_bytes[0], r.wire_bytes[1], r.step_s[0], r.step_s[1], percent(r.step_s));
-  fmt::print("  {:<24} predicted {}; load {:.2f} (the run's FMA loop over the calibration's)\n", "", r.predicted_time,
-             r.load);
+  fmt::print("  {:<24} predicted {}; load {:.2f} (the run's FMA loop over the calibration's){}\n", "",
+             r.predicted_time, r.load,
+             r.expert_load != 1 ? fmt::format("; experts' load {:.2f} (the run's routing: the most loaded ep rank's "
+                                              "expert rows over the mean; balanced, the prediction is {:.4f} s)",
+                                              r.expert_load, r.balanced_step_s)
+                                : "");
   std::fflush(stdout);
 }
 
@@ -308,16 +332,17 @@ ValidationRow merge_validation_rounds(const std::vector<ValidationRow>& rounds, 
   NDT_CHECK(!rounds.empty(), "merge_validation_rounds: no rounds");
   ValidationRow row = rounds.front();  // the first round's memory and bytes for the table
   row.mismatches.clear(), row.notes.clear();
-  std::vector<double> measured, predicted, loads;
+  std::vector<double> measured, predicted, loads, expert_loads;
   for (size_t r = 0; r < rounds.size(); ++r) {
     const ValidationRow& round = rounds[r];
     measured.push_back(round.step_s[0]), predicted.push_back(round.step_s[1]), loads.push_back(round.load);
+    expert_loads.push_back(round.expert_load);
     const std::string prefix = rounds.size() > 1 ? fmt::format("round {}: ", r + 1) : "";
     for (const std::string& m : round.mismatches) row.mismatches.push_back(prefix + m);
     for (const std::string& n : round.notes) row.notes.push_back(prefix + n);
   }
   row.step_s[0] = median_of_middle(measured), row.step_s[1] = median_of_middle(predicted),
-  row.load = median_of_middle(loads);
+  row.load = median_of_middle(loads), row.expert_load = median_of_middle(expert_loads);
   const double e = relative_error(row.step_s[0], row.step_s[1]);
   if (!(std::abs(e) <= time_bound)) {
     row.mismatches.push_back(fmt::format("step time: measured {:.4f} s, predicted {:.4f} s ({:+.1f}%, the bound {:.0f}%{})",

@@ -15,7 +15,9 @@
 //              (plan/calibration.h) of the run's rank count, divided by the run's load
 //              factor (its own FMA measurement at start over the calibration's: a shared
 //              machine gives a run a varying share of its cores): within the time bound
-//              (default 20%); with --rounds N, the medians over N runs of the set, beside
+//              (default 20%); an MoE run under ep is predicted with the experts'
+//              load its routing had (its metrics' moe.expert_load, the median over
+//              the timed steps: Cluster::expert_load); with --rounds N, the medians over N runs of the set, beside
 //              how closely the rounds agree with each other
 #pragma once
 
@@ -35,6 +37,10 @@ struct ValidationRow {
   // How much of the machine the run had against its calibration: the FMA loop the run
   // measured at its start over the profile's (1 without a calibrated profile).
   double load = 1;
+  // MoE under ep: the experts' load the run's routing had, which the prediction assumes
+  // (the most loaded ep rank's expert rows over the mean rank's; 1 otherwise).
+  double expert_load = 1;
+  double balanced_step_s = 0;  // the prediction under balanced routing (expert_load 1), load-scaled
   std::string predicted_time;  // the prediction's parts
   int64_t wire_bytes[2] = {0, 0};  // one step, all axes
   int64_t calls[2] = {0, 0};

@@ -136,7 +136,8 @@ void MetricsWriter::step(const StepStats& s, const RunConfig& config, DeviceMesh
     record["moe"] = {{"aux_loss", number(s.moe_aux_loss)},
                      {"z_loss", number(s.moe_z_loss)},
                      {"drop_rate", s.moe_drop_rate},
-                     {"tokens_per_expert", s.moe_tokens_per_expert}};
+                     {"tokens_per_expert", s.moe_tokens_per_expert},
+                     {"expert_load", s.moe_expert_load}};
   }
   if (s.overflow_skipped) {
     record["update_skipped"] = fmt::format("overflow at loss scale {}: scale now {}", s.loss_scale, s.next_loss_scale);

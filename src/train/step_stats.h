@@ -56,9 +56,9 @@ struct StepStats {
   std::string intervention;
   // Mixture of experts (docs/moe.md), over the global batch and every MoE block: the
   // load-balancing and router z-loss terms the objective adds (means, like loss), the
-  // fraction of token x slot assignments capacity dropped, and the assignments each
-  // expert processed.
-  double moe_aux_loss = 0, moe_z_loss = 0, moe_drop_rate = 0;
+  // fraction of token x slot assignments capacity dropped, the assignments each expert
+  // processed, and the experts' load under ep (MoeJobTotals::expert_load).
+  double moe_aux_loss = 0, moe_z_loss = 0, moe_drop_rate = 0, moe_expert_load = 1;
   std::vector<int64_t> moe_tokens_per_expert;
 };
 

@@ -188,6 +188,7 @@ void Trainer::collect_moe_totals(StepStats& s) {
   s.moe_z_loss = totals.z_sum / tokens;
   s.moe_drop_rate = totals.assignments > 0 ? totals.dropped / totals.assignments : 0.0;
   s.moe_tokens_per_expert = totals.tokens_per_expert;
+  s.moe_expert_load = totals.expert_load;
 }
 
 std::array<double, 2> Trainer::mean_losses(const MicroBatchLosses& sums, int64_t counted) {

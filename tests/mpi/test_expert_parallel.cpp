@@ -10,6 +10,8 @@
 // resumed on one rank and under DDP x ep = world. Training with DDP x ep against one
 // rank and checkpoints across ep sizes: tests/mpi/test_moe.cpp. Runs under mpirun with
 // 2 and 4 ranks.
+#include <algorithm>
+
 #include "../common/one_rank_mesh.h"
 #include "../common/temp_dir.h"
 #include "../train/test_support.h"
@@ -187,7 +189,17 @@ void expect_dispatch_round_trip(DeviceMesh& mesh, const char* what) {
   dispatch.plan(route);
   EXPECT_EQ(route.ep, n) << what;
   ASSERT_EQ(route.local_experts, kLocalExperts) << what;
-  EXPECT_EQ(ep.stats()[CommOp::all_to_all].payload_bytes, 4 * E) << what;
+  EXPECT_EQ(ep.stats()[CommOp::all_gather].payload_bytes, 4 * E * n) << what;
+  // The most loaded rank's expert-side rows, the same on every rank of the group.
+  int64_t most_loaded = 0;
+  for (int holder = 0; holder < n; ++holder) {
+    int64_t rows = 0;
+    for (int src = 0; src < n; ++src) {
+      for (int le = 0; le < kLocalExperts; ++le) rows += routed(group, src, holder * kLocalExperts + le);
+    }
+    most_loaded = std::max(most_loaded, rows);
+  }
+  EXPECT_EQ(route.most_loaded_rows, most_loaded) << what;
   // Expert side: each local expert's rows, from every source in rank order.
   std::vector<float> expected;
   int64_t from_self = 0;
@@ -222,7 +234,8 @@ void expect_dispatch_round_trip(DeviceMesh& mesh, const char* what) {
 }
 
 // Catches: rows sent to the wrong rank, left in [src][le] order, an expert receiving nothing mishandled, a combine
-// that is not the exact inverse, or counters that count rows kept on the rank as sent.
+// that is not the exact inverse, counters that count rows kept on the rank as sent, or a most loaded rank
+// taken from this rank's rows alone.
 TEST(ExpertParallelDispatch, EveryExpertGetsItsRowsAndCombineRestoresThem) {
   Communicator& world = testing::world();
   const int n = world.size();

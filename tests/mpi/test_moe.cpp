@@ -121,10 +121,11 @@ INSTANTIATE_TEST_SUITE_P(Families, MoeTest, ::testing::Values(testing::Family{"g
 
 // One step's traffic on ep, summed over the ranks: the row exchanges carry every kept
 // assignment's row of d_model floats four times (dispatch and combine, forward and
-// backward), exactly; the count exchange E int32 per rank, once per MoE block and
-// micro-step (forward only: backward reuses the route); the gradient norm's one float;
-// nothing else travels on ep.
-// Catches: a row sent twice, a count exchange in backward, a reduction on the ep group.
+// backward), exactly; the count exchange gathers E int32 from every rank, once per MoE
+// block and micro-step (forward only: backward reuses the route); the gradient norm's one
+// float; nothing else travels on ep. The step records the experts' load.
+// Catches: a row sent twice, a count exchange in backward, a reduction on the ep group, an
+// experts' load not recorded.
 TEST(MoeComm, AllToAllBytesEqualTheRoutedTokens) {
   Communicator& world = testing::world();
   const int n = world.size();
@@ -148,12 +149,18 @@ TEST(MoeComm, AllToAllBytesEqualTheRoutedTokens) {
   EXPECT_EQ(routed, int64_t{c.batch_size} * c.seq_len * c.model.moe_top_k * c.model.n_layer) << "dropless";
   const int64_t micro_steps = c.batch_size / n, blocks = c.model.n_layer;
   EXPECT_EQ(summed(CommOp::all_to_all_v), std::pair(n * micro_steps * blocks * 4, routed * c.model.d_model * 4 * 4));
-  EXPECT_EQ(summed(CommOp::all_to_all), std::pair(n * micro_steps * blocks, n * micro_steps * blocks * c.model.n_experts * 4));
+  EXPECT_EQ(summed(CommOp::all_gather),
+            std::pair(n * micro_steps * blocks, n * micro_steps * blocks * n * c.model.n_experts * 4));
   // The gradient norm sums the experts' squares over ep: one all-reduce of one float.
   EXPECT_EQ(summed(CommOp::all_reduce), std::pair(int64_t{n}, int64_t{n} * 4));
-  for (CommOp op : {CommOp::all_gather, CommOp::reduce_scatter, CommOp::send}) {
+  for (CommOp op : {CommOp::all_to_all, CommOp::reduce_scatter, CommOp::send}) {
     EXPECT_EQ(after[op].calls - before[op].calls, 0) << comm_op_name(op) << " on ep";
   }
+  // The experts' load: 1 on one rank; on more, above 1 unless every block's every
+  // micro-step split its rows evenly, and at most n (one rank processing every row).
+  if (n == 1) EXPECT_EQ(s.moe_expert_load, 1.0);
+  if (n > 1) EXPECT_GT(s.moe_expert_load, 1.0);
+  EXPECT_LE(s.moe_expert_load, n);
 }
 
 // Saved under ep = 2, resumed on one rank and on ep = world: the experts' blocks are

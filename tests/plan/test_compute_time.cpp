@@ -69,6 +69,31 @@ TEST(ComputeTime, StepUsesTheCalibratedFiguresAndOnlyThem) {
   EXPECT_NEAR(score_layout(c, make_cluster(slow, 1, 1, 0)).time.optimizer_s, 10 * optimizer_s, 1e-9 * optimizer_s);
 }
 
+// Catches: the experts' load not reaching the step under ep, reaching it without ep (where
+// every rank processes its own tokens' rows), or scaling more than the routed experts'
+// matmuls (a device without an efficiency table: every matmul at one rate).
+TEST(ComputeTime, ExpertsRunAtTheMostLoadedEpRanksPace) {
+  RunConfig c;
+  c.model = ModelConfig::preset("gpt2-moe-tiny");
+  c.seq_len = 64, c.batch_size = 8;
+  c.mesh.dp_shard = 2, c.mesh.ep = 2, c.zero_stage = 1;
+  const DeviceProfile d = builtin_device("h100-sxm");
+  Cluster balanced = make_cluster(d, 1, 2, 0), skewed = balanced;
+  skewed.expert_load = 1.5;
+  const double before = score_layout(c, balanced).time.compute_s;
+  // The routed experts' matmuls of this rank's 4 x 64 tokens: 6 FLOPs per weight element
+  // and token, k of E experts' weights each token.
+  int64_t expert_params = 0;
+  for (const ParameterSpec& spec : model_parameter_specs(c.model)) {
+    if (spec.expert) expert_params += shape_numel(spec.logical_shape);
+  }
+  const double expert_flops = 6.0 * static_cast<double>(expert_params) * c.model.moe_top_k / c.model.n_experts * 4 * 64;
+  const double expected = before + 0.5 * expert_flops / (d.peak_fp32 * d.gemm_efficiency);
+  EXPECT_NEAR(score_layout(c, skewed).time.compute_s, expected, 1e-9 * expected);
+  c.mesh.ep = 1;
+  EXPECT_DOUBLE_EQ(score_layout(c, skewed).time.compute_s, score_layout(c, balanced).time.compute_s);
+}
+
 // Catches: a per-call cost not charged per call (FSDP's many small collectives priced
 // like DDP's few).
 TEST(ComputeTime, PerCallCostIsChargedForEveryCall) {

@@ -57,6 +57,9 @@ TEST(PlanCli, RefusesBadInputByName) {
   r = testing::run_command(kNdtrain + " plan --preset llama3-8b --zero-stages 1,4");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_TRUE(contains(r.output, "--zero-stages: 4 is not a ZeRO stage (0 to 3)")) << r.output;
+  r = testing::run_command(kNdtrain + " plan --preset llama-moe-tiny --device h100-sxm --expert-load 0.5");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_TRUE(contains(r.output, "--expert-load 0.5 must be at least 1")) << r.output;
   r = testing::run_command(kNdtrain + " plan --device h100-sxm");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_TRUE(contains(r.output, "needs a model: --preset NAME or --config FILE")) << r.output;

@@ -4,6 +4,7 @@
 #include "core/tensor.h"
 #include "kernels/kernels.h"
 
+#include <algorithm>
 #include <limits>
 
 namespace ndt {
@@ -59,15 +60,30 @@ void ExpertParallel::plan(ExpertRoute& route) const {
   NDT_CHECK(experts % n == 0, "model.n_experts = {} does not split over parallel.ep = {}", experts, n);
   route.ep = n;
   route.local_experts = experts / n;
-  std::vector<int32_t> send(route.send_counts.size()), recv(route.send_counts.size());
+  std::vector<int32_t> send(route.send_counts.size()), all(route.send_counts.size() * static_cast<size_t>(n));
   for (size_t e = 0; e < send.size(); ++e) {
     NDT_CHECK(route.send_counts[e] >= 0 && route.send_counts[e] <= std::numeric_limits<int32_t>::max(),
               "expert parallelism: {} rows routed to expert {} (at most 2^31 - 1 per micro-batch)", route.send_counts[e],
               e);
     send[e] = static_cast<int32_t>(route.send_counts[e]);
   }
-  ep_.all_to_all(send.data(), recv.data(), static_cast<size_t>(route.local_experts), DType::i32);
-  route.recv_counts.assign(recv.begin(), recv.end());
+  // Every rank's counts, not only those for this rank's experts: the same one exchange
+  // also says how many rows each rank of the group will process.
+  ep_.all_gather(send.data(), all.data(), send.size(), DType::i32);
+  const int L = route.local_experts;
+  route.recv_counts.assign(static_cast<size_t>(n * L), 0);
+  route.most_loaded_rows = 0;
+  for (int holder = 0; holder < n; ++holder) {
+    int64_t rows = 0;
+    for (int src = 0; src < n; ++src) {
+      for (int le = 0; le < L; ++le) {
+        const int64_t count = all[static_cast<size_t>(src * experts + holder * L + le)];
+        rows += count;
+        if (holder == rank()) route.recv_counts[static_cast<size_t>(src * L + le)] = count;
+      }
+    }
+    route.most_loaded_rows = std::max(route.most_loaded_rows, rows);
+  }
 }
 
 void ExpertParallel::to_experts(const ExpertRoute& route, const float* tokens, float* experts, int64_t width) const {

@@ -4,8 +4,8 @@
 // are borrowed from the data-parallel ranks (dp_shard x cp, core/axis.h): each has
 // its own tokens, and sends every routed row to the rank holding its expert.
 // Communicates, over ep, per MoE block and micro-batch (C the model width, rows the
-// routed (token, expert) assignments): an all-to-all of the E per-expert row counts
-// (int32) in forward, kept for backward; then all-to-all-v's of rows of C floats,
+// routed (token, expert) assignments): an all-gather of each rank's E per-expert row
+// counts (int32) in forward, kept for backward (every rank learns every rank's load); then all-to-all-v's of rows of C floats,
 // dispatch (this rank's token rows out, its experts' rows in) and combine (the
 // reverse) in forward, and the same two, reversed, for the gradients in backward.
 // A row that stays on its rank is copied, not sent: wire bytes count the others.
@@ -39,7 +39,8 @@ class ExpertParallel : public ExpertDispatch {
   explicit ExpertParallel(Communicator& ep) : ep_(ep) {}
   int size() const override { return ep_.size(); }
   int rank() const override { return ep_.rank(); }
-  // Exchanges the counts: route.recv_counts[src][le] = rank src's send_counts[first + le].
+  // Exchanges the counts: route.recv_counts[src][le] = rank src's send_counts[first + le];
+  // most_loaded_rows, the most any rank of the group receives.
   void plan(ExpertRoute& route) const override;
   // Dispatch: all-to-all-v of the token-side rows (those of rank j's experts are
   // contiguous: its block), then the received [src][le] blocks regrouped [le][src].
