@@ -30,6 +30,7 @@
 #include "kernels/cpu/embedding.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_lowp.h"
+#include "kernels/cpu/moe_rows.h"
 #include "kernels/cpu/norm.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/threads.h"
@@ -91,6 +92,8 @@ using ColumnBlock = cpu::ColumnBlock;
   X(embedding_forward) X(embedding_backward) X(embedding_forward_range) X(embedding_backward_range)      \
   /* cross_entropy.h: fused, or in three pieces for a vocab-parallel caller */                           \
   X(softmax_cross_entropy) X(cross_entropy_row_max) X(cross_entropy_exp_sums) X(cross_entropy_finish)    \
+  /* moe_rows.h: a mixture-of-experts block's rows to and from its experts */                          \
+  X(moe_dispatch_rows) X(moe_combine) X(moe_combine_backward) X(moe_gather_add)                          \
   /* adamw.h */                                                                                          \
   X(adamw_update)
 

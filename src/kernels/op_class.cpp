@@ -13,6 +13,7 @@ std::string_view op_class_name(OpClass op_class) {
     case OpClass::elementwise: return "elementwise";
     case OpClass::cast: return "casts";
     case OpClass::optimizer: return "optimizer";
+    case OpClass::moe_routing: return "moe routing";
     case OpClass::untimed: return "untimed";
   }
   return "unknown";

@@ -23,9 +23,10 @@ enum class OpClass {
   elementwise,    // activations, residual adds, bias, rope, embedding, copies, zeroing gradients
   cast,           // fp32 <-> bf16 / f16 conversions
   optimizer,      // AdamW, and the gradient norm's sum of squares (optim/clip.cpp)
+  moe_routing,    // an MoE block's top-k choice, its router's gradient and its rows' moves (model/moe.cpp)
   untimed,        // bookkeeping calls (thread count, backend names): not timed
 };
-inline constexpr size_t kNumOpClasses = 10;
+inline constexpr size_t kNumOpClasses = 11;
 
 // "gemm fp32", "gemm bf16/f16", "gemm fp8", "attention", ...
 std::string_view op_class_name(OpClass op_class);
@@ -37,7 +38,7 @@ constexpr std::optional<OpClass> op_class_of(std::string_view kernel) {
     OpClass op_class;
   };
   // First matching prefix wins.
-  constexpr std::array<Row, 28> rows{{
+  constexpr std::array<Row, 29> rows{{
       {"gemm_lowp", OpClass::gemm_16bit},       {"linear_forward_lowp", OpClass::gemm_16bit},
       {"linear_backward_lowp", OpClass::gemm_16bit}, {"gemm", OpClass::gemm_f32},
       {"linear_", OpClass::gemm_f32},           {"attention_", OpClass::attention},
@@ -49,7 +50,8 @@ constexpr std::optional<OpClass> op_class_of(std::string_view kernel) {
       {"zero", OpClass::elementwise},           {"copy", OpClass::elementwise},
       {"fill", OpClass::elementwise},           {"cast_", OpClass::cast},
       {"round_to_lowp", OpClass::cast},         {"split_columns_round", OpClass::cast},
-      {"gather_columns_lowp", OpClass::cast},   {"gather_columns", OpClass::elementwise},         {"adamw_", OpClass::optimizer},
+      {"gather_columns_lowp", OpClass::cast},   {"gather_columns", OpClass::elementwise},
+      {"adamw_", OpClass::optimizer},           {"moe_", OpClass::moe_routing},
       {"set_num_threads", OpClass::untimed},    {"num_threads", OpClass::untimed},
       {"lowp_gemm_backend", OpClass::untimed},
   }};

@@ -87,6 +87,7 @@ void token_scores(MoeScore kind, const float* logits, int E, float* score, float
 // the load-balancing loss reads. Returns the sum over tokens of logsumexp(logits)^2.
 double choose_top_k(const ModelConfig& c, const float* logits, int64_t N, int T, int B, MoeActivations& a,
                     std::vector<float>& sums) {
+  const kernels::ProfileScope timed(kernels::OpClass::moe_routing);  // no kernel is called inside
   const int E = c.n_experts, k = c.moe_top_k;
   a.expert.assign(static_cast<size_t>(N * k), 0);
   a.weight.assign(static_cast<size_t>(N * k), 0.0f);
@@ -247,26 +248,12 @@ void MoeLayer::forward(MoeActivations& a, const MoeBatch& batch, const float* x,
   route(a, batch, x, aux_sum, z_sum, stats);
   // Dispatch: each kept slot's token row, grouped by expert, to the rank holding it.
   Tensor rows = activations(a.route.token_rows(), C);
-  for (int64_t i = 0; i < N * k; ++i) {
-    const int64_t r = a.row[static_cast<size_t>(i)];
-    if (r >= 0) kernels::copy(rows.data<float>() + r * C, x + (i / k) * C, C);
-  }
+  kernels::moe_dispatch_rows(rows.data<float>(), x, a.row.data(), N, k, C);
   a.inputs = activations(a.route.expert_rows(), C);
   dispatch_->to_experts(a.route, rows.data<float>(), a.inputs.data<float>(), C);
   rows = Tensor();
   experts_forward(a);
-  // Combine.
-  const float* y = a.outputs.data<float>();
-  for (int64_t t = 0; t < N; ++t) {
-    for (int j = 0; j < k; ++j) {
-      const int64_t r = a.row[static_cast<size_t>(t * k + j)];
-      if (r < 0) continue;
-      const float w = a.weight[static_cast<size_t>(t * k + j)];
-      float* o = out + t * C;
-      const float* yr = y + r * C;
-      for (int64_t i = 0; i < C; ++i) o[i] += w * yr[i];
-    }
-  }
+  kernels::moe_combine(out, a.outputs.data<float>(), a.row.data(), a.weight.data(), N, k, C);
 }
 
 void MoeLayer::experts_backward(MoeActivations& a, const float* doutputs, float* dinputs) const {
@@ -289,15 +276,17 @@ void MoeLayer::experts_backward(MoeActivations& a, const float* doutputs, float*
   if (up_) experts_linear_backward(r, dinputs, ExpertOperand(compute_, dup.data<float>(), R * F), in, *up_);
 }
 
-void MoeLayer::router_backward(MoeActivations& a, const MoeBatch& batch, const float* x, const float* dweight,
-                               float* drouter, float* dx) const {
-  const ModelConfig& c = *c_;
-  const int E = c.n_experts, k = c.moe_top_k, C = c.d_model;
+namespace {
+
+// The router logits' gradients dlogits [N, E]: through the combine weights (dweight
+// [N, k]), the load-balancing and the z-loss terms, token by token.
+void logit_gradients(const ModelConfig& c, const MoeActivations& a, const MoeBatch& batch, const float* dweight,
+                     float* dlogits) {
+  const kernels::ProfileScope timed(kernels::OpClass::moe_routing);  // no kernel is called inside
+  const int E = c.n_experts, k = c.moe_top_k;
   const int64_t N = int64_t{batch.B} * batch.T;
   const bool aux = batch.adds_loss_gradients && c.moe_aux_loss > 0;
   const bool z = batch.adds_loss_gradients && c.moe_z_loss > 0;
-  Tensor dlogits_t = activations(N, E);
-  float* dlogits = dlogits_t.data<float>();
   std::vector<float> score(static_cast<size_t>(E)), softmax(static_cast<size_t>(E)), ds(static_cast<size_t>(E));
   for (int64_t t = 0; t < N; ++t) {
     double lse = 0;
@@ -343,6 +332,17 @@ void MoeLayer::router_backward(MoeActivations& a, const MoeBatch& batch, const f
       for (int e = 0; e < E; ++e) dl[e] += g * softmax[static_cast<size_t>(e)];
     }
   }
+}
+
+}  // namespace
+
+void MoeLayer::router_backward(MoeActivations& a, const MoeBatch& batch, const float* x, const float* dweight,
+                               float* drouter, float* dx) const {
+  const int E = c_->n_experts, C = c_->d_model;
+  const int64_t N = int64_t{batch.B} * batch.T;
+  Tensor dlogits_t = activations(N, E);
+  float* dlogits = dlogits_t.data<float>();
+  logit_gradients(*c_, a, batch, dweight, dlogits);
   kernels::linear_backward(dx, drouter, nullptr, dlogits, x, router_->data(), static_cast<int>(N), C, E);
 }
 
@@ -355,30 +355,15 @@ void MoeLayer::backward(MoeActivations& a, const MoeBatch& batch, const float* x
   // token-side output gradients.
   std::vector<float> dweight(static_cast<size_t>(N * k), 0.0f);
   Tensor drows = activations(r.token_rows(), C);
-  const float* y = a.outputs.data<float>();
-  for (int64_t t = 0; t < N; ++t) {
-    const float* g = dout + t * C;
-    for (int j = 0; j < k; ++j) {
-      const int64_t row = a.row[static_cast<size_t>(t * k + j)];
-      if (row < 0) continue;
-      const float w = a.weight[static_cast<size_t>(t * k + j)];
-      const float* yr = y + row * C;
-      float* d = drows.data<float>() + row * C;
-      double dot = 0;
-      for (int64_t i = 0; i < C; ++i) dot += static_cast<double>(g[i]) * yr[i], d[i] = w * g[i];
-      dweight[static_cast<size_t>(t * k + j)] = static_cast<float>(dot);
-    }
-  }
+  kernels::moe_combine_backward(drows.data<float>(), dweight.data(), dout, a.outputs.data<float>(), a.row.data(),
+                                a.weight.data(), N, k, C);
   Tensor doutputs = activations(r.expert_rows(), C);
   dispatch_->to_experts(r, drows.data<float>(), doutputs.data<float>(), C);
   Tensor dinputs = Tensor::zeros({r.expert_rows() * C}, DType::f32, MemTag::activations);
   experts_backward(a, doutputs.data<float>(), dinputs.data<float>());
   doutputs = Tensor();
   dispatch_->from_experts(r, dinputs.data<float>(), drows.data<float>(), C);
-  for (int64_t i = 0; i < N * k; ++i) {
-    const int64_t row = a.row[static_cast<size_t>(i)];
-    if (row >= 0) kernels::add_inplace(dx + (i / k) * C, drows.data<float>() + row * C, C);
-  }
+  kernels::moe_gather_add(dx, drows.data<float>(), a.row.data(), N, k, C);
   router_backward(a, batch, x, dweight.data(), drouter, dx);
 }
 
