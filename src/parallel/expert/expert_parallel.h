@@ -5,9 +5,10 @@
 // its own tokens, and sends every routed row to the rank holding its expert.
 // Communicates, over ep, per MoE block and micro-batch (C the model width, rows the
 // routed (token, expert) assignments): an all-gather of each rank's E per-expert row
-// counts (int32) in forward, kept for backward (every rank learns every rank's load); then all-to-all-v's of rows of C floats,
-// dispatch (this rank's token rows out, its experts' rows in) and combine (the
-// reverse) in forward, and the same two, reversed, for the gradients in backward.
+// counts (int32) in forward, kept for backward (every rank learns every rank's load);
+// then all-to-all-v's of rows of C floats, dispatch (this rank's token rows out, its
+// experts' rows in) and combine (the reverse) in forward, and the same two, reversed,
+// for the gradients in backward.
 // A row that stays on its rank is copied, not sent: wire bytes count the others.
 // The experts' gradients are summed over edp (the ranks holding the same experts,
 // dp_cp / ep of them; parallel/data/data_parallel.h), the other parameters' over dp_cp;
