@@ -127,9 +127,7 @@ double median_expert_load(const std::vector<nlohmann::json>& steps) {
   for (size_t i = kFirstTimedStep; i < steps.size(); ++i) {
     if (steps[i].contains("moe")) loads.push_back(steps[i]["moe"].at("expert_load").get<double>());
   }
-  if (loads.empty()) return 1;
-  std::sort(loads.begin(), loads.end());
-  return loads[loads.size() / 2];
+  return loads.empty() ? 1 : median_of_middle(loads);
 }
 
 // Runs the case's training job into `out`.
