@@ -25,7 +25,7 @@
 
 namespace ndt {
 
-enum class ReduceOp { sum, avg, max };
+enum class ReduceOp { sum, avg, max, min };
 
 enum class CommOp : uint8_t {
   all_reduce,

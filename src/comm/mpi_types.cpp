@@ -30,7 +30,7 @@ namespace {
 // ---------------------------------------------------------------------------------------------
 // bf16 / f16 reductions: widen a chunk of both operands to f32, combine, round back.
 
-template <DType D, bool kMax>
+template <DType D, ReduceOp Op>
 void half_reduce(void* in, void* inout, int* len, MPI_Datatype*) {
   constexpr int kChunk = 1024;
   float a[kChunk], b[kChunk];
@@ -40,33 +40,48 @@ void half_reduce(void* in, void* inout, int* len, MPI_Datatype*) {
     const int n = std::min(kChunk, *len - first);
     convert(src + first, D, a, DType::f32, static_cast<size_t>(n));
     convert(dst + first, D, b, DType::f32, static_cast<size_t>(n));
-    for (int i = 0; i < n; ++i) b[i] = kMax ? std::max(a[i], b[i]) : a[i] + b[i];
+    for (int i = 0; i < n; ++i) {
+      b[i] = Op == ReduceOp::max ? std::max(a[i], b[i]) : Op == ReduceOp::min ? std::min(a[i], b[i]) : a[i] + b[i];
+    }
     convert(b, DType::f32, dst + first, D, static_cast<size_t>(n));
   }
 }
 
+// The user-defined ops of one 16-bit float type: sum (avg's too: divided on completion),
+// max and min.
 struct HalfOps {
-  MPI_Op bf16_sum, bf16_max, f16_sum, f16_max;
+  MPI_Op sum, max, min;
+  MPI_Op of(ReduceOp op) const { return op == ReduceOp::max ? max : op == ReduceOp::min ? min : sum; }
 };
 
+template <DType D>
+HalfOps create_half_ops() {
+  HalfOps o{};
+  MPI_Op_create(&half_reduce<D, ReduceOp::sum>, 1, &o.sum);
+  MPI_Op_create(&half_reduce<D, ReduceOp::max>, 1, &o.max);
+  MPI_Op_create(&half_reduce<D, ReduceOp::min>, 1, &o.min);
+  return o;
+}
+
 // Created on first use (after MPI_Init), never freed: MPI_Finalize releases them.
-const HalfOps& half_ops() {
-  static const HalfOps ops = [] {
-    HalfOps o{};
-    MPI_Op_create(&half_reduce<DType::bf16, false>, 1, &o.bf16_sum);
-    MPI_Op_create(&half_reduce<DType::bf16, true>, 1, &o.bf16_max);
-    MPI_Op_create(&half_reduce<DType::f16, false>, 1, &o.f16_sum);
-    MPI_Op_create(&half_reduce<DType::f16, true>, 1, &o.f16_max);
-    return o;
-  }();
+const HalfOps& bf16_ops() {
+  static const HalfOps ops = create_half_ops<DType::bf16>();
   return ops;
 }
+const HalfOps& f16_ops() {
+  static const HalfOps ops = create_half_ops<DType::f16>();
+  return ops;
+}
+
+// MPI's predefined op for f32 and i32.
+MPI_Op builtin_op(ReduceOp op) { return op == ReduceOp::max ? MPI_MAX : op == ReduceOp::min ? MPI_MIN : MPI_SUM; }
 
 std::string_view reduce_op_name(ReduceOp op) {
   switch (op) {
     case ReduceOp::sum: return "sum";
     case ReduceOp::avg: return "avg";
     case ReduceOp::max: return "max";
+    case ReduceOp::min: return "min";
   }
   return "?";
 }
@@ -83,15 +98,15 @@ std::string where(CommOp op, const std::string& axis) {
 MPI_Op reduction(CommOp what, const std::string& axis, DType dtype, ReduceOp op) {
   switch (dtype) {
     case DType::f32:
-      return op == ReduceOp::max ? MPI_MAX : MPI_SUM;
+      return builtin_op(op);
     case DType::i32:
       NDT_CHECK(op != ReduceOp::avg, "{}: ReduceOp::avg is not supported for i32 (an integer average "
                 "would truncate); use sum and divide", where(what, axis));
-      return op == ReduceOp::max ? MPI_MAX : MPI_SUM;
+      return builtin_op(op);
     case DType::bf16:
-      return op == ReduceOp::max ? half_ops().bf16_max : half_ops().bf16_sum;
+      return bf16_ops().of(op);
     case DType::f16:
-      return op == ReduceOp::max ? half_ops().f16_max : half_ops().f16_sum;
+      return f16_ops().of(op);
     case DType::u16:
     case DType::e4m3:
     case DType::e5m2: break;

@@ -64,6 +64,8 @@ ncclRedOp_t nccl_op(ReduceOp op) {
       return ncclAvg;
     case ReduceOp::max:
       return ncclMax;
+    case ReduceOp::min:
+      return ncclMin;
   }
   return ncclSum;
 }

@@ -53,10 +53,9 @@ std::string local_host_name() {
 NodeTopology detect_node_topology(Communicator& world) {
   const std::unique_ptr<Communicator> own = world.split(0, world.rank(), "topology");
   const std::unique_ptr<Communicator> node = own->split_by_node("node");
-  // Each node is named by its lowest world rank: the maximum of -rank over the node.
-  int32_t lowest = -own->rank();
-  node->all_reduce(&lowest, 1, DType::i32, ReduceOp::max);
-  lowest = -lowest;
+  // Each node is named by its lowest world rank.
+  int32_t lowest = own->rank();
+  node->all_reduce(&lowest, 1, DType::i32, ReduceOp::min);
   std::vector<int32_t> lowest_of(static_cast<size_t>(own->size()));
   own->all_gather(&lowest, lowest_of.data(), 1, DType::i32);
   // Host names as 128 16-bit words (the communicator's smallest type) each.

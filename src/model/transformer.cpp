@@ -105,11 +105,16 @@ ActivationLayout Transformer::activation_layout() const {
   return layout;
 }
 
+namespace {
+
+// Training FLOPs per weight element and token: forward 2, input gradient 2, weight
+// gradient 2; a frozen weight (fine-tuning) has no weight gradient.
+double per_element(const ParameterSpec& spec) { return spec.frozen ? 4.0 : 6.0; }
+
+}  // namespace
+
 std::vector<double> unit_flops_per_token(const ModelConfig& c, int T) {
   std::vector<double> flops(static_cast<size_t>(c.n_layer) + 2, 0.0);
-  // Per weight element and token: forward 2, input gradient 2, weight gradient 2; a
-  // frozen weight (fine-tuning) has no weight gradient.
-  auto per_element = [](const ParameterSpec& spec) { return spec.frozen ? 4.0 : 6.0; };
   std::vector<double> expert_factor(static_cast<size_t>(c.n_layer), 6.0);
   for (const ParameterSpec& spec : model_parameter_specs(c)) {
     const bool lookup = spec.name == "wpe.weight" || (spec.name == "wte.weight" && !c.tied_embeddings);
@@ -122,6 +127,16 @@ std::vector<double> unit_flops_per_token(const ModelConfig& c, int T) {
     double& block = flops[static_cast<size_t>(l) + 1];
     if (c.is_moe_block(l)) block -= expert_factor[static_cast<size_t>(l)] * static_cast<double>(moe_idle_expert_params(c));
     block += 12.0 * c.d_model * static_cast<double>(T);
+  }
+  return flops;
+}
+
+std::vector<double> unit_expert_flops_per_token(const ModelConfig& c) {
+  std::vector<double> flops(static_cast<size_t>(c.n_layer) + 2, 0.0);
+  for (const ParameterSpec& spec : model_parameter_specs(c)) {
+    if (!spec.expert) continue;
+    flops[static_cast<size_t>(spec.unit)] +=
+        per_element(spec) * static_cast<double>(shape_numel(spec.logical_shape)) * c.moe_top_k / c.n_experts;
   }
   return flops;
 }

@@ -195,6 +195,10 @@ int64_t count_trainable_parameters(const ModelConfig& config);
 // parameters used in matmuls (of an MoE block's experts, top_k) + 12 x d_model x T per
 // block. A planner times pipeline stages with them.
 std::vector<double> unit_flops_per_token(const ModelConfig& config, int T);
+// The part of unit_flops_per_token in each unit's routed experts' matmuls (k of E
+// experts' weights each token): what runs where the experts are, under ep at the pace of
+// the group's most loaded rank.
+std::vector<double> unit_expert_flops_per_token(const ModelConfig& config);
 // Whether backward recomputes the attention scores: the attention keeps no probabilities
 // under context parallelism (the span kernels) and in bf16/f16 (the flash-style kernel).
 bool recomputes_attention_scores(bool context_parallel, DType compute);

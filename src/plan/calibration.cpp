@@ -6,6 +6,7 @@
 #include "core/output_file.h"
 #include "core/system_memory.h"
 #include "kernels/kernels.h"
+#include "plan/compute_time.h"
 #include "plan/run_command.h"
 #include "train/peak_flops.h"
 
@@ -24,14 +25,15 @@ namespace ndt {
 
 namespace {
 
-// The mean seconds of `f`, called at least 3 times and for at least 50 ms in all. The
-// mean, not the median: a step is a sum of many kernels and collectives, so on a shared
-// machine it takes their expected time, the waits for a descheduled thread included.
-double mean_seconds(const std::function<void()>& f) {
+// The mean seconds of `f`, called at least `min_calls` times and for at least 50 ms in
+// all. The mean, not the median: a step is a sum of many kernels and collectives, so on
+// a shared machine it takes their expected time, the waits for a descheduled thread
+// included.
+double mean_seconds(const std::function<void()>& f, int min_calls = 3) {
   int calls = 0;
   const auto t0 = std::chrono::steady_clock::now();
   double total = 0;
-  while (calls < 3 || (total < 0.05 && calls < 1000)) {
+  while (calls < min_calls || (total < 0.05 && calls < 1000)) {
     f();
     ++calls;
     total = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -42,27 +44,46 @@ double mean_seconds(const std::function<void()>& f) {
 // The GEMM sizes measured: m = 4s rows (tokens), n = k = s (a layer's width).
 constexpr std::array<int, 5> kGemmWidths = {32, 64, 128, 256, 512};
 
+// Linear layers a GEMM figure cycles through, each with its own operands, as a model's
+// layers do: a run's GEMM finds its weights and activations where the layers before it
+// left them (out of the core's cache once the layers' operands outgrow it), not where
+// the same call left them. Repeating one layer's GEMMs read 9-17% faster than a 2-rank
+// run's on the development VM at width 256 (docs/planner.md, 2026-12-07).
+constexpr int kLayers = 16;
+
+// The attention core's sequence lengths measured, over 1024 tokens each (8 sequences at
+// 128): its rate falls with shorter sequences (more, smaller blocks per token).
+constexpr std::array<int, 5> kAttentionLengths = {32, 64, 128, 256, 512};
+
 // Passes through the kernels' measurements (calibrate_ranks).
 constexpr int kPasses = 5;
 
 // FLOP/s of a linear layer's three GEMMs at width s: forward Y = X W^T, the input
-// gradient dX = dY W and the weight gradient dW = dY^T X.
+// gradient dX = dY W and the weight gradient dW = dY^T X; kLayers layers in turn.
 double linear_layer_flops(int s) {
-  const int m = 4 * s, n = s, k = s;
-  std::vector<float> x(static_cast<size_t>(m) * k, 0.01f), w(static_cast<size_t>(n) * k, 0.02f),
-      y(static_cast<size_t>(m) * n, 0.0f), dw(w.size(), 0.0f);
+  const size_t m = 4 * static_cast<size_t>(s), n = s, k = s;
+  struct Layer {
+    std::vector<float> x, w, y, dw;
+  };
+  std::vector<Layer> layers(kLayers);
+  for (Layer& l : layers) l = {std::vector<float>(m * k, 0.01f), std::vector<float>(n * k, 0.02f),
+                               std::vector<float>(m * n, 0.0f), std::vector<float>(n * k, 0.0f)};
+  const int M = static_cast<int>(m), N = s, K = s;
   const double seconds = mean_seconds([&] {
-    kernels::gemm(false, true, m, n, k, 1.0f, x.data(), k, w.data(), k, 0.0f, y.data(), n);
-    kernels::gemm(false, false, m, k, n, 1.0f, y.data(), n, w.data(), k, 0.0f, x.data(), k);
-    kernels::gemm(true, false, n, k, m, 1.0f, y.data(), n, x.data(), k, 0.0f, dw.data(), k);
-  });
-  return 3 * 2.0 * m * n * k / seconds;
+    for (Layer& l : layers) {
+      kernels::gemm(false, true, M, N, K, 1.0f, l.x.data(), K, l.w.data(), K, 0.0f, l.y.data(), N);
+      kernels::gemm(false, false, M, K, N, 1.0f, l.y.data(), N, l.w.data(), K, 0.0f, l.x.data(), K);
+      kernels::gemm(true, false, N, K, M, 1.0f, l.y.data(), N, l.x.data(), K, 0.0f, l.dw.data(), K);
+    }
+  }, 1);  // one call is kLayers repeats already
+  return kLayers * 3 * 2.0 * static_cast<double>(m * n * k) / seconds;
 }
 
-// FLOP/s of the causal attention core forward and backward at 128 tokens, 4 heads of 32,
-// counted as the planner counts them (12 x width x tokens per token).
-double attention_flops() {
-  const int B = 8, T = 128, NH = 4, HS = 32;
+// FLOP/s of the causal attention core forward and backward over 1024 tokens in
+// sequences of T, 4 heads of 32, counted as the planner counts them (12 x width x T per
+// token).
+double attention_flops(int T) {
+  const int B = 1024 / T, NH = 4, HS = 32;
   const size_t n = static_cast<size_t>(B) * T * NH * HS;
   std::vector<float> q(n, 0.1f), k(n, 0.2f), v(n, 0.3f), out(n), dout(n, 0.01f), dq(n), dk(n), dv(n);
   std::vector<float> lse(static_cast<size_t>(B) * NH * T), att(static_cast<size_t>(B) * NH * T * T);
@@ -125,9 +146,7 @@ double all_reduce_seconds(Communicator& world, size_t floats, int calls) {
 }  // namespace
 
 void keep_slowest_rank(Communicator& world, std::vector<float>& rates) {
-  for (float& r : rates) r = -r;  // the slowest rank's rate is the largest negated one
-  world.all_reduce(rates.data(), rates.size(), DType::f32, ReduceOp::max);
-  for (float& r : rates) r = -r;
+  world.all_reduce(rates.data(), rates.size(), DType::f32, ReduceOp::min);
 }
 
 void calibrate_ranks(const std::string& out) {
@@ -150,15 +169,16 @@ void calibrate_ranks(const std::string& out) {
   // factor), so this one must sample the moments the kernels' figures did. Measured once
   // before the passes, a 0.2 s slow moment read 113 GFLOP/s per rank where the runs read
   // 198-225, and the 2-rank predictions came out 1.4-1.9x too fast (docs/planner.md).
-  std::vector<double> figures(1 + kGemmWidths.size() + 4, 0.0);
+  std::vector<double> figures(1 + kGemmWidths.size() + kAttentionLengths.size() + 4, 0.0);
   for (int pass = 1; pass <= kPasses; ++pass) {
     step(fmt::format("pass {} of {}: FMA loop, GEMMs of widths 32 to 512 (forward, input and weight gradients), "
-                     "attention core, layer norm and GELU, AdamW, memory copy",
+                     "attention core at sequence lengths 32 to 512, layer norm and GELU, AdamW, memory copy",
                      pass, kPasses)
              .c_str());
     std::vector<float> pass_figures = {static_cast<float>(measure_fma_peak_together(threads, *world))};
     for (int s : kGemmWidths) pass_figures.push_back(static_cast<float>(linear_layer_flops(s)));
-    for (double f : {attention_flops(), elementwise_bytes_per_s(), optimizer_bytes_per_s(), copy_bytes_per_s()}) {
+    for (int T : kAttentionLengths) pass_figures.push_back(static_cast<float>(attention_flops(T)));
+    for (double f : {elementwise_bytes_per_s(), optimizer_bytes_per_s(), copy_bytes_per_s()}) {
       pass_figures.push_back(static_cast<float>(f));
     }
     keep_slowest_rank(*world, pass_figures);
@@ -193,7 +213,8 @@ void calibrate_ranks(const std::string& out) {
     d.gemm_efficiency_by_size.push_back({std::cbrt(4.0 * s * s * s), mean[i++] / d.peak_fp32});
   }
   d.gemm_efficiency = d.gemm_efficiency_by_size.back().efficiency;
-  d.attention_flops_per_s = mean[i++];
+  for (int T : kAttentionLengths) d.attention_by_length.push_back({static_cast<double>(T), mean[i++]});
+  d.attention_flops_per_s = attention_flops_at(d, 128);
   d.elementwise_bytes_per_s = mean[i++];
   d.optimizer_bytes_per_s = mean[i++];
   d.memory_bytes_per_s = mean[i++];
@@ -209,8 +230,9 @@ void calibrate_ranks(const std::string& out) {
   d.validate();
   const std::string comment = fmt::format(
       "ndtrain plan --calibrate: {} rank{} of this machine ({} cores, {} thread{} per rank), measured at once.\n"
-      "FMA loop {:.1f} GFLOP/s per rank; GEMM efficiency by size below; attention core {:.1f} GFLOP/s;\n"
-      "layer norm and GELU {:.2f} GB/s; AdamW {:.2f} GB/s; copy {:.2f} GB/s; bf16 GEMM {};\n"
+      "FMA loop {:.1f} GFLOP/s per rank; GEMM efficiency by size below; attention core {:.1f} GFLOP/s at 128\n"
+      "tokens (by sequence length below); "
+      "layer norm and GELU {:.2f} GB/s;\nAdamW {:.2f} GB/s; copy {:.2f} GB/s; bf16 GEMM {};\n"
       "all-reduce {:.1f} us per call, {:.2f} GB/s of wire bytes.",
       ranks, ranks == 1 ? "" : "s", cores, threads, threads == 1 ? "" : "s", fma / 1e9, d.attention_flops_per_s / 1e9,
       d.elementwise_bytes_per_s / 1e9, d.optimizer_bytes_per_s / 1e9, d.memory_bytes_per_s / 1e9,

@@ -5,18 +5,28 @@
 
 namespace ndt {
 
+namespace {
+
+// A measured table's value at `x`: interpolated linearly in log x between the points
+// (key ascending), held at the ends. The table must not be empty.
+template <typename Point>
+double interpolate_in_log(const std::vector<Point>& table, double x, double Point::*key, double Point::*value) {
+  if (x <= table.front().*key) return table.front().*value;
+  if (x >= table.back().*key) return table.back().*value;
+  const auto above =
+      std::upper_bound(table.begin(), table.end(), x, [&](double v, const Point& p) { return v < p.*key; });
+  const Point& lo = *(above - 1);
+  const Point& hi = *above;
+  const double w = std::log(x / lo.*key) / std::log(hi.*key / lo.*key);
+  return lo.*value + w * (hi.*value - lo.*value);
+}
+
+}  // namespace
+
 double gemm_efficiency_at(const DeviceProfile& device, double m, double n, double k) {
   const std::vector<GemmEfficiencyPoint>& table = device.gemm_efficiency_by_size;
   if (table.empty()) return device.gemm_efficiency;
-  const double size = std::cbrt(m * n * k);
-  if (size <= table.front().size) return table.front().efficiency;
-  if (size >= table.back().size) return table.back().efficiency;
-  const auto above = std::upper_bound(table.begin(), table.end(), size,
-                                      [](double s, const GemmEfficiencyPoint& p) { return s < p.size; });
-  const GemmEfficiencyPoint& lo = *(above - 1);
-  const GemmEfficiencyPoint& hi = *above;
-  const double w = std::log(size / lo.size) / std::log(hi.size / lo.size);
-  return lo.efficiency + w * (hi.efficiency - lo.efficiency);
+  return interpolate_in_log(table, std::cbrt(m * n * k), &GemmEfficiencyPoint::size, &GemmEfficiencyPoint::efficiency);
 }
 
 double stage_gemm_efficiency(const DeviceProfile& device, const ModelConfig& model,
@@ -37,10 +47,17 @@ double stage_gemm_efficiency(const DeviceProfile& device, const ModelConfig& mod
   return flops > 0 ? flops / seconds_at_peak : device.gemm_efficiency;
 }
 
-double attention_rate(const DeviceProfile& device, double gemm_rate) {
+double attention_flops_at(const DeviceProfile& device, double seq_len) {
+  const std::vector<AttentionRatePoint>& table = device.attention_by_length;
+  if (table.empty()) return device.attention_flops_per_s;
+  return interpolate_in_log(table, seq_len, &AttentionRatePoint::seq_len, &AttentionRatePoint::flops_per_s);
+}
+
+double attention_rate(const DeviceProfile& device, double gemm_rate, double seq_len) {
   // Never above the run's GEMM rate: a GPU's figure is of bf16 attention, which an fp32
   // run does not reach.
-  return device.attention_flops_per_s > 0 ? std::min(device.attention_flops_per_s, gemm_rate) : gemm_rate;
+  const double rate = attention_flops_at(device, seq_len);
+  return rate > 0 ? std::min(rate, gemm_rate) : gemm_rate;
 }
 
 double elementwise_rate(const DeviceProfile& device) {

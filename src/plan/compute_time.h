@@ -26,9 +26,14 @@ double gemm_efficiency_at(const DeviceProfile& device, double m, double n, doubl
 double stage_gemm_efficiency(const DeviceProfile& device, const ModelConfig& model,
                              const std::vector<ParameterSpec>& local_specs, double tokens, double expert_rows);
 
-// FLOP/s of the attention core: the device's figure, at most `gemm_rate` (the run's);
-// `gemm_rate` where the device does not give it.
-double attention_rate(const DeviceProfile& device, double gemm_rate);
+// FLOP/s of the attention core at sequence length `seq_len` (the query block of one
+// kernel call): the device's table interpolated in log length, held at its ends, or its
+// single figure without a table (0: not given).
+double attention_flops_at(const DeviceProfile& device, double seq_len);
+
+// The attention core's FLOP/s in a run: attention_flops_at, at most `gemm_rate` (the
+// run's); `gemm_rate` where the device does not give it.
+double attention_rate(const DeviceProfile& device, double gemm_rate, double seq_len);
 
 // Bytes per second of the kernels between the matmuls.
 double elementwise_rate(const DeviceProfile& device);

@@ -149,6 +149,13 @@ void DeviceProfile::validate() const {
     NDT_CHECK(p.efficiency > 0 && p.efficiency <= 1, "device profile \"{}\": gemm efficiency {} at size {} must lie in (0, 1]",
               name, p.efficiency, p.size);
   }
+  for (size_t i = 0; i < attention_by_length.size(); ++i) {
+    const AttentionRatePoint& p = attention_by_length[i];
+    NDT_CHECK(p.seq_len > 0 && (i == 0 || p.seq_len > attention_by_length[i - 1].seq_len) && p.flops_per_s > 0,
+              "device profile \"{}\": attention at sequence length {} ({} FLOP/s): lengths must be positive and ascending, "
+              "rates positive",
+              name, p.seq_len, p.flops_per_s);
+  }
 }
 
 std::vector<std::string> builtin_device_names() {
@@ -247,9 +254,12 @@ DeviceProfile load_device_profile(const std::string& path) {
       {"elementwise_gb_s", {&d.elementwise_bytes_per_s, 1e9, false, 0, 1e6, true}},
       {"optimizer_gb_s", {&d.optimizer_bytes_per_s, 1e9, false, 0, 1e6, true}},
   };
-  std::vector<std::string> known = {"gemm_sizes", "gemm_efficiencies"};
+  // Lists: each pairs up with the other of its table.
+  std::map<std::string, std::vector<double>> lists = {
+      {"gemm_sizes", {}}, {"gemm_efficiencies", {}}, {"attention_seq_lens", {}}, {"attention_gflops_by_seq", {}}};
+  std::vector<std::string> known;
+  for (const auto& [key, list] : lists) known.push_back(key);
   for (const auto& [key, k] : keys) known.push_back(key);
-  std::vector<double> gemm_sizes, gemm_efficiencies;
   for (const auto& [key, node] : table) {
     const std::string k(key.str());
     if (k == "name") {
@@ -257,8 +267,8 @@ DeviceProfile load_device_profile(const std::string& path) {
       d.name = node.value<std::string>().value_or(path);
       continue;
     }
-    if (k == "gemm_sizes" || k == "gemm_efficiencies") {
-      (k == "gemm_sizes" ? gemm_sizes : gemm_efficiencies) = number_list(path, k, node);
+    if (lists.contains(k)) {
+      lists[k] = number_list(path, k, node);
       continue;
     }
     const auto it = keys.find(k);
@@ -283,6 +293,8 @@ DeviceProfile load_device_profile(const std::string& path) {
   NDT_CHECK(links == std::floor(links), "device file \"{}\": inter_node_links = {} must be a whole number", path, links);
   d.inter_node_links = static_cast<int>(links);
   d.overlaps_communication = overlap != 0;
+  const std::vector<double>& gemm_sizes = lists["gemm_sizes"];
+  const std::vector<double>& gemm_efficiencies = lists["gemm_efficiencies"];
   NDT_CHECK(gemm_sizes.size() == gemm_efficiencies.size(),
             "device file \"{}\": gemm_sizes has {} values and gemm_efficiencies {}: they pair up, one efficiency per size",
             path, gemm_sizes.size(), gemm_efficiencies.size());
@@ -293,6 +305,20 @@ DeviceProfile load_device_profile(const std::string& path) {
     NDT_CHECK(gemm_efficiencies[i] > 0 && gemm_efficiencies[i] <= 1,
               "device file \"{}\": gemm_efficiencies[{}] = {} must lie in (0, 1]", path, i, gemm_efficiencies[i]);
     d.gemm_efficiency_by_size.push_back({gemm_sizes[i], gemm_efficiencies[i]});
+  }
+  const std::vector<double>& lengths = lists["attention_seq_lens"];
+  const std::vector<double>& rates = lists["attention_gflops_by_seq"];
+  NDT_CHECK(lengths.size() == rates.size(),
+            "device file \"{}\": attention_seq_lens has {} values and attention_gflops_by_seq {}: they pair up, one rate "
+            "per length",
+            path, lengths.size(), rates.size());
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    NDT_CHECK(lengths[i] >= 1 && lengths[i] <= 1e9 && (i == 0 || lengths[i] > lengths[i - 1]),
+              "device file \"{}\": attention_seq_lens[{}] = {} must lie in [1, 1e9] and exceed the length before it", path,
+              i, lengths[i]);
+    NDT_CHECK(rates[i] > 0 && rates[i] <= 1e9, "device file \"{}\": attention_gflops_by_seq[{}] = {} must lie in (0, 1e9]",
+              path, i, rates[i]);
+    d.attention_by_length.push_back({lengths[i], rates[i] * 1e9});
   }
   d.validate();
   return d;
@@ -315,6 +341,12 @@ std::string device_file_text(const DeviceProfile& d, const std::string& comment)
                       d.name, d.memory_bytes / kGiB, d.peak_fp32 / 1e12, d.peak_bf16 / 1e12, d.peak_fp8 / 1e12,
                       d.memory_bytes_per_s / 1e9, d.gemm_efficiency);
   if (!sizes.empty()) text += fmt::format("gemm_sizes = [{}]\ngemm_efficiencies = [{}]\n", sizes, efficiencies);
+  std::string lengths, rates;
+  for (const AttentionRatePoint& p : d.attention_by_length) {
+    lengths += fmt::format("{}{:g}", lengths.empty() ? "" : ", ", p.seq_len);
+    rates += fmt::format("{}{:.6g}", rates.empty() ? "" : ", ", p.flops_per_s / 1e9);
+  }
+  if (!lengths.empty()) text += fmt::format("attention_seq_lens = [{}]\nattention_gflops_by_seq = [{}]\n", lengths, rates);
   text += fmt::format(
       "attention_gflops = {:.6g}\nelementwise_gb_s = {:.6g}\noptimizer_gb_s = {:.6g}\nfma_gflops = {:.6g}\n"
       "devices_per_node = {}\n",

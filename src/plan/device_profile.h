@@ -29,6 +29,13 @@ struct GemmEfficiencyPoint {
   double efficiency = 1;
 };
 
+// The attention core's rate at a sequence length (the query block a rank's kernel call
+// covers), lengths ascending; measured by `ndtrain plan --calibrate`.
+struct AttentionRatePoint {
+  double seq_len = 0;
+  double flops_per_s = 0;
+};
+
 struct DeviceProfile {
   std::string name;
   std::string source;  // where the figures come from
@@ -46,6 +53,9 @@ struct DeviceProfile {
   // The attention core (scores, softmax, weighted sum; forward and backward) in FLOP/s
   // as the model counts its FLOPs; 0: at the GEMM rate (peak x gemm_efficiency).
   double attention_flops_per_s = 0;
+  // When given (a calibrated device), the attention core's rate by sequence length
+  // instead, looked up between the points (plan/compute_time.h).
+  std::vector<AttentionRatePoint> attention_by_length;
   // The FMA loop's rate per rank when the device was calibrated (train/peak_flops.h, the
   // figure a run measures at its start): --validate sets a run's own measurement against
   // it to see how much of the machine the run had then; 0: not calibrated.

@@ -306,20 +306,6 @@ std::string stage_kind(const std::vector<char>& units, int stage, int pp, const 
   return kind;
 }
 
-// Per unit, the FLOPs per token of the routed experts' matmuls (k of E experts: forward,
-// input and weight gradients), the part of unit_flops_per_token that runs on the rank
-// holding the experts, so under ep at the pace of the group's most loaded rank.
-std::vector<double> unit_expert_flops_per_token(const ModelConfig& model) {
-  std::vector<double> flops(static_cast<size_t>(model.n_layer) + 2, 0.0);
-  for (const ParameterSpec& spec : model_parameter_specs(model)) {
-    if (!spec.expert) continue;
-    const double per_element = spec.frozen ? 4.0 : 6.0;
-    flops[static_cast<size_t>(spec.unit)] +=
-        per_element * static_cast<double>(shape_numel(spec.logical_shape)) * model.moe_top_k / model.n_experts;
-  }
-  return flops;
-}
-
 // What scoring layouts of one model and run shares, computed once: the parameter specs
 // and FLOPs per unit, each pipeline split, each stage's tp-local specs.
 class LayoutScorer {
@@ -569,7 +555,10 @@ StageCompute LayoutScorer::stage_compute(const Candidate& c, int stage) {
                 stage_gemm_efficiency(device, model_,
                                       stage_specs(c.m.tp, c.m.pp, chunk_arrangement(config), stage, local_units),
                                       c.tokens_mb, expert_rows);
-  const double per_flop = 1.0 / gemm_rate, attention_per_flop = 1.0 / attention_rate(device, c.gemm_rate);
+  // One attention call's queries: the whole sequence, or a ring rank's block of it.
+  const int ring = config.cp_mode == CpMode::ulysses ? 1 : c.m.cp / c.m.cp_ulysses;
+  const double per_flop = 1.0 / gemm_rate,
+               attention_per_flop = 1.0 / attention_rate(device, c.gemm_rate, config.seq_len / static_cast<double>(ring));
   const double tokens = c.tokens_mb / c.m.tp, matmul = flops - attention + (load - 1) * experts;
   const ShardingCopies copies = sharding_copies(config.zero_stage);
   const double copy_s = parameter_copy_seconds(c, stage);

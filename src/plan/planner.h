@@ -13,7 +13,8 @@
 //   comm buffers      predict_comm_buffer_bytes (plan/comm_model.h)
 //   offload           predict_tiered_states (parallel/offload_model.h): resident peaks, disk, I/O
 //   bytes per axis    predict_step_communication (plan/comm_model.h)
-//   FLOPs             unit_flops_per_token, unit_recompute_flops_per_token (model/transformer.h)
+//   FLOPs             unit_flops_per_token, unit_expert_flops_per_token, unit_recompute_flops_per_token
+//                     (model/transformer.h)
 //   bubble            simulate_pipeline (parallel/pipeline/simulator.h) at the textbook costs
 // Step time is the planner's own model (docs/planner.md): a roofline per pipeline stage
 // (matmul FLOPs at peak x gemm_efficiency, plus the activations' memory traffic at the

@@ -70,15 +70,15 @@ Bytes pattern(DType dtype, int rank, size_t count, size_t first = 0) {
   return buf;
 }
 
-// The reduction of every rank's inputs, as the backend computes it: exact sum or max,
+// The reduction of every rank's inputs, as the backend computes it: exact sum, max or min,
 // avg = float(sum) / float(n) rounded to the type.
 Bytes reference(DType dtype, ReduceOp op, int n, size_t count, size_t first = 0, int salt = 0) {
   Bytes buf(count * dtype_size(dtype));
   for (size_t i = 0; i < count; ++i) {
-    double acc = op == ReduceOp::max ? -1e30 : 0;
+    double acc = op == ReduceOp::max ? -1e30 : op == ReduceOp::min ? 1e30 : 0;
     for (int r = 0; r < n; ++r) {
       const double x = input(dtype, r, first + i, salt);
-      acc = op == ReduceOp::max ? std::max(acc, x) : acc + x;
+      acc = op == ReduceOp::max ? std::max(acc, x) : op == ReduceOp::min ? std::min(acc, x) : acc + x;
     }
     if (op == ReduceOp::avg) acc = static_cast<float>(acc) / static_cast<float>(n);
     put(dtype, buf, i, acc);
@@ -117,14 +117,16 @@ std::string where(const Communicator& c, DType d, size_t n, const char* how) {
 
 // ---------------------------------------------------------------------------------------------
 
-// Catches: a wrong MPI dtype or op mapping (bf16/f16 sums, avg's division), a split group reducing over the world.
+// Catches: a wrong MPI dtype or op mapping (bf16/f16 sums, avg's division, max and min
+// swapped or taken as sums), a split group reducing over the world.
 TEST(Collectives, AllReduceMatchesSerialReference) {
   Groups groups;
   struct Case { DType dtype; ReduceOp op; };
   const Case cases[] = {{DType::f32, ReduceOp::sum}, {DType::f32, ReduceOp::avg}, {DType::f32, ReduceOp::max},
                         {DType::i32, ReduceOp::sum}, {DType::i32, ReduceOp::max}, {DType::bf16, ReduceOp::sum},
                         {DType::bf16, ReduceOp::avg}, {DType::bf16, ReduceOp::max}, {DType::f16, ReduceOp::sum},
-                        {DType::f16, ReduceOp::avg}};
+                        {DType::f16, ReduceOp::avg}, {DType::f32, ReduceOp::min}, {DType::i32, ReduceOp::min},
+                        {DType::bf16, ReduceOp::min}, {DType::f16, ReduceOp::max}, {DType::f16, ReduceOp::min}};
   for (Communicator* c : groups.all()) {
     for (const Case& k : cases) {
       for (size_t n : kSizes) {

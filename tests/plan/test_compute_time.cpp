@@ -35,6 +35,41 @@ TEST(ComputeTime, GemmEfficiencyIsLookedUpByTheCubeRootOfItsFlops) {
   EXPECT_DOUBLE_EQ(gemm_efficiency_at(plain, 8, 8, 8), plain.gemm_efficiency);
 }
 
+// Catches: the attention table not read (the single figure used), read at the whole
+// sequence under a ring (a rank's kernel call covers its block of seq_len / ring ranks),
+// or interpolated linearly instead of in log length, or extrapolated past its ends.
+TEST(ComputeTime, AttentionRateIsLookedUpAtTheKernelsSequenceLength) {
+  DeviceProfile d = builtin_device("h100-sxm");
+  EXPECT_DOUBLE_EQ(attention_flops_at(d, 64), d.attention_flops_per_s);  // no table: the single figure
+  d.attention_by_length = {{32, 1e12}, {128, 3e12}, {512, 5e12}};
+  EXPECT_DOUBLE_EQ(attention_flops_at(d, 32), 1e12);
+  EXPECT_DOUBLE_EQ(attention_flops_at(d, 8), 1e12);      // held below the table
+  EXPECT_DOUBLE_EQ(attention_flops_at(d, 4096), 5e12);   // and above it
+  EXPECT_NEAR(attention_flops_at(d, 64), 2e12, 1e3);     // halfway in log length
+  EXPECT_DOUBLE_EQ(attention_rate(d, 2.5e12, 512), 2.5e12);  // never above the run's GEMM rate
+
+  RunConfig c;
+  c.model = ModelConfig::preset("gpt2-tiny");
+  c.seq_len = 128, c.batch_size = 8;
+  c.mesh.cp = 2;
+  // The same layout, priced on a table whose rate at one length is made 1000x slower:
+  // only the length the ring's blocks have (64 of 128) may move the step.
+  const auto compute_s = [&](double slow_length) {
+    DeviceProfile t = d;
+    t.attention_by_length = {{32, 3e12}, {64, 3e12}, {128, 3e12}};
+    for (AttentionRatePoint& p : t.attention_by_length) {
+      if (p.seq_len == slow_length) p.flops_per_s /= 1000;
+    }
+    return score_layout(c, make_cluster(t, 1, 2, 0)).time.compute_s;
+  };
+  const double flat = compute_s(0);
+  EXPECT_GT(compute_s(64), 1.5 * flat);
+  EXPECT_DOUBLE_EQ(compute_s(128), flat);
+  c.cp_mode = CpMode::ulysses;  // Ulysses runs the whole sequence on each rank's heads
+  EXPECT_GT(compute_s(128), 1.5 * compute_s(0));
+  EXPECT_DOUBLE_EQ(compute_s(64), compute_s(0));
+}
+
 RunConfig tiny_run() {
   RunConfig c;
   c.model = ModelConfig::preset("gpt2-tiny");
@@ -143,6 +178,7 @@ TEST(ComputeTime, DeviceFileTextReadsBackAsWritten) {
   d.name = "calibrated";
   d.attention_flops_per_s = 12.5e9, d.elementwise_bytes_per_s = 3.25e9, d.fma_flops_per_s = 40e9;
   d.optimizer_bytes_per_s = 6.75e9;
+  d.attention_by_length = {{32, 4.25e9}, {128, 12.5e9}};
   d.intra_node = {2.5e9, 1e-6, 7e-6}, d.inter_node = {1.25e9, 2e-6, 9e-6};
   d.inter_node_links = 1, d.overlaps_communication = false, d.disk_bytes_per_s = 1.5e9;
   testing::TempDir dir;
@@ -153,6 +189,11 @@ TEST(ComputeTime, DeviceFileTextReadsBackAsWritten) {
   EXPECT_DOUBLE_EQ(r.gemm_efficiency_by_size[1].size, 256);
   EXPECT_DOUBLE_EQ(r.gemm_efficiency_by_size[1].efficiency, 0.6);
   EXPECT_DOUBLE_EQ(r.attention_flops_per_s, 12.5e9);
+  ASSERT_EQ(r.attention_by_length.size(), 2u);
+  EXPECT_DOUBLE_EQ(r.attention_by_length[0].seq_len, 32);
+  EXPECT_DOUBLE_EQ(r.attention_by_length[0].flops_per_s, 4.25e9);
+  EXPECT_DOUBLE_EQ(r.attention_by_length[1].seq_len, 128);
+  EXPECT_DOUBLE_EQ(r.attention_by_length[1].flops_per_s, 12.5e9);
   EXPECT_DOUBLE_EQ(r.elementwise_bytes_per_s, 3.25e9);
   EXPECT_DOUBLE_EQ(r.optimizer_bytes_per_s, 6.75e9);
   EXPECT_DOUBLE_EQ(r.fma_flops_per_s, 40e9);
@@ -179,6 +220,12 @@ TEST(ComputeTime, CalibratedKeysAreCheckedByName) {
           "gemm_sizes[1] = 64 must lie in (0, 1000000] and exceed the size before it");
   refused("gemm_sizes = [64]\ngemm_efficiencies = [1.5]\n", "gemm_efficiencies[0] = 1.5 must lie in (0, 1]");
   refused("gemm_sizes = 64\n", "gemm_sizes must be a list of numbers");
+  refused("attention_seq_lens = [64, 128]\nattention_gflops_by_seq = [50]\n",
+          "attention_seq_lens has 2 values and attention_gflops_by_seq 1: they pair up");
+  refused("attention_seq_lens = [128, 64]\nattention_gflops_by_seq = [50, 60]\n",
+          "attention_seq_lens[1] = 64 must lie in [1, 1e9] and exceed the length before it");
+  refused("attention_seq_lens = [64]\nattention_gflops_by_seq = [0]\n",
+          "attention_gflops_by_seq[0] = 0 must lie in (0, 1e9]");
   refused("attention_gflops = -1\n", "attention_gflops = -1 must lie in [0, 1000000000]");
   refused("elementwise_gb_s = 2e6\n", "elementwise_gb_s = 2000000 must lie in [0, 1000000]");
   refused("optimizer_gb_s = -2\n", "optimizer_gb_s = -2 must lie in [0, 1000000]");

@@ -89,6 +89,7 @@ TEST(PlanCli, CalibrateThenValidateHoldsThePlannerToRunsOnThisMachine) {
   EXPECT_TRUE(contains(r.output, "calibrated in")) << r.output;
   EXPECT_TRUE(contains(r.output, "gemm_efficiencies = [")) << r.output;
   EXPECT_TRUE(contains(r.output, "intra_node_call_us = ")) << r.output;
+  EXPECT_TRUE(contains(r.output, "attention_seq_lens = [32, 64, 128, 256, 512]")) << r.output;
   r = testing::run_command(kNdtrain + " plan --validate --validate-models tiny --rounds 2 --device \"" + device +
                           "\" --validate-dir \"" + runs + "\" --time-bound " + kCiTimeBoundPercent);
   EXPECT_EQ(r.exit_code, 0) << r.output;
