@@ -12,11 +12,10 @@ void throw_if_any_rank_failed(DeviceMesh& mesh, const std::string& error) {
     NDT_CHECK(error.empty(), "{}", error);
     return;
   }
-  // The lowest failing rank r as the maximum of size - r (0: none failed).
-  int32_t score = error.empty() ? 0 : world.size() - world.rank();
-  world.all_reduce(&score, 1, DType::i32, ReduceOp::max);
-  if (score == 0) return;
-  const int first = world.size() - score;
+  // The lowest failing rank (the world's size: none failed).
+  int32_t first = error.empty() ? world.size() : world.rank();
+  world.all_reduce(&first, 1, DType::i32, ReduceOp::min);
+  if (first == world.size()) return;
   int32_t length = static_cast<int32_t>(error.size());
   world.broadcast(&length, 1, DType::i32, first);
   // The message travels as 16-bit words (the smallest type the communicator has).
