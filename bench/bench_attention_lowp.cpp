@@ -2,8 +2,8 @@
 // backward, on 2 threads: the fp32 kernels (kernels/cpu/attention.h, which keep the T x T
 // probabilities; what bf16 ran before issue 36) against the bf16 flash-style kernels
 // (kernels/cpu/attention_lowp.h) on the active gemm_lowp backend. Arg 0: fp32, 1: bf16.
-//   ./build/bench_kernels --benchmark_filter=AttentionLowp --benchmark_repetitions=5 \
-//     --benchmark_enable_random_interleaving=true
+//   ./build/bench_kernels --benchmark_filter=AttentionLowp --benchmark_repetitions=5
+//     --benchmark_enable_random_interleaving=true   (one command line)
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/attention_lowp.h"
 #include "kernels/cpu/cast.h"

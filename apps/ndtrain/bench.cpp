@@ -64,7 +64,9 @@ std::string cpu_feature_summary() {
     std::set<std::string> flags{std::istream_iterator<std::string>(words), std::istream_iterator<std::string>()};
     std::string found;
     for (const char* f : {"avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_tile"}) {
-      if (flags.count(f)) found += (found.empty() ? "" : " ") + std::string(f);
+      if (!flags.count(f)) continue;
+      if (!found.empty()) found += ' ';
+      found += f;
     }
     return found.empty() ? "none of avx2, avx512, amx" : found;
   }

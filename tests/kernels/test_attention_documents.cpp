@@ -21,6 +21,7 @@
 #include "../common/gradcheck.h"
 #include "attention_reference.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -108,7 +109,7 @@ OneRank one_rank(const Case& c, const Inputs& in, const int32_t* starts) {
 }
 
 std::string name_of(const Case& c) {
-  return "T" + std::to_string(c.T) + "_nkv" + std::to_string(c.NKV) + "_docs" + std::to_string(c.documents[0].size());
+  return fmt::format("T{}_nkv{}_docs{}", c.T, c.NKV, c.documents[0].size());
 }
 void PrintTo(const Case& c, std::ostream* os) { *os << name_of(c); }
 

@@ -164,12 +164,16 @@ TEST(CrossEntropy, IgnoredTargetCountsNothing) {
       const bool ignored = n == 2;
       EXPECT_EQ(lb[n], ignored ? 0.0f : la[n]) << "fused loss of row " << n;
       EXPECT_EQ(zb[n], ignored ? 0.0f : za[n]) << "fused z-loss of row " << n;
-      if (ignored) EXPECT_EQ(lp[n], 0.0f) << "pieces' loss of the ignored row";
-      if (ignored) EXPECT_EQ(zp[n], 0.0f) << "pieces' z-loss of the ignored row";
+      if (ignored) {
+        EXPECT_EQ(lp[n], 0.0f) << "pieces' loss of the ignored row";
+        EXPECT_EQ(zp[n], 0.0f) << "pieces' z-loss of the ignored row";
+      }
       for (int j = 0; j < V && grad_scale != 0.0f; ++j) {
         const size_t i = size_t(n) * V + j;
         EXPECT_EQ(b[i], ignored ? 0.0f : a[i]) << "fused gradient row " << n << " column " << j;
-        if (ignored) EXPECT_EQ(pieces[i], 0.0f) << "pieces' gradient column " << j;
+        if (ignored) {
+          EXPECT_EQ(pieces[i], 0.0f) << "pieces' gradient column " << j;
+        }
       }
     }
   }

@@ -32,9 +32,14 @@ std::vector<std::string> split(const std::string& line, const std::string& separ
 }
 
 // "\n" in the list stands for a newline.
-std::string unescape(std::string text) {
-  for (size_t at; (at = text.find("\\n")) != std::string::npos;) text.replace(at, 2, "\n");
-  return text;
+std::string unescape(const std::string& text) {
+  std::string out;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const bool newline = text.compare(i, 2, "\\n") == 0;
+    out += newline ? '\n' : text[i];
+    i += newline;
+  }
+  return out;
 }
 
 size_t occurrences(const std::string& text, const std::string& what) {

@@ -45,8 +45,13 @@ struct Projections {
     }
     const int64_t C = layers[0].weight->local_shape[1], W = 3 * C;
     a.resize(static_cast<size_t>(rows * W)), b.resize(a.size()), fused.resize(static_cast<size_t>(W * C));
-    mp = {DType::bf16, a.data(), b.data(), static_cast<int64_t>(a.size()), nullptr, fused.data(),
-          static_cast<int64_t>(fused.size())};
+    mp = {.dtype = DType::bf16,
+          .a = a.data(),
+          .b = b.data(),
+          .capacity = static_cast<int64_t>(a.size()),
+          .fused_weights = fused.data(),
+          .fused_weights_capacity = static_cast<int64_t>(fused.size()),
+          .kept = {}};
   }
   FusedProjections fused_layers() const { return FusedProjections({&layers[0], &layers[1], &layers[2]}); }
 };

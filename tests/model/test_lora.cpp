@@ -114,7 +114,9 @@ TEST(Lora, SplitBackwardIsBitwiseTheFusedBackward) {
               std::vector<float>(s, s + split.store().grad_numel()))
         << arch_name(arch);
     for (const Parameter& p : split.store().params()) {
-      if (!p.trainable()) EXPECT_FALSE(p.grad.defined()) << p.name() << ": a frozen parameter has no gradient";
+      if (!p.trainable()) {
+        EXPECT_FALSE(p.grad.defined()) << p.name() << ": a frozen parameter has no gradient";
+      }
     }
   }
 }

@@ -256,7 +256,7 @@ TEST(MoeMemory, KeptActivationsEqualThePrediction) {
       const int B = 3, T = 8, chunk = 4;
       {
         Transformer model(c, 1, chunk);
-        model.set_precision({compute});
+        model.set_precision({compute, false, {}});
         model.set_activation_checkpointing({mode, 1});
         // Master values and, in bf16, every one's compute copy (the experts' too).
         EXPECT_EQ(ledger.current(MemTag::params) - params,

@@ -60,7 +60,7 @@ Result run(const ModelConfig& c, DType compute, const ActivationCheckpointing& p
   const int B = 2, T = 7;
   const auto in = tokens(B * T, c.vocab_size, 1), target = tokens(B * T, c.vocab_size, 2);
   Transformer model(c, 11, /*loss_chunk_rows=*/5);
-  model.set_precision({compute});
+  model.set_precision({compute, false, {}});
   model.set_activation_checkpointing(policy);
   model.store().zero_grads();
   Result r;
@@ -160,7 +160,7 @@ TEST(Precision, CheckpointingAndInterleavedMicroBatchesAreBitwise) {
     std::vector<float> packed, recomputed;
     for (CheckpointMode mode : {CheckpointMode::none, CheckpointMode::full}) {
       Transformer model(c, 11, 5);
-      model.set_precision({DType::bf16});
+      model.set_precision({DType::bf16, false, {}});
       model.set_activation_checkpointing({mode, 1});
       model.store().zero_grads();
       MicroBatchContext a, b;
@@ -182,7 +182,7 @@ TEST(Precision, MatmulsReadTheComputeCopy) {
     const int B = 1, T = 5;
     const auto in = tokens(B * T, c.vocab_size, 4);
     Transformer model(c, 3, 5);
-    model.set_precision({DType::bf16});
+    model.set_precision({DType::bf16, false, {}});
     const double before = model.evaluate(in.data(), in.data(), B, T);
     // Change a matmul weight's master value: the stale copy still gives the old loss...
     const Parameter& w = model.store().get(weight);
@@ -200,13 +200,14 @@ TEST(Precision, MatmulsReadTheComputeCopy) {
 TEST(Precision, KeptOperandIsRoundedOnceThenRead) {
   ModelConfig c = tiny(Arch::gpt2);
   Transformer model(c, 5, 4);
-  model.set_precision({DType::bf16});
+  model.set_precision({DType::bf16, false, {}});
   const Parameter& w = model.store().get("blocks.1.mlp.fc.weight");
   const int rows = 3, IC = static_cast<int>(w.local_shape[1]), OC = static_cast<int>(w.local_shape[0]);
   std::vector<float> x(rows * IC), other(x.size()), out(rows * OC), again(out.size()), expected(out.size());
   for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * static_cast<float>(i)), other[i] = 2 * x[i];
   std::vector<uint16_t> a(rows * std::max(IC, OC)), b(a.size()), bits(x.size(), 0);
-  MatmulPrecision mp{DType::bf16, a.data(), b.data(), static_cast<int64_t>(a.size())};
+  MatmulPrecision mp{
+      .dtype = DType::bf16, .a = a.data(), .b = b.data(), .capacity = static_cast<int64_t>(a.size()), .kept = {}};
   matmul_forward(mp, expected.data(), x.data(), w, nullptr, rows);  // no kept operand: through the scratch
   KeptOperand kept{x.data(), bits.data(), static_cast<int64_t>(x.size())};
   {
@@ -241,7 +242,7 @@ TEST(Precision, LedgerEqualsTheMemoryModelAndBlocksKeepHalf) {
       const size_t acts = ledger.current(MemTag::activations), params = ledger.current(MemTag::params);
       {
         Transformer model(c, 1, chunk);
-        model.set_precision({DType::bf16});
+        model.set_precision({DType::bf16, false, {}});
         model.set_activation_checkpointing(policy);
         model.store().zero_grads();
         model.forward_backward(in.data(), in.data(), B, T, 1.0f);
@@ -301,7 +302,12 @@ TEST(Fp8, QuantisedMatmulEqualsADoubleReferenceOfTheRoundedInputs) {
   std::vector<float> x(rows * IC), out(rows * OC);
   for (size_t i = 0; i < x.size(); ++i) x[i] = 2.5f * std::sin(0.37f * static_cast<float>(i));
   std::vector<uint16_t> a(rows * std::max(IC, OC)), b(a.size());
-  MatmulPrecision mp{DType::bf16, a.data(), b.data(), static_cast<int64_t>(a.size()), &fp8};
+  MatmulPrecision mp{.dtype = DType::bf16,
+                     .a = a.data(),
+                     .b = b.data(),
+                     .capacity = static_cast<int64_t>(a.size()),
+                     .fp8 = &fp8,
+                     .kept = {}};
   fp8.begin_step();
   matmul_forward(mp, out.data(), x.data(), w, nullptr, rows);
   for (int r = 0; r < rows; ++r) {

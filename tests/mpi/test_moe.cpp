@@ -158,8 +158,11 @@ TEST(MoeComm, AllToAllBytesEqualTheRoutedTokens) {
   }
   // The experts' load: 1 on one rank; on more, above 1 unless every block's every
   // micro-step split its rows evenly, and at most n (one rank processing every row).
-  if (n == 1) EXPECT_EQ(s.moe_expert_load, 1.0);
-  if (n > 1) EXPECT_GT(s.moe_expert_load, 1.0);
+  if (n == 1) {
+    EXPECT_EQ(s.moe_expert_load, 1.0);
+  } else {
+    EXPECT_GT(s.moe_expert_load, 1.0);
+  }
   EXPECT_LE(s.moe_expert_load, n);
 }
 

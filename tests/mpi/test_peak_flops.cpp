@@ -26,7 +26,9 @@ TEST(RunPeakFlops, EveryRankHoldsTheSameMeasuredFigure) {
   const PeakFlops peak = resolve_run_peak_flops(0, 1, DType::f32, world);
   EXPECT_GT(peak.flops_per_s, 1e8);
   for (float v : gathered(world, peak.flops_per_s)) EXPECT_EQ(v, static_cast<float>(peak.flops_per_s));
-  if (world.size() > 1) EXPECT_NE(peak.source.find("the mean of"), std::string::npos) << peak.source;
+  if (world.size() > 1) {
+    EXPECT_NE(peak.source.find("the mean of"), std::string::npos) << peak.source;
+  }
 }
 
 // Catches: a configured peak replaced by a measurement or averaged.

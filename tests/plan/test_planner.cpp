@@ -304,7 +304,9 @@ TEST(Planner, PredictionsAreTheSharedFunctions) {
                                                      units, DType::bf16);
       EXPECT_EQ(got.activations, got.in_flight * (context - workspace) + workspace + pending * deferred)
           << l.describe() << " stage " << stage;
-      if (l.pp_schedule == PipelineSchedule::zb_h1) EXPECT_EQ(pending, stage == 1 ? 2 : 0);
+      if (l.pp_schedule == PipelineSchedule::zb_h1) {
+        EXPECT_EQ(pending, stage == 1 ? 2 : 0);
+      }
       EXPECT_EQ(got.in_flight, contexts) << l.describe() << " stage " << stage;
       EXPECT_EQ(got.comm_buffers, predict_comm_buffer_bytes(c, cluster.devices(), stage));
     }
@@ -316,7 +318,7 @@ TEST(Planner, PredictionsAreTheSharedFunctions) {
     // MFU counts the model's FLOPs per token, as the trainer does; HFU adds what the
     // trainer's model recomputes in bf16 (the attention scores, and the checkpointing's).
     Transformer model(m, 1, 256, false);
-    model.set_precision({DType::bf16});
+    model.set_precision({DType::bf16, false, {}});
     model.set_activation_checkpointing(c.activation_checkpointing);
     const double flops = model.flops_per_token(c.seq_len) * c.batch_size * c.seq_len;
     EXPECT_NEAR(s.mfu, flops / (s.time.step_s * cluster.devices() * cluster.device.peak_bf16), 1e-12);
