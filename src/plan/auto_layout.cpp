@@ -164,7 +164,9 @@ std::string describe_auto_layout(const AutoLayout& choice, const Cluster& cluste
 Cluster layout_cluster(const RunConfig& config, int world_size, int ranks_per_node) {
   const DeviceProfile device =
       config.layout_device == "cpu" ? measure_cpu_device(ranks_per_node) : resolve_device(config.layout_device);
-  return make_cluster(device, 0, ranks_per_node, world_size);
+  Cluster cluster = make_cluster(device, 0, ranks_per_node, world_size);
+  cluster.expert_load = config.layout_expert_load;
+  return cluster;
 }
 
 namespace {

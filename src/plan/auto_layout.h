@@ -47,7 +47,7 @@ std::string describe_auto_layout(const AutoLayout& choice, const Cluster& cluste
 
 // The cluster a job of `world_size` ranks, `ranks_per_node` on each node, runs on, of the
 // profile parallel.layout_device names ("cpu": this machine measured for ranks_per_node
-// ranks).
+// ranks), with the experts' load parallel.layout_expert_load.
 Cluster layout_cluster(const RunConfig& config, int world_size, int ranks_per_node);
 
 struct ChosenLayout {

@@ -255,6 +255,10 @@ void RunConfig::validate() const {
   check_stability(*this);
   NDT_CHECK(steps >= 0, "train.steps = {} must not be negative (0: write the initial state and stop)", steps);
   NDT_CHECK(layout_check_steps >= 1, "parallel.layout_check_steps = {} must be at least 1", layout_check_steps);
+  NDT_CHECK(layout_expert_load >= 1,
+            "parallel.layout_expert_load = {} must be at least 1 (1: balanced routing; a run records its own as "
+            "moe.expert_load in metrics.jsonl)",
+            layout_expert_load);
   check_optimizer(*this);
   check_data_and_sample(*this);
   check_runtime_and_checkpoints(*this);

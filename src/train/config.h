@@ -105,6 +105,9 @@ struct RunConfig {
   LayoutMode layout = LayoutMode::manual;
   std::string layout_device = "cpu";  // auto: the device profile searched on ("cpu": measured) or a device file
   int64_t layout_check_steps = 5;     // auto: steps measured (after the first) against the predicted step time
+  // auto, an MoE model under ep: the experts' load the search prices (the most loaded ep
+  // rank's expert rows over the mean; 1: balanced; a run records its own, moe.expert_load)
+  float layout_expert_load = 1;
 
   // [precision]
   Precision precision;  // compute dtype of matmuls and saved activations

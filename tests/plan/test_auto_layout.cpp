@@ -99,6 +99,24 @@ TEST(AutoLayout, NothingFitsNamesTheClosestLayoutAndTheOverflow) {
                          "the largest part"});
 }
 
+// Catches: parallel.layout_expert_load not reaching the search's cluster (an MoE model
+// under ep priced as balanced whatever the config says).
+TEST(AutoLayout, PricesTheConfigsExpertsLoad) {
+  RunConfig c = tiny_llama();
+  c.model = ModelConfig::preset("llama-moe-tiny");
+  c.layout_device = "h100-sxm";
+  c.mesh.ep = 2;
+  const Cluster balanced = layout_cluster(c, 4, 4);
+  EXPECT_EQ(balanced.expert_load, 1.0);
+  c.layout_expert_load = 1.5f;
+  const Cluster skewed = layout_cluster(c, 4, 4);
+  EXPECT_EQ(skewed.expert_load, 1.5);
+  const AutoLayout even = choose_auto_layout(c, {"parallel.ep"}, balanced);
+  const AutoLayout uneven = choose_auto_layout(c, {"parallel.ep"}, skewed);
+  EXPECT_EQ(even.best().layout.mesh.ep, 2);
+  EXPECT_GT(uneven.best().time.step_s, even.best().time.step_s);
+}
+
 // Catches: a setting the search cannot keep silently dropped, or a bad mode accepted.
 TEST(AutoLayout, RefusesWhatTheSearchCannotKeep) {
   RunConfig split = tiny_llama();

@@ -231,11 +231,15 @@ TEST_F(ConfigTest, BadValuesAndSyntax) {
 }
 
 // Catches: a misspelt layout mode silently training the config's layout, a check over no
-// steps, or explicitly given keys (auto's constraints) lost or invented.
+// steps, an experts' load below balanced, or explicitly given keys (auto's constraints)
+// lost or invented.
 TEST_F(ConfigTest, LayoutSettings) {
   EXPECT_ERROR_MENTIONS(error_of({"parallel.layout=x"}),
                         "parallel.layout = \"x\" is not a layout mode: manual (the config's settings) or auto");
   EXPECT_ERROR_MENTIONS(error_of({"parallel.layout_check_steps=0"}), "parallel.layout_check_steps = 0 must be at least 1");
+  EXPECT_ERROR_MENTIONS(error_of({"parallel.layout_expert_load=0.5"}),
+                        "parallel.layout_expert_load = 0.5 must be at least 1 (1: balanced routing");
+  EXPECT_ERROR_MENTIONS(error_of({"parallel.layout_expert_load=nan"}), "parallel.layout_expert_load = nan is not a finite");
   EXPECT_EQ(load_run_config(dir_.file("base.toml"), {"parallel.layout=auto"}).layout, LayoutMode::automatic);
   EXPECT_EQ(load_run_config(dir_.file("base.toml"), {}).layout, LayoutMode::manual);
   write_file("tp.toml", "[model]\npreset = \"gpt2-tiny\"\n[parallel]\ntp = 1\n[train]\nmicro_batch_size = 2\n");
