@@ -47,8 +47,9 @@ constexpr std::array<int, 5> kGemmWidths = {32, 64, 128, 256, 512};
 // Linear layers a GEMM figure cycles through, each with its own operands, as a model's
 // layers do: a run's GEMM finds its weights and activations where the layers before it
 // left them (out of the core's cache once the layers' operands outgrow it), not where
-// the same call left them. Repeating one layer's GEMMs read 9-17% faster than a 2-rank
-// run's on the development VM at width 256 (docs/planner.md, 2026-12-07).
+// the same call left them. Repeating one layer's GEMMs read 8-9% faster than cycling 16
+// layers' on the development VM, two ranks at once (docs/planner.md, 2026-12-07). At
+// width 512 the 16 layers hold 168 MB per rank, about AdamW's 128 MiB below.
 constexpr int kLayers = 16;
 
 // The attention core's sequence lengths measured, over 1024 tokens each (8 sequences at

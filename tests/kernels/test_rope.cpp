@@ -106,8 +106,10 @@ TEST(Rope, PositionsPickEachRowsRotation) {
     for (int t = 0; t < chunk; ++t) positions.push_back(c * chunk + t);
   }
   const int Tl = static_cast<int>(positions.size());
-  // The same positions for every sequence, [B, Tl].
-  for (int b = 1; b < B; ++b) positions.insert(positions.end(), positions.begin(), positions.begin() + Tl);
+  // The same positions for every sequence, [B, Tl] (inserted from a copy: a vector's
+  // insert may not take a range of the vector itself).
+  const std::vector<int32_t> one_sequence = positions;
+  for (int b = 1; b < B; ++b) positions.insert(positions.end(), one_sequence.begin(), one_sequence.end());
   std::vector<float> local(B * Tl * row), dlocal_in(B * Tl * row);
   for (int b = 0; b < B; ++b) {
     for (int t = 0; t < Tl; ++t) {
