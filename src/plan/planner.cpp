@@ -556,7 +556,7 @@ StageCompute LayoutScorer::stage_compute(const Candidate& c, int stage) {
                                       stage_specs(c.m.tp, c.m.pp, chunk_arrangement(config), stage, local_units),
                                       c.tokens_mb, expert_rows);
   // One attention call's queries: the whole sequence, or a ring rank's block of it.
-  const int ring = config.cp_mode == CpMode::ulysses ? 1 : c.m.cp / c.m.cp_ulysses;
+  const int ring = config.cp_mode == CpMode::ulysses ? 1 : c.m.size(Axis::cp_ring);
   const double per_flop = 1.0 / gemm_rate,
                attention_per_flop = 1.0 / attention_rate(device, c.gemm_rate, config.seq_len / static_cast<double>(ring));
   const double tokens = c.tokens_mb / c.m.tp, matmul = flops - attention + (load - 1) * experts;
