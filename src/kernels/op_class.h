@@ -30,6 +30,9 @@ inline constexpr size_t kNumOpClasses = 11;
 
 // "gemm fp32", "gemm bf16/f16", "gemm fp8", "attention", ...
 std::string_view op_class_name(OpClass op_class);
+// The class as a metrics key (train.profile): "gemm_fp32", "gemm_16bit", "gemm_fp8",
+// "attention", "cross_entropy", "norm", "elementwise", "cast", "optimizer", "moe_routing".
+std::string_view op_class_key(OpClass op_class);
 
 // The class of a kernel of NDT_KERNEL_LIST by its name; nullopt for a name no row covers.
 constexpr std::optional<OpClass> op_class_of(std::string_view kernel) {

@@ -26,17 +26,18 @@ namespace ndt {
 namespace {
 
 // The mean seconds of `f`, called at least `min_calls` times and for at least 50 ms in
-// all. The mean, not the median: a step is a sum of many kernels and collectives, so on
-// a shared machine it takes their expected time, the waits for a descheduled thread
-// included.
-double mean_seconds(const std::function<void()>& f, int min_calls = 3) {
+// all, each call after `before` (untimed) where given. The mean, not the median: a step
+// is a sum of many kernels and collectives, so on a shared machine it takes their
+// expected time, the waits for a descheduled thread included.
+double mean_seconds(const std::function<void()>& f, int min_calls = 3, const std::function<void()>& before = {}) {
   int calls = 0;
-  const auto t0 = std::chrono::steady_clock::now();
   double total = 0;
   while (calls < min_calls || (total < 0.05 && calls < 1000)) {
+    if (before) before();
+    const auto t0 = std::chrono::steady_clock::now();
     f();
     ++calls;
-    total = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    total += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   return total / calls;
 }
@@ -113,18 +114,24 @@ double elementwise_bytes_per_s() {
   return 5.0 * 4 * (nc + 4 * nc) / seconds;
 }
 
-// Bytes per second AdamW moves over 8M parameters: its 28 bytes per parameter read and
-// written over its time. 128 MiB of fp32 state, more than most CPUs' caches; between the
-// passes' other kernels it read as a training step's optimizer does on the development VM
-// (300 MiB of L3), where AdamW repeated back to back runs from the cache (docs/planner.md).
+// Bytes per second AdamW moves over 8M parameters (128 MiB of fp32 state): its 28 bytes
+// per parameter read and written over its time, each call after a 64 MiB copy has moved
+// other data through the caches, as a run's forward and backward do before its update.
+// Repeated back to back, AdamW ran from the cache: 74 GB/s on one rank of two threads of
+// the development VM (260 MiB of L3), against 38-39 after a copy of 64 to 512 MiB and a
+// profiled step's 27 with the gradient norm (docs/planner.md, "The step by parts").
 double optimizer_bytes_per_s() {
-  const size_t n = size_t{8} << 20;
+  const size_t n = size_t{8} << 20, evicting = size_t{64} << 20;
   std::vector<float> param(n, 0.5f), grad(n, 0.01f), m(n, 0.0f), v(n, 0.0f);
+  std::vector<char> from(evicting, 1), to(evicting, 0);
   kernels::AdamWStep s{1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 0};
-  return 28.0 * static_cast<double>(n) / mean_seconds([&] {
-    ++s.t;
-    kernels::adamw_update(param.data(), grad.data(), m.data(), v.data(), static_cast<int64_t>(n), s);
-  });
+  return 28.0 * static_cast<double>(n) / mean_seconds(
+                                             [&] {
+                                               ++s.t;
+                                               kernels::adamw_update(param.data(), grad.data(), m.data(), v.data(),
+                                                                     static_cast<int64_t>(n), s);
+                                             },
+                                             3, [&] { std::memcpy(to.data(), from.data(), evicting); });
 }
 
 // Bytes per second one rank copies (64 MiB; the copy's size over its time).
@@ -142,6 +149,57 @@ double all_reduce_seconds(Communicator& world, size_t floats, int calls) {
   const auto t0 = std::chrono::steady_clock::now();
   for (int c = 0; c < calls; ++c) world.all_reduce(data.data(), floats, DType::f32, ReduceOp::sum);
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / calls;
+}
+
+// The wire sizes per rank the collectives are timed at: from a loss or a flag, through a
+// tensor-parallel layer's few hundred KiB, to a data-parallel bucket's megabytes.
+constexpr std::array<double, 6> kCollectiveWireBytes = {64, 4096, 65536, 524288, 4194304, 16777216};
+
+// One call of `kind` on the world over buffers that put about `wire` bytes per rank on
+// the wire (the counters' volume: comm/communicator.h).
+struct TimedCall {
+  CommOp op;
+  size_t floats;  // the payload
+};
+TimedCall timed_call(TimedCollective kind, double wire, int ranks) {
+  const double n = ranks, per_payload_byte = kind == TimedCollective::all_reduce ? 2 * (n - 1) / n : (n - 1) / n;
+  const size_t blocks = static_cast<size_t>(std::max(1.0, std::round(wire / per_payload_byte / 4 / n)));
+  const CommOp ops[] = {CommOp::all_reduce, CommOp::reduce_scatter, CommOp::all_gather, CommOp::all_to_all_v};
+  return {ops[static_cast<size_t>(kind)], blocks * static_cast<size_t>(ranks)};
+}
+
+// Each timed kind's table on the world: per size the mean over calls (as many as fit in
+// about 8 MiB of wire, 3 to 50) after a barrier, the slowest rank's, keyed by the wire
+// bytes the counters recorded per call.
+std::array<std::vector<CollectiveCallPoint>, kNumTimedCollectives> time_collectives(Communicator& world) {
+  const int n = world.size();
+  std::array<std::vector<CollectiveCallPoint>, kNumTimedCollectives> tables;
+  for (size_t k = 0; k < kNumTimedCollectives; ++k) {
+    for (double wire : kCollectiveWireBytes) {
+      const TimedCall call = timed_call(static_cast<TimedCollective>(k), wire, n);
+      const int calls = static_cast<int>(std::clamp(8.0 * (1 << 20) / wire, 3.0, 50.0));
+      std::vector<float> send(call.floats, 1.0f), recv(call.floats, 0.0f);
+      const std::vector<size_t> counts(static_cast<size_t>(n), call.floats / static_cast<size_t>(n));
+      const int64_t wire_before = world.stats()[call.op].wire_bytes;
+      world.barrier();
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int c = 0; c < calls; ++c) {
+        switch (call.op) {
+          case CommOp::all_reduce: world.all_reduce(send.data(), call.floats, DType::f32, ReduceOp::sum); break;
+          case CommOp::reduce_scatter:
+            world.reduce_scatter(send.data(), recv.data(), counts[0], DType::f32, ReduceOp::sum);
+            break;
+          case CommOp::all_gather: world.all_gather(send.data(), recv.data(), counts[0], DType::f32); break;
+          default: world.all_to_all_v(send.data(), counts, recv.data(), counts, DType::f32); break;
+        }
+      }
+      float seconds = static_cast<float>(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / calls);
+      const double wire_per_call = static_cast<double>(world.stats()[call.op].wire_bytes - wire_before) / calls;
+      world.all_reduce(&seconds, 1, DType::f32, ReduceOp::max);
+      tables[k].push_back({wire_per_call, seconds});
+    }
+  }
+  return tables;
 }
 
 }  // namespace
@@ -198,6 +256,11 @@ void calibrate_ranks(const std::string& out) {
   step("MPI all-reduce, 1 float and 4 MiB");
   const double call_s = ranks > 1 ? all_reduce_seconds(*world, 1, 200) : 0;
   const double big_s = ranks > 1 ? all_reduce_seconds(*world, size_t{1} << 20, 9) : 0;
+  std::array<std::vector<CollectiveCallPoint>, kNumTimedCollectives> collective_calls;
+  if (ranks > 1) {
+    step("MPI all-reduce, reduce-scatter, all-gather and all-to-all by size, 64 B to 16 MiB per rank");
+    collective_calls = time_collectives(*world);
+  }
   if (!lead) return;
 
   size_t i = 0;
@@ -225,6 +288,7 @@ void calibrate_ranks(const std::string& out) {
   const double wire = 2.0 * (ranks - 1) / ranks * 4 * (size_t{1} << 20);
   d.intra_node = ranks > 1 ? LinkProfile{wire / std::max(big_s - call_s, 1e-9), 0, call_s}
                            : LinkProfile{d.memory_bytes_per_s / 2, 0, 0};
+  d.collective_calls = collective_calls;
   d.inter_node = d.intra_node;  // one machine
   d.inter_node_links = 1;
   d.overlaps_communication = false;
@@ -234,12 +298,13 @@ void calibrate_ranks(const std::string& out) {
       "FMA loop {:.1f} GFLOP/s per rank; GEMM efficiency by size below; attention core {:.1f} GFLOP/s at 128\n"
       "tokens (by sequence length below); "
       "layer norm and GELU {:.2f} GB/s;\nAdamW {:.2f} GB/s; copy {:.2f} GB/s; bf16 GEMM {};\n"
-      "all-reduce {:.1f} us per call, {:.2f} GB/s of wire bytes.",
+      "all-reduce {:.1f} us per call, {:.2f} GB/s of wire bytes{}.",
       ranks, ranks == 1 ? "" : "s", cores, threads, threads == 1 ? "" : "s", fma / 1e9, d.attention_flops_per_s / 1e9,
       d.elementwise_bytes_per_s / 1e9, d.optimizer_bytes_per_s / 1e9, d.memory_bytes_per_s / 1e9,
       native_bf16 ? fmt::format("{:.1f} GFLOP/s ({})", d.peak_bf16 / 1e9, kernels::lowp_gemm_backend(DType::bf16))
                   : std::string("not native (the fp32 peak)"),
-      d.intra_node.call_s * 1e6, d.intra_node.bytes_per_s / 1e9);
+      d.intra_node.call_s * 1e6, d.intra_node.bytes_per_s / 1e9,
+      ranks > 1 ? "; each kind's call in microseconds by its wire bytes per rank below" : "");
   const std::string text = device_file_text(d, comment);
   AtomicFile file(out);
   file.write(text.data(), text.size());

@@ -8,10 +8,14 @@
 //                        peak, keyed by the cube root of m n k (gemm_sizes/efficiencies)
 //   attention            the causal attention core forward and backward (attention_gflops)
 //   elementwise          layer norm and GELU forward and backward (elementwise_gb_s)
-//   optimizer            AdamW over 8M parameters (optimizer_gb_s)
+//   optimizer            AdamW over 8M parameters, each call after a 64 MiB copy
+//                        (optimizer_gb_s)
 //   copy                 a 64 MiB memcpy (memory_bandwidth_gb_s)
 //   collectives          MPI all-reduce of one float (the per-call cost) and of 4 MiB
-//                        (the bandwidth of the wire bytes), on the N ranks
+//                        (the bandwidth of the wire bytes), on the N ranks; and each
+//                        kind's call (all-reduce, reduce-scatter, all-gather, all-to-all)
+//                        at 64 B to 16 MiB of wire bytes per rank (*_wire_bytes,
+//                        *_call_us)
 //   bf16 GEMM            where the CPU multiplies bf16 natively (oneDNN): a 2048^3 GEMM
 // The compute figures up to the copy are each the mean of five passes through them all
 // (the FMA loop's too: a validation's load factor divides by it), in each pass the slowest

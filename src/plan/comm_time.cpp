@@ -90,10 +90,49 @@ double op_seconds(CommOp op, const OpVolume& v, int group, const LinkProfile& li
   return std::min(ring, tree);
 }
 
+std::optional<double> measured_call_seconds(const DeviceProfile& device, CommOp op, double wire_bytes) {
+  std::optional<TimedCollective> kind;
+  switch (op) {
+    case CommOp::all_reduce: kind = TimedCollective::all_reduce; break;
+    case CommOp::reduce_scatter: kind = TimedCollective::reduce_scatter; break;
+    case CommOp::all_gather: kind = TimedCollective::all_gather; break;
+    case CommOp::all_to_all:
+    case CommOp::all_to_all_v: kind = TimedCollective::all_to_all; break;
+    default: break;
+  }
+  if (!kind) return std::nullopt;
+  const std::vector<CollectiveCallPoint>& table = device.collective_calls[static_cast<size_t>(*kind)];
+  if (table.empty()) return std::nullopt;
+  if (wire_bytes <= table.front().wire_bytes) return table.front().seconds;
+  if (wire_bytes >= table.back().wire_bytes) return table.back().seconds * wire_bytes / table.back().wire_bytes;
+  size_t i = 1;
+  while (table[i].wire_bytes < wire_bytes) ++i;
+  const CollectiveCallPoint &a = table[i - 1], &b = table[i];
+  const double f = std::log(wire_bytes / a.wire_bytes) / std::log(b.wire_bytes / a.wire_bytes);
+  return std::exp(std::log(a.seconds) + f * std::log(b.seconds / a.seconds));
+}
+
+double group_op_seconds(CommOp op, const OpVolume& v, int group, bool inside_node, const LinkProfile& link,
+                        const DeviceProfile& device) {
+  if (v.calls == 0) return 0;
+  if (inside_node && group == device.devices_per_node) {
+    const double calls = static_cast<double>(v.calls);
+    if (const std::optional<double> call_s = measured_call_seconds(device, op, static_cast<double>(v.wire_bytes) / calls)) {
+      return calls * *call_s;
+    }
+  }
+  return op_seconds(op, v, group, link);
+}
+
+double axis_op_seconds(CommOp op, const OpVolume& v, Axis axis, const MeshShape& m, const Cluster& cluster) {
+  return group_op_seconds(op, v, m.size(axis), !axis_placement(axis, m, cluster).crosses_nodes,
+                          axis_link(axis, m, cluster), cluster.device);
+}
+
 double all_reduce_seconds(const RunConfig& config, Axis axis, const OpVolume& v, const MeshShape& m,
                           const Cluster& cluster) {
   const int group = m.size(axis);
-  const double flat = op_seconds(CommOp::all_reduce, v, group, axis_link(axis, m, cluster));
+  const double flat = axis_op_seconds(CommOp::all_reduce, v, axis, m, cluster);
   const Axis ddp_axis = m.cp > 1 ? Axis::dp_cp : Axis::dp;
   const AxisPlacement p = axis_placement(axis, m, cluster);
   const int r = p.ranks_per_node;

@@ -12,6 +12,7 @@
 #include "train/config.h"
 
 #include <cstdint>
+#include <optional>
 
 namespace ndt {
 
@@ -37,6 +38,21 @@ LinkProfile axis_link(Axis axis, const MeshShape& m, const Cluster& cluster);
 // better of the ring (the wire bytes the counters count) and a tree (2 log2 n hops, twice
 // the payload on the wire), as NCCL chooses between them.
 double op_seconds(CommOp op, const OpVolume& v, int group, const LinkProfile& link);
+
+// One call's seconds of `op` at `wire_bytes` per rank from the device's table for its
+// kind (DeviceProfile::collective_calls; all_to_all_v by all_to_all's): interpolated in
+// log size and log time, the first point's time below the table and the last point's
+// bandwidth past it. nullopt where the device times no such kind.
+std::optional<double> measured_call_seconds(const DeviceProfile& device, CommOp op, double wire_bytes);
+
+// Seconds of a rank's calls of `op` over `group` ranks: from the device's table where it
+// times the kind and the group is the one it was timed on (devices_per_node ranks, inside
+// one node), else op_seconds on `link`.
+double group_op_seconds(CommOp op, const OpVolume& v, int group, bool inside_node, const LinkProfile& link,
+                        const DeviceProfile& device);
+
+// group_op_seconds for the groups of `axis`.
+double axis_op_seconds(CommOp op, const OpVolume& v, Axis axis, const MeshShape& m, const Cluster& cluster);
 
 // Seconds of the all-reduces `v` on `axis` as the run routes them: DDP's gradient
 // all-reduce over nodes (config.zero_stage 0, fp32 reduction) runs in two levels under

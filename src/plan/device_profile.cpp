@@ -108,11 +108,64 @@ std::vector<double> number_list(const std::string& path, const std::string& key,
   return values;
 }
 
+
+// The per-kind collective tables' keys: each kind's wire sizes per rank and its call
+// times in microseconds there (TimedCollective order).
+std::string collective_key(size_t kind, const char* what) {
+  return fmt::format("{}_{}", timed_collective_name(static_cast<TimedCollective>(kind)), what);
+}
+
+// The tables from their lists (empty where the file gives none), each checked by key and index.
+void read_collective_calls(const std::string& path, std::map<std::string, std::vector<double>>& lists, DeviceProfile& d) {
+  for (size_t kind = 0; kind < kNumTimedCollectives; ++kind) {
+    const std::string sizes_key = collective_key(kind, "wire_bytes"), times_key = collective_key(kind, "call_us");
+    const std::vector<double>& sizes = lists[sizes_key];
+    const std::vector<double>& times = lists[times_key];
+    NDT_CHECK(times.size() == sizes.size(), "device file \"{}\": {} has {} values and {} {}: they pair up, one time per size",
+              path, sizes_key, sizes.size(), times_key, times.size());
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      NDT_CHECK(sizes[i] >= 1 && sizes[i] <= 1e12 && (i == 0 || sizes[i] > sizes[i - 1]),
+                "device file \"{}\": {}[{}] = {} must lie in [1, 1e12] and exceed the size before it", path, sizes_key,
+                i, sizes[i]);
+      NDT_CHECK(times[i] > 0 && times[i] <= 1e9, "device file \"{}\": {}[{}] = {} must lie in (0, 1e9]", path,
+                times_key, i, times[i]);
+      d.collective_calls[kind].push_back({sizes[i], times[i] * 1e-6});
+    }
+  }
+}
+
+// The tables' keys as device_file_text writes them (the kinds measured).
+std::string collective_calls_text(const DeviceProfile& d) {
+  std::string text;
+  for (size_t kind = 0; kind < kNumTimedCollectives; ++kind) {
+    std::string sizes, times;
+    for (const CollectiveCallPoint& p : d.collective_calls[kind]) {
+      sizes += fmt::format("{}{:.0f}", sizes.empty() ? "" : ", ", p.wire_bytes);
+      times += fmt::format("{}{:.6g}", times.empty() ? "" : ", ", p.seconds * 1e6);
+    }
+    if (!sizes.empty()) {
+      text += fmt::format("{} = [{}]\n{} = [{}]\n", collective_key(kind, "wire_bytes"), sizes,
+                          collective_key(kind, "call_us"), times);
+    }
+  }
+  return text;
+}
+
 }  // namespace
 
 double DeviceProfile::peak_flops(DType compute, bool fp8) const {
   if (fp8 && peak_fp8 > 0) return peak_fp8;
   return compute == DType::f32 ? peak_fp32 : peak_bf16;
+}
+
+const char* timed_collective_name(TimedCollective kind) {
+  switch (kind) {
+    case TimedCollective::all_reduce: return "all_reduce";
+    case TimedCollective::reduce_scatter: return "reduce_scatter";
+    case TimedCollective::all_gather: return "all_gather";
+    case TimedCollective::all_to_all: return "all_to_all";
+  }
+  return "unknown";
 }
 
 void DeviceProfile::validate() const {
@@ -148,6 +201,16 @@ void DeviceProfile::validate() const {
               "device profile \"{}\": gemm size {} must be positive and larger than the one before", name, p.size);
     NDT_CHECK(p.efficiency > 0 && p.efficiency <= 1, "device profile \"{}\": gemm efficiency {} at size {} must lie in (0, 1]",
               name, p.efficiency, p.size);
+  }
+  for (size_t kind = 0; kind < kNumTimedCollectives; ++kind) {
+    const std::vector<CollectiveCallPoint>& table = collective_calls[kind];
+    for (size_t i = 0; i < table.size(); ++i) {
+      NDT_CHECK(table[i].wire_bytes > 0 && (i == 0 || table[i].wire_bytes > table[i - 1].wire_bytes) &&
+                    table[i].seconds > 0,
+                "device profile \"{}\": {} call of {} wire bytes ({} s): sizes must be positive and ascending, times "
+                "positive",
+                name, timed_collective_name(static_cast<TimedCollective>(kind)), table[i].wire_bytes, table[i].seconds);
+    }
   }
   for (size_t i = 0; i < attention_by_length.size(); ++i) {
     const AttentionRatePoint& p = attention_by_length[i];
@@ -256,7 +319,11 @@ DeviceProfile load_device_profile(const std::string& path) {
   };
   // Lists: each pairs up with the other of its table.
   std::map<std::string, std::vector<double>> lists = {
-      {"gemm_sizes", {}}, {"gemm_efficiencies", {}}, {"attention_seq_lens", {}}, {"attention_gflops_by_seq", {}}};
+      {"gemm_sizes", {}}, {"gemm_efficiencies", {}}, {"attention_seq_lens", {}}, {"attention_gflops_by_seq", {}},
+  };
+  for (size_t kind = 0; kind < kNumTimedCollectives; ++kind) {
+    lists[collective_key(kind, "wire_bytes")] = {}, lists[collective_key(kind, "call_us")] = {};
+  }
   std::vector<std::string> known;
   for (const auto& [key, list] : lists) known.push_back(key);
   for (const auto& [key, k] : keys) known.push_back(key);
@@ -320,6 +387,7 @@ DeviceProfile load_device_profile(const std::string& path) {
               path, i, rates[i]);
     d.attention_by_length.push_back({lengths[i], rates[i] * 1e9});
   }
+  read_collective_calls(path, lists, d);
   d.validate();
   return d;
 }
@@ -356,6 +424,7 @@ std::string device_file_text(const DeviceProfile& d, const std::string& comment)
     text += fmt::format("{0}_gb_s = {1:.6g}\n{0}_latency_us = {2:.6g}\n{0}_call_us = {3:.6g}\n", prefix,
                         link.bytes_per_s / 1e9, link.latency_s * 1e6, link.call_s * 1e6);
   }
+  text += collective_calls_text(d);
   text += fmt::format("inter_node_links = {}\noverlaps_communication = {}\ndisk_gb_s = {:.6g}\n", d.inter_node_links,
                       d.overlaps_communication, d.disk_bytes_per_s / 1e9);
   return text;

@@ -8,6 +8,7 @@
 
 #include "core/dtype.h"
 
+#include <array>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,17 @@ struct GemmEfficiencyPoint {
 struct AttentionRatePoint {
   double seq_len = 0;
   double flops_per_s = 0;
+};
+
+// The collectives a calibrated device times per call (all_to_all also prices
+// all_to_all_v), and one call's seconds at a wire size per rank (the counters' wire bytes:
+// comm/communicator.h).
+enum class TimedCollective { all_reduce, reduce_scatter, all_gather, all_to_all };
+inline constexpr size_t kNumTimedCollectives = 4;
+const char* timed_collective_name(TimedCollective kind);  // "all_reduce", "reduce_scatter", ...
+struct CollectiveCallPoint {
+  double wire_bytes = 0;
+  double seconds = 0;
 };
 
 struct DeviceProfile {
@@ -64,11 +76,17 @@ struct DeviceProfile {
   // move through the activations; 0: memory_bytes_per_s.
   double elementwise_bytes_per_s = 0;
   // Bytes per second the optimizer step moves (AdamW: 28 bytes of fp32 state per
-  // parameter read and written, and a low-precision compute copy written); 0:
-  // memory_bytes_per_s.
+  // parameter read and written, the gradient norm's 4 read, and a low-precision compute
+  // copy written); 0: memory_bytes_per_s.
   double optimizer_bytes_per_s = 0;
   int devices_per_node = 1;
   LinkProfile intra_node, inter_node;
+  // When given (a calibrated device), one call's seconds by kind at a few wire sizes per
+  // rank (ascending), measured among devices_per_node ranks on one node: a collective of
+  // that kind over such a group is priced from its table (plan/comm_time.h) instead of
+  // intra_node's alpha-beta. MPI's kinds differ more than the alpha-beta says (2 ranks of
+  // the development VM: a 1 MiB reduce-scatter took 2.7x an all-reduce of 1 MiB).
+  std::array<std::vector<CollectiveCallPoint>, kNumTimedCollectives> collective_calls;
   // Links out of a node, each of inter_node's bandwidth, shared by the transfers leaving
   // the node at once (plan/comm_time.h). 0: one per device (a GPU node's NIC per GPU);
   // the cpu profile: 1 (a host's one network interface).

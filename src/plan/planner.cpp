@@ -188,9 +188,12 @@ struct Candidate {
 
 // One micro-batch through a stage (roofline): the matmuls at the GEMM rate, and the
 // activations written in forward and read and written again in backward at the memory
-// bandwidth; attention_s: the step's attention matmuls, which the ring's transfers hide behind.
+// bandwidth. The same micro-batch's forward + backward by the kernels' classes: the
+// matmuls (with recompute's), the attention core (what the ring's transfers hide
+// behind), and the memory traffic with ZeRO/FSDP's copies.
 struct StageCompute {
-  double forward_s = 0, backward_s = 0, attention_s = 0;
+  double forward_s = 0, backward_s = 0;
+  double matmul_s = 0, attention_s = 0, memory_s = 0;
   double per_step_s = 0;  // per step: ZeRO-1/2's copies that are not per micro-batch (ShardingCopies)
 };
 
@@ -215,10 +218,13 @@ double after_backward_seconds(const Candidate& c, const StepCommunication& comm)
   const LinkProfile& world_link =
       cluster.devices() <= cluster.devices_per_node ? cluster.device.intra_node : cluster.device.inter_node;
   const LinkProfile tied_link = axis_link(Axis::pp, c.m, cluster);
+  const bool tied_inside = !axis_placement(Axis::pp, c.m, cluster).crosses_nodes;
   double seconds = 0;
   for (size_t op = 0; op < kNumCommOps; ++op) {
-    seconds += op_seconds(static_cast<CommOp>(op), comm.world.ops[op], cluster.devices(), world_link);
-    seconds += op_seconds(static_cast<CommOp>(op), comm.tied_embedding.ops[op], 2, tied_link);
+    seconds += group_op_seconds(static_cast<CommOp>(op), comm.world.ops[op], cluster.devices(), cluster.nodes == 1,
+                                world_link, cluster.device);
+    seconds += group_op_seconds(static_cast<CommOp>(op), comm.tied_embedding.ops[op], 2, tied_inside, tied_link,
+                                cluster.device);
   }
   return seconds;
 }
@@ -238,7 +244,7 @@ CommSeconds communication_seconds(const Candidate& c, const StepCommunication& c
       const CommOp kind = static_cast<CommOp>(op);
       const OpVolume& v = comm.axes[a].ops[op];
       const double seconds = kind == CommOp::all_reduce ? all_reduce_seconds(c.config, axis, v, m, c.cluster)
-                                                        : op_seconds(kind, v, m.size(axis), link);
+                                                        : axis_op_seconds(kind, v, axis, m, c.cluster);
       axis_s += seconds;
       if (is_gradient_axis(axis)) (kind == CommOp::all_gather ? s.gather_s : s.reduce_s) += seconds;
       if (axis == Axis::pp && kind == CommOp::send && v.calls > 0) {
@@ -269,14 +275,17 @@ double exposed_data_parallel_seconds(const Candidate& c, const CommSeconds& s, d
   return std::max(0.0, s.reduce_s - last_backward_s) + s.gather_s;
 }
 
-// AdamW over the rank's shard: 28 bytes of fp32 state read and written per parameter,
-// and the compute copy written when it is not fp32, at the optimizer's measured rate
-// where the device gives one.
+// The optimizer's kernels over the rank's shard (the profile's optimizer class): AdamW's
+// 28 bytes of fp32 state read and written per parameter, the gradient norm's read of the
+// gradient, and the compute copy written when it is not fp32, at the optimizer's measured
+// rate where the device gives one.
 double optimizer_seconds(const TieredStates& tiers, DType compute, const DeviceProfile& device) {
   const double shard_params =
       static_cast<double>(tiers.disk.optimizer > 0 ? tiers.disk.optimizer : tiers.resident.optimizer) / 8;
   const double rate = device.optimizer_bytes_per_s > 0 ? device.optimizer_bytes_per_s : device.memory_bytes_per_s;
-  return shard_params * (28.0 + (compute == DType::f32 ? 0 : dtype_size(compute))) / rate;
+  // AdamW's 28 bytes per parameter, the gradient norm's read of the gradient (4), and a
+  // low-precision compute copy's write.
+  return shard_params * (32.0 + (compute == DType::f32 ? 0 : dtype_size(compute))) / rate;
 }
 
 // The optimizer's stream runs behind its update, parameter reads behind forward and
@@ -568,7 +577,9 @@ StageCompute LayoutScorer::stage_compute(const Candidate& c, int stage) {
       (matmul * per_flop + attention * attention_per_flop) / 3 * tokens + memory_s / 3 + copies.forward * copy_s;
   s.backward_s = ((matmul * per_flop + attention * attention_per_flop) * 2 / 3 + recompute * per_flop) * tokens +
                  memory_s * 2 / 3 + copies.backward * copy_s;
-  s.attention_s = attention * attention_per_flop * tokens * c.resolved.micro_batches();
+  s.matmul_s = (matmul + recompute) * per_flop * tokens;
+  s.attention_s = attention * attention_per_flop * tokens;
+  s.memory_s = memory_s + (copies.forward + copies.backward) * copy_s;
   return s;
 }
 
@@ -578,7 +589,7 @@ StageTime LayoutScorer::stage_time(const Candidate& c, int stage, const StepComm
   const StageCompute compute = stage_compute(c, stage);
   StageTime st;
   TimeEstimate& t = st.t;
-  const CommSeconds comm_s = communication_seconds(c, comm, compute.attention_s, t);
+  const CommSeconds comm_s = communication_seconds(c, comm, micro_batches * compute.attention_s, t);
   const double F = compute.forward_s + comm_s.per_micro_batch_s / 2, B = compute.backward_s + comm_s.per_micro_batch_s / 2;
   st.pipeline_s = micro_batches * (F + B);
   if (c.facts) {
@@ -592,6 +603,10 @@ StageTime LayoutScorer::stage_time(const Candidate& c, int stage, const StepComm
   // update; ZeRO-1's gradient pack precedes its reduce-scatter): counted with the update.
   t.optimizer_s = optimizer_seconds(tiers, c.config.precision.compute, device) + compute.per_step_s;
   t.compute_s = micro_batches * (compute.forward_s + compute.backward_s);
+  t.matmul_s = micro_batches * compute.matmul_s;
+  t.attention_s = micro_batches * compute.attention_s;
+  t.memory_s = micro_batches * compute.memory_s;
+  t.step_copies_s = compute.per_step_s;
   t.exposed_comm_s = micro_batches * comm_s.per_micro_batch_s + exposed_dp + comm_s.after_backward_s;
   t.offload_io_s = offload_io_seconds(tiers, device, t.optimizer_s, micro_batches * (F + B));
   st.tail_s = exposed_dp + comm_s.after_backward_s + t.optimizer_s + t.offload_io_s;

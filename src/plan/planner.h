@@ -77,10 +77,15 @@ struct MemoryEstimate {
 
 struct TimeEstimate {
   double compute_s = 0;    // matmuls and memory traffic of the forward, backward and recompute
+  // compute_s by the kernels' classes (what train.profile measures): the matmuls (with
+  // recompute's), the attention core, and the kernels between them (norms, activations,
+  // residual adds) with ZeRO/FSDP's per-micro-batch copies.
+  double matmul_s = 0, attention_s = 0, memory_s = 0;
   double exposed_comm_s = 0;
   std::array<double, kNumAxes> comm_s{};     // each axis's collectives at their alpha-beta time
   double bubble_s = 0;
-  double optimizer_s = 0;
+  double optimizer_s = 0;      // the update, with ZeRO-1/2's once-a-step copies (step_copies_s)
+  double step_copies_s = 0;
   double offload_io_s = 0;  // swap-file transfers the step waits for (what compute does not hide)
   double step_s = 0;
 };

@@ -130,12 +130,26 @@ double median_expert_load(const std::vector<nlohmann::json>& steps) {
   return loads.empty() ? 1 : median_of_middle(loads);
 }
 
+// The timed steps' profiles (train.profile), each part's median.
+StepParts median_step_parts(const std::vector<nlohmann::json>& steps) {
+  std::array<std::vector<double>, kNumStepParts> by_part;
+  for (size_t i = kFirstTimedStep; i < steps.size(); ++i) {
+    NDT_CHECK(steps[i].contains("profile"), "the validation run's step {} has no profile (train.profile)",
+              steps[i].at("step").get<int64_t>());
+    const StepParts parts = measured_step_parts(steps[i].at("profile"));
+    for (size_t p = 0; p < kNumStepParts; ++p) by_part[p].push_back(parts[p]);
+  }
+  StepParts medians{};
+  for (size_t p = 0; p < kNumStepParts; ++p) medians[p] = median_of_middle(by_part[p]);
+  return medians;
+}
+
 // Runs the case's training job into `out`.
 void run_case(const ValidationCase& c, const fs::path& out, const std::string& base_config) {
   std::string command = this_binary_on_ranks(c.ranks);
   command += " train " + shell_quoted(base_config) + " --overwrite";
   for (const std::string& s : c.settings) command += " --set " + shell_quoted(s);
-  command += " --set " + shell_quoted("runtime.out_dir=" + out.string());
+  command += " --set " + shell_quoted("runtime.out_dir=" + out.string()) + " --set train.profile=true";
   run_command(command, false);
 }
 
@@ -159,6 +173,9 @@ void compare_memory_and_time(ValidationRow& row, const RunConfig& config, const 
   row.balanced_step_s /= row.load;
   row.predicted_time = fmt::format("compute {:.4f} s, exposed communication {:.4f} s, bubble {:.4f} s, optimizer {:.4f} s",
                                    plan.time.compute_s, plan.time.exposed_comm_s, plan.time.bubble_s, plan.time.optimizer_s);
+  row.parts[0] = median_step_parts(steps);
+  row.parts[1] = predicted_step_parts(plan.time);
+  for (double& part : row.parts[1]) part /= row.load;
 
   // An MoE block's transient buffers (dispatch rows, the experts' backward scratch) and
   // its exchange scratch depend on the routing and are not predicted: reported only.
@@ -291,7 +308,34 @@ void print_progress(const ValidationRow& r) {
                                               "expert rows over the mean; balanced, the prediction is {:.4f} s)",
                                               r.expert_load, r.balanced_step_s)
                                 : "");
+  std::string parts;
+  for (size_t p = 0; p < kNumStepParts; ++p) {
+    const double pair[2] = {r.parts[0][p], r.parts[1][p]};
+    parts += fmt::format("{}{} {:.4f} / {:.4f}{}", p == 0 ? "" : ", ", step_part_name(static_cast<StepPart>(p)),
+                         pair[0], pair[1], pair[1] > 0 ? fmt::format(" ({})", percent(pair)) : "");
+  }
+  fmt::print("  {:<24} by part, measured / predicted s: {}\n", "", parts);
   std::fflush(stdout);
+}
+
+// Each part over the runs: the median of measured / predicted - 1 where the model
+// prices it, and its share of the measured steps.
+void print_parts_summary(const std::vector<ValidationRow>& rows) {
+  double steps = 0;
+  for (const ValidationRow& r : rows) steps += r.step_s[0];
+  std::string text;
+  for (size_t p = 0; p < kNumStepParts; ++p) {
+    std::vector<double> errors;
+    double measured = 0;
+    for (const ValidationRow& r : rows) {
+      measured += r.parts[0][p];
+      if (r.parts[1][p] > 0) errors.push_back(relative_error(r.parts[0][p], r.parts[1][p]));
+    }
+    text += fmt::format("{}{} {:.1f}% of the steps{}", p == 0 ? "" : "; ", step_part_name(static_cast<StepPart>(p)),
+                        100 * measured / steps,
+                        errors.empty() ? "" : fmt::format(", median error {:+.1f}%", 100 * median_of_middle(errors)));
+  }
+  fmt::print("by part over the runs (measured against predicted): {}\n", text);
 }
 
 // The table of the (merged) rows with their findings; returns the rows that failed.
@@ -315,6 +359,47 @@ int print_table(const std::vector<ValidationRow>& rows) {
 }
 
 }  // namespace
+
+const char* step_part_name(StepPart part) {
+  switch (part) {
+    case StepPart::matmuls: return "matmuls";
+    case StepPart::attention: return "attention";
+    case StepPart::other_kernels: return "other kernels";
+    case StepPart::optimizer: return "optimizer";
+    case StepPart::communication: return "communication";
+    case StepPart::unaccounted: return "unaccounted";
+  }
+  return "unknown";
+}
+
+StepParts measured_step_parts(const nlohmann::json& profile) {
+  // The metrics' keys (kernels::op_class_key, StepProfile) by the part they count to.
+  static const std::map<std::string, StepPart, std::less<>> parts = {
+      {"gemm_fp32", StepPart::matmuls},          {"gemm_16bit", StepPart::matmuls},
+      {"gemm_fp8", StepPart::matmuls},           {"attention", StepPart::attention},
+      {"cross_entropy", StepPart::other_kernels}, {"norm", StepPart::other_kernels},
+      {"elementwise", StepPart::other_kernels},  {"cast", StepPart::other_kernels},
+      {"moe_routing", StepPart::other_kernels},  {"optimizer", StepPart::optimizer},
+      {"communication", StepPart::communication}, {"rank_wait", StepPart::communication},
+      {"unaccounted", StepPart::unaccounted}};
+  StepParts out{};
+  for (const auto& [key, seconds] : profile.items()) {
+    const auto it = parts.find(key);
+    NDT_CHECK(it != parts.end(), "a step profile's key {} is not a kernel class, communication or the rest", key);
+    out[static_cast<size_t>(it->second)] += seconds.get<double>();
+  }
+  return out;
+}
+
+StepParts predicted_step_parts(const TimeEstimate& t) {
+  StepParts out{};
+  out[static_cast<size_t>(StepPart::matmuls)] = t.matmul_s;
+  out[static_cast<size_t>(StepPart::attention)] = t.attention_s;
+  out[static_cast<size_t>(StepPart::other_kernels)] = t.memory_s + t.step_copies_s;
+  out[static_cast<size_t>(StepPart::optimizer)] = t.optimizer_s - t.step_copies_s;
+  out[static_cast<size_t>(StepPart::communication)] = t.exposed_comm_s + t.bubble_s + t.offload_io_s;
+  return out;
+}
 
 ValidationModels parse_validation_models(const std::string& name) {
   if (name == "small") return ValidationModels::small;
@@ -341,6 +426,13 @@ ValidationRow merge_validation_rounds(const std::vector<ValidationRow>& rounds, 
   }
   row.step_s[0] = median_of_middle(measured), row.step_s[1] = median_of_middle(predicted),
   row.load = median_of_middle(loads), row.expert_load = median_of_middle(expert_loads);
+  for (int side = 0; side < 2; ++side) {
+    for (size_t p = 0; p < kNumStepParts; ++p) {
+      std::vector<double> values;
+      for (const ValidationRow& round : rounds) values.push_back(round.parts[side][p]);
+      row.parts[side][p] = median_of_middle(values);
+    }
+  }
   const double e = relative_error(row.step_s[0], row.step_s[1]);
   if (!(std::abs(e) <= time_bound)) {
     row.mismatches.push_back(fmt::format("step time: measured {:.4f} s, predicted {:.4f} s ({:+.1f}%, the bound {:.0f}%{})",
@@ -401,6 +493,7 @@ int run_plan_validation(const ValidationOptions& o) {
     errors.push_back(std::abs(relative_error(rows.back().step_s[0], rows.back().step_s[1])));
   }
   const int failures = print_table(rows);
+  print_parts_summary(rows);
   fmt::print("\nmemory within 2%, bytes equal and step time within {:g}%{}: {} of {} runs; step time: median |error| "
              "{:.1f}%, largest {:.1f}%\n",
              o.time_bound_percent, o.rounds > 1 ? fmt::format(" (medians of {} rounds)", o.rounds) : "",

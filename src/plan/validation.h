@@ -21,10 +21,33 @@
 //              how closely the rounds agree with each other
 #pragma once
 
+#include <nlohmann/json_fwd.hpp>
+
+#include <array>
 #include <string>
 #include <vector>
 
 namespace ndt {
+
+struct TimeEstimate;
+
+// A step by the parts the kernels' profile measures (train.profile: metrics records'
+// "profile") and the model prices (TimeEstimate), so a step's error can be traced to
+// the term that makes it:
+//   matmuls         the GEMMs of every dtype                  matmul_s
+//   attention       the attention core                        attention_s
+//   other kernels   norms, elementwise, casts, cross-entropy, memory_s + step_copies_s
+//                   MoE routing
+//   optimizer       the update and the gradient norm          optimizer_s - step_copies_s
+//   communication   blocked in collectives, point-to-point    exposed_comm_s + bubble_s
+//                   and barriers                              + offload_io_s
+//   unaccounted     what no timer saw                         (not priced: 0)
+enum class StepPart { matmuls, attention, other_kernels, optimizer, communication, unaccounted };
+inline constexpr size_t kNumStepParts = 6;
+using StepParts = std::array<double, kNumStepParts>;
+const char* step_part_name(StepPart part);  // "matmuls", "attention", "other kernels", ...
+StepParts measured_step_parts(const nlohmann::json& profile);  // a step record's "profile"; throws naming a bad key
+StepParts predicted_step_parts(const TimeEstimate& time);
 
 struct ValidationRow {
   std::string name;
@@ -42,6 +65,8 @@ struct ValidationRow {
   double expert_load = 1;
   double balanced_step_s = 0;  // the prediction under balanced routing (expert_load 1), load-scaled
   std::string predicted_time;  // the prediction's parts
+  // measured (rank 0's: the medians over the timed steps) / predicted (scaled by the load)
+  StepParts parts[2] = {};
   int64_t wire_bytes[2] = {0, 0};  // one step, all axes
   int64_t calls[2] = {0, 0};
   std::vector<std::string> mismatches;  // a bound not held, each naming the quantity
@@ -72,7 +97,8 @@ struct ValidationOptions {
 // One case's rounds as one row: memory and bytes are held in every round (with several
 // rounds, each finding names its round; the table shows the first round's figures); the
 // step time is the median measured step against the median prediction (each round's
-// divided by its own load), checked against time_bound (a fraction: 0.2 is 20%).
+// divided by its own load), checked against time_bound (a fraction: 0.2 is 20%); each
+// step part the median of the rounds' too.
 ValidationRow merge_validation_rounds(const std::vector<ValidationRow>& rounds, double time_bound);
 
 // The rounds against each other: each run's measured step in one round taken as the

@@ -53,6 +53,7 @@ struct RunConfig {
   int eval_batches = 8;
   int loss_chunk_rows = 256;
   int64_t log_every = 1;
+  bool profile = false;  // time every step by op class into the metrics (train/step_profile.h)
   std::string init_from;  // a model file or checkpoint to start from (fresh optimizer, step 0)
   ActivationCheckpointing activation_checkpointing;  // what blocks save for backward
 

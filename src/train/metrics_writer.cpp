@@ -72,6 +72,20 @@ nlohmann::json step_events(const StepStats& s) {
   return events;
 }
 
+// train.profile: seconds per op class (the classes no kernel of the step ran left out),
+// communication, barriers and the unaccounted rest.
+nlohmann::json profile_record(const StepProfile& p) {
+  nlohmann::json record = nlohmann::json::object();
+  for (size_t c = 0; c < kernels::kNumOpClasses; ++c) {
+    const auto op_class = static_cast<kernels::OpClass>(c);
+    if (op_class != kernels::OpClass::untimed && p.kernels[c] > 0) record[std::string(kernels::op_class_key(op_class))] = p.kernels[c];
+  }
+  record["communication"] = p.communication;
+  record["rank_wait"] = p.rank_wait;
+  record["unaccounted"] = p.unaccounted();
+  return record;
+}
+
 }  // namespace
 
 std::vector<Axis> reported_axes(const MeshShape& mesh) {
@@ -152,6 +166,7 @@ void MetricsWriter::step(const StepStats& s, const RunConfig& config, DeviceMesh
     record["pp_bubble"] = t.wall > 0 ? 1.0 - t.busy / t.wall : 0.0;
   }
   if (mesh.world().size() > 1) record["comm"] = comm_record(mesh), record["dp_exposed_wait_s"] = s.comm_wait_seconds;
+  if (s.profile) record["profile"] = profile_record(*s.profile);
   write(record);
   for (const StepEvent& e : s.events) write({{"step", s.step + 1}, {"kind", event_kind_name(e.kind)}, {"event", e.text}});
 }

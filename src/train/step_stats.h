@@ -2,9 +2,12 @@
 // metrics records (train/metrics_writer.h) and the tests read.
 #pragma once
 
+#include "train/step_profile.h"
+
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -60,6 +63,8 @@ struct StepStats {
   // processed, and the experts' load under ep (MoeJobTotals::expert_load).
   double moe_aux_loss = 0, moe_z_loss = 0, moe_drop_rate = 0, moe_expert_load = 1;
   std::vector<int64_t> moe_tokens_per_expert;
+  // train.profile: the step's time by op class, communication and the rest (this rank's).
+  std::optional<StepProfile> profile;
 };
 
 // Interventions over a run (the summary's stability line).

@@ -74,6 +74,7 @@ Trainer::Trainer(const RunConfig& config, DeviceMesh& mesh, std::ostream* log)
   checkpoints_->claim(resumed_step_, config_.overwrite);
   metrics_ = std::make_unique<MetricsWriter>(
       config_.out_dir.empty() || !leads() ? "" : config_.out_dir + "/metrics.jsonl", resumed_step_.has_value());
+  if (config_.profile) profiler_.emplace(mesh_);
 }
 
 void Trainer::resume_or_initialise() {
@@ -124,6 +125,7 @@ FetchRows Trainer::train_rows(int64_t position) const {
 }
 
 StepStats Trainer::step() {
+  if (profiler_) profiler_->begin();
   const auto t0 = std::chrono::steady_clock::now();
   set_comm_step(step_);
   GradientSync& sync = model_->sync();
@@ -160,6 +162,7 @@ StepStats Trainer::step() {
   s.next_loss_scale = guard_.loss_scale();
   apply_decision(decision, s);
   finish_step_stats(s, seconds_since(t0), exposed_before, io_before);
+  if (profiler_) s.profile = profiler_->end(s.seconds);
   metrics_->step(s, config_, mesh_, model_->pipeline());
   return s;
 }

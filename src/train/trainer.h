@@ -21,6 +21,7 @@
 #include "train/run_lock.h"
 #include "train/run_log.h"
 #include "train/step_guard.h"
+#include "train/step_profile.h"
 #include "train/step_stats.h"
 #include "train/training_data.h"
 #include "train/training_model.h"
@@ -137,6 +138,7 @@ class Trainer {
   StepGuard guard_;
   PeakFlops peak_;
   std::unique_ptr<MetricsWriter> metrics_;  // opened once the run owns its folder
+  std::optional<StepProfiler> profiler_;     // train.profile
   std::optional<int64_t> resumed_step_;
   int64_t step_ = 0;
   int stop_signal_ = 0;  // the stop signal the ranks agreed on (0: none)

@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 namespace ndt {
 namespace {
 
@@ -78,6 +80,40 @@ TEST(CommTime, DdpAcrossNodesTakesTheTwoLevelRouteWhereTheRunWould) {
   config.zero_stage = 0;
   const Cluster one_node = make_cluster(c.device, 1, 4, 0);
   EXPECT_NEAR(all_reduce_seconds(config, Axis::dp, v, m, one_node), 1.5 * static_cast<double>(bucket) / 1e15, 1e-12);
+}
+
+// Catches: a calibrated device's per-kind table not read (the alpha-beta used), read for
+// a kind it does not time or for a group of another size than it was timed on, looked up
+// linearly instead of in log size and time, or extrapolated past its ends other than by
+// the first point's time and the last point's bandwidth.
+TEST(CommTime, ACollectiveOfATimedKindIsPricedFromItsTable) {
+  DeviceProfile d = builtin_device("h100-sxm");
+  d.intra_node = {1e9, 0, 1e-6};
+  d.devices_per_node = 2;
+  d.collective_calls[static_cast<size_t>(TimedCollective::reduce_scatter)] = {{1000, 1e-4}, {100000, 1e-2}};
+  d.collective_calls[static_cast<size_t>(TimedCollective::all_to_all)] = {{1000, 2e-5}, {100000, 4e-5}};
+  EXPECT_DOUBLE_EQ(*measured_call_seconds(d, CommOp::reduce_scatter, 1000), 1e-4);
+  EXPECT_DOUBLE_EQ(*measured_call_seconds(d, CommOp::reduce_scatter, 10), 1e-4);             // the first point below
+  EXPECT_NEAR(*measured_call_seconds(d, CommOp::reduce_scatter, 200000), 2e-2, 1e-15);      // its bandwidth above
+  EXPECT_NEAR(*measured_call_seconds(d, CommOp::reduce_scatter, 10000), 1e-3, 1e-15);       // halfway in log-log
+  EXPECT_NEAR(*measured_call_seconds(d, CommOp::all_to_all_v, 10000), std::sqrt(8e-10), 1e-15);  // all_to_all's table
+  EXPECT_FALSE(measured_call_seconds(d, CommOp::all_gather, 1000).has_value());
+  EXPECT_FALSE(measured_call_seconds(d, CommOp::send, 1000).has_value());
+
+  const Cluster node = make_cluster(d, 1, 2, 0);
+  MeshShape m = mesh(1, 2);
+  const OpVolume four_calls{4, 40000, 40000};  // 10000 wire bytes a call
+  EXPECT_NEAR(axis_op_seconds(CommOp::reduce_scatter, four_calls, Axis::tp, m, node), 4e-3, 1e-15);
+  // A kind without a table, a group of another size, or a group across nodes: the alpha-beta.
+  const double alpha_beta = op_seconds(CommOp::all_gather, four_calls, 2, d.intra_node);
+  EXPECT_DOUBLE_EQ(axis_op_seconds(CommOp::all_gather, four_calls, Axis::tp, m, node), alpha_beta);
+  DeviceProfile timed_on_four = d;
+  timed_on_four.devices_per_node = 4;
+  const Cluster four = make_cluster(timed_on_four, 1, 4, 0);
+  EXPECT_DOUBLE_EQ(axis_op_seconds(CommOp::reduce_scatter, four_calls, Axis::tp, m, four),
+                   op_seconds(CommOp::reduce_scatter, four_calls, 2, d.intra_node));
+  EXPECT_DOUBLE_EQ(group_op_seconds(CommOp::reduce_scatter, four_calls, 2, false, d.inter_node, d),
+                   op_seconds(CommOp::reduce_scatter, four_calls, 2, d.inter_node));
 }
 
 }  // namespace

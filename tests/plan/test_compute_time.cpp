@@ -102,6 +102,9 @@ TEST(ComputeTime, StepUsesTheCalibratedFiguresAndOnlyThem) {
   ASSERT_GT(optimizer_s, 0);
   slow = d, slow.optimizer_bytes_per_s /= 10;
   EXPECT_NEAR(score_layout(c, make_cluster(slow, 1, 1, 0)).time.optimizer_s, 10 * optimizer_s, 1e-9 * optimizer_s);
+  // The profile's optimizer class: AdamW's 28 bytes a parameter and the gradient norm's 4.
+  const double bytes = 32.0 * static_cast<double>(count_trainable_parameters(c.model));
+  EXPECT_NEAR(optimizer_s, bytes / d.optimizer_bytes_per_s, 1e-9 * optimizer_s);
 }
 
 // Catches: the experts' load not reaching the step under ep, reaching it without ep (where
@@ -170,6 +173,31 @@ TEST(ComputeTime, ShardingCopiesArePricedAtTheMemoryBandwidth) {
   const double fsdp = time(3).optimizer_s;
   EXPECT_NEAR(time(1).optimizer_s - fsdp, 2 * copy_s, 1e-9 * fsdp);
   EXPECT_NEAR(time(2).optimizer_s - fsdp, 1 * copy_s, 1e-9 * fsdp);
+  // The once-a-step copies are named apart (the validation sets them with the elementwise kernels).
+  EXPECT_NEAR(time(1).step_copies_s, 2 * copy_s, 1e-12 * copy_s);
+  EXPECT_NEAR(time(2).step_copies_s, 1 * copy_s, 1e-12 * copy_s);
+  EXPECT_EQ(time(3).step_copies_s, 0.0);
+}
+
+// Catches: a class of the compute (what `plan --validate` sets against the run's profile)
+// that is not the compute's: a term left out of the split, counted twice, or the per-
+// micro-batch figures not multiplied by the micro-batches.
+TEST(ComputeTime, ComputeIsItsMatmulsAttentionAndMemoryTraffic) {
+  RunConfig c = tiny_run();
+  DeviceProfile d = tabled_device();
+  d.attention_flops_per_s = 0.3 * d.peak_flops(DType::f32, false);
+  d.elementwise_bytes_per_s = 0.5 * d.memory_bytes_per_s;
+  c.mesh.dp_shard = 2, c.micro_batch_size = 2, c.zero_stage = 3;
+  c.activation_checkpointing.mode = CheckpointMode::full;
+  const TimeEstimate t = score_layout(c, make_cluster(d, 1, 2, 0)).time;
+  EXPECT_GT(t.matmul_s, 0.0);
+  EXPECT_GT(t.attention_s, 0.0);
+  EXPECT_GT(t.memory_s, 0.0);
+  EXPECT_NEAR(t.matmul_s + t.attention_s + t.memory_s, t.compute_s, 1e-12 * t.compute_s);
+  // Two micro-batches of two sequences attend as much as one of four.
+  c.micro_batch_size = 4;
+  const TimeEstimate one = score_layout(c, make_cluster(d, 1, 2, 0)).time;
+  EXPECT_NEAR(t.attention_s, one.attention_s, 1e-12 * one.attention_s);
 }
 
 // Catches: a calibrated device file that does not read back as written.
@@ -181,6 +209,10 @@ TEST(ComputeTime, DeviceFileTextReadsBackAsWritten) {
   d.attention_by_length = {{32, 4.25e9}, {128, 12.5e9}};
   d.intra_node = {2.5e9, 1e-6, 7e-6}, d.inter_node = {1.25e9, 2e-6, 9e-6};
   d.inter_node_links = 1, d.overlaps_communication = false, d.disk_bytes_per_s = 1.5e9;
+  const auto reduce_scatter = static_cast<size_t>(TimedCollective::reduce_scatter);
+  const auto all_to_all = static_cast<size_t>(TimedCollective::all_to_all);
+  d.collective_calls[reduce_scatter] = {{4096, 20e-6}, {65536, 125.5e-6}};
+  d.collective_calls[all_to_all] = {{2048, 10e-6}, {65536, 40.25e-6}, {1 << 20, 400e-6}};
   testing::TempDir dir;
   std::ofstream(dir.file("d.toml")) << device_file_text(d, "two lines\nof comment");
   const DeviceProfile r = load_device_profile(dir.file("d.toml"));
@@ -203,6 +235,13 @@ TEST(ComputeTime, DeviceFileTextReadsBackAsWritten) {
   EXPECT_DOUBLE_EQ(r.memory_bytes_per_s, d.memory_bytes_per_s);
   EXPECT_FALSE(r.overlaps_communication);
   EXPECT_DOUBLE_EQ(r.disk_bytes_per_s, 1.5e9);
+  EXPECT_TRUE(r.collective_calls[static_cast<size_t>(TimedCollective::all_reduce)].empty());
+  ASSERT_EQ(r.collective_calls[reduce_scatter].size(), 2u);
+  EXPECT_DOUBLE_EQ(r.collective_calls[reduce_scatter][1].wire_bytes, 65536);
+  EXPECT_NEAR(r.collective_calls[reduce_scatter][1].seconds, 125.5e-6, 1e-18);
+  ASSERT_EQ(r.collective_calls[all_to_all].size(), 3u);
+  EXPECT_DOUBLE_EQ(r.collective_calls[all_to_all][0].wire_bytes, 2048);
+  EXPECT_NEAR(r.collective_calls[all_to_all][2].seconds, 400e-6, 1e-18);
 }
 
 // Catches: a calibrated key accepted out of its range, or refused without its name.
@@ -230,6 +269,13 @@ TEST(ComputeTime, CalibratedKeysAreCheckedByName) {
   refused("elementwise_gb_s = 2e6\n", "elementwise_gb_s = 2000000 must lie in [0, 1000000]");
   refused("optimizer_gb_s = -2\n", "optimizer_gb_s = -2 must lie in [0, 1000000]");
   refused("intra_node_call_us = -3\n", "intra_node_call_us = -3 must lie in [0, 1000000]");
+  refused("all_gather_wire_bytes = [4096, 65536]\nall_gather_call_us = [12]\n",
+          "all_gather_wire_bytes has 2 values and all_gather_call_us 1: they pair up");
+  refused("all_gather_wire_bytes = [65536, 4096]\nall_gather_call_us = [12, 30]\n",
+          "all_gather_wire_bytes[1] = 4096 must lie in [1, 1e12] and exceed the size before it");
+  refused("all_reduce_wire_bytes = [4096]\nall_reduce_call_us = [0]\n", "all_reduce_call_us[0] = 0 must lie in (0, 1e9]");
+  refused("reduce_scatter_call_us = [12]\n",
+          "reduce_scatter_wire_bytes has 0 values and reduce_scatter_call_us 1: they pair up");
 }
 
 }  // namespace

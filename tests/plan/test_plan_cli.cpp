@@ -90,6 +90,10 @@ TEST(PlanCli, CalibrateThenValidateHoldsThePlannerToRunsOnThisMachine) {
   EXPECT_TRUE(contains(r.output, "gemm_efficiencies = [")) << r.output;
   EXPECT_TRUE(contains(r.output, "intra_node_call_us = ")) << r.output;
   EXPECT_TRUE(contains(r.output, "attention_seq_lens = [32, 64, 128, 256, 512]")) << r.output;
+  for (const char* kind : {"all_reduce", "reduce_scatter", "all_gather", "all_to_all"}) {
+    EXPECT_TRUE(contains(r.output, std::string(kind) + "_call_us = [")) << kind << "\n" << r.output;
+  }
+  EXPECT_TRUE(contains(r.output, "reduce_scatter_wire_bytes = [64, 4096, 65536, 524288, 4194304, 16777216]")) << r.output;
   r = testing::run_command(kNdtrain + " plan --validate --validate-models tiny --rounds 2 --device \"" + device +
                           "\" --validate-dir \"" + runs + "\" --time-bound " + kCiTimeBoundPercent);
   EXPECT_EQ(r.exit_code, 0) << r.output;
@@ -98,6 +102,9 @@ TEST(PlanCli, CalibrateThenValidateHoldsThePlannerToRunsOnThisMachine) {
   EXPECT_TRUE(contains(r.output, "another round in ")) << r.output;
   EXPECT_TRUE(contains(r.output, " of 20 pairs")) << r.output;
   EXPECT_TRUE(contains(r.output, "profile for 2 ranks: device file " + device)) << r.output;
+  // Each run's step by parts (train.profile against the model's terms), and over the runs.
+  EXPECT_TRUE(contains(r.output, "by part, measured / predicted s: matmuls ")) << r.output;
+  EXPECT_TRUE(contains(r.output, "by part over the runs (measured against predicted): matmuls ")) << r.output;
   EXPECT_FALSE(contains(r.output, "MISMATCH")) << r.output;
   std::printf("%s", r.output.c_str());
 }

@@ -2,9 +2,12 @@
 // medians of the measured and predicted steps; every round's memory and bytes findings
 // kept, each naming its round), and the rounds set against each other (the machine's
 // repeatability). The runs themselves are test_plan_cli's.
+#include "../common/errors.h"
+#include "plan/planner.h"
 #include "plan/validation.h"
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <string>
 #include <vector>
@@ -45,6 +48,46 @@ TEST(ValidationRounds, StepTimeIsTheMedianOfTheRoundsAgainstTheMedianPrediction)
   EXPECT_DOUBLE_EQ(two.step_s[1], 0.2);
   ASSERT_EQ(two.mismatches.size(), 1u);
   EXPECT_TRUE(any_contains(two.mismatches, "(-25.0%, the bound 20%; medians of 2 rounds)")) << two.mismatches.front();
+}
+
+// Catches: a kernel class counted to the wrong part or not at all (the parts must add up
+// to the profile), barrier waits left out of communication, and a key the mapping does
+// not know passed over silently (a class added to the kernels and not here).
+TEST(ValidationParts, ProfileKeysAddUpToTheirParts) {
+  const nlohmann::json profile = {{"gemm_fp32", 0.5},   {"gemm_16bit", 0.25}, {"gemm_fp8", 0.125},  {"attention", 0.1},
+                                  {"cross_entropy", 1}, {"norm", 2},          {"elementwise", 4},   {"cast", 8},
+                                  {"moe_routing", 16},  {"optimizer", 0.3},   {"communication", 32}, {"rank_wait", 64},
+                                  {"unaccounted", 0.7}};
+  const StepParts parts = measured_step_parts(profile);
+  EXPECT_DOUBLE_EQ(parts[static_cast<size_t>(StepPart::matmuls)], 0.875);
+  EXPECT_DOUBLE_EQ(parts[static_cast<size_t>(StepPart::attention)], 0.1);
+  EXPECT_DOUBLE_EQ(parts[static_cast<size_t>(StepPart::other_kernels)], 31);
+  EXPECT_DOUBLE_EQ(parts[static_cast<size_t>(StepPart::optimizer)], 0.3);
+  EXPECT_DOUBLE_EQ(parts[static_cast<size_t>(StepPart::communication)], 96);
+  EXPECT_DOUBLE_EQ(parts[static_cast<size_t>(StepPart::unaccounted)], 0.7);
+  testing::expect_error([] { measured_step_parts({{"gemm", 1.0}}); },
+                        {"a step profile's key gemm is not a kernel class, communication or the rest"});
+}
+
+// Catches: a term of the model set against the wrong part, ZeRO's once-a-step copies
+// counted with the optimizer (they are elementwise kernels), the bubble or the offload
+// wait left out of communication.
+TEST(ValidationParts, PredictionsPartsAreTheModelsTerms) {
+  TimeEstimate t;
+  t.matmul_s = 1, t.attention_s = 2, t.memory_s = 4, t.step_copies_s = 8, t.optimizer_s = 24;
+  t.exposed_comm_s = 32, t.bubble_s = 64, t.offload_io_s = 128;
+  const StepParts parts = predicted_step_parts(t);
+  EXPECT_EQ(parts, (StepParts{1, 2, 12, 16, 224, 0}));
+}
+
+// Catches: the parts of a merged row taken from one round instead of each part's median.
+TEST(ValidationRounds, EachPartIsTheMedianOfTheRounds) {
+  std::vector<ValidationRow> rounds = {round_of("r", 0.1, 0.1), round_of("r", 0.1, 0.1), round_of("r", 0.1, 0.1)};
+  rounds[0].parts[0] = {3, 1, 0, 0, 0, 9}, rounds[1].parts[0] = {1, 2, 0, 0, 0, 7}, rounds[2].parts[0] = {2, 3, 0, 0, 0, 8};
+  rounds[0].parts[1] = {5, 0, 0, 0, 0, 0}, rounds[1].parts[1] = {4, 0, 0, 0, 0, 0}, rounds[2].parts[1] = {6, 0, 0, 0, 0, 0};
+  const ValidationRow row = merge_validation_rounds(rounds, 0.2);
+  EXPECT_EQ(row.parts[0], (StepParts{2, 2, 0, 0, 0, 8}));
+  EXPECT_EQ(row.parts[1], (StepParts{5, 0, 0, 0, 0, 0}));
 }
 
 // Catches: a memory or bytes finding of a later round lost in the merge (memory and

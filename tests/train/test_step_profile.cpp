@@ -2,18 +2,24 @@
 // classes, communication and the unaccounted rest make up the step, no time counted
 // twice; GEMM time lands in the class of the dtype the step multiplies in; kernels
 // marked by an outer scope count once, to it; the timers record nothing when off; the
-// CLI prints the table and refuses a profile it cannot take by name.
+// CLI prints the table and refuses a profile it cannot take by name; train.profile
+// writes each step's into the metrics, in keys `plan --validate` reads.
 #include "../common/command.h"
 #include "../common/one_rank_mesh.h"
+#include "../common/temp_dir.h"
+#include "test_support.h"
+#include "plan/validation.h"
 #include "kernels/kernels.h"
 #include "optim/clip.h"
 #include "train/step_profile.h"
 #include "train/training_model.h"
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
 #include <numeric>
 #include <sstream>
 #include <string>
@@ -201,6 +207,45 @@ TEST(StepProfile, BenchTrainRefusesAProfileOfTooFewSteps) {
   EXPECT_NE(r.output.find("--profile needs --steps 3 or more (it reports the median step), got --steps 2"),
             std::string::npos)
       << r.output;
+}
+
+// The step records of `steps` steps of the trainer tests' run, with train.profile as given.
+std::vector<nlohmann::json> step_records_of_run(bool profile, int64_t steps) {
+  testing::TempDir dir;
+  RunConfig c = testing::small_run(testing::shared_shard(), steps);
+  c.out_dir = dir.file("run");
+  c.profile = profile;
+  Trainer(c, testing::one_rank_mesh(), nullptr).run();
+  std::ifstream in(c.out_dir + "/metrics.jsonl");
+  std::vector<nlohmann::json> records;
+  for (std::string line; std::getline(in, line);) {
+    nlohmann::json r = nlohmann::json::parse(line);
+    if (r.contains("loss") && r.contains("step_s")) records.push_back(std::move(r));
+  }
+  return records;
+}
+
+// Catches: train.profile not reaching the metrics, a step's profile that is not the
+// step (parts missing or counted twice: they must add up to step_s), keys the
+// validation's mapping does not know (it refuses them), and a profile written when off.
+TEST(StepProfile, TrainProfileWritesEveryStepsClassesIntoTheMetrics) {
+  const std::vector<nlohmann::json> records = step_records_of_run(true, 3);
+  ASSERT_EQ(records.size(), 3u);
+  for (const nlohmann::json& r : records) {
+    ASSERT_TRUE(r.contains("profile")) << r.dump();
+    const nlohmann::json& p = r["profile"];
+    EXPECT_GT(p.value("gemm_fp32", 0.0), 0.0) << p.dump();
+    EXPECT_GT(p.value("attention", 0.0), 0.0) << p.dump();
+    EXPECT_GT(p.value("optimizer", 0.0), 0.0) << p.dump();
+    EXPECT_EQ(p.at("communication").get<double>(), 0.0);  // one rank
+    const StepParts parts = measured_step_parts(p);
+    double total = 0;
+    for (double part : parts) total += part;
+    const double step_s = r.at("step_s").get<double>();
+    EXPECT_NEAR(total, step_s, 1e-9 * step_s) << p.dump();
+    EXPECT_EQ(parts[static_cast<size_t>(StepPart::matmuls)], p.at("gemm_fp32").get<double>());
+  }
+  for (const nlohmann::json& r : step_records_of_run(false, 2)) EXPECT_FALSE(r.contains("profile")) << r.dump();
 }
 
 }  // namespace
