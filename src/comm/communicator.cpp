@@ -69,6 +69,12 @@ double CommStats::total_wait_seconds() const {
   return total;
 }
 
+double CommStats::total_progress_seconds() const {
+  double total = 0;
+  for (const CommCounter& c : ops) total += c.progress_seconds;
+  return total;
+}
+
 int64_t comm_wire_bytes(CommOp op, int64_t payload_bytes, int group_size) {
   NDT_CHECK(group_size >= 1, "communicator group size {} must be at least 1", group_size);
   const int64_t n = group_size;

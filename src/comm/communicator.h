@@ -63,6 +63,10 @@ struct CommCounter {
   // to its peer.
   int64_t inter_node_wire_bytes = 0;
   double wait_seconds = 0;  // time blocked in wait() (or in a blocking call)
+  // Time in a non-blocking call's start and its test() polls: MPI moves the operation's
+  // data there, on the caller's core (Open MPI's non-blocking collectives copy in the
+  // polls). MPI only; 0 for NCCL, whose work runs on the GPU.
+  double progress_seconds = 0;
 };
 
 struct CommStats {
@@ -72,6 +76,7 @@ struct CommStats {
   int64_t total_wire_bytes() const;
   int64_t total_inter_node_wire_bytes() const;
   double total_wait_seconds() const;
+  double total_progress_seconds() const;
 };
 
 // A non-blocking operation in flight. wait() blocks until done (subject to the

@@ -117,7 +117,9 @@ class MpiWork final : public Work {
   bool test() override {
     if (done_) return true;
     int flag = 0;
+    const auto start = std::chrono::steady_clock::now();
     const int rc = MPI_Test(&request, &flag, &status_);
+    counter_.progress_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (rc != MPI_SUCCESS) failed(rc);
     if (flag) complete();
     return done_;
@@ -254,7 +256,10 @@ WorkHandle MpiCommunicator::run(CommOp op, int64_t bytes, DType dtype, bool bloc
     return nullptr;
   }
   auto work = std::make_unique<MpiWork>(stats_[op], op, axis_, bytes, dtype, peers_on_other_hosts());
-  check_mpi(call(&work->request), op, axis_, peers_on_other_hosts());
+  const auto start = std::chrono::steady_clock::now();
+  const int rc = call(&work->request);
+  stats_[op].progress_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  check_mpi(rc, op, axis_, peers_on_other_hosts());
   work->finish = std::move(after);
   return work;
 }

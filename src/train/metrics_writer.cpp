@@ -57,7 +57,8 @@ nlohmann::json comm_record(DeviceMesh& mesh) {
     for (size_t op = 0; op < kNumCommOps; ++op) {
       const CommCounter& c = stats.ops[op];
       if (c.calls == 0) continue;
-      nlohmann::json counters = {{"calls", c.calls}, {"wire_bytes", c.wire_bytes}, {"wait_s", c.wait_seconds}};
+      nlohmann::json counters = {{"calls", c.calls}, {"wire_bytes", c.wire_bytes}, {"wait_s", c.wait_seconds},
+                                 {"progress_s", c.progress_seconds}};
       if (c.inter_node_wire_bytes > 0) counters["inter_node_wire_bytes"] = c.inter_node_wire_bytes;
       ops[std::string(comm_op_name(static_cast<CommOp>(op)))] = counters;
     }

@@ -27,12 +27,14 @@ StepProfiler::StepProfiler(DeviceMesh& mesh) {
 
 StepProfiler::~StepProfiler() { kernels::set_profiling(false); }
 
+double communication_seconds(const CommStats& stats) {
+  return stats.total_wait_seconds() - stats[CommOp::barrier].wait_seconds + stats.total_progress_seconds();
+}
+
 double StepProfiler::seconds_in(bool barriers) const {
   double total = 0;
   for (const Communicator* comm : communicators_) {
-    const CommStats& stats = comm->stats();
-    const double barrier = stats[CommOp::barrier].wait_seconds;
-    total += barriers ? barrier : stats.total_wait_seconds() - barrier;
+    total += barriers ? comm->stats()[CommOp::barrier].wait_seconds : communication_seconds(comm->stats());
   }
   return total;
 }

@@ -1,7 +1,7 @@
 // A training step's time by what it was spent on, for `ndtrain bench train --profile`:
 // the kernels by op class (kernels/op_class.h, timed at the dispatch seam:
-// kernels/profile.h), the time blocked in communication (the mesh's communicators'
-// counters) and at the end-of-step barrier (waiting for the slowest rank), and the rest
+// kernels/profile.h), the time in communication (the mesh's communicators' counters:
+// blocked, and driving non-blocking operations) and at the end-of-step barrier (waiting for the slowest rank), and the rest
 // of the step, unaccounted: host code between kernels, loops that do not go through
 // the dispatch (gradient-norm, fp8 scaling, the ring reduce-scatter's sums), allocation.
 // OpenMP barrier waits inside a kernel count to that kernel's class: a class that two
@@ -16,16 +16,22 @@
 namespace ndt {
 
 class Communicator;
+struct CommStats;
 class DeviceMesh;
 
 struct StepProfile {
   double step_seconds = 0;
   kernels::OpSeconds kernels{};  // per op class
-  double communication = 0;      // blocked in the collectives and point-to-point calls
+  double communication = 0;      // blocked in the collectives and point-to-point calls, and driving
+                                 // non-blocking ones (their starts and polls: CommCounter::progress_seconds)
   double rank_wait = 0;          // blocked in barriers (the end-of-step one: the slowest rank)
   // What no timer saw: step_seconds minus everything above.
   double unaccounted() const;
 };
+
+// A communicator's time in communication: blocked in its calls other than barriers, and
+// driving its non-blocking ones (CommCounter::progress_seconds).
+double communication_seconds(const CommStats& stats);
 
 // Measures steps on this rank: begin() before a step, end(step time) after. Turns the
 // kernel timers on for its lifetime (one profiler at a time).

@@ -9,6 +9,7 @@
 #include "../common/temp_dir.h"
 #include "test_support.h"
 #include "plan/validation.h"
+#include "comm/communicator.h"
 #include "kernels/kernels.h"
 #include "optim/clip.h"
 #include "train/step_profile.h"
@@ -207,6 +208,17 @@ TEST(StepProfile, BenchTrainRefusesAProfileOfTooFewSteps) {
   EXPECT_NE(r.output.find("--profile needs --steps 3 or more (it reports the median step), got --steps 2"),
             std::string::npos)
       << r.output;
+}
+
+// Catches: a profile's communication without the time MPI spends driving non-blocking
+// operations (their starts and polls, where Open MPI copies their data), which then shows
+// as unaccounted; or with the barriers' waits (the slowest rank's, reported apart).
+TEST(StepProfile, CommunicationIsTheWaitsAndTheProgressButNotTheBarriers) {
+  CommStats stats;
+  stats[CommOp::all_reduce].wait_seconds = 1, stats[CommOp::all_gather].progress_seconds = 2;
+  stats[CommOp::reduce_scatter].wait_seconds = 8, stats[CommOp::reduce_scatter].progress_seconds = 16;
+  stats[CommOp::barrier].wait_seconds = 4;
+  EXPECT_DOUBLE_EQ(communication_seconds(stats), 27);
 }
 
 // The step records of `steps` steps of the trainer tests' run, with train.profile as given.
