@@ -108,7 +108,6 @@ std::vector<double> number_list(const std::string& path, const std::string& key,
   return values;
 }
 
-
 // The per-kind collective tables' keys: each kind's wire sizes per rank and its call
 // times in microseconds there (TimedCollective order).
 std::string collective_key(size_t kind, const char* what) {
@@ -319,8 +318,7 @@ DeviceProfile load_device_profile(const std::string& path) {
   };
   // Lists: each pairs up with the other of its table.
   std::map<std::string, std::vector<double>> lists = {
-      {"gemm_sizes", {}}, {"gemm_efficiencies", {}}, {"attention_seq_lens", {}}, {"attention_gflops_by_seq", {}},
-  };
+      {"gemm_sizes", {}}, {"gemm_efficiencies", {}}, {"attention_seq_lens", {}}, {"attention_gflops_by_seq", {}}};
   for (size_t kind = 0; kind < kNumTimedCollectives; ++kind) {
     lists[collective_key(kind, "wire_bytes")] = {}, lists[collective_key(kind, "call_us")] = {};
   }

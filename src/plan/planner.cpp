@@ -283,8 +283,6 @@ double optimizer_seconds(const TieredStates& tiers, DType compute, const DeviceP
   const double shard_params =
       static_cast<double>(tiers.disk.optimizer > 0 ? tiers.disk.optimizer : tiers.resident.optimizer) / 8;
   const double rate = device.optimizer_bytes_per_s > 0 ? device.optimizer_bytes_per_s : device.memory_bytes_per_s;
-  // AdamW's 28 bytes per parameter, the gradient norm's read of the gradient (4), and a
-  // low-precision compute copy's write.
   return shard_params * (32.0 + (compute == DType::f32 ? 0 : dtype_size(compute))) / rate;
 }
 
