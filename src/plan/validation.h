@@ -40,7 +40,8 @@ struct TimeEstimate;
 //                   MoE routing
 //   optimizer       the update and the gradient norm          optimizer_s - step_copies_s
 //   communication   blocked in collectives, point-to-point    exposed_comm_s + bubble_s
-//                   and barriers                              + offload_io_s
+//                   and barriers, and driving non-blocking     + offload_io_s
+//                   ones (their starts and polls)
 //   unaccounted     what no timer saw                         (not priced: 0)
 enum class StepPart { matmuls, attention, other_kernels, optimizer, communication, unaccounted };
 inline constexpr size_t kNumStepParts = 6;
