@@ -60,25 +60,33 @@ constexpr std::array<int, 5> kAttentionLengths = {32, 64, 128, 256, 512};
 // Passes through the kernels' measurements (calibrate_ranks).
 constexpr int kPasses = 5;
 
-// FLOP/s of a linear layer's three GEMMs at width s: forward Y = X W^T, the input
-// gradient dX = dY W and the weight gradient dW = dY^T X; kLayers layers in turn.
+}  // namespace
+
+CalibrationLayer::CalibrationLayer(int width)
+    : s(width),
+      x(4 * static_cast<size_t>(width) * width, 0.01f),
+      w(static_cast<size_t>(width) * width, 1.0f / static_cast<float>(width)),
+      y(4 * static_cast<size_t>(width) * width, 0.0f),
+      dw(static_cast<size_t>(width) * width, 0.0f) {}
+
+void CalibrationLayer::forward_and_backward() {
+  const int m = 4 * s;
+  kernels::gemm(false, true, m, s, s, 1.0f, x.data(), s, w.data(), s, 0.0f, y.data(), s);
+  kernels::gemm(false, false, m, s, s, 1.0f, y.data(), s, w.data(), s, 0.0f, x.data(), s);
+  kernels::gemm(true, false, s, s, m, 1.0f, y.data(), s, x.data(), s, 0.0f, dw.data(), s);
+}
+
+namespace {
+
+// FLOP/s of a linear layer's three GEMMs at width s, kLayers layers in turn.
 double linear_layer_flops(int s) {
-  const size_t m = 4 * static_cast<size_t>(s), n = s, k = s;
-  struct Layer {
-    std::vector<float> x, w, y, dw;
-  };
-  std::vector<Layer> layers(kLayers);
-  for (Layer& l : layers) l = {std::vector<float>(m * k, 0.01f), std::vector<float>(n * k, 0.02f),
-                               std::vector<float>(m * n, 0.0f), std::vector<float>(n * k, 0.0f)};
-  const int M = static_cast<int>(m), N = s, K = s;
+  std::vector<CalibrationLayer> layers;
+  for (int l = 0; l < kLayers; ++l) layers.emplace_back(s);
   const double seconds = mean_seconds([&] {
-    for (Layer& l : layers) {
-      kernels::gemm(false, true, M, N, K, 1.0f, l.x.data(), K, l.w.data(), K, 0.0f, l.y.data(), N);
-      kernels::gemm(false, false, M, K, N, 1.0f, l.y.data(), N, l.w.data(), K, 0.0f, l.x.data(), K);
-      kernels::gemm(true, false, N, K, M, 1.0f, l.y.data(), N, l.x.data(), K, 0.0f, l.dw.data(), K);
-    }
+    for (CalibrationLayer& l : layers) l.forward_and_backward();
   }, 1);  // one call is kLayers repeats already
-  return kLayers * 3 * 2.0 * static_cast<double>(m * n * k) / seconds;
+  const double m = 4.0 * s;
+  return kLayers * 3 * 2.0 * m * s * s / seconds;
 }
 
 // FLOP/s of the causal attention core forward and backward over 1024 tokens in

@@ -30,6 +30,19 @@
 
 namespace ndt {
 
+// One linear layer of width s as the calibration times it: X (m = 4s rows by s), W (s by
+// s); forward Y = X W^T, the input gradient dX = Y W (written over X, so that the next
+// call reads what this one left, as a run's next layer does) and the weight gradient
+// dW = Y^T X. W holds 1/s, so X keeps its magnitude from call to call: with 0.02, X
+// shrank 0.41x a call at s = 32 into denormals (the GEMMs ran 10-100x slower: 0.005-0.07
+// of the FMA peak against 0.48 on the development VM) and grew into infinities at s >= 64.
+struct CalibrationLayer {
+  explicit CalibrationLayer(int width);
+  void forward_and_backward();
+  int s;
+  std::vector<float> x, w, y, dw;
+};
+
 // Measures on `ranks` ranks of this machine (started under mpirun for more than one,
 // printing progress) and writes the device file to `out`; returns its profile.
 DeviceProfile run_calibration(int ranks, const std::string& out);

@@ -1,5 +1,7 @@
 #include "plan/comm_time.h"
 
+#include "plan/table_lookup.h"
+
 #include <algorithm>
 #include <cmath>
 
@@ -103,13 +105,10 @@ std::optional<double> measured_call_seconds(const DeviceProfile& device, CommOp 
   if (!kind) return std::nullopt;
   const std::vector<CollectiveCallPoint>& table = device.collective_calls[static_cast<size_t>(*kind)];
   if (table.empty()) return std::nullopt;
-  if (wire_bytes <= table.front().wire_bytes) return table.front().seconds;
-  if (wire_bytes >= table.back().wire_bytes) return table.back().seconds * wire_bytes / table.back().wire_bytes;
-  size_t i = 1;
-  while (table[i].wire_bytes < wire_bytes) ++i;
-  const CollectiveCallPoint &a = table[i - 1], &b = table[i];
-  const double f = std::log(wire_bytes / a.wire_bytes) / std::log(b.wire_bytes / a.wire_bytes);
-  return std::exp(std::log(a.seconds) + f * std::log(b.seconds / a.seconds));
+  // Past the table, at its last point's bandwidth: a larger call's time grows with its bytes.
+  if (wire_bytes > table.back().wire_bytes) return table.back().seconds * wire_bytes / table.back().wire_bytes;
+  return interpolate_in_log(table, wire_bytes, &CollectiveCallPoint::wire_bytes, &CollectiveCallPoint::seconds,
+                            ValueScale::log);
 }
 
 double group_op_seconds(CommOp op, const OpVolume& v, int group, bool inside_node, const LinkProfile& link,

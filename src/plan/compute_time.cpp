@@ -1,27 +1,11 @@
 #include "plan/compute_time.h"
 
+#include "plan/table_lookup.h"
+
 #include <algorithm>
 #include <cmath>
 
 namespace ndt {
-
-namespace {
-
-// A measured table's value at `x`: interpolated linearly in log x between the points
-// (key ascending), held at the ends. The table must not be empty.
-template <typename Point>
-double interpolate_in_log(const std::vector<Point>& table, double x, double Point::*key, double Point::*value) {
-  if (x <= table.front().*key) return table.front().*value;
-  if (x >= table.back().*key) return table.back().*value;
-  const auto above =
-      std::upper_bound(table.begin(), table.end(), x, [&](double v, const Point& p) { return v < p.*key; });
-  const Point& lo = *(above - 1);
-  const Point& hi = *above;
-  const double w = std::log(x / lo.*key) / std::log(hi.*key / lo.*key);
-  return lo.*value + w * (hi.*value - lo.*value);
-}
-
-}  // namespace
 
 double gemm_efficiency_at(const DeviceProfile& device, double m, double n, double k) {
   const std::vector<GemmEfficiencyPoint>& table = device.gemm_efficiency_by_size;

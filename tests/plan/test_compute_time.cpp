@@ -6,11 +6,13 @@
 #include "../common/errors.h"
 #include "../common/temp_dir.h"
 #include "model/transformer.h"
+#include "plan/calibration.h"
 #include "plan/compute_time.h"
 #include "plan/planner.h"
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <fstream>
 
 namespace ndt {
@@ -276,6 +278,24 @@ TEST(ComputeTime, CalibratedKeysAreCheckedByName) {
   refused("all_reduce_wire_bytes = [4096]\nall_reduce_call_us = [0]\n", "all_reduce_call_us[0] = 0 must lie in (0, 1e9]");
   refused("reduce_scatter_call_us = [12]\n",
           "reduce_scatter_wire_bytes has 0 values and reduce_scatter_call_us 1: they pair up");
+}
+
+// Catches: calibration GEMMs timed on operands that drift out of the normal floats from
+// call to call (decaying into denormals, which ran 10-100x slower, or growing into
+// infinities), so that a width's efficiency measures the data, not the GEMM.
+TEST(Calibration, TheGemmOperandsKeepTheirMagnitudeFromCallToCall) {
+  // With 0.02 for W, X left the normal floats within 110 calls at width 32 (0.41x a
+  // call), 190 at 64 (1.64x) and 30 at 256 (26x).
+  for (int s : {32, 64, 128, 256}) {
+    CalibrationLayer layer(s);
+    const float start = layer.x[0];
+    for (int call = 0; call < (s <= 128 ? 200 : 40); ++call) layer.forward_and_backward();
+    for (const std::vector<float>* v : {&layer.x, &layer.y, &layer.dw}) {
+      for (float f : *v) ASSERT_TRUE(std::isnormal(f)) << "width " << s << ": " << f;
+    }
+    EXPECT_NEAR(layer.x[0] / start, 1.0, 0.01) << "width " << s;
+    EXPECT_NEAR(layer.x.back() / start, 1.0, 0.01) << "width " << s;
+  }
 }
 
 }  // namespace

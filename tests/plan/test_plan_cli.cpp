@@ -65,13 +65,16 @@ TEST(PlanCli, RefusesBadInputByName) {
   EXPECT_TRUE(contains(r.output, "needs a model: --preset NAME or --config FILE")) << r.output;
 }
 
-// The step-time bound CI enforces, far looser than the 20% `--validate` aims at, because
-// the calibrated model does not meet 20% yet: on the development VM, quiet (CI runs one
-// test at a time), the 10 runs gave a median |error| of 49% and at most +126% (the model
-// under-predicts every run; docs/planner.md "Against this machine"). 300% holds that with
-// room for a slower CI machine and still catches a model off by a factor of 4 or more (a
-// unit slip, a term lost, a calibration not read); the bytes and memory checks stay exact.
-constexpr const char* kCiTimeBoundPercent = "300";
+// The step-time bound CI enforces, looser than the 20% `--validate` aims at: CI's machine
+// is another CPU with its own noise, and a prediction cannot beat a run's repeatability
+// there. On the development VM, quiet (CI runs one test at a time), two validations of the
+// tiny models (2026-12-07, Xeon without AMX) gave median |errors| of 9.5% and 9.2% and at
+// most 27.6% and 22.4%; its rounds differed by up to 37.6%, and a run whose start-of-run
+// FMA sample read half the calibration's was over-predicted by 25-39% (docs/planner.md).
+// 100% holds that with room and catches a model off by a factor of 2 (a term counted
+// twice, a calibration figure not read, a unit slip); the bytes and memory checks stay
+// exact. (It was 300% while the model under-predicted every run by a median 49%.)
+constexpr const char* kCiTimeBoundPercent = "100";
 
 // Catches: a calibration that writes no device file or one the planner cannot read, and
 // the planner's memory, bytes or step time drifting from what ndtrain measures on real
