@@ -384,6 +384,7 @@ StepParts measured_step_parts(const nlohmann::json& profile) {
       {"unaccounted", StepPart::unaccounted}};
   StepParts out{};
   for (const auto& [key, seconds] : profile.items()) {
+    if (key == "rank" || key == "step_s") continue;  // whose step it is, and its length
     const auto it = parts.find(key);
     NDT_CHECK(it != parts.end(), "a step profile's key {} is not a kernel class, communication or the rest", key);
     out[static_cast<size_t>(it->second)] += seconds.get<double>();

@@ -66,7 +66,8 @@ struct ValidationRow {
   double expert_load = 1;
   double balanced_step_s = 0;  // the prediction under balanced routing (expert_load 1), load-scaled
   std::string predicted_time;  // the prediction's parts
-  // measured (rank 0's: the medians over the timed steps) / predicted (scaled by the load)
+  // measured (the step's slowest rank's profile: the medians over the timed steps) /
+  // predicted (scaled by the load)
   StepParts parts[2] = {};
   int64_t wire_bytes[2] = {0, 0};  // one step, all axes
   int64_t calls[2] = {0, 0};

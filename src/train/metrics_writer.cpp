@@ -73,14 +73,17 @@ nlohmann::json step_events(const StepStats& s) {
   return events;
 }
 
-// train.profile: seconds per op class (the classes no kernel of the step ran left out),
-// communication, barriers and the unaccounted rest.
+// train.profile: the step's slowest rank (train/step_profile.h) and its seconds per op
+// class (the classes no kernel of the step ran left out), communication, barriers and the
+// unaccounted rest.
 nlohmann::json profile_record(const StepProfile& p) {
   nlohmann::json record = nlohmann::json::object();
   for (size_t c = 0; c < kernels::kNumOpClasses; ++c) {
     const auto op_class = static_cast<kernels::OpClass>(c);
     if (op_class != kernels::OpClass::untimed && p.kernels[c] > 0) record[std::string(kernels::op_class_key(op_class))] = p.kernels[c];
   }
+  record["rank"] = p.rank;
+  record["step_s"] = p.step_seconds;  // that rank's: the classes add up to it
   record["communication"] = p.communication;
   record["rank_wait"] = p.rank_wait;
   record["unaccounted"] = p.unaccounted();

@@ -1,6 +1,7 @@
 #include "train/step_profile.h"
 
 #include "comm/device_mesh.h"
+#include "core/dtype.h"
 #include "core/error.h"
 
 #include <fmt/format.h>
@@ -14,7 +15,34 @@ double StepProfile::unaccounted() const {
   return step_seconds - std::accumulate(kernels.begin(), kernels.end(), 0.0) - communication - rank_wait;
 }
 
-StepProfiler::StepProfiler(DeviceMesh& mesh) {
+StepProfile slowest_rank_profile(const StepProfile& local, Communicator& comm) {
+  if (comm.size() == 1) return local;
+  // In floats, as the communicator reduces them: the maximum is one rank's own value, so
+  // that rank finds itself; the chosen rank's figures plus the others' zeros are its own.
+  const float kernel_seconds = static_cast<float>(std::accumulate(local.kernels.begin(), local.kernels.end(), 0.0));
+  float longest = kernel_seconds;
+  comm.all_reduce(&longest, 1, DType::f32, ReduceOp::max);
+  float chosen = kernel_seconds == longest ? static_cast<float>(comm.rank()) : static_cast<float>(comm.size());
+  comm.all_reduce(&chosen, 1, DType::f32, ReduceOp::min);
+  constexpr size_t kClasses = kernels::kNumOpClasses;
+  std::vector<float> figures(kClasses + 3, 0.0f);
+  if (static_cast<int>(chosen) == comm.rank()) {
+    std::copy(local.kernels.begin(), local.kernels.end(), figures.begin());
+    figures[kClasses] = static_cast<float>(local.step_seconds);
+    figures[kClasses + 1] = static_cast<float>(local.communication);
+    figures[kClasses + 2] = static_cast<float>(local.rank_wait);
+  }
+  comm.all_reduce(figures.data(), figures.size(), DType::f32, ReduceOp::sum);
+  StepProfile p;
+  p.rank = static_cast<int>(chosen);
+  std::copy(figures.begin(), figures.begin() + kClasses, p.kernels.begin());
+  p.step_seconds = figures[kClasses];
+  p.communication = figures[kClasses + 1];
+  p.rank_wait = figures[kClasses + 2];
+  return p;
+}
+
+StepProfiler::StepProfiler(DeviceMesh& mesh) : exchange_(mesh.world().split(0, mesh.world().rank(), "profile")) {
   communicators_.push_back(&mesh.world());
   for (size_t a = 0; a < kNumAxes; ++a) {
     const Communicator* comm = &mesh.axis(static_cast<Axis>(a));
@@ -47,6 +75,7 @@ void StepProfiler::begin() {
 
 StepProfile StepProfiler::end(double step_seconds) const {
   StepProfile p;
+  p.rank = exchange_->rank();
   p.step_seconds = step_seconds;
   const kernels::OpSeconds now = kernels::profile_seconds();
   for (size_t c = 0; c < kernels::kNumOpClasses; ++c) p.kernels[c] = now[c] - kernels_at_begin_[c];
@@ -54,6 +83,8 @@ StepProfile StepProfiler::end(double step_seconds) const {
   p.rank_wait = seconds_in(true) - rank_wait_at_begin_;
   return p;
 }
+
+StepProfile StepProfiler::end_slowest(double step_seconds) { return slowest_rank_profile(end(step_seconds), *exchange_); }
 
 std::string format_step_profile(const std::vector<StepProfile>& steps, const std::string& indent) {
   NDT_CHECK(!steps.empty(), "format_step_profile: no steps");

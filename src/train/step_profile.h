@@ -10,6 +10,7 @@
 
 #include "kernels/profile.h"
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,7 @@ struct CommStats;
 class DeviceMesh;
 
 struct StepProfile {
+  int rank = 0;  // the world rank whose step this is
   double step_seconds = 0;
   kernels::OpSeconds kernels{};  // per op class
   double communication = 0;      // blocked in the collectives and point-to-point calls, and driving
@@ -28,6 +30,15 @@ struct StepProfile {
   // What no timer saw: step_seconds minus everything above.
   double unaccounted() const;
 };
+
+// The profile of the rank that spent the longest in kernels this step (the lowest such
+// rank on a tie), on every rank of `comm`: the straggler whose pace the others wait for
+// at their collectives. Its kernels are what the planner prices (the calibration keeps
+// the slowest rank's figures: plan/calibration.h), and its communication is the
+// collectives' own time, with less of the waiting that a faster rank's carries (2-rank
+// runs of the development VM: rank 0's communication read a median 38-120% above the
+// model's). Collective over `comm`; `local` is this rank's.
+StepProfile slowest_rank_profile(const StepProfile& local, Communicator& comm);
 
 // A communicator's time in communication: blocked in its calls other than barriers, and
 // driving its non-blocking ones (CommCounter::progress_seconds).
@@ -43,12 +54,16 @@ class StepProfiler {
   StepProfiler& operator=(const StepProfiler&) = delete;
 
   void begin();
-  StepProfile end(double step_seconds) const;
+  StepProfile end(double step_seconds) const;  // this rank's
+  // The step's slowest rank's profile (slowest_rank_profile), exchanged on the profiler's
+  // own communicator, so that the mesh's counters stay the step's; collective.
+  StepProfile end_slowest(double step_seconds);
 
  private:
   double seconds_in(bool barriers) const;  // blocked so far on every communicator of the mesh
 
   std::vector<const Communicator*> communicators_;  // each once (mesh axes share objects)
+  std::unique_ptr<Communicator> exchange_;          // the world's ranks, for end_slowest
   kernels::OpSeconds kernels_at_begin_{};
   double communication_at_begin_ = 0, rank_wait_at_begin_ = 0;
 };

@@ -162,7 +162,7 @@ StepStats Trainer::step() {
   s.next_loss_scale = guard_.loss_scale();
   apply_decision(decision, s);
   finish_step_stats(s, seconds_since(t0), exposed_before, io_before);
-  if (profiler_) s.profile = profiler_->end(s.seconds);
+  if (profiler_) s.profile = profiler_->end_slowest(s.seconds);
   metrics_->step(s, config_, mesh_, model_->pipeline());
   return s;
 }

@@ -255,6 +255,8 @@ TEST(StepProfile, TrainProfileWritesEveryStepsClassesIntoTheMetrics) {
     for (double part : parts) total += part;
     const double step_s = r.at("step_s").get<double>();
     EXPECT_NEAR(total, step_s, 1e-9 * step_s) << p.dump();
+    EXPECT_EQ(p.at("rank").get<int>(), 0);  // one rank: its own step
+    EXPECT_EQ(p.at("step_s").get<double>(), step_s);
     EXPECT_EQ(parts[static_cast<size_t>(StepPart::matmuls)], p.at("gemm_fp32").get<double>());
   }
   for (const nlohmann::json& r : step_records_of_run(false, 2)) EXPECT_FALSE(r.contains("profile")) << r.dump();
