@@ -306,9 +306,11 @@ WorkHandle MpiCommunicator::start_reduce_scatter(const void* send, void* recv, s
   const auto bytes = static_cast<int64_t>(block * size_);
   count_op(kOp, bytes, comm_wire_bytes(kOp, bytes, size_));
   if (use_ring_reduce_scatter(dtype, op, bytes)) {
+    const auto start = std::chrono::steady_clock::now();
     auto ring = std::make_unique<RingReduceScatterWork>(stats_[kOp], axis_, comm_, rank_, size_, next_ring_tag(),
                                                         static_cast<const float*>(send), static_cast<float*>(recv),
                                                         recv_count, op == ReduceOp::avg);
+    stats_[kOp].progress_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (!blocking) return ring;
     ring->wait();
     return nullptr;

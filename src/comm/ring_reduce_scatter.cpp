@@ -1,11 +1,13 @@
 // The ring reduce-scatter (see ring_reduce_scatter.h): one MPI_Irecv from the previous
 // rank and one MPI_Isend to the next per step, this rank's part added in place into the
 // received partial once both are done, in whichever of the constructor, Work::test or
-// Work::wait sees that.
+// Work::wait sees that. The constructor's and test()'s time count as the counter's
+// progress, wait()'s as its wait.
 #include "comm/ring_reduce_scatter.h"
 
 #include "comm/mpi_types.h"
 
+#include <chrono>
 #include <cstring>
 
 namespace ndt::mpi_detail {
@@ -34,13 +36,16 @@ RingReduceScatterWork::~RingReduceScatterWork() {
 }
 
 bool RingReduceScatterWork::test() {
+  // Driving the ring, its sums included, is the collective's progress (as MpiWork::test's).
+  const auto start = std::chrono::steady_clock::now();
   while (!done_) {
     int flag = 0;
     check_mpi(MPI_Testall(2, requests_, &flag, MPI_STATUSES_IGNORE), CommOp::reduce_scatter, axis_);
-    if (!flag) return false;
+    if (!flag) break;
     advance();
   }
-  return true;
+  counter_.progress_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return done_;
 }
 
 void RingReduceScatterWork::wait() {
