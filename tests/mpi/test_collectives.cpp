@@ -496,6 +496,19 @@ TEST(Counters, CountCallsPayloadAndWireBytesExactly) {
   EXPECT_THROW(comm_wire_bytes(CommOp::broadcast, 1000, 4), Error);
 }
 
+// Starts a non-blocking operation (`start`) and polls it until it is done; expects the
+// counter of `op` to hold nearly all of that time as progress and none as a wait: the
+// loop does nothing but start and poll.
+void expect_start_and_polls_counted_as_progress(Communicator& c, CommOp op, const std::function<WorkHandle()>& start) {
+  const auto t0 = std::chrono::steady_clock::now();
+  WorkHandle work = start();
+  int polls = 0;
+  while (!work->test()) ++polls;
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_GT(c.stats()[op].progress_seconds, 0.5 * elapsed) << polls << " polls";
+  EXPECT_EQ(c.stats()[op].wait_seconds, 0.0);
+}
+
 // Catches: the time a non-blocking collective's start and its test() polls take (where
 // Open MPI moves the data of its non-blocking collectives, on the caller's core) left out
 // of the counters, so that a step's profile shows it as unaccounted, or counted as a wait.
@@ -503,15 +516,9 @@ TEST(Counters, StartAndPollsOfANonBlockingCollectiveCountAsProgress) {
   Communicator& w = world();
   auto c = w.split(0, w.rank(), "polled");
   std::vector<float> buf(size_t{1} << 20, 1.0f);
-  const auto t0 = std::chrono::steady_clock::now();
-  WorkHandle work = c->iall_reduce(buf.data(), buf.size(), DType::f32, ReduceOp::sum);
-  int polls = 0;
-  while (!work->test()) ++polls;
-  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  expect_start_and_polls_counted_as_progress(
+      *c, CommOp::all_reduce, [&] { return c->iall_reduce(buf.data(), buf.size(), DType::f32, ReduceOp::sum); });
   const CommCounter& counter = c->stats()[CommOp::all_reduce];
-  // The loop does nothing but start and poll: nearly all of its time is in the two.
-  EXPECT_GT(counter.progress_seconds, 0.5 * elapsed) << polls << " polls";
-  EXPECT_EQ(counter.wait_seconds, 0.0);
   EXPECT_EQ(c->stats().total_progress_seconds(), counter.progress_seconds);
   EXPECT_EQ(buf[0], static_cast<float>(c->size()));
   // A blocking call is a wait, not progress.
@@ -530,14 +537,9 @@ TEST(Counters, StartAndPollsOfTheRingReduceScatterCountAsProgress) {
   const size_t total = size_t{1} << 20;  // 4 MiB of f32: the ring's
   const size_t block = total / static_cast<size_t>(c->size());
   std::vector<float> send(block * static_cast<size_t>(c->size()), 1.0f), recv(block, 0.0f);
-  const auto t0 = std::chrono::steady_clock::now();
-  WorkHandle work = c->ireduce_scatter(send.data(), recv.data(), block, DType::f32, ReduceOp::sum);
-  int polls = 0;
-  while (!work->test()) ++polls;
-  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const CommCounter& counter = c->stats()[CommOp::reduce_scatter];
-  EXPECT_GT(counter.progress_seconds, 0.5 * elapsed) << polls << " polls";
-  EXPECT_EQ(counter.wait_seconds, 0.0);
+  expect_start_and_polls_counted_as_progress(*c, CommOp::reduce_scatter, [&] {
+    return c->ireduce_scatter(send.data(), recv.data(), block, DType::f32, ReduceOp::sum);
+  });
   EXPECT_EQ(recv[0], static_cast<float>(c->size()));
   EXPECT_EQ(recv.back(), static_cast<float>(c->size()));
 }
