@@ -246,7 +246,7 @@ ValidationRow validate_case(const ValidationCase& c, int index, const fs::path& 
   routed.expert_load = row.expert_load;
   const LayoutScore plan = score_layout(config, routed);
   if (row.expert_load != 1) row.balanced_step_s = score_layout(config, cluster).time.step_s;
-  const double run_fma = steps.front().at("run").at("peak_flops").get<double>();
+  const double run_fma = run_fma_flops(out / "metrics.jsonl");
   if (cluster.device.fma_flops_per_s > 0) row.load = run_fma / cluster.device.fma_flops_per_s;
   compare_memory_and_time(row, config, plan, steps);
   compare_counters(row, config, plan, steps);
@@ -370,6 +370,21 @@ const char* step_part_name(StepPart part) {
     case StepPart::unaccounted: return "unaccounted";
   }
   return "unknown";
+}
+
+double run_fma_flops(const fs::path& metrics) {
+  std::ifstream in(metrics);
+  NDT_CHECK(in.good(), "the validation run wrote no metrics at {}", metrics.string());
+  double start = 0, end = 0;
+  for (std::string line; std::getline(in, line);) {
+    const nlohmann::json r = nlohmann::json::parse(line);
+    if (r.contains("run")) start = r["run"].at("peak_flops").get<double>();
+    if (r.contains("summary") && r["summary"].value("peak_flops_at_end", nlohmann::json()).is_number()) {
+      end = r["summary"]["peak_flops_at_end"].get<double>();
+    }
+  }
+  NDT_CHECK(start > 0, "the validation run at {} logged no run record with its peak_flops", metrics.string());
+  return std::max(start, end);
 }
 
 StepParts measured_step_parts(const nlohmann::json& profile) {

@@ -24,6 +24,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include <array>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,14 @@ enum class StepPart { matmuls, attention, other_kernels, optimizer, communicatio
 inline constexpr size_t kNumStepParts = 6;
 using StepParts = std::array<double, kNumStepParts>;
 const char* step_part_name(StepPart part);  // "matmuls", "attention", "other kernels", ...
+// The FMA loop's rate a validation run had, which its load factor sets against the
+// calibration's: the larger of the run's peak at its start (the run record's peak_flops)
+// and after its last step (the summary's peak_flops_at_end, which train.profile takes).
+// A moment's other work slows one of the two (a one-rank run read half the calibration's
+// at its start and then stepped as fast as in the round before); a load that lasts slows
+// both. `metrics`: the run's metrics.jsonl; throws without a run record.
+double run_fma_flops(const std::filesystem::path& metrics);
+
 StepParts measured_step_parts(const nlohmann::json& profile);  // a step record's "profile"; throws naming a bad key
 StepParts predicted_step_parts(const TimeEstimate& time);
 
@@ -58,8 +67,8 @@ struct ValidationRow {
   double activations[2] = {0, 0};
   double comm_buffers[2] = {0, 0};
   double step_s[2] = {0, 0};  // the prediction scaled by the load (below)
-  // How much of the machine the run had against its calibration: the FMA loop the run
-  // measured at its start over the profile's (1 without a calibrated profile).
+  // How much of the machine the run had against its calibration: the run's FMA loop
+  // (run_fma_flops) over the profile's (1 without a calibrated profile).
   double load = 1;
   // MoE under ep: the experts' load the run's routing had, which the prediction assumes
   // (the most loaded ep rank's expert rows over the mean rank's; 1 otherwise).

@@ -209,7 +209,7 @@ void add_train_keys(std::vector<ConfigKey>& f) {
   f.push_back(checkpointing);
   f.push_back(field<int>("train.activation_checkpointing_every", NDT_REF(activation_checkpointing.every), "With activation_checkpointing = \"full\": recompute only the blocks whose index is a multiple of this (1: every block; 2: blocks 0, 2, 4, ...); the others keep everything."));
   f.push_back(field<int64_t>("train.log_every", NDT_REF(log_every), "Print a progress line every this many steps (the metrics file gets every step)."));
-  f.push_back(field<bool>("train.profile", NDT_REF(profile), "Time every step by op class (GEMMs by dtype, attention, cross-entropy, norms, elementwise, casts, optimizer, MoE routing), communication and the rest, as `ndtrain bench train --profile` does: each step record of metrics.jsonl gets a \"profile\" object of seconds, the step of the rank that spent the longest in kernels (named by its \"rank\"). The timers read the clock twice per kernel call. `ndtrain plan --validate` turns it on to set each class against the planner's term."));
+  f.push_back(field<bool>("train.profile", NDT_REF(profile), "Time every step by op class (GEMMs by dtype, attention, cross-entropy, norms, elementwise, casts, optimizer, MoE routing), communication and the rest, as `ndtrain bench train --profile` does: each step record of metrics.jsonl gets a \"profile\" object of seconds, the step of the rank that spent the longest in kernels (named by its \"rank\"), and the summary the peak measured again after the last step (\"peak_flops_at_end\", about 0.2 s). The timers read the clock twice per kernel call. `ndtrain plan --validate` turns it on to set each class against the planner's term."));
 }
 
 void add_optim_keys(std::vector<ConfigKey>& f) {

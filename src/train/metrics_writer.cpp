@@ -196,6 +196,7 @@ void MetricsWriter::layout_check(const LayoutCheckResult& check, int64_t step) {
 void MetricsWriter::summary(const RunSummary& summary, DeviceMesh& mesh) {
   const bool trained = !summary.losses.empty();  // train.steps = 0 trains nothing
   const bool validated = !summary.val_losses.empty();
+  const double at_end = summary.peak_flops_at_end;  // train.profile's; null without it
   write({{"summary",
           {{"first_loss", trained ? nlohmann::json(summary.losses.front()) : nlohmann::json()},
            {"last_loss", trained ? nlohmann::json(summary.losses.back()) : nlohmann::json()},
@@ -214,7 +215,8 @@ void MetricsWriter::summary(const RunSummary& summary, DeviceMesh& mesh) {
            {"peak_mem_by_tag", peak_memory_by_tag()},
            {"peak_rss_bytes", process_peak_rss_bytes()},
            {"comm", comm_record(mesh)},
-           {"data_mix", summary.data_mix}}}});
+           {"data_mix", summary.data_mix},
+           {"peak_flops_at_end", at_end > 0 ? nlohmann::json(at_end) : nlohmann::json()}}}});
 }
 
 void MetricsWriter::pipeline_timeline(const std::string& out_dir,

@@ -94,6 +94,9 @@ struct RunSummary {
   int64_t skipped_steps = 0;  // updates skipped by stability.on_spike / on_nonfinite = skip
   int64_t rollbacks = 0;
   int64_t zclips = 0;         // steps ZClip clipped (optim.clip_mode = zclip)
+  // train.profile: the run's peak measured again after its last step, as at its start
+  // (0: not measured), so that a moment's other work during one sample shows.
+  double peak_flops_at_end = 0;
 };
 
 }  // namespace ndt

@@ -344,6 +344,10 @@ RunSummary Trainer::run() {
 }
 
 void Trainer::finish_run(RunSummary& summary) {
+  if (config_.profile && !summary.losses.empty()) {
+    summary.peak_flops_at_end =
+        resolve_run_peak_flops(config_.peak_gflops, config_.threads, config_.precision.compute, mesh_.world()).flops_per_s;
+  }
   // The final checkpoint comes before the final evaluation and the sample: an error in
   // either cannot lose it.
   if (config_.save_on_exit && checkpoints_->enabled() && checkpoints_->last_saved_step() != step_) {

@@ -3,12 +3,14 @@
 // kept, each naming its round), and the rounds set against each other (the machine's
 // repeatability). The runs themselves are test_plan_cli's.
 #include "../common/errors.h"
+#include "../common/temp_dir.h"
 #include "plan/planner.h"
 #include "plan/validation.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -57,8 +59,8 @@ TEST(ValidationParts, ProfileKeysAddUpToTheirParts) {
   const nlohmann::json profile = {{"gemm_fp32", 0.5},   {"gemm_16bit", 0.25}, {"gemm_fp8", 0.125},  {"attention", 0.1},
                                   {"cross_entropy", 1}, {"norm", 2},          {"elementwise", 4},   {"cast", 8},
                                   {"moe_routing", 16},  {"optimizer", 0.3},   {"communication", 32}, {"rank_wait", 64},
-                                  {"unaccounted", 0.7}};
-  const StepParts parts = measured_step_parts(profile);
+                                  {"unaccounted", 0.7},  {"rank", 3},         {"step_s", 1000}};
+  const StepParts parts = measured_step_parts(profile);  // whose step and its length: no part
   EXPECT_DOUBLE_EQ(parts[static_cast<size_t>(StepPart::matmuls)], 0.875);
   EXPECT_DOUBLE_EQ(parts[static_cast<size_t>(StepPart::attention)], 0.1);
   EXPECT_DOUBLE_EQ(parts[static_cast<size_t>(StepPart::other_kernels)], 31);
@@ -118,6 +120,25 @@ TEST(ValidationRounds, RepeatabilitySetsEachRoundOfARunAgainstItsOthers) {
   EXPECT_NEAR(r.median, (0.1 + 1.0 / 3) / 2, 1e-12);
   const Repeatability single = validation_repeatability({{round_of("once", 1.0, 1.0)}}, 0.2);
   EXPECT_EQ(single.pairs, 0);
+}
+
+// Catches: the load factor's run figure read from the start-of-run peak alone (a moment's
+// other work during that sample made a one-rank run's prediction 2x too slow), from the
+// end alone, or as their mean; and a run without its run record passed over.
+TEST(ValidationLoad, TheRunsFmaRateIsTheLargerOfItsStartAndEndPeaks) {
+  testing::TempDir dir;
+  const auto metrics_with = [&](const std::string& lines) {
+    const std::string path = dir.file("metrics.jsonl");
+    std::ofstream(path) << lines;
+    return path;
+  };
+  const std::string run = R"({"run": {"peak_flops": 100.0}})" "\n";
+  const std::string step = R"({"step": 1, "loss": 5.0, "step_s": 0.1})" "\n";
+  EXPECT_EQ(run_fma_flops(metrics_with(run + step + R"({"summary": {"peak_flops_at_end": 180.0}})" "\n")), 180.0);
+  EXPECT_EQ(run_fma_flops(metrics_with(run + step + R"({"summary": {"peak_flops_at_end": 60.0}})" "\n")), 100.0);
+  EXPECT_EQ(run_fma_flops(metrics_with(run + step + R"({"summary": {"peak_flops_at_end": null}})" "\n")), 100.0);
+  EXPECT_EQ(run_fma_flops(metrics_with(run + step + R"({"summary": {"last_loss": 4.0}})" "\n")), 100.0);
+  testing::expect_error([&] { run_fma_flops(metrics_with(step)); }, {"logged no run record with its peak_flops"});
 }
 
 }  // namespace

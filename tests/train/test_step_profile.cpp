@@ -221,8 +221,8 @@ TEST(StepProfile, CommunicationIsTheWaitsAndTheProgressButNotTheBarriers) {
   EXPECT_DOUBLE_EQ(communication_seconds(stats), 27);
 }
 
-// The step records of `steps` steps of the trainer tests' run, with train.profile as given.
-std::vector<nlohmann::json> step_records_of_run(bool profile, int64_t steps) {
+// The records of `steps` steps of the trainer tests' run, with train.profile as given.
+std::vector<nlohmann::json> records_of_run(bool profile, int64_t steps) {
   testing::TempDir dir;
   RunConfig c = testing::small_run(testing::shared_shard(), steps);
   c.out_dir = dir.file("run");
@@ -230,18 +230,35 @@ std::vector<nlohmann::json> step_records_of_run(bool profile, int64_t steps) {
   Trainer(c, testing::one_rank_mesh(), nullptr).run();
   std::ifstream in(c.out_dir + "/metrics.jsonl");
   std::vector<nlohmann::json> records;
-  for (std::string line; std::getline(in, line);) {
-    nlohmann::json r = nlohmann::json::parse(line);
-    if (r.contains("loss") && r.contains("step_s")) records.push_back(std::move(r));
-  }
+  for (std::string line; std::getline(in, line);) records.push_back(nlohmann::json::parse(line));
   return records;
+}
+
+std::vector<nlohmann::json> step_records_of(const std::vector<nlohmann::json>& records) {
+  std::vector<nlohmann::json> steps;
+  for (const nlohmann::json& r : records) {
+    if (r.contains("loss") && r.contains("step_s")) steps.push_back(r);
+  }
+  return steps;
+}
+
+const nlohmann::json& summary_of(const std::vector<nlohmann::json>& records) {
+  for (const nlohmann::json& r : records) {
+    if (r.contains("summary")) return r["summary"];
+  }
+  throw Error("the run wrote no summary record");
 }
 
 // Catches: train.profile not reaching the metrics, a step's profile that is not the
 // step (parts missing or counted twice: they must add up to step_s), keys the
-// validation's mapping does not know (it refuses them), and a profile written when off.
+// validation's mapping does not know (it refuses them), the peak not measured again at
+// the end (the validation's load factor reads it), and either written when off.
 TEST(StepProfile, TrainProfileWritesEveryStepsClassesIntoTheMetrics) {
-  const std::vector<nlohmann::json> records = step_records_of_run(true, 3);
+  const std::vector<nlohmann::json> all = records_of_run(true, 3);
+  const nlohmann::json& at_end = summary_of(all).at("peak_flops_at_end");
+  ASSERT_TRUE(at_end.is_number()) << summary_of(all).dump();
+  EXPECT_GT(at_end.get<double>(), 0.0);
+  const std::vector<nlohmann::json> records = step_records_of(all);
   ASSERT_EQ(records.size(), 3u);
   for (const nlohmann::json& r : records) {
     ASSERT_TRUE(r.contains("profile")) << r.dump();
@@ -259,7 +276,9 @@ TEST(StepProfile, TrainProfileWritesEveryStepsClassesIntoTheMetrics) {
     EXPECT_EQ(p.at("step_s").get<double>(), step_s);
     EXPECT_EQ(parts[static_cast<size_t>(StepPart::matmuls)], p.at("gemm_fp32").get<double>());
   }
-  for (const nlohmann::json& r : step_records_of_run(false, 2)) EXPECT_FALSE(r.contains("profile")) << r.dump();
+  const std::vector<nlohmann::json> off = records_of_run(false, 2);
+  for (const nlohmann::json& r : step_records_of(off)) EXPECT_FALSE(r.contains("profile")) << r.dump();
+  EXPECT_TRUE(summary_of(off).at("peak_flops_at_end").is_null());
 }
 
 }  // namespace
