@@ -21,6 +21,7 @@ using mpi_detail::check_mpi;
 using mpi_detail::divide;
 using mpi_detail::reduction;
 using mpi_detail::RingReduceScatterWork;
+using mpi_detail::TimedProgress;
 using mpi_detail::TimedWait;
 using mpi_detail::use_ring_reduce_scatter;
 using mpi_detail::where;
@@ -117,9 +118,11 @@ class MpiWork final : public Work {
   bool test() override {
     if (done_) return true;
     int flag = 0;
-    const auto start = std::chrono::steady_clock::now();
-    const int rc = MPI_Test(&request, &flag, &status_);
-    counter_.progress_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    int rc = MPI_SUCCESS;
+    {
+      TimedProgress timed(counter_);
+      rc = MPI_Test(&request, &flag, &status_);
+    }
     if (rc != MPI_SUCCESS) failed(rc);
     if (flag) complete();
     return done_;
@@ -256,9 +259,11 @@ WorkHandle MpiCommunicator::run(CommOp op, int64_t bytes, DType dtype, bool bloc
     return nullptr;
   }
   auto work = std::make_unique<MpiWork>(stats_[op], op, axis_, bytes, dtype, peers_on_other_hosts());
-  const auto start = std::chrono::steady_clock::now();
-  const int rc = call(&work->request);
-  stats_[op].progress_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  int rc = MPI_SUCCESS;
+  {
+    TimedProgress timed(stats_[op]);
+    rc = call(&work->request);
+  }
   check_mpi(rc, op, axis_, peers_on_other_hosts());
   work->finish = std::move(after);
   return work;
@@ -306,11 +311,13 @@ WorkHandle MpiCommunicator::start_reduce_scatter(const void* send, void* recv, s
   const auto bytes = static_cast<int64_t>(block * size_);
   count_op(kOp, bytes, comm_wire_bytes(kOp, bytes, size_));
   if (use_ring_reduce_scatter(dtype, op, bytes)) {
-    const auto start = std::chrono::steady_clock::now();
-    auto ring = std::make_unique<RingReduceScatterWork>(stats_[kOp], axis_, comm_, rank_, size_, next_ring_tag(),
-                                                        static_cast<const float*>(send), static_cast<float*>(recv),
-                                                        recv_count, op == ReduceOp::avg);
-    stats_[kOp].progress_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::unique_ptr<RingReduceScatterWork> ring;
+    {
+      TimedProgress timed(stats_[kOp]);
+      ring = std::make_unique<RingReduceScatterWork>(stats_[kOp], axis_, comm_, rank_, size_, next_ring_tag(),
+                                                     static_cast<const float*>(send), static_cast<float*>(recv),
+                                                     recv_count, op == ReduceOp::avg);
+    }
     if (!blocking) return ring;
     ring->wait();
     return nullptr;

@@ -53,5 +53,19 @@ class TimedWait {
   std::chrono::steady_clock::time_point start_;
 };
 
+// Driving a non-blocking operation (its start, its test() polls): added to the counter's
+// progress time.
+class TimedProgress {
+ public:
+  explicit TimedProgress(CommCounter& counter) : counter_(counter), start_(std::chrono::steady_clock::now()) {}
+  ~TimedProgress() {
+    counter_.progress_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+
+ private:
+  CommCounter& counter_;
+  std::chrono::steady_clock::time_point start_;
+};
+
 }  // namespace mpi_detail
 }  // namespace ndt

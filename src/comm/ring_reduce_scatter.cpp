@@ -7,7 +7,6 @@
 
 #include "comm/mpi_types.h"
 
-#include <chrono>
 #include <cstring>
 
 namespace ndt::mpi_detail {
@@ -36,16 +35,14 @@ RingReduceScatterWork::~RingReduceScatterWork() {
 }
 
 bool RingReduceScatterWork::test() {
-  // Driving the ring, its sums included, is the collective's progress (as MpiWork::test's).
-  const auto start = std::chrono::steady_clock::now();
+  TimedProgress timed(counter_);  // driving the ring, its sums included (as MpiWork::test)
   while (!done_) {
     int flag = 0;
     check_mpi(MPI_Testall(2, requests_, &flag, MPI_STATUSES_IGNORE), CommOp::reduce_scatter, axis_);
-    if (!flag) break;
+    if (!flag) return false;
     advance();
   }
-  counter_.progress_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return done_;
+  return true;
 }
 
 void RingReduceScatterWork::wait() {

@@ -77,13 +77,19 @@ std::vector<ValidationCase> validation_cases(ValidationModels models) {
   };
 }
 
-std::vector<nlohmann::json> step_records(const fs::path& metrics) {
+// Every record of a run's metrics.jsonl.
+std::vector<nlohmann::json> metrics_records(const fs::path& metrics) {
   std::ifstream in(metrics);
   NDT_CHECK(in.good(), "the validation run wrote no metrics at {}", metrics.string());
+  std::vector<nlohmann::json> records;
+  for (std::string line; std::getline(in, line);) records.push_back(nlohmann::json::parse(line));
+  return records;
+}
+
+// The run record, then the step records, of `records` (read from `metrics`).
+std::vector<nlohmann::json> step_records(const std::vector<nlohmann::json>& records, const fs::path& metrics) {
   std::vector<nlohmann::json> steps;
-  std::string line;
-  while (std::getline(in, line)) {
-    const nlohmann::json r = nlohmann::json::parse(line);
+  for (const nlohmann::json& r : records) {
     if ((r.contains("loss") && r.contains("step_s")) || r.contains("run")) steps.push_back(r);
   }
   NDT_CHECK(!steps.empty() && steps.front().contains("run"), "the validation run at {} logged no run record first",
@@ -240,13 +246,14 @@ ValidationRow validate_case(const ValidationCase& c, int index, const fs::path& 
   std::vector<std::string> settings = c.settings;
   settings.push_back("runtime.out_dir=" + out.string());
   const RunConfig config = read_run_config(base_config, settings);
-  const std::vector<nlohmann::json> steps = step_records(out / "metrics.jsonl");
+  const std::vector<nlohmann::json> records = metrics_records(out / "metrics.jsonl");
+  const std::vector<nlohmann::json> steps = step_records(records, out / "metrics.jsonl");
   row.expert_load = median_expert_load(steps);
   Cluster routed = cluster;
   routed.expert_load = row.expert_load;
   const LayoutScore plan = score_layout(config, routed);
   if (row.expert_load != 1) row.balanced_step_s = score_layout(config, cluster).time.step_s;
-  const double run_fma = run_fma_flops(out / "metrics.jsonl");
+  const double run_fma = run_fma_flops(records);
   if (cluster.device.fma_flops_per_s > 0) row.load = run_fma / cluster.device.fma_flops_per_s;
   compare_memory_and_time(row, config, plan, steps);
   compare_counters(row, config, plan, steps);
@@ -372,18 +379,15 @@ const char* step_part_name(StepPart part) {
   return "unknown";
 }
 
-double run_fma_flops(const fs::path& metrics) {
-  std::ifstream in(metrics);
-  NDT_CHECK(in.good(), "the validation run wrote no metrics at {}", metrics.string());
+double run_fma_flops(const std::vector<nlohmann::json>& records) {
   double start = 0, end = 0;
-  for (std::string line; std::getline(in, line);) {
-    const nlohmann::json r = nlohmann::json::parse(line);
+  for (const nlohmann::json& r : records) {
     if (r.contains("run")) start = r["run"].at("peak_flops").get<double>();
     if (r.contains("summary") && r["summary"].value("peak_flops_at_end", nlohmann::json()).is_number()) {
       end = r["summary"]["peak_flops_at_end"].get<double>();
     }
   }
-  NDT_CHECK(start > 0, "the validation run at {} logged no run record with its peak_flops", metrics.string());
+  NDT_CHECK(start > 0, "the validation run logged no run record with its peak_flops");
   return std::max(start, end);
 }
 

@@ -24,7 +24,6 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include <array>
-#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -53,8 +52,8 @@ const char* step_part_name(StepPart part);  // "matmuls", "attention", "other ke
 // and after its last step (the summary's peak_flops_at_end, which train.profile takes).
 // A moment's other work slows one of the two (a one-rank run read half the calibration's
 // at its start and then stepped as fast as in the round before); a load that lasts slows
-// both. `metrics`: the run's metrics.jsonl; throws without a run record.
-double run_fma_flops(const std::filesystem::path& metrics);
+// both. `records`: the run's metrics.jsonl, a record each; throws without a run record.
+double run_fma_flops(const std::vector<nlohmann::json>& records);
 
 StepParts measured_step_parts(const nlohmann::json& profile);  // a step record's "profile"; throws naming a bad key
 StepParts predicted_step_parts(const TimeEstimate& time);

@@ -3,14 +3,12 @@
 // kept, each naming its round), and the rounds set against each other (the machine's
 // repeatability). The runs themselves are test_plan_cli's.
 #include "../common/errors.h"
-#include "../common/temp_dir.h"
 #include "plan/planner.h"
 #include "plan/validation.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -126,19 +124,14 @@ TEST(ValidationRounds, RepeatabilitySetsEachRoundOfARunAgainstItsOthers) {
 // other work during that sample made a one-rank run's prediction 2x too slow), from the
 // end alone, or as their mean; and a run without its run record passed over.
 TEST(ValidationLoad, TheRunsFmaRateIsTheLargerOfItsStartAndEndPeaks) {
-  testing::TempDir dir;
-  const auto metrics_with = [&](const std::string& lines) {
-    const std::string path = dir.file("metrics.jsonl");
-    std::ofstream(path) << lines;
-    return path;
-  };
-  const std::string run = R"({"run": {"peak_flops": 100.0}})" "\n";
-  const std::string step = R"({"step": 1, "loss": 5.0, "step_s": 0.1})" "\n";
-  EXPECT_EQ(run_fma_flops(metrics_with(run + step + R"({"summary": {"peak_flops_at_end": 180.0}})" "\n")), 180.0);
-  EXPECT_EQ(run_fma_flops(metrics_with(run + step + R"({"summary": {"peak_flops_at_end": 60.0}})" "\n")), 100.0);
-  EXPECT_EQ(run_fma_flops(metrics_with(run + step + R"({"summary": {"peak_flops_at_end": null}})" "\n")), 100.0);
-  EXPECT_EQ(run_fma_flops(metrics_with(run + step + R"({"summary": {"last_loss": 4.0}})" "\n")), 100.0);
-  testing::expect_error([&] { run_fma_flops(metrics_with(step)); }, {"logged no run record with its peak_flops"});
+  const nlohmann::json run = nlohmann::json::parse(R"({"run": {"peak_flops": 100.0}})");
+  const nlohmann::json step = nlohmann::json::parse(R"({"step": 1, "loss": 5.0, "step_s": 0.1})");
+  const auto summary = [](const char* text) { return nlohmann::json{{"summary", nlohmann::json::parse(text)}}; };
+  EXPECT_EQ(run_fma_flops({run, step, summary(R"({"peak_flops_at_end": 180.0})")}), 180.0);
+  EXPECT_EQ(run_fma_flops({run, step, summary(R"({"peak_flops_at_end": 60.0})")}), 100.0);
+  EXPECT_EQ(run_fma_flops({run, step, summary(R"({"peak_flops_at_end": null})")}), 100.0);
+  EXPECT_EQ(run_fma_flops({run, step, summary(R"({"last_loss": 4.0})")}), 100.0);
+  testing::expect_error([&] { run_fma_flops({step}); }, {"logged no run record with its peak_flops"});
 }
 
 }  // namespace
