@@ -292,6 +292,7 @@ void calibrate_ranks(const std::string& out) {
   d.memory_bytes_per_s = mean[i++];
   d.peak_bf16 = std::max(d.peak_fp32, static_cast<double>(mean[i++]));
   d.devices_per_node = ranks;
+  d.oversubscription = std::max(1.0, static_cast<double>(ranks) * threads / cores);
   // One rank: no messages; the link is what a copy in and out would take.
   const double wire = 2.0 * (ranks - 1) / ranks * 4 * (size_t{1} << 20);
   d.intra_node = ranks > 1 ? LinkProfile{wire / std::max(big_s - call_s, 1e-9), 0, call_s}

@@ -182,6 +182,9 @@ void DeviceProfile::validate() const {
             name, gemm_efficiency);
   NDT_CHECK(devices_per_node >= 1, "device profile \"{}\": devices_per_node = {} must be at least 1", name,
             devices_per_node);
+  NDT_CHECK(std::isfinite(oversubscription) && oversubscription >= 1,
+            "device profile \"{}\": oversubscription = {} must be at least 1 (1: every rank has its own cores)", name,
+            oversubscription);
   NDT_CHECK(inter_node_links >= 0, "device profile \"{}\": inter_node_links = {} must not be negative (0: one per device)",
             name, inter_node_links);
   NDT_CHECK(intra_node.latency_s >= 0 && inter_node.latency_s >= 0, "device profile \"{}\": latencies must not be negative",
@@ -256,6 +259,7 @@ DeviceProfile measure_cpu_device(int devices_per_node, const std::string& disk_d
   d.gemm_efficiency = std::min(1.0, sgemm / fma);
   d.memory_bytes_per_s = copy * std::min(1.0, share);
   d.devices_per_node = devices_per_node;
+  d.oversubscription = std::max(1.0, 1 / share);  // one thread per rank
   // Ranks on one machine talk through shared memory: a message is copied in and out.
   d.intra_node = {copy / 2 * std::min(1.0, share), 2e-6};
   d.inter_node = d.intra_node;  // one machine: no network
@@ -302,6 +306,7 @@ DeviceProfile load_device_profile(const std::string& path) {
       {"memory_bandwidth_gb_s", {&d.memory_bytes_per_s, 1e9, true, 0, 1e6, false}},
       {"gemm_efficiency", {&d.gemm_efficiency, 1, false, 0, 1, false}},
       {"devices_per_node", {&devices_per_node, 1, false, 1, 65536, true}},
+      {"oversubscription", {&d.oversubscription, 1, false, 1, 65536, true}},
       {"intra_node_gb_s", {&d.intra_node.bytes_per_s, 1e9, true, 0, 1e6, false}},
       {"intra_node_latency_us", {&d.intra_node.latency_s, 1e-6, false, 0, 1e6, true}},
       {"inter_node_gb_s", {&d.inter_node.bytes_per_s, 1e9, true, 0, 1e6, false}},
@@ -415,9 +420,9 @@ std::string device_file_text(const DeviceProfile& d, const std::string& comment)
   if (!lengths.empty()) text += fmt::format("attention_seq_lens = [{}]\nattention_gflops_by_seq = [{}]\n", lengths, rates);
   text += fmt::format(
       "attention_gflops = {:.6g}\nelementwise_gb_s = {:.6g}\noptimizer_gb_s = {:.6g}\nfma_gflops = {:.6g}\n"
-      "devices_per_node = {}\n",
+      "devices_per_node = {}\noversubscription = {:.6g}\n",
       d.attention_flops_per_s / 1e9, d.elementwise_bytes_per_s / 1e9, d.optimizer_bytes_per_s / 1e9,
-      d.fma_flops_per_s / 1e9, d.devices_per_node);
+      d.fma_flops_per_s / 1e9, d.devices_per_node, d.oversubscription);
   for (const auto& [prefix, link] : {std::pair{"intra_node", d.intra_node}, std::pair{"inter_node", d.inter_node}}) {
     text += fmt::format("{0}_gb_s = {1:.6g}\n{0}_latency_us = {2:.6g}\n{0}_call_us = {3:.6g}\n", prefix,
                         link.bytes_per_s / 1e9, link.latency_s * 1e6, link.call_s * 1e6);

@@ -547,11 +547,17 @@ StageCompute LayoutScorer::stage_compute(const Candidate& c, int stage) {
   const int64_t traffic = config.activation_checkpointing.mode == CheckpointMode::none
                               ? c.contexts[static_cast<size_t>(stage)]
                               : activation_bytes(config, c.layout, c.resolved.micro_batch_size, c.m, stage, local_units, {});
-  const double memory_s = 3.0 * static_cast<double>(traffic) / elementwise_rate(device);
   // Under ep the experts' matmuls run at the pace of the group's most loaded rank: the
   // cluster's expert_load times the balanced rows (each local expert's GEMM gets the ep
   // group's rows for it).
   const double load = c.m.ep > 1 ? c.cluster.expert_load : 1.0;
+  int moe_blocks = 0;
+  for (int layer = 0; layer < model_.n_layer; ++layer) {
+    moe_blocks += model_.is_moe_block(layer) && (local_units.empty() || local_units[static_cast<size_t>(layer + 1)]);
+  }
+  const double memory_s =
+      (3.0 * static_cast<double>(traffic) + moe_blocks * moe_dispatch_bytes(model_, c.m, c.tokens_mb, load)) /
+      elementwise_rate(device);
   const double expert_rows = c.tokens_mb * model_.moe_top_k * c.m.ep * load / std::max(model_.n_experts, 1);
   // The matmuls at the efficiency of their shapes (plan/compute_time.h), the attention
   // core at its own rate.
@@ -612,11 +618,26 @@ StageTime LayoutScorer::stage_time(const Candidate& c, int stage, const StepComm
   return st;
 }
 
+// The step of ranks that share cores (DeviceProfile::oversubscription above 1), given the
+// model's `step` and the stages' mean `busy` time (the step less the bubble, at the
+// calibrated rates, which are those of every rank computing at once). A rank waiting in
+// the pipeline's bubble (or behind a slower stage) yields its core to the ranks of other
+// stages, so the step is the larger of the node's work over its cores (`busy`) and the
+// path at a whole core each (`step` over the oversubscription), never more than `step`.
+// On this 2-core VM, pp x ddp on 4 ranks stepped at 0.116-0.129 s where the bubble's
+// 0.032 s took the prediction to 0.166 s (docs/planner.md). One node only: where pp spans
+// nodes, a node's ranks are in the same stages and idle in their bubble together.
+double shared_core_step(const Candidate& c, double step, double busy) {
+  const double oversubscription = c.cluster.device.oversubscription;
+  if (oversubscription <= 1 || c.cluster.nodes > 1) return step;
+  return std::min(step, std::max(busy, step / oversubscription));
+}
+
 double LayoutScorer::time_stages(const Candidate& c, LayoutScore& s) {
   // Stages holding the same kinds of units in the same places of the pipeline communicate
   // alike: the communication model runs once per kind.
   std::map<std::string, std::pair<StepCommunication, int64_t>> by_kind;
-  double worst_memory = -1, slowest_stage = 0, worst_tail = 0;
+  double worst_memory = -1, slowest_stage = 0, worst_tail = 0, busy = 0;
   for (int stage = 0; stage < c.m.pp; ++stage) {
     MemoryEstimate& mem = s.stages[static_cast<size_t>(stage)];
     const std::string kind =
@@ -634,6 +655,7 @@ double LayoutScorer::time_stages(const Candidate& c, LayoutScore& s) {
     const StageTime st = stage_time(c, stage, comm);
     slowest_stage = std::max(slowest_stage, st.pipeline_s);
     worst_tail = std::max(worst_tail, st.tail_s);
+    busy += (st.pipeline_s - st.t.bubble_s + st.tail_s) / c.m.pp;
     if (static_cast<double>(mem.total()) > worst_memory) {
       worst_memory = static_cast<double>(mem.total());
       s.worst_stage = stage, s.memory = mem, s.time = st.t;
@@ -644,6 +666,9 @@ double LayoutScorer::time_stages(const Candidate& c, LayoutScore& s) {
   }
   // Stages wait for each other: the step is the slowest stage's pipeline plus the longest tail.
   s.time.step_s = slowest_stage + worst_tail;
+  const double lent = s.time.step_s - shared_core_step(c, s.time.step_s, busy);
+  s.time.step_s -= lent;
+  s.time.bubble_s = std::max(0.0, s.time.bubble_s - lent);
   return worst_memory;
 }
 
@@ -691,6 +716,13 @@ LayoutScore LayoutScorer::score(const RunConfig& config, const Cluster& cluster)
 
 LayoutScore score_layout(const RunConfig& config, const Cluster& cluster) {
   return LayoutScorer(config).score(config, cluster);
+}
+
+double moe_dispatch_bytes(const ModelConfig& model, const MeshShape& m, double tokens, double load) {
+  const double k = model.moe_top_k, C = model.d_model, F = static_cast<double>(model.expert_d_ff()) / m.tp;
+  const double S = tokens * k, R = S * load, gradient_buffers = model.arch == Arch::llama ? 3 : 2;
+  const double floats = 6 * S * C + 4 * tokens * C + (m.ep > 1 ? 8 * R * C : 0) + R * C + gradient_buffers * R * F;
+  return 4 * floats;
 }
 
 namespace {

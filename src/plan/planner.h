@@ -125,6 +125,19 @@ struct LayoutScore {
 // component overflows and by how much.
 LayoutScore score_layout(const RunConfig& config, const Cluster& cluster);
 
+// Bytes one MoE block moves per micro-batch through buffers it makes and consumes itself
+// (model/moe.cpp), which the stored activations behind memory_s's 3x leave out. With N
+// `tokens` (one micro-batch's on the rank), S = N x k routed rows and R expert-side rows
+// (S x `load`, the experts' load, under ep; S without), rows of width C, in floats: the
+// dispatch's gather (2SC) and the combine (SC + NC) forward; the combine's and the
+// gather-add's gradients (3SC + 3NC) backward; under ep the regrouping copies between the
+// all-to-all's order and the experts' (2RC each way, forward and backward); backward's
+// zeroed gradient buffers (RC, and RF for each of the experts' hidden, activation and up
+// gradients, F their tp slice). The llama-moe ep run of `plan --validate` spent 4.7 ms a
+// step more in elementwise kernels and 2.5 ms more unaccounted than the dense llama tp
+// run beside it; this counts 7.2 ms (docs/planner.md).
+double moe_dispatch_bytes(const ModelConfig& model, const MeshShape& m, double tokens, double load);
+
 struct PlanResult {
   std::vector<LayoutScore> layouts;  // every candidate; the fitting ones first, fastest first
   int64_t candidates = 0, invalid = 0, out_of_memory = 0, fitting = 0;

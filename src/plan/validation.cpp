@@ -278,13 +278,20 @@ std::map<int, Cluster> given_clusters(const std::vector<std::string>& device_fil
 }
 
 // The profile of `ranks` ranks: a given one, else calibrated now into `dir`, just before
-// the runs it prices (a shared machine's load drifts).
-const Cluster& cluster_for(int ranks, std::map<int, Cluster>& clusters, const fs::path& dir) {
-  if (!clusters.count(ranks)) {
-    const DeviceProfile d = run_calibration(ranks, (dir / fmt::format("cpu-{}-ranks.toml", ranks)).string());
-    clusters.emplace(ranks, make_cluster(d, 1, ranks, 0));
+// the runs it prices (a shared machine's load drifts). `calibrated` holds this round's:
+// cleared each round, so that with --rounds N each run's prediction is the median over N
+// calibrations as its measurement is over N runs. Calibrated once for all rounds, a
+// 4-rank calibration read GEMM efficiencies of 0.45-0.61 in one validation and 0.56-0.81
+// in the next, minutes apart, while the runs it priced stepped alike (docs/planner.md).
+const Cluster& cluster_for(int ranks, int round, const std::map<int, Cluster>& given,
+                           std::map<int, Cluster>& calibrated, const fs::path& dir) {
+  if (given.count(ranks)) return given.at(ranks);
+  if (!calibrated.count(ranks)) {
+    const std::string file = round == 0 ? fmt::format("cpu-{}-ranks.toml", ranks)
+                                        : fmt::format("cpu-{}-ranks-round-{}.toml", ranks, round + 1);
+    calibrated.emplace(ranks, make_cluster(run_calibration(ranks, (dir / file).string()), 1, ranks, 0));
   }
-  return clusters.at(ranks);
+  return calibrated.at(ranks);
 }
 
 // The runs' token shard and base config, written into `dir`; returns the config's path.
@@ -489,7 +496,8 @@ int run_plan_validation(const ValidationOptions& o) {
                                      : fs::path(o.dir);
   fs::create_directories(dir);
   const std::string base = write_base_config(dir);
-  std::map<int, Cluster> clusters = given_clusters(o.device_files);
+  const std::map<int, Cluster> given = given_clusters(o.device_files);
+  std::map<int, Cluster> calibrated;
   const std::vector<ValidationCase> cases = validation_cases(o.models);
   fmt::print("validating the planner against {} runs of {} models on this machine ({} steps each{}; in {})\n",
              cases.size(), validation_models_name(o.models), kValidationSteps,
@@ -497,14 +505,18 @@ int run_plan_validation(const ValidationOptions& o) {
   std::vector<std::vector<ValidationRow>> by_case(cases.size());
   for (int round = 0; round < o.rounds; ++round) {
     if (o.rounds > 1) fmt::print("round {} of {}\n", round + 1, o.rounds);
+    calibrated.clear();
     for (size_t i = 0; i < cases.size(); ++i) {
-      const Cluster& cluster = cluster_for(cases[i].ranks, clusters, dir);
+      const Cluster& cluster = cluster_for(cases[i].ranks, round, given, calibrated, dir);
       const int index = round * static_cast<int>(cases.size()) + static_cast<int>(i) + 1;
       by_case[i].push_back(validate_case(cases[i], index, dir, base, cluster));
       print_progress(by_case[i].back());
     }
   }
-  for (const auto& [ranks, cluster] : clusters) fmt::print("profile for {} ranks: {}\n", ranks, cluster.device.source);
+  for (const auto& [ranks, cluster] : given) fmt::print("profile for {} ranks: {}\n", ranks, cluster.device.source);
+  for (const auto& [ranks, cluster] : calibrated) {
+    fmt::print("profile for {} ranks{}: {}\n", ranks, o.rounds > 1 ? " (the last round's)" : "", cluster.device.source);
+  }
 
   std::vector<ValidationRow> rows;
   std::vector<double> errors;

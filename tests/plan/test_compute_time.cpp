@@ -128,10 +128,75 @@ TEST(ComputeTime, ExpertsRunAtTheMostLoadedEpRanksPace) {
     if (spec.expert) expert_params += shape_numel(spec.logical_shape);
   }
   const double expert_flops = 6.0 * static_cast<double>(expert_params) * c.model.moe_top_k / c.model.n_experts * 4 * 64;
-  const double expected = before + 0.5 * expert_flops / (d.peak_fp32 * d.gemm_efficiency);
+  // And the expert-side rows the dispatch copies and zeroes, in every MoE block.
+  const double dispatch_bytes =
+      c.model.n_layer / c.model.moe_every * (moe_dispatch_bytes(c.model, c.mesh, 4 * 64, 1.5) -
+                                             moe_dispatch_bytes(c.model, c.mesh, 4 * 64, 1.0));
+  const double expected =
+      before + 0.5 * expert_flops / (d.peak_fp32 * d.gemm_efficiency) + dispatch_bytes / d.memory_bytes_per_s;
   EXPECT_NEAR(score_layout(c, skewed).time.compute_s, expected, 1e-9 * expected);
   c.mesh.ep = 1;
   EXPECT_DOUBLE_EQ(score_layout(c, skewed).time.compute_s, score_layout(c, balanced).time.compute_s);
+}
+
+// Catches: ranks that share cores (DeviceProfile::oversubscription) priced as if each
+// idled its core through the pipeline's bubble, the bubble forgiven on ranks with cores of
+// their own, across nodes (whose ranks sit in the same stages), or more than down to the
+// stages' work or the path at a whole core.
+TEST(ComputeTime, RanksSharingCoresLendThemThroughTheBubble) {
+  RunConfig c = tiny_run();
+  c.mesh.pp = 2, c.mesh.dp_replicate = 2, c.micro_batch_size = 1;
+  DeviceProfile own = builtin_device("h100-sxm"), shared = own, crowded = own;
+  shared.oversubscription = 2, crowded.oversubscription = 64;
+  const TimeEstimate alone = score_layout(c, make_cluster(own, 1, 4, 0)).time;
+  const TimeEstimate lent = score_layout(c, make_cluster(shared, 1, 4, 0)).time;
+  const TimeEstimate busy = score_layout(c, make_cluster(crowded, 1, 4, 0)).time;
+  ASSERT_GT(alone.bubble_s, 0.1 * alone.step_s);
+  // At 64 ranks a core the step is the stages' work: less the bubble, and no less.
+  EXPECT_LT(busy.step_s, alone.step_s - 0.5 * alone.bubble_s);
+  EXPECT_GT(busy.step_s, alone.step_s - 1.5 * alone.bubble_s);
+  // At 2 the larger of the work and the path at a whole core. The saving comes off the
+  // bubble, down to none (a lighter stage idles longer than the bubble: that is lent too).
+  EXPECT_DOUBLE_EQ(lent.step_s, std::max(busy.step_s, alone.step_s / 2));
+  EXPECT_LT(lent.step_s, alone.step_s);
+  EXPECT_NEAR(lent.bubble_s, std::max(0.0, alone.bubble_s - (alone.step_s - lent.step_s)), 1e-12 * alone.step_s);
+  EXPECT_DOUBLE_EQ(lent.compute_s, alone.compute_s);
+  // Across two nodes, and without a pipeline, nothing changes.
+  EXPECT_DOUBLE_EQ(score_layout(c, make_cluster(shared, 2, 2, 0)).time.step_s,
+                   score_layout(c, make_cluster(own, 2, 2, 0)).time.step_s);
+  c.mesh.pp = 1, c.mesh.dp_replicate = 4;
+  EXPECT_DOUBLE_EQ(score_layout(c, make_cluster(crowded, 1, 4, 0)).time.step_s,
+                   score_layout(c, make_cluster(own, 1, 4, 0)).time.step_s);
+}
+
+// Catches: the MoE block's dispatch buffers left out of the traffic, counted without ep's
+// regrouping copies or the experts' load, or with them where ep is 1.
+TEST(ComputeTime, MoeDispatchBuffersAreTrafficOfTheirRows) {
+  ModelConfig llama = ModelConfig::preset("llama-moe-tiny"), gpt2 = ModelConfig::preset("gpt2-moe-tiny");
+  MeshShape ep1, ep2;
+  ep2.ep = 2, ep2.dp_shard = 2;
+  const double N = 256, S = N * llama.moe_top_k, C = llama.d_model, F = llama.expert_d_ff();
+  // Balanced, one rank: the token side's passes and the zeroed gradients of its S rows.
+  EXPECT_DOUBLE_EQ(moe_dispatch_bytes(llama, ep1, N, 1), 4 * (6 * S * C + 4 * N * C + S * C + 3 * S * F));
+  // Under ep the regrouping copies, of R = 1.25 S rows, as are the zeroed ones.
+  const double R = 1.25 * S;
+  EXPECT_DOUBLE_EQ(moe_dispatch_bytes(llama, ep2, N, 1.25), 4 * (6 * S * C + 4 * N * C + 8 * R * C + R * C + 3 * R * F));
+  // GELU experts have no up projection's gradient to zero.
+  const double G = gpt2.expert_d_ff(), Cg = gpt2.d_model, Sg = N * gpt2.moe_top_k;
+  EXPECT_DOUBLE_EQ(moe_dispatch_bytes(gpt2, ep1, N, 1), 4 * (6 * Sg * Cg + 4 * N * Cg + Sg * Cg + 2 * Sg * G));
+  // A dense model's step is unchanged; an MoE model's other kernels carry the blocks' bytes.
+  RunConfig c = tiny_run();
+  const DeviceProfile d = builtin_device("h100-sxm");
+  c.model = llama;
+  const LayoutScore moe = score_layout(c, make_cluster(d, 1, 1, 0));
+  const double blocks = llama.n_layer / llama.moe_every;
+  const double expected = (3.0 * static_cast<double>(moe.memory.activations) +
+                           blocks * moe_dispatch_bytes(llama, ep1, 8 * 64, 1)) / d.memory_bytes_per_s;
+  EXPECT_NEAR(moe.time.memory_s, expected, 1e-12 * expected);
+  c.model = ModelConfig::preset("llama-tiny");
+  const LayoutScore dense = score_layout(c, make_cluster(d, 1, 1, 0));
+  EXPECT_NEAR(dense.time.memory_s, 3.0 * static_cast<double>(dense.memory.activations) / d.memory_bytes_per_s,
+              1e-12 * dense.time.memory_s);
 }
 
 // Catches: a per-call cost not charged per call (FSDP's many small collectives priced
@@ -211,6 +276,7 @@ TEST(ComputeTime, DeviceFileTextReadsBackAsWritten) {
   d.attention_by_length = {{32, 4.25e9}, {128, 12.5e9}};
   d.intra_node = {2.5e9, 1e-6, 7e-6}, d.inter_node = {1.25e9, 2e-6, 9e-6};
   d.inter_node_links = 1, d.overlaps_communication = false, d.disk_bytes_per_s = 1.5e9;
+  d.oversubscription = 2.5;
   const auto reduce_scatter = static_cast<size_t>(TimedCollective::reduce_scatter);
   const auto all_to_all = static_cast<size_t>(TimedCollective::all_to_all);
   d.collective_calls[reduce_scatter] = {{4096, 20e-6}, {65536, 125.5e-6}};
@@ -237,6 +303,7 @@ TEST(ComputeTime, DeviceFileTextReadsBackAsWritten) {
   EXPECT_DOUBLE_EQ(r.memory_bytes_per_s, d.memory_bytes_per_s);
   EXPECT_FALSE(r.overlaps_communication);
   EXPECT_DOUBLE_EQ(r.disk_bytes_per_s, 1.5e9);
+  EXPECT_DOUBLE_EQ(r.oversubscription, 2.5);
   EXPECT_TRUE(r.collective_calls[static_cast<size_t>(TimedCollective::all_reduce)].empty());
   ASSERT_EQ(r.collective_calls[reduce_scatter].size(), 2u);
   EXPECT_DOUBLE_EQ(r.collective_calls[reduce_scatter][1].wire_bytes, 65536);
@@ -270,6 +337,7 @@ TEST(ComputeTime, CalibratedKeysAreCheckedByName) {
   refused("attention_gflops = -1\n", "attention_gflops = -1 must lie in [0, 1000000000]");
   refused("elementwise_gb_s = 2e6\n", "elementwise_gb_s = 2000000 must lie in [0, 1000000]");
   refused("optimizer_gb_s = -2\n", "optimizer_gb_s = -2 must lie in [0, 1000000]");
+  refused("oversubscription = 0.5\n", "oversubscription = 0.5 must lie in [1, 65536]");
   refused("intra_node_call_us = -3\n", "intra_node_call_us = -3 must lie in [0, 1000000]");
   refused("all_gather_wire_bytes = [4096, 65536]\nall_gather_call_us = [12]\n",
           "all_gather_wire_bytes has 2 values and all_gather_call_us 1: they pair up");

@@ -80,7 +80,8 @@ constexpr const char* kCiTimeBoundPercent = "100";
 // the planner's memory, bytes or step time drifting from what ndtrain measures on real
 // runs (every layout of the validation set: memory within 2%, bytes equal, step time
 // within the bound on the calibrated profiles), in each of two rounds (--rounds), whose
-// medians are held to the bound and which are set against each other; a path with a
+// medians are held to the bound and which are set against each other; a rank count
+// without a device file calibrated once for both rounds; a path with a
 // space or a quote split by the shell on its way to the runs.
 TEST(PlanCli, CalibrateThenValidateHoldsThePlannerToRunsOnThisMachine) {
   testing::TempDir dir;
@@ -92,6 +93,7 @@ TEST(PlanCli, CalibrateThenValidateHoldsThePlannerToRunsOnThisMachine) {
   EXPECT_TRUE(contains(r.output, "calibrated in")) << r.output;
   EXPECT_TRUE(contains(r.output, "gemm_efficiencies = [")) << r.output;
   EXPECT_TRUE(contains(r.output, "intra_node_call_us = ")) << r.output;
+  EXPECT_TRUE(contains(r.output, "oversubscription = ")) << r.output;
   EXPECT_TRUE(contains(r.output, "attention_seq_lens = [32, 64, 128, 256, 512]")) << r.output;
   for (const char* kind : {"all_reduce", "reduce_scatter", "all_gather", "all_to_all"}) {
     EXPECT_TRUE(contains(r.output, std::string(kind) + "_call_us = [")) << kind << "\n" << r.output;
@@ -105,6 +107,11 @@ TEST(PlanCli, CalibrateThenValidateHoldsThePlannerToRunsOnThisMachine) {
   EXPECT_TRUE(contains(r.output, "another round in ")) << r.output;
   EXPECT_TRUE(contains(r.output, " of 20 pairs")) << r.output;
   EXPECT_TRUE(contains(r.output, "profile for 2 ranks: device file " + device)) << r.output;
+  // The rank counts without a device file are calibrated again for each round; the given one is not.
+  EXPECT_TRUE(contains(r.output, "cpu-4-ranks.toml\n")) << r.output;
+  EXPECT_TRUE(contains(r.output, "cpu-4-ranks-round-2.toml\n")) << r.output;
+  EXPECT_TRUE(contains(r.output, "profile for 4 ranks (the last round's): ")) << r.output;
+  EXPECT_FALSE(contains(r.output, "calibrating the step-time model on 2 ranks")) << r.output;
   // Each run's step by parts (train.profile against the model's terms), and over the runs.
   EXPECT_TRUE(contains(r.output, "by part, measured / predicted s: matmuls ")) << r.output;
   EXPECT_TRUE(contains(r.output, "by part over the runs (measured against predicted): matmuls ")) << r.output;
