@@ -45,12 +45,13 @@ double mean_seconds(const std::function<void()>& f, int min_calls = 3, const std
 // The GEMM sizes measured: m = 4s rows (tokens), n = k = s (a layer's width).
 constexpr std::array<int, 5> kGemmWidths = {32, 64, 128, 256, 512};
 
-// Linear layers a GEMM figure cycles through, each with its own operands, as a model's
-// layers do: a run's GEMM finds its weights and activations where the layers before it
-// left them (out of the core's cache once the layers' operands outgrow it), not where
-// the same call left them. Repeating one layer's GEMMs read 8-9% faster than cycling 16
-// layers' on the development VM, two ranks at once (docs/planner.md, 2026-12-07). At
-// width 512 the 16 layers hold 168 MB per rank, about AdamW's 128 MiB below.
+// Layers a GEMM or attention figure cycles through, each with its own operands, as a
+// model's layers do: a run's kernel finds its weights and activations where the layers
+// before it left them (out of the core's cache once the layers' operands outgrow it), not
+// where the same call left them. Repeating one layer's GEMMs read 8-9% faster than
+// cycling 16 layers' on the development VM, two ranks at once (docs/planner.md,
+// 2026-12-07). At width 512 the 16 layers hold 168 MB per rank, about AdamW's 128 MiB
+// below; the attention's at sequence length 512, 192 MB.
 constexpr int kLayers = 16;
 
 // The attention core's sequence lengths measured, over 1024 tokens each (8 sequences at
@@ -91,18 +92,32 @@ double linear_layer_flops(int s) {
 
 // FLOP/s of the causal attention core forward and backward over 1024 tokens in
 // sequences of T, 4 heads of 32, counted as the planner counts them (12 x width x T per
-// token).
+// token), kLayers layers' operands in turn, as the GEMMs' and for the same reason: one
+// layer's repeated read 44-61 GFLOP/s on the development VM where 16 layers' in turn read
+// 34-48, two processes at once, and the runs' attention read 19-27% above the figure of
+// one (docs/planner.md).
 double attention_flops(int T) {
   const int B = 1024 / T, NH = 4, HS = 32;
   const size_t n = static_cast<size_t>(B) * T * NH * HS;
-  std::vector<float> q(n, 0.1f), k(n, 0.2f), v(n, 0.3f), out(n), dout(n, 0.01f), dq(n), dk(n), dv(n);
-  std::vector<float> lse(static_cast<size_t>(B) * NH * T), att(static_cast<size_t>(B) * NH * T * T);
+  struct Layer {
+    std::vector<float> q, k, v, out, dout, dq, dk, dv, lse, att;
+  };
+  std::vector<Layer> layers;
+  for (int l = 0; l < kLayers; ++l) {
+    layers.push_back({std::vector<float>(n, 0.1f), std::vector<float>(n, 0.2f), std::vector<float>(n, 0.3f),
+                      std::vector<float>(n), std::vector<float>(n, 0.01f), std::vector<float>(n), std::vector<float>(n),
+                      std::vector<float>(n), std::vector<float>(static_cast<size_t>(B) * NH * T),
+                      std::vector<float>(static_cast<size_t>(B) * NH * T * T)});
+  }
   const double seconds = mean_seconds([&] {
-    kernels::attention_forward(out.data(), lse.data(), att.data(), q.data(), k.data(), v.data(), nullptr, B, T, NH, NH, HS);
-    kernels::attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(), v.data(), att.data(),
-                                nullptr, B, T, NH, NH, HS);
-  });
-  return 12.0 * NH * HS * T * B * T / seconds;
+    for (Layer& a : layers) {
+      kernels::attention_forward(a.out.data(), a.lse.data(), a.att.data(), a.q.data(), a.k.data(), a.v.data(), nullptr,
+                                 B, T, NH, NH, HS);
+      kernels::attention_backward(a.dq.data(), a.dk.data(), a.dv.data(), a.dout.data(), a.q.data(), a.k.data(),
+                                  a.v.data(), a.att.data(), nullptr, B, T, NH, NH, HS);
+    }
+  }, 1);  // one call is kLayers layers already
+  return kLayers * 12.0 * NH * HS * T * B * T / seconds;
 }
 
 // Bytes per second through layer norm (width 128) and GELU (width 512) forward and
@@ -236,7 +251,7 @@ void calibrate_ranks(const std::string& out) {
   // factor), so this one must sample the moments the kernels' figures did. Measured once
   // before the passes, a 0.2 s slow moment read 113 GFLOP/s per rank where the runs read
   // 198-225, and the 2-rank predictions came out 1.4-1.9x too fast (docs/planner.md).
-  std::vector<double> figures(1 + kGemmWidths.size() + kAttentionLengths.size() + 4, 0.0);
+  std::vector<double> figures;  // a pass's figures in their order, each summed over the passes
   for (int pass = 1; pass <= kPasses; ++pass) {
     step(fmt::format("pass {} of {}: FMA loop, GEMMs of widths 32 to 512 (forward, input and weight gradients), "
                      "attention core at sequence lengths 32 to 512, layer norm and GELU, AdamW, memory copy",
@@ -249,6 +264,7 @@ void calibrate_ranks(const std::string& out) {
       pass_figures.push_back(static_cast<float>(f));
     }
     keep_slowest_rank(*world, pass_figures);
+    figures.resize(pass_figures.size(), 0.0);
     for (size_t i = 0; i < figures.size(); ++i) figures[i] += pass_figures[i] / kPasses;
   }
   // Every rank must take the same branch (it holds a barrier): native only where all are.
@@ -291,6 +307,9 @@ void calibrate_ranks(const std::string& out) {
   d.optimizer_bytes_per_s = mean[i++];
   d.memory_bytes_per_s = mean[i++];
   d.peak_bf16 = std::max(d.peak_fp32, static_cast<double>(mean[i++]));
+  // Every figure read once, in the order measured (a count kept by hand here once read a
+  // float past a pass's figures as the bf16 peak, and never read the bf16 GEMM's).
+  NDT_CHECK(i == mean.size(), "calibration: {} figures measured, {} read", mean.size(), i);
   d.devices_per_node = ranks;
   d.oversubscription = std::max(1.0, static_cast<double>(ranks) * threads / cores);
   // One rank: no messages; the link is what a copy in and out would take.
