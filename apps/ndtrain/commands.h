@@ -229,7 +229,7 @@ struct PlanOptions {
   bool keep_runs = false;
   double time_bound = 20;              // --validate: the step-time error allowed on every run, percent
   std::string validate_models = "small";  // --validate: small or tiny (plan/validation.h)
-  int validate_rounds = 1;             // --validate: times the set runs (--rounds)
+  int validate_rounds = 3;             // --validate: times the set runs (--rounds)
   bool calibrate = false;              // measure this machine's constants into a device file
   int calibrate_ranks = 0;             // the ranks sharing the machine (0: devices_per_node, else 1)
   std::string calibrate_out;           // the device file --calibrate writes

@@ -343,7 +343,7 @@ int main(int argc, char** argv) {
                    "presets, CI's)")
       ->needs(validate);
   plan->add_option("--rounds", plan_options.validate_rounds,
-                   "With --validate: run the set this many times (default 1, at most 10); each run's step is the median "
+                   "With --validate: run the set this many times (default 3, at most 10); each run's step is the median "
                    "over the rounds, and the rounds are set against each other (the machine's repeatability)")
       ->needs(validate);
   auto* calibrate = plan->add_flag("--calibrate", plan_options.calibrate,

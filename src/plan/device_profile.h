@@ -83,7 +83,8 @@ struct DeviceProfile {
   // The threads of a node's ranks per core (ranks x threads over cores, at least 1): above
   // 1 the ranks share cores, as 4 ranks on this 2-core VM do, and a rank that idles in the
   // pipeline's bubble lends its core to the ranks that compute (plan/planner.cpp,
-  // `shared_core_step`). 1: every rank has its own cores (GPUs, and CPUs not oversubscribed).
+  // `shared_core_step`). 1: every rank has its own cores (GPUs, CPUs not oversubscribed,
+  // and the `cpu` profile, which does not lend: measure_cpu_device).
   double oversubscription = 1;
   LinkProfile intra_node, inter_node;
   // When given (a calibrated device), one call's seconds by kind at a few wire sizes per
