@@ -260,7 +260,7 @@ DeviceProfile measure_cpu_device(int devices_per_node, const std::string& disk_d
   d.memory_bytes_per_s = copy * std::min(1.0, share);
   d.devices_per_node = devices_per_node;
   // oversubscription stays 1 here (no bubble lent): with it, `--layout auto` on 4 ranks of
-  // the 2-core development VM would move gpt2-124m from pp 2 x cp 2 to pp 4, a choice not
+  // the 2-core development VM would move gpt2-124m from tp 4 to pp 2 x tp 2, a choice not
   // yet measured against the hand-chosen layouts (docs/planner.md). Calibrated files carry it.
   // Ranks on one machine talk through shared memory: a message is copied in and out.
   d.intra_node = {copy / 2 * std::min(1.0, share), 2e-6};
