@@ -77,12 +77,9 @@ NDT_KERNEL_LIST(NDT_INSTANTIATE_TWIN)
 #endif
 
 std::string gemm_library() {
-  std::string s = "OpenBLAS " + cpu::blas_core_name() + " kernels";
-  // Set by ndtrain when it restarted itself with a better core (apps/ndtrain/main.cpp).
-  if (const char* weaker = std::getenv("NDT_OPENBLAS_CORE_DETECTED")) {
-    s += std::string(" (OpenBLAS chose ") + weaker + " for this CPU; ndtrain set OPENBLAS_CORETYPE)";
-  }
-  return s;
+  // NDT_OPENBLAS_CORE_DETECTED: set by ndtrain when it restarted itself with a wider core.
+  return cpu::describe_blas_core(cpu::blas_core_name(), cpu::cpu_vector_width(), std::getenv("OPENBLAS_CORETYPE"),
+                                 std::getenv("NDT_OPENBLAS_CORE_DETECTED"));
 }
 
 }  // namespace ndt::kernels

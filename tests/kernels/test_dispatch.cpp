@@ -268,5 +268,37 @@ TEST(BlasCore, RecommendsOnlyAStrongerCoreTheCpuRuns) {
   }
 }
 
+// OpenBLAS 0.3.21 runs its AVX2 Haswell kernels on an AVX-512 AMD EPYC of family 26, and
+// Prescott's on a Xeon it does not know: each is replaced by the widest core the CPU runs,
+// never by a narrower one, and a core this table does not know is left as chosen.
+TEST(BlasCore, ANarrowerCoreIsReplacedByTheCpusWidest) {
+  using cpu::VectorWidth;
+  EXPECT_EQ(cpu::wider_blas_core("Haswell", VectorWidth::avx512), "SkylakeX");
+  EXPECT_EQ(cpu::wider_blas_core("Zen", VectorWidth::avx512), "SkylakeX");
+  EXPECT_EQ(cpu::wider_blas_core("Prescott", VectorWidth::avx512), "SkylakeX");
+  EXPECT_EQ(cpu::wider_blas_core("Prescott", VectorWidth::avx2), "Haswell");
+  EXPECT_EQ(cpu::wider_blas_core("Sandybridge", VectorWidth::avx2), "Haswell");
+  EXPECT_EQ(cpu::wider_blas_core("Haswell", VectorWidth::avx2), std::nullopt);
+  EXPECT_EQ(cpu::wider_blas_core("SkylakeX", VectorWidth::avx512), std::nullopt);
+  EXPECT_EQ(cpu::wider_blas_core("Cooperlake", VectorWidth::avx512), std::nullopt);
+  EXPECT_EQ(cpu::wider_blas_core("SkylakeX", VectorWidth::avx2), std::nullopt);
+  EXPECT_EQ(cpu::wider_blas_core("Prescott", VectorWidth::narrow), std::nullopt);
+  EXPECT_EQ(cpu::wider_blas_core("SomeNewerCore", VectorWidth::avx512), std::nullopt);
+}
+
+// A VM image's OPENBLAS_CORETYPE=Haswell on an AVX-512 CPU made fp32 steps 1.75x slower with
+// nothing in the run header to say why: the header names the setting and the wider core.
+TEST(BlasCore, TheRunHeaderSaysWhenTheUsersCoreIsNarrowerThanTheCpu) {
+  using cpu::VectorWidth;
+  EXPECT_EQ(cpu::describe_blas_core("Cooperlake", VectorWidth::avx512, nullptr, nullptr), "OpenBLAS Cooperlake kernels");
+  EXPECT_EQ(cpu::describe_blas_core("SkylakeX", VectorWidth::avx512, "SkylakeX", "Prescott"),
+            "OpenBLAS SkylakeX kernels (OpenBLAS chose Prescott for this CPU; ndtrain set OPENBLAS_CORETYPE)");
+  EXPECT_EQ(cpu::describe_blas_core("Haswell", VectorWidth::avx2, "Haswell", nullptr), "OpenBLAS Haswell kernels");
+  const std::string narrower = cpu::describe_blas_core("Haswell", VectorWidth::avx512, "Haswell", nullptr);
+  for (const char* part : {"OpenBLAS Haswell kernels", "OPENBLAS_CORETYPE=Haswell", "SkylakeX", "unset OPENBLAS_CORETYPE"}) {
+    EXPECT_NE(narrower.find(part), std::string::npos) << narrower;
+  }
+}
+
 }  // namespace
 }  // namespace ndt
