@@ -72,7 +72,7 @@ using ColumnBlock = cpu::ColumnBlock;
   /* elementwise.h */                                                                                    \
   X(add_bias) X(bias_backward) X(add_inplace) X(zero) X(copy) X(fill)                                    \
   /* cast.h: fp32 <-> bf16/f16, round to nearest even */                                                 \
-  X(cast_to_lowp) X(cast_from_lowp) X(round_to_lowp)                                                     \
+  X(cast_to_lowp) X(cast_rows_to_lowp) X(cast_from_lowp) X(round_to_lowp)                                \
   /* columns.h: fused projections' outputs split and rounded, output gradients gathered */               \
   X(split_columns_round) X(gather_columns_lowp) X(gather_columns)                                        \
   /* norm.h */                                                                                           \

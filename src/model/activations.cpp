@@ -230,8 +230,9 @@ void carve_context_views(MicroBatchContext* ctx, const ModelConfig& c, const Act
 // the policy's blocks do not save; full, or low precision: a whole block's
 // activations), then in low precision the matmuls' two 16-bit operand scratches, each
 // as large as the largest operand (a block's [N, max(C, F, fused width)], or a loss
-// chunk's [chunk, V / tp] output gradient), and with biases the fused projections' weight
-// scratch [fused width, C] (fused width: QD + 2KD, or 2F for llama's gate and up).
+// chunk's [chunk, V / tp] output gradient; rows padded to 64 bytes), and with biases the
+// fused projections' weight scratch [fused width, C] (fused width: QD + 2KD, or 2F for
+// llama's gate and up).
 void carve_workspace_views(Workspace* ws, const ModelConfig& c, const ActivationLayout& tp, int B, int T, int chunk_rows,
                            const ActivationCheckpointing& policy, DType compute, Carver& m) {
   const int64_t N = int64_t{B} * T, Nl = tp.local_rows(N), C = c.d_model;
@@ -248,7 +249,8 @@ void carve_workspace_views(Workspace* ws, const ModelConfig& c, const Activation
   if (compute != DType::f32) {
     const BlockDims d(c, tp, B, T);
     const int64_t fused_width = std::max(d.QD + 2 * d.KD, c.arch == Arch::llama ? 2 * d.F : 0);
-    capacity = std::max({N * std::max({d.C, d.F, fused_width}), chunk * std::max(C, V)});
+    // Output gradients are cast into rows lowp_row_stride apart (model/matmul.h).
+    capacity = std::max(N * lowp_row_stride(std::max({d.C, d.F, fused_width})), chunk * lowp_row_stride(std::max(C, V)));
     capacity += capacity % 2;  // whole floats of the arena
     a = reinterpret_cast<uint16_t*>(m.take(capacity / 2));
     b = reinterpret_cast<uint16_t*>(m.take(capacity / 2));

@@ -29,6 +29,22 @@ const uint16_t* weight_operand(const MatmulPrecision& mp, int linear, const Para
   return mp.fp8->weight_scratch();
 }
 
+// linear_backward_lowp's two GEMMs with the output gradient cast into rows
+// lowp_row_stride(OC) apart: dinp [N, IC] += dy W, dweight [OC, IC] += dy^T x.
+void backward_on_padded_rows(const MatmulPrecision& mp, float* dinp, float* dweight, const float* dout,
+                             const float* inp, const Parameter& weight, int N, int IC, int OC) {
+  const int64_t ld = lowp_row_stride(OC);
+  NDT_CHECK(N * ld <= mp.capacity, "matmul output gradient of {} rows {} apart exceeds the workspace's {} elements",
+            N, ld, mp.capacity);
+  kernels::cast_rows_to_lowp(mp.dtype, dout, N, OC, mp.a, ld);
+  const int lda = static_cast<int>(ld);
+  if (dinp) kernels::gemm_lowp(mp.dtype, false, false, N, IC, OC, mp.a, lda, weight.compute_data(), IC, 1.0f, dinp, IC);
+  if (dweight) {
+    const uint16_t* x = lowp_operand(mp, inp, int64_t{N} * IC, mp.b);
+    kernels::gemm_lowp(mp.dtype, true, false, OC, IC, N, mp.a, lda, x, IC, 1.0f, dweight, IC);
+  }
+}
+
 }  // namespace
 
 const uint16_t* lowp_operand(const MatmulPrecision& mp, const float* x, int64_t n, uint16_t* scratch) {
@@ -42,6 +58,8 @@ const uint16_t* lowp_operand(const MatmulPrecision& mp, const float* x, int64_t 
   kernels::cast_to_lowp(mp.dtype, x, scratch, n);
   return scratch;
 }
+
+int64_t lowp_row_stride(int64_t cols) { return (cols + 31) / 32 * 32; }
 
 bool used_only_in_matmuls(const ParameterSpec& s) {
   // The blocks' 2-D parameters include the LoRA adapters (model/lora.h); an MoE router's
@@ -85,6 +103,10 @@ void matmul_backward_into(const MatmulPrecision& mp, float* dinp, float* dweight
   const int f = mp.fp8 ? mp.fp8->find(weight) : -1;
   // An fp8 linear counts as an fp8 GEMM in profiles (kernels/profile.h), quantisation included.
   const kernels::ProfileScope fp8_scope(f >= 0 ? kernels::OpClass::gemm_fp8 : kernels::OpClass::untimed);
+  if (f < 0 && lowp_row_stride(OC) != OC) {
+    backward_on_padded_rows(mp, dinp, dweight, dout, inp, weight, N, IC, OC);
+    return;
+  }
   const uint16_t* dy = round_operand(mp, f, Fp8Linears::output_grad, mp.a, dout, rows * OC);
   const uint16_t* x = dweight ? round_operand(mp, f, Fp8Linears::input, mp.b, inp, rows * IC) : nullptr;
   const uint16_t* w = dinp ? weight_operand(mp, f, weight) : nullptr;

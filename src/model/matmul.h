@@ -63,6 +63,13 @@ class KeptOperandsScope {
 // one (rounded into it the first time), else rounded into scratch (mp.capacity elements).
 const uint16_t* lowp_operand(const MatmulPrecision& mp, const float* x, int64_t n, uint16_t* scratch);
 
+// The row stride of a low-precision output-gradient operand of `cols` columns: cols rounded
+// up to 32 elements, so that each row starts 64 bytes after the last. oneDNN's
+// AVX512-BF16 kernel multiplied GPT-2's output gradient of 50257 columns into the output
+// layer's weight gradient 1.4-1.6x slower than one of 50272 (docs/performance.md, "The
+// output layer's gradient on 64-byte rows"); the workspace's scratches are sized for it.
+int64_t lowp_row_stride(int64_t cols);
+
 // Whether the model reads this parameter only through matmuls (its compute copy in low
 // precision): the blocks' 2-D weights, the routed experts' weights and an untied output
 // layer. Not the embeddings (looked up; a tied one is both), norms, biases or an MoE

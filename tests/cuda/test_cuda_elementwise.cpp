@@ -72,6 +72,12 @@ TEST_F(CudaElementwise, CastsGiveTheCpuBits) {
     EXPECT_EQ(on_host<uint16_t>(dbits), bits) << dtype_name(dtype);
     EXPECT_EQ(on_host<float>(dback), back) << dtype_name(dtype);
     EXPECT_EQ(on_host<float>(drounded), rounded) << dtype_name(dtype);
+    // Rows into a wider stride (101 rows of 10 into rows 32 apart), the padding 0.
+    std::vector<uint16_t> padded(101 * 32, 0xFFFF), want(padded.size(), 0);
+    cpu::cast_rows_to_lowp(dtype, x.data(), 101, 10, want.data(), 32);
+    Tensor dpadded = on_device(padded);
+    kernels::cast_rows_to_lowp(dtype, dx.data<float>(), 101, 10, dpadded.data<uint16_t>(), 32);
+    EXPECT_EQ(on_host<uint16_t>(dpadded), want) << dtype_name(dtype);
   }
   std::vector<float> nan(1, std::numeric_limits<float>::quiet_NaN());
   Tensor dnan = on_device(nan);

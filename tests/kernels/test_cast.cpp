@@ -4,6 +4,7 @@
 // (NaN, inf, subnormals) and values past f16's range; large arrays take the threaded path.
 #include "kernels/cpu/cast.h"
 
+#include "../common/errors.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/rng.h"
@@ -15,6 +16,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace ndt::cpu {
@@ -125,6 +127,34 @@ TEST_P(CastTest, ThreadedAndRoutedFormsAgree) {
   }
 }
 
+// Rows cast into a wider stride: each row the bulk cast's bits, the padding 0 (the poison
+// below overwritten), on one thread and across the threading threshold, routed or not.
+TEST_P(CastTest, RowsIntoAWiderStrideAreTheBulkCastsBitsThenZeros) {
+  const DType dtype = GetParam();
+  for (const auto& [rows, cols, ld] : {std::tuple<int64_t, int64_t, int64_t>{3, 5, 32}, {256, 50257, 50272},
+                                       {4, 64, 64}, {0, 7, 32}}) {
+    std::vector<float> x(static_cast<size_t>(rows * cols));
+    fill_normal(x.data(), rows * cols, 0, 0.0f, 100.0f, 12, static_cast<uint64_t>(cols));
+    std::vector<uint16_t> contiguous(x.size());
+    cast_to_lowp(dtype, x.data(), contiguous.data(), rows * cols);
+    for (bool routed : {false, true}) {
+      std::vector<uint16_t> padded(static_cast<size_t>(rows * ld), 0xFFFF);
+      if (routed) {
+        kernels::cast_rows_to_lowp(dtype, x.data(), rows, cols, padded.data(), ld);
+      } else {
+        cast_rows_to_lowp(dtype, x.data(), rows, cols, padded.data(), ld);
+      }
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t c = 0; c < ld; ++c) {
+          const uint16_t want = c < cols ? contiguous[static_cast<size_t>(r * cols + c)] : uint16_t{0};
+          ASSERT_EQ(padded[static_cast<size_t>(r * ld + c)], want) << rows << "x" << cols << " ld " << ld << " r=" << r
+                                                                   << " c=" << c << " routed=" << routed;
+        }
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Dtypes, CastTest, ::testing::Values(DType::bf16, DType::f16),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
@@ -139,6 +169,9 @@ TEST(Cast, RefusesOtherDtypesByName) {
   }
   EXPECT_THROW(cast_from_lowp(DType::f32, &b, &x, 1), Error);
   EXPECT_THROW(round_to_lowp(DType::i32, &x, 1), Error);
+  testing::expect_error([&] { cast_rows_to_lowp(DType::bf16, &x, 1, 8, &b, 4); },
+                        {"cast_rows_to_lowp", "1 rows of 8 columns", "rows 4 apart"});
+  testing::expect_error([&] { cast_rows_to_lowp(DType::f32, &x, 1, 1, &b, 1); }, {"cast_rows_to_lowp", "f32"});
 }
 
 }  // namespace

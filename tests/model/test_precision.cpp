@@ -195,6 +195,63 @@ TEST(Precision, MatmulsReadTheComputeCopy) {
   }
 }
 
+// Catches: an output gradient of a width that is not a multiple of 32 (the vocabulary, 13
+// here; GPT-2's 50257) cast on contiguous rows (oneDNN reads those up to 1.5x slower), a
+// GEMM that reads the padded rows at the wrong stride, or padding that is not zero.
+TEST(Precision, OddWidthOutputGradientIsMultipliedFromRows64BytesApart) {
+  ModelConfig c = tiny(Arch::gpt2);
+  Transformer model(c, 5, 4);
+  model.set_precision({DType::bf16, false, {}});
+  const Parameter& w = model.store().get("wte.weight");
+  const int rows = 5, IC = static_cast<int>(w.local_shape[1]), OC = static_cast<int>(w.local_shape[0]);
+  const int64_t ld = lowp_row_stride(OC);
+  ASSERT_EQ(ld, 32) << "13 columns";
+  EXPECT_EQ(lowp_row_stride(50257), 50272);
+  EXPECT_EQ(lowp_row_stride(768), 768);
+  std::vector<float> x(rows * IC), dout(rows * OC), dinp(rows * IC), dweight(w.numel());
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * static_cast<float>(i));
+  for (size_t i = 0; i < dout.size(); ++i) dout[i] = 0.3f * std::cos(0.11f * static_cast<float>(i));
+  for (size_t i = 0; i < dinp.size(); ++i) dinp[i] = 0.01f * static_cast<float>(i % 7);
+  for (size_t i = 0; i < dweight.size(); ++i) dweight[i] = -0.02f * static_cast<float>(i % 5);
+  const std::vector<float> dinp0 = dinp, dweight0 = dweight;
+  std::vector<uint16_t> a(static_cast<size_t>(rows * ld), 0x7FC0), b(a.size());  // NaN: an unwritten read shows
+  MatmulPrecision mp{
+      .dtype = DType::bf16, .a = a.data(), .b = b.data(), .capacity = static_cast<int64_t>(a.size()), .kept = {}};
+  matmul_backward_into(mp, dinp.data(), dweight.data(), nullptr, dout.data(), x.data(), w, rows);
+  for (int r = 0; r < rows; ++r) {
+    for (int o = 0; o < ld; ++o) {
+      ASSERT_EQ(a[r * ld + o], o < OC ? f32_to_bf16(dout[r * OC + o]) : uint16_t{0}) << r << ", " << o;
+    }
+  }
+  // Against double sums of the bf16 operands' products (exact in fp32): += both.
+  const auto bf = [](float v) { return static_cast<double>(bf16_to_f32(f32_to_bf16(v))); };
+  for (int r = 0; r < rows; ++r) {
+    for (int i = 0; i < IC; ++i) {
+      double ref = dinp0[r * IC + i], magnitude = std::fabs(ref);
+      for (int o = 0; o < OC; ++o) {
+        const double p = bf(dout[r * OC + o]) * bf(w.data()[o * IC + i]);
+        ref += p, magnitude += std::fabs(p);
+      }
+      EXPECT_NEAR(dinp[r * IC + i], ref, 1e-5 * magnitude) << "dinp " << r << ", " << i;
+    }
+  }
+  for (int o = 0; o < OC; ++o) {
+    for (int i = 0; i < IC; ++i) {
+      double ref = dweight0[o * IC + i], magnitude = std::fabs(ref);
+      for (int r = 0; r < rows; ++r) {
+        const double p = bf(dout[r * OC + o]) * bf(x[r * IC + i]);
+        ref += p, magnitude += std::fabs(p);
+      }
+      EXPECT_NEAR(dweight[o * IC + i], ref, 1e-5 * magnitude) << "dweight " << o << ", " << i;
+    }
+  }
+  // A scratch for contiguous rows only is refused by name, not overrun.
+  mp.capacity = rows * OC;
+  testing::expect_error(
+      [&] { matmul_backward_into(mp, dinp.data(), dweight.data(), nullptr, dout.data(), x.data(), w, rows); },
+      {"matmul output gradient", "5 rows 32 apart", std::to_string(rows * OC)});
+}
+
 // Catches: a kept operand rounded again after it was written (or never written), or
 // a matmul that reads the scratch instead of it; an input without one not rounded.
 TEST(Precision, KeptOperandIsRoundedOnceThenRead) {

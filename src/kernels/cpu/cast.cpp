@@ -29,6 +29,26 @@ void cast_to_lowp(DType dtype, const float* src, uint16_t* dst, int64_t n) {
   }
 }
 
+void cast_rows_to_lowp(DType dtype, const float* src, int64_t rows, int64_t cols, uint16_t* dst, int64_t ld) {
+  check_lowp(dtype, "cast_rows_to_lowp");
+  NDT_CHECK(rows >= 0 && cols >= 0 && ld >= cols, "cast_rows_to_lowp: {} rows of {} columns into rows {} apart", rows,
+            cols, ld);
+  const bool bf16 = dtype == DType::bf16;
+#pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* in = src + r * cols;
+    uint16_t* out = dst + r * ld;
+    if (bf16) {
+#pragma omp simd
+      for (int64_t i = 0; i < cols; ++i) out[i] = encode_bf16(in[i]);
+    } else {
+#pragma omp simd
+      for (int64_t i = 0; i < cols; ++i) out[i] = encode_f16(in[i]);
+    }
+    for (int64_t i = cols; i < ld; ++i) out[i] = 0;
+  }
+}
+
 void cast_from_lowp(DType dtype, const uint16_t* src, float* dst, int64_t n) {
   check_lowp(dtype, "cast_from_lowp");
   if (dtype == DType::bf16) {

@@ -33,6 +33,15 @@ __global__ void to_lowp_kernel(const float* src, uint16_t* dst, int64_t n) {
   NDT_GRID_LOOP(i, n) dst[i] = to_bits<kBf16>(src[i]);
 }
 
+// Element i of the [rows, ld] destination: a cast source element, or 0 past the columns.
+template <bool kBf16>
+__global__ void rows_to_lowp_kernel(const float* src, int64_t cols, uint16_t* dst, int64_t ld, int64_t n) {
+  NDT_GRID_LOOP(i, n) {
+    const int64_t r = i / ld, c = i % ld;
+    dst[i] = c < cols ? to_bits<kBf16>(src[r * cols + c]) : uint16_t{0};
+  }
+}
+
 template <bool kBf16>
 __global__ void from_lowp_kernel(const uint16_t* src, float* dst, int64_t n) {
   NDT_GRID_LOOP(i, n) dst[i] = from_bits<kBf16>(src[i]);
@@ -61,6 +70,22 @@ void cast_to_lowp(DType dtype, const float* src, uint16_t* dst, int64_t n) {
     to_lowp_kernel<false><<<blocks_for(n), kThreads>>>(src, dst, n);
   }
   check_launch("cast_to_lowp");
+}
+
+void cast_rows_to_lowp(DType dtype, const float* src, int64_t rows, int64_t cols, uint16_t* dst, int64_t ld) {
+  const bool bf16 = is_bf16(dtype, "cast_rows_to_lowp");
+  if (rows < 0 || cols < 0 || ld < cols) {
+    refuse("cast_rows_to_lowp: " + std::to_string(rows) + " rows of " + std::to_string(cols) +
+           " columns into rows " + std::to_string(ld) + " apart");
+  }
+  const int64_t n = rows * ld;
+  if (n <= 0) return;
+  if (bf16) {
+    rows_to_lowp_kernel<true><<<blocks_for(n), kThreads>>>(src, cols, dst, ld, n);
+  } else {
+    rows_to_lowp_kernel<false><<<blocks_for(n), kThreads>>>(src, cols, dst, ld, n);
+  }
+  check_launch("cast_rows_to_lowp");
 }
 
 void cast_from_lowp(DType dtype, const uint16_t* src, float* dst, int64_t n) {

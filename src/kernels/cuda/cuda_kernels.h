@@ -42,6 +42,7 @@ void bias_backward(float* dbias, const float* dout, int64_t rows, int64_t C);
 
 // cast.h
 void cast_to_lowp(DType dtype, const float* src, uint16_t* dst, int64_t n);
+void cast_rows_to_lowp(DType dtype, const float* src, int64_t rows, int64_t cols, uint16_t* dst, int64_t ld);
 void cast_from_lowp(DType dtype, const uint16_t* src, float* dst, int64_t n);
 void round_to_lowp(DType dtype, float* x, int64_t n);
 
