@@ -86,9 +86,26 @@ testing::TrainedRun adapters_only(const RunConfig& c, testing::TrainedRun run) {
 // Losses, gradient norms and the adapters (whose relative difference the frozen weights
 // would dilute) as expect_same_run compares them; the frozen weights bitwise equal.
 void expect_same_lora_run(const RunConfig& c, const testing::TrainedRun& reference, const testing::TrainedRun& run,
-                          const std::string& what) {
+                          const std::string& what, double norm_tolerance = 1e-5) {
   EXPECT_TRUE(split(c, reference.params).frozen == split(c, run.params).frozen) << what << ": frozen weights differ";
-  testing::expect_same_run(adapters_only(c, reference), adapters_only(c, run), what.c_str());
+  testing::expect_same_run(adapters_only(c, reference), adapters_only(c, run), what.c_str(), norm_tolerance);
+}
+
+// The adapters' gradient norm's own rounding: the largest relative difference, over the
+// steps, of the one-rank run with its batch in micro-batches of 2 (the same gradients,
+// summed in another order) from the reference. On an AMD EPYC (Zen 5) the llama run's
+// norms differed so by up to 1.4e-5 (at the steps where every layout differed by up to
+// 2.2e-5), above expect_same_run's 1e-5; a gradient reduced wrong on an axis is off by
+// far more than a few times this.
+double own_norm_rounding(const RunConfig& base, const testing::TrainedRun& reference) {
+  RunConfig accumulated = base;
+  accumulated.micro_batch_size = 2;
+  const testing::TrainedRun own = testing::train(accumulated, testing::one_rank_mesh());
+  double largest = 0;
+  for (size_t i = 0; i < own.grad_norms.size(); ++i) {
+    largest = std::max(largest, std::fabs(own.grad_norms[i] / reference.grad_norms[i] - 1));
+  }
+  return largest;
 }
 
 // Catches: an adapter factor split or reduced wrong on any axis (the replicated
@@ -109,10 +126,12 @@ TEST(LoraParity, EveryLayoutMatchesOneRank) {
     const Split end = split(base, reference.params);
     EXPECT_TRUE(start.frozen == end.frozen) << "one rank: frozen weights changed";
     EXPECT_FALSE(start.adapters == end.adapters);
+    const double norm_tolerance = std::max(1e-5, 4 * own_norm_rounding(base, reference));
     for (const Layout& l : layouts()) {
       const RunConfig c = testing::with_layout(base, l);
       DeviceMesh m(world, c.resolve_mesh(world.size()));
-      expect_same_lora_run(c, reference, testing::train(c, m), fmt::format("{} {}", llama ? "llama" : "gpt2", l.name));
+      expect_same_lora_run(c, reference, testing::train(c, m), fmt::format("{} {}", llama ? "llama" : "gpt2", l.name),
+                           norm_tolerance);
     }
   }
 }
