@@ -13,6 +13,8 @@ rounds="${1:-3}"
 ndtrain="${NDTRAIN:-./build/ndtrain}"
 lscpu | grep -m1 'Model name'
 grep -o -w 'avx2\|avx512f\|avx512_bf16\|amx_bf16' /proc/cpuinfo | sort -u | tr '\n' ' '; echo
+# Both sides' OpenBLAS honours it: Haswell's on an AVX-512 Zen 5 made fp32 1.75x slower (docs/performance.md).
+echo "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}"
 ours() {  # precision batch seq steps -> the median step in seconds
   OMP_NUM_THREADS=2 "$ndtrain" bench train --preset gpt2-124m --threads 2 --precision "$1" --batch "$2" \
     --seq "$3" --steps "$4" | awk '/median step/ {print $3}'
