@@ -29,20 +29,22 @@ const uint16_t* weight_operand(const MatmulPrecision& mp, int linear, const Para
   return mp.fp8->weight_scratch();
 }
 
-// linear_backward_lowp's two GEMMs with the output gradient cast into rows
-// lowp_row_stride(OC) apart: dinp [N, IC] += dy W, dweight [OC, IC] += dy^T x.
-void backward_on_padded_rows(const MatmulPrecision& mp, float* dinp, float* dweight, const float* dout,
-                             const float* inp, const Parameter& weight, int N, int IC, int OC) {
-  const int64_t ld = lowp_row_stride(OC);
-  NDT_CHECK(N * ld <= mp.capacity, "matmul output gradient of {} rows {} apart exceeds the workspace's {} elements",
-            N, ld, mp.capacity);
-  kernels::cast_rows_to_lowp(mp.dtype, dout, N, OC, mp.a, ld);
-  const int lda = static_cast<int>(ld);
-  if (dinp) kernels::gemm_lowp(mp.dtype, false, false, N, IC, OC, mp.a, lda, weight.compute_data(), IC, 1.0f, dinp, IC);
-  if (dweight) {
-    const uint16_t* x = lowp_operand(mp, inp, int64_t{N} * IC, mp.b);
-    kernels::gemm_lowp(mp.dtype, true, false, OC, IC, N, mp.a, lda, x, IC, 1.0f, dweight, IC);
+// The output gradient dout [N, OC] as the backward GEMMs' operand, its rows `ld` apart: an
+// fp8 linear's on its e5m2 grid (contiguous rows), else in the compute dtype on rows
+// lowp_row_stride(OC) apart.
+struct OutputGradOperand {
+  const uint16_t* bits;
+  int ld;
+};
+OutputGradOperand output_grad_operand(const MatmulPrecision& mp, int linear, const float* dout, int N, int OC) {
+  const int ld = static_cast<int>(lowp_row_stride(OC));
+  if (linear >= 0 || ld == OC) {
+    return {round_operand(mp, linear, Fp8Linears::output_grad, mp.a, dout, int64_t{N} * OC), OC};
   }
+  NDT_CHECK(int64_t{N} * ld <= mp.capacity,
+            "matmul output gradient of {} rows {} apart exceeds the workspace's {} elements", N, ld, mp.capacity);
+  kernels::cast_rows_to_lowp(mp.dtype, dout, N, OC, mp.a, ld);
+  return {mp.a, ld};
 }
 
 }  // namespace
@@ -103,14 +105,14 @@ void matmul_backward_into(const MatmulPrecision& mp, float* dinp, float* dweight
   const int f = mp.fp8 ? mp.fp8->find(weight) : -1;
   // An fp8 linear counts as an fp8 GEMM in profiles (kernels/profile.h), quantisation included.
   const kernels::ProfileScope fp8_scope(f >= 0 ? kernels::OpClass::gemm_fp8 : kernels::OpClass::untimed);
-  if (f < 0 && lowp_row_stride(OC) != OC) {
-    backward_on_padded_rows(mp, dinp, dweight, dout, inp, weight, N, IC, OC);
-    return;
-  }
-  const uint16_t* dy = round_operand(mp, f, Fp8Linears::output_grad, mp.a, dout, rows * OC);
+  const OutputGradOperand dy = output_grad_operand(mp, f, dout, N, OC);
   const uint16_t* x = dweight ? round_operand(mp, f, Fp8Linears::input, mp.b, inp, rows * IC) : nullptr;
   const uint16_t* w = dinp ? weight_operand(mp, f, weight) : nullptr;
-  kernels::linear_backward_lowp(f >= 0 ? DType::bf16 : mp.dtype, dinp, dweight, dy, x, w, N, IC, OC);
+  // linear_backward_lowp's two GEMMs, reading dy's rows dy.ld apart: dinp [N, IC] += dy W,
+  // dweight [OC, IC] += dy^T x.
+  const DType dtype = f >= 0 ? DType::bf16 : mp.dtype;
+  if (dinp) kernels::gemm_lowp(dtype, false, false, N, IC, OC, dy.bits, dy.ld, w, IC, 1.0f, dinp, IC);
+  if (dweight) kernels::gemm_lowp(dtype, true, false, OC, IC, N, dy.bits, dy.ld, x, IC, 1.0f, dweight, IC);
 }
 
 }  // namespace ndt
