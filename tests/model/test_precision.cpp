@@ -196,7 +196,7 @@ TEST(Precision, MatmulsReadTheComputeCopy) {
 }
 
 // Catches: an output gradient of a width that is not a multiple of 32 (the vocabulary, 13
-// here; GPT-2's 50257) cast on contiguous rows (oneDNN reads those up to 1.5x slower), a
+// here; GPT-2's 50257) cast on contiguous rows (oneDNN read those 1.4-1.6x slower), a
 // GEMM that reads the padded rows at the wrong stride, or padding that is not zero.
 TEST(Precision, OddWidthOutputGradientIsMultipliedFromRows64BytesApart) {
   ModelConfig c = tiny(Arch::gpt2);
@@ -214,37 +214,44 @@ TEST(Precision, OddWidthOutputGradientIsMultipliedFromRows64BytesApart) {
   for (size_t i = 0; i < dinp.size(); ++i) dinp[i] = 0.01f * static_cast<float>(i % 7);
   for (size_t i = 0; i < dweight.size(); ++i) dweight[i] = -0.02f * static_cast<float>(i % 5);
   const std::vector<float> dinp0 = dinp, dweight0 = dweight;
-  std::vector<uint16_t> a(static_cast<size_t>(rows * ld), 0x7FC0), b(a.size());  // NaN: an unwritten read shows
+  std::vector<uint16_t> a(static_cast<size_t>(rows * ld)), b(a.size());
   MatmulPrecision mp{
       .dtype = DType::bf16, .a = a.data(), .b = b.data(), .capacity = static_cast<int64_t>(a.size()), .kept = {}};
-  matmul_backward_into(mp, dinp.data(), dweight.data(), nullptr, dout.data(), x.data(), w, rows);
-  for (int r = 0; r < rows; ++r) {
-    for (int o = 0; o < ld; ++o) {
-      ASSERT_EQ(a[r * ld + o], o < OC ? f32_to_bf16(dout[r * OC + o]) : uint16_t{0}) << r << ", " << o;
-    }
-  }
-  // Against double sums of the bf16 operands' products (exact in fp32): += both.
-  const auto bf = [](float v) { return static_cast<double>(bf16_to_f32(f32_to_bf16(v))); };
-  for (int r = 0; r < rows; ++r) {
-    for (int i = 0; i < IC; ++i) {
-      double ref = dinp0[r * IC + i], magnitude = std::fabs(ref);
-      for (int o = 0; o < OC; ++o) {
-        const double p = bf(dout[r * OC + o]) * bf(w.data()[o * IC + i]);
-        ref += p, magnitude += std::fabs(p);
+  // On each GEMM backend this CPU has (the padded rows' stride reaches both).
+  for (cpu::LowpGemmBackend backend : testing::lowp_backends(DType::bf16)) {
+    cpu::set_lowp_gemm_backend(DType::bf16, backend);
+    const std::string where = cpu::lowp_gemm_backend(DType::bf16);
+    std::fill(a.begin(), a.end(), uint16_t{0x7FC0});  // NaN: an unwritten read shows
+    dinp = dinp0, dweight = dweight0;
+    matmul_backward_into(mp, dinp.data(), dweight.data(), nullptr, dout.data(), x.data(), w, rows);
+    for (int r = 0; r < rows; ++r) {
+      for (int o = 0; o < ld; ++o) {
+        ASSERT_EQ(a[r * ld + o], o < OC ? f32_to_bf16(dout[r * OC + o]) : uint16_t{0}) << r << ", " << o;
       }
-      EXPECT_NEAR(dinp[r * IC + i], ref, 1e-5 * magnitude) << "dinp " << r << ", " << i;
     }
-  }
-  for (int o = 0; o < OC; ++o) {
-    for (int i = 0; i < IC; ++i) {
-      double ref = dweight0[o * IC + i], magnitude = std::fabs(ref);
-      for (int r = 0; r < rows; ++r) {
-        const double p = bf(dout[r * OC + o]) * bf(x[r * IC + i]);
-        ref += p, magnitude += std::fabs(p);
+    // Against double sums of the bf16 operands' products (exact in fp32): += both.
+    for (int r = 0; r < rows; ++r) {
+      for (int i = 0; i < IC; ++i) {
+        double ref = dinp0[r * IC + i], magnitude = std::fabs(ref);
+        for (int o = 0; o < OC; ++o) {
+          const double p = testing::bf16(dout[r * OC + o]) * testing::bf16(w.data()[o * IC + i]);
+          ref += p, magnitude += std::fabs(p);
+        }
+        EXPECT_NEAR(dinp[r * IC + i], ref, 1e-5 * magnitude) << "dinp " << r << ", " << i << " on " << where;
       }
-      EXPECT_NEAR(dweight[o * IC + i], ref, 1e-5 * magnitude) << "dweight " << o << ", " << i;
+    }
+    for (int o = 0; o < OC; ++o) {
+      for (int i = 0; i < IC; ++i) {
+        double ref = dweight0[o * IC + i], magnitude = std::fabs(ref);
+        for (int r = 0; r < rows; ++r) {
+          const double p = testing::bf16(dout[r * OC + o]) * testing::bf16(x[r * IC + i]);
+          ref += p, magnitude += std::fabs(p);
+        }
+        EXPECT_NEAR(dweight[o * IC + i], ref, 1e-5 * magnitude) << "dweight " << o << ", " << i << " on " << where;
+      }
     }
   }
+  cpu::set_lowp_gemm_backend(DType::bf16, cpu::choose_lowp_gemm_backend(DType::bf16, std::getenv("NDT_LOWP_GEMM")));
   // A scratch for contiguous rows only is refused by name, not overrun.
   mp.capacity = rows * OC;
   testing::expect_error(
